@@ -1,0 +1,80 @@
+import hashlib
+import secrets
+
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+
+
+class Role(models.TextChoices):
+    """Roles are Django groups; a user may hold several."""
+
+    VIEWER = "viewer"  # reads runs, approvals and audit
+    OPERATOR = "operator"  # launches and cancels runs
+    APPROVER = "approver"  # decides gated actions and answers questions
+    ADMIN = "admin"  # everything, plus approver statistics
+
+
+class User(AbstractUser):
+    def has_role(self, role: str) -> bool:
+        if not self.is_active:
+            return False
+        if self.is_superuser:
+            return True
+        names = self._role_names()
+        return role in names or Role.ADMIN in names
+
+    def _role_names(self) -> set[str]:
+        # Cached per instance: templates and permission checks ask many times per request.
+        if not hasattr(self, "_roles_cache"):
+            self._roles_cache = set(self.groups.values_list("name", flat=True))
+        return self._roles_cache
+
+    @property
+    def can_view(self) -> bool:
+        return bool(self._role_names() & set(Role.values)) or self.is_superuser
+
+    @property
+    def can_operate(self) -> bool:
+        return self.has_role(Role.OPERATOR)
+
+    @property
+    def can_approve(self) -> bool:
+        return self.has_role(Role.APPROVER)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.has_role(Role.ADMIN)
+
+
+class ApiToken(models.Model):
+    """A per-user bearer token for the API. Only its SHA-256 is stored."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def hash(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, user: User, name: str) -> tuple["ApiToken", str]:
+        """Create a token; the raw value is returned once and never stored."""
+        raw = "ao_" + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, key_hash=cls.hash(raw), prefix=raw[:8])
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw: str) -> User | None:
+        token = (
+            cls.objects.select_related("user")
+            .filter(key_hash=cls.hash(raw), user__is_active=True)
+            .first()
+        )
+        return token.user if token else None

@@ -1,0 +1,216 @@
+"""The agent catalogue: what each agent is, what it may use, how far it may go.
+
+Agents are registered in code (see demo/agents.py). A run stores `Agent.snapshot()` at
+launch, so later edits to an agent never change what a past run says it ran with.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+
+from agentops.llm.scripted import ScriptedProvider, Turn
+from agentops.tools import REGISTRY, Tool
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int = 20
+    max_cost_usd: Decimal = Decimal("1.00")
+    max_seconds: int = 600
+    max_consecutive_errors: int = 3
+
+    def as_dict(self) -> dict:
+        return {
+            "max_steps": self.max_steps,
+            "max_cost_usd": str(self.max_cost_usd),
+            "max_seconds": self.max_seconds,
+            "max_consecutive_errors": self.max_consecutive_errors,
+        }
+
+
+@dataclass(frozen=True)
+class GateRules:
+    """Declared gate policy for one agent; evaluated by approvals/policy.py on the server."""
+
+    # tool -> {"arg": threshold}: gate when the argument exceeds it
+    thresholds: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    # tool -> {"arg": allowed values}: gate when the argument is not listed
+    allow_lists: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    always_gate: tuple[str, ...] = ()
+    never_gate: tuple[str, ...] = ()
+    confidence_threshold: float | None = None  # gate when the model says it is less sure
+    continue_every_n_steps: int = 0  # periodic "continue?" checkpoint; 0 is off
+    sample_rate: float = 0.0  # share of borderline calls gated anyway
+    approval_timeout: timedelta = timedelta(hours=24)
+    on_expiry: str = "reject"  # reject (tell the agent) or fail (fail the run)
+    four_eyes_from: str = "high"  # blast radius from which the launcher may not approve
+    quorum_from: str = ""  # blast radius needing `quorum` distinct approvers ("" off)
+    quorum: int = 2
+    approvers: tuple[str, ...] = ()  # usernames allowed to decide; empty means any approver
+
+    def as_dict(self) -> dict:
+        return {
+            "thresholds": {
+                t: {a: str(v) for a, v in d.items()} for t, d in self.thresholds.items()
+            },
+            "allow_lists": {
+                t: {a: list(v) for a, v in d.items()} for t, d in self.allow_lists.items()
+            },
+            "always_gate": list(self.always_gate),
+            "never_gate": list(self.never_gate),
+            "confidence_threshold": self.confidence_threshold,
+            "continue_every_n_steps": self.continue_every_n_steps,
+            "sample_rate": self.sample_rate,
+            "approval_timeout_seconds": int(self.approval_timeout.total_seconds()),
+            "on_expiry": self.on_expiry,
+            "four_eyes_from": self.four_eyes_from,
+            "quorum_from": self.quorum_from,
+            "quorum": self.quorum,
+            "approvers": list(self.approvers),
+        }
+
+
+@dataclass(frozen=True)
+class Agent:
+    slug: str
+    title: str
+    description: str
+    model: str
+    system_prompt: str
+    tools: tuple[str, ...]
+    input_form: type[forms.Form]
+    # Builds the first user message from the validated input.
+    prompt: Callable[[dict], str]
+    # Scripted model turns for this input (demo runs without an API key).
+    script: Callable[[dict], list[Turn]]
+    limits: Limits = field(default_factory=Limits)
+    # Upper bounds an operator may raise the limits to at launch.
+    max_limits: Limits = field(default_factory=lambda: Limits(200, Decimal("20.00"), 3600, 10))
+    gates: GateRules = field(default_factory=GateRules)
+    max_tokens: int = 1024
+
+    def tool_objects(self) -> list[Tool]:
+        return [REGISTRY[name] for name in self.tools]
+
+    def scripted_provider(self, input: dict) -> ScriptedProvider:
+        return ScriptedProvider(self.script(input))
+
+    def validate_input(self, data: Any) -> tuple[dict | None, dict[str, list[str]]]:
+        """(cleaned input, {}) or (None, field errors). The web form and the API share it."""
+        if not isinstance(data, dict):
+            return None, {"__all__": ["input must be an object"]}
+        unknown = set(data) - set(self.input_form.base_fields)
+        if unknown:
+            return None, {"__all__": [f"unknown field(s): {', '.join(sorted(unknown))}"]}
+        form = self.input_form(data=data)
+        if not form.is_valid():
+            return None, {k: [str(m) for m in v] for k, v in form.errors.items()}
+        return _jsonable(form.cleaned_data), {}
+
+    def input_schema(self) -> dict:
+        return form_json_schema(self.input_form)
+
+    def resolve_limits(self, overrides: dict | None) -> tuple[Limits | None, dict[str, list[str]]]:
+        """The agent's limits with operator overrides applied, refused beyond max_limits."""
+        if not overrides:
+            return self.limits, {}
+        errors: dict[str, list[str]] = {}
+        values: dict[str, Any] = {}
+        for name, value in overrides.items():
+            if value in (None, ""):
+                continue
+            if name not in Limits.__dataclass_fields__:
+                errors[name] = ["unknown limit"]
+                continue
+            cap = getattr(self.max_limits, name)
+            try:
+                parsed = Decimal(str(value)) if name == "max_cost_usd" else int(value)
+            except (ArithmeticError, ValueError, TypeError):
+                errors[name] = ["must be a number"]
+                continue
+            if parsed <= 0:
+                errors[name] = ["must be positive"]
+            elif parsed > cap:
+                errors[name] = [f"must be at most {cap}"]
+            else:
+                values[name] = parsed
+        if errors:
+            return None, errors
+        return replace(self.limits, **values), {}
+
+    def snapshot(self) -> dict:
+        return {
+            "slug": self.slug,
+            "title": self.title,
+            "model": self.model,
+            "system_prompt": self.system_prompt,
+            "tools": [REGISTRY[name].metadata() for name in self.tools],
+            "limits": self.limits.as_dict(),
+            "gates": self.gates.as_dict(),
+            "max_tokens": self.max_tokens,
+        }
+
+
+CATALOGUE: dict[str, Agent] = {}
+
+
+def register(agent: Agent) -> Agent:
+    missing = [t for t in agent.tools if t not in REGISTRY]
+    if missing:
+        raise LookupError(f"agent {agent.slug} uses unknown tools: {missing}")
+    CATALOGUE[agent.slug] = agent
+    return agent
+
+
+def get_agent(slug: str) -> Agent | None:
+    return CATALOGUE.get(slug)
+
+
+def _jsonable(data: dict) -> dict:
+    out = {}
+    for key, value in data.items():
+        out[key] = str(value) if isinstance(value, Decimal) else value
+    return out
+
+
+def form_json_schema(form_class: type[forms.Form]) -> dict:
+    """A JSON schema for API clients, derived from the same Django form the web UI renders."""
+    props: dict[str, dict] = {}
+    required = []
+    for name, f in form_class.base_fields.items():
+        prop: dict[str, Any] = {"title": str(f.label or name)}
+        if f.help_text:
+            prop["description"] = str(f.help_text)
+        if isinstance(f, forms.BooleanField):
+            prop["type"] = "boolean"
+        elif isinstance(f, forms.IntegerField):
+            prop["type"] = "integer"
+        elif isinstance(f, forms.DecimalField | forms.FloatField):
+            prop["type"] = "number"
+        else:
+            prop["type"] = "string"
+        if isinstance(f, forms.ChoiceField):
+            prop["enum"] = [c for c, _ in f.choices if c != ""]
+        if isinstance(f, forms.EmailField):
+            prop["format"] = "email"
+        if getattr(f, "max_length", None):
+            prop["maxLength"] = f.max_length
+        if getattr(f, "min_value", None) is not None:
+            prop["minimum"] = float(f.min_value)
+        if getattr(f, "max_value", None) is not None:
+            prop["maximum"] = float(f.max_value)
+        if f.initial is not None:
+            prop["default"] = f.initial
+        if f.required:
+            required.append(name)
+        props[name] = prop
+    return {
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": False,
+    }

@@ -1,0 +1,5 @@
+"""The JSON API (django-ninja; OpenAPI at /api/docs)."""
+
+from ninja import NinjaAPI
+
+api = NinjaAPI(title="agentops", version="1")

@@ -1,0 +1,5 @@
+from django.http import JsonResponse
+
+
+def healthz(request):
+    return JsonResponse({"ok": True})

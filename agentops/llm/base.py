@@ -1,0 +1,77 @@
+"""What the engine needs from a model provider, independent of the vendor."""
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    model: str
+    system: str
+    messages: list[dict]
+    tools: list[dict]
+    max_tokens: int = 1024
+    # Engine facts a provider may use (the scripted provider picks its turn by "turn").
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    content: list[dict]  # Messages API blocks: {"type": "text"|"tool_use", ...}
+    stop_reason: str
+    usage: Usage
+    model: str
+    cost_usd: Decimal
+    latency_ms: int = 0
+    request_id: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tool_uses(self) -> list[dict]:
+        return [b for b in self.content if b.get("type") == "tool_use"]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+
+
+class LLMError(Exception):
+    """A model call that did not produce a usable response."""
+
+    retryable = False
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ):
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class LLMTransientError(LLMError):
+    """Timeout, connection error, 429, 5xx/529: safe to retry with backoff."""
+
+    retryable = True
+
+
+class Provider(Protocol):
+    name: str
+
+    def complete(self, request: LLMRequest) -> LLMResponse: ...

@@ -1,0 +1,59 @@
+"""Deterministic model turns per agent: for demos, tests and benchmarks. Tools still run."""
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+from . import pricing
+from .base import LLMRequest, LLMResponse, Usage
+
+# A turn is the assistant's content blocks, or a function of the conversation so far that
+# returns them (so a scripted report can quote the query result it just got).
+Turn = list[dict] | Callable[[list[dict]], list[dict]]
+
+
+def text(value: str) -> dict:
+    return {"type": "text", "text": value}
+
+
+def tool_use(name: str, **args) -> dict:
+    return {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": name, "input": args}
+
+
+class ScriptedProvider:
+    name = "scripted"
+
+    def __init__(self, turns: Sequence[Turn], *, latency: float = 0.0):
+        self.turns = list(turns)
+        self.latency = latency
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        started = time.monotonic()
+        if self.latency:
+            time.sleep(self.latency)
+        index = request.metadata.get("turn", 0)
+        if index < len(self.turns):
+            turn = self.turns[index]
+            content = turn(request.messages) if callable(turn) else turn
+        else:
+            content = [text("Done.")]
+        # Fresh ids each call, like a real model; the engine persists them with the step.
+        content = [
+            {**b, "id": f"toolu_{uuid.uuid4().hex[:20]}"} if b.get("type") == "tool_use" else b
+            for b in content
+        ]
+        stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
+        prompt = request.system + repr(request.messages) + repr(request.tools)
+        usage = Usage(
+            input_tokens=pricing.estimate_tokens(prompt),
+            output_tokens=pricing.estimate_tokens(repr(content)),
+        )
+        return LLMResponse(
+            content=content,
+            stop_reason=stop,
+            usage=usage,
+            model=request.model,
+            cost_usd=pricing.cost(request.model, usage),
+            latency_ms=int((time.monotonic() - started) * 1000),
+            request_id=f"scripted-{uuid.uuid4().hex[:12]}",
+        )

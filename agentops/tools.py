@@ -1,0 +1,219 @@
+"""The tool registry: typed Python functions plus the risk metadata gates and retries use.
+
+A tool's JSON schema comes from its signature (via pydantic). Arguments from the model are
+validated before anything runs; bad arguments become an error result the model sees.
+"""
+
+import enum
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+
+
+class Blast(enum.IntEnum):
+    """How much a wrong call can hurt. Ordered, so policies can say `>= MEDIUM`."""
+
+    NONE = 0
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+    CRITICAL = 4
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class ToolError(Exception):
+    """A business error (not found, refused): shown to the model, never retried."""
+
+
+class ToolInfraError(Exception):
+    """A transient failure (timeout, connection, 5xx upstream): retried per the tool's policy."""
+
+
+class ToolArgsError(Exception):
+    def __init__(self, message: str, errors: list[dict] | None = None):
+        super().__init__(message)
+        self.errors = errors or []
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    base_seconds: float = 0.2
+    max_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What the engine passes a tool that asks for it (a `ctx` parameter)."""
+
+    run_id: str
+    idempotency_key: str
+    deadline: float  # time.monotonic() value after which the tool should give up
+
+    @property
+    def seconds_left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    args_model: type[pydantic.BaseModel]
+    reversible: bool
+    blast: Blast
+    accepts_idempotency_key: bool = False
+    timeout_seconds: float = 10.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # What an approver's rejection does: tell the agent (it can adapt) or fail the run.
+    on_reject: str = "tell_agent"
+    wants_ctx: bool = False
+
+    @property
+    def has_side_effects(self) -> bool:
+        return not (self.reversible and self.blast == Blast.NONE)
+
+    def input_schema(self) -> dict:
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def anthropic_schema(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema(),
+        }
+
+    def validate(self, args: Any) -> dict:
+        """Parsed arguments as plain JSON values, or ToolArgsError with a readable message."""
+        if not isinstance(args, dict):
+            raise ToolArgsError(f"arguments for {self.name} must be an object")
+        try:
+            parsed = self.args_model.model_validate(args)
+        except pydantic.ValidationError as e:
+            parts = [
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                for err in e.errors()
+            ]
+            raise ToolArgsError(
+                f"invalid arguments for {self.name}: " + "; ".join(parts),
+                [{"loc": list(err["loc"]), "msg": err["msg"]} for err in e.errors()],
+            ) from None
+        return parsed.model_dump(mode="json")
+
+    def call(self, args: dict, ctx: ToolContext) -> Any:
+        kwargs = dict(self.args_model.model_validate(args))
+        if self.wants_ctx:
+            kwargs["ctx"] = ctx
+        return self.fn(**kwargs)
+
+    def metadata(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "reversible": self.reversible,
+            "blast": self.blast.label,
+            "accepts_idempotency_key": self.accepts_idempotency_key,
+            "timeout_seconds": self.timeout_seconds,
+            "on_reject": self.on_reject,
+            "input_schema": self.input_schema(),
+        }
+
+
+REGISTRY: dict[str, Tool] = {}
+
+
+def tool(
+    *,
+    reversible: bool,
+    blast: Blast,
+    accepts_idempotency_key: bool = False,
+    timeout_seconds: float = 10.0,
+    retry: RetryPolicy | None = None,
+    on_reject: str = "tell_agent",
+    name: str | None = None,
+) -> Callable[[Callable], Callable]:
+    """Register a function as a tool. Its docstring is the description the model reads."""
+
+    def register(fn: Callable) -> Callable:
+        tool_name = name or fn.__name__
+        sig = inspect.signature(fn)
+        fields: dict[str, Any] = {}
+        wants_ctx = False
+        for pname, param in sig.parameters.items():
+            if pname == "ctx":
+                wants_ctx = True
+                continue
+            annotation = param.annotation if param.annotation is not inspect._empty else Any
+            default = ... if param.default is inspect._empty else param.default
+            fields[pname] = (annotation, default)
+        model = pydantic.create_model(
+            f"{tool_name}_args",
+            __config__=pydantic.ConfigDict(extra="forbid", strict=False),
+            **fields,
+        )
+        REGISTRY[tool_name] = Tool(
+            name=tool_name,
+            description=inspect.cleandoc(fn.__doc__ or tool_name),
+            fn=fn,
+            args_model=model,
+            reversible=reversible,
+            blast=blast,
+            accepts_idempotency_key=accepts_idempotency_key,
+            timeout_seconds=timeout_seconds,
+            retry=retry or RetryPolicy(),
+            on_reject=on_reject,
+            wants_ctx=wants_ctx,
+        )
+        return fn
+
+    return register
+
+
+def get_tool(name: str) -> Tool | None:
+    return REGISTRY.get(name)
+
+
+class CircuitBreaker:
+    """Per tool, per process: after `threshold` consecutive infrastructure failures the tool
+    fails fast for `cooldown` seconds, then one trial call is let through."""
+
+    def __init__(self, threshold: int = 5, cooldown: float = 30.0):
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self._lock = threading.Lock()
+        self._failures: dict[str, int] = {}
+        self._open_until: dict[str, float] = {}
+
+    def allow(self, name: str) -> bool:
+        with self._lock:
+            return time.monotonic() >= self._open_until.get(name, 0.0)
+
+    def record(self, name: str, *, ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self._failures.pop(name, None)
+                self._open_until.pop(name, None)
+                return
+            count = self._failures.get(name, 0) + 1
+            self._failures[name] = count
+            if count >= self.threshold:
+                self._open_until[name] = time.monotonic() + self.cooldown
+
+    def reset(self) -> None:
+        with self._lock:
+            self._failures.clear()
+            self._open_until.clear()
+
+
+breaker = CircuitBreaker()

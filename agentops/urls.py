@@ -1,0 +1,14 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from agentops import health
+from agentops.api import api
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("api/", api.urls),
+    path("healthz", health.healthz, name="healthz"),
+    path("approvals/", include("approvals.urls")),
+    path("", include("runs.urls")),
+]

@@ -1,0 +1,113 @@
+"""Approval: a gated action or a question waiting for a person's decision."""
+
+import hashlib
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from runs.models import canonical_json
+
+
+def args_hash(tool: str, args: dict) -> str:
+    return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
+
+
+class ApprovalQuerySet(models.QuerySet):
+    def pending(self):
+        return self.filter(status=Approval.Status.PENDING)
+
+    def visible_to(self, user):
+        if user.is_authenticated and user.can_view:
+            return self
+        return self.none()
+
+
+class Approval(models.Model):
+    class Kind(models.TextChoices):
+        ACTION = "action"  # a proposed tool call
+        QUESTION = "question"  # the agent (or the engine) asks the operator
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+        ANSWERED = "answered"
+
+    class Risk(models.TextChoices):
+        NONE = "none"
+        LOW = "low"
+        MEDIUM = "medium"
+        HIGH = "high"
+        CRITICAL = "critical"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="approvals")
+    gate_seq = models.PositiveIntegerField(help_text="Timeline seq of the gate step.")
+    llm_seq = models.PositiveIntegerField(help_text="Seq of the model step that proposed it.")
+    tool_use_id = models.CharField(max_length=100, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.ACTION)
+    # The exact call shown to the approver, as parsed and validated by the server.
+    tool = models.CharField(max_length=64, blank=True)
+    args = models.JSONField(default=dict)
+    args_hash = models.CharField(max_length=64, blank=True)
+    question = models.TextField(blank=True)
+    options = models.JSONField(default=list, blank=True)
+    explanation = models.TextField(help_text="Why it was gated, in plain words.")
+    risk = models.CharField(max_length=16, choices=Risk.choices, default=Risk.MEDIUM)
+    sampled = models.BooleanField(default=False, help_text="Gated by sampling, not by a rule.")
+    context_summary = models.TextField(blank=True)
+    side_effect = models.ForeignKey(
+        "runs.SideEffect", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    edited_args = models.JSONField(null=True, blank=True)
+    approved_args_hash = models.CharField(max_length=64, blank=True)
+    reason = models.TextField(blank=True)
+    answer = models.TextField(blank=True)
+    on_expiry = models.CharField(max_length=16, default="reject")
+    requested_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    objects = ApprovalQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["expires_at"]
+        indexes = [
+            models.Index(fields=["status", "expires_at"]),
+            models.Index(fields=["run", "status"]),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "approved", "rejected", "expired", "answered"]),
+                name="approval_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=["action", "question"]), name="approval_kind_valid"
+            ),
+            # One approval per proposed call: a re-run of the gate step cannot duplicate it.
+            models.UniqueConstraint(
+                fields=["run", "llm_seq", "tool_use_id"],
+                condition=~Q(tool_use_id=""),
+                name="approval_unique_per_call",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="pending") | Q(decided_at__isnull=False),
+                name="approval_decided_has_time",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.tool or self.question[:40]} ({self.status})"
+
+    @property
+    def final_args(self) -> dict:
+        return self.edited_args if self.edited_args is not None else self.args

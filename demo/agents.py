@@ -1,0 +1,190 @@
+"""The two demo agents: an SQL analyst and a refund desk."""
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+
+from django import forms
+
+import approvals.gates  # noqa: F401  (registers ask_operator)
+from agentops.agents import Agent, GateRules, Limits, register
+from agentops.llm.scripted import text, tool_use
+
+from . import tools  # noqa: F401  (registers the tools)
+
+
+def last_tool_result(messages: list[dict]) -> dict | list | str | None:
+    """The newest tool result in the conversation, parsed from JSON where it is JSON."""
+    for message in reversed(messages):
+        if message["role"] != "user" or not isinstance(message["content"], list):
+            continue
+        for block in reversed(message["content"]):
+            if block.get("type") == "tool_result":
+                content = block.get("content")
+                if isinstance(content, list):
+                    content = "".join(c.get("text", "") for c in content)
+                try:
+                    return json.loads(content)
+                except (TypeError, ValueError):
+                    return content
+    return None
+
+
+# --- SQL analyst --------------------------------------------------------------------------------
+class SqlAnalystInput(forms.Form):
+    question = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        initial="Which product categories bring in the most revenue?",
+        help_text="What you want to know about the shop's customers, orders and products.",
+    )
+    report_to = forms.EmailField(
+        label="E-mail the report to", initial="analytics@example.com", max_length=254
+    )
+
+
+REVENUE_SQL = (
+    "SELECT p.category, COUNT(*) AS orders, ROUND(SUM(o.total), 2) AS revenue "
+    "FROM orders o JOIN products p ON p.id = o.product_id "
+    "GROUP BY p.category ORDER BY revenue DESC"
+)
+
+
+def sql_analyst_script(data: dict) -> list:
+    def report(messages):
+        result = last_tool_result(messages) or {}
+        lines = [" | ".join(str(c) for c in row) for row in result.get("rows", [])]
+        body = f"Question: {data['question']}\n\n" + " | ".join(result.get("columns", [])) + "\n"
+        body += "\n".join(lines)
+        return [
+            text("The query answered the question. I'll e-mail the report."),
+            tool_use(
+                "email_report", to=data["report_to"], subject="Revenue by category", body=body
+            ),
+        ]
+
+    return [
+        [text("I'll look at the schema first."), tool_use("list_tables")],
+        [tool_use("describe_table", table="orders"), tool_use("describe_table", table="products")],
+        [
+            text("Orders join products on product_id; I'll sum totals by category."),
+            tool_use("run_query", sql=REVENUE_SQL),
+        ],
+        report,
+        [text("Report sent. Revenue by category is in the e-mail.")],
+    ]
+
+
+register(
+    Agent(
+        slug="sql-analyst",
+        title="SQL analyst",
+        description="Answers questions over the shop database and e-mails a report.",
+        model="claude-sonnet-4-5",
+        system_prompt=(
+            "You are a careful data analyst. Explore the schema before querying. Queries are "
+            "read-only SQLite. When you have the answer, e-mail a short report to the "
+            "requested address with email_report, then summarise it in one paragraph."
+        ),
+        tools=("list_tables", "describe_table", "run_query", "email_report", "ask_operator"),
+        input_form=SqlAnalystInput,
+        prompt=lambda d: f"{d['question']}\n\nE-mail the report to {d['report_to']}.",
+        script=sql_analyst_script,
+        limits=Limits(max_steps=12, max_cost_usd=Decimal("0.50"), max_seconds=300),
+        gates=GateRules(allow_lists={"email_report": {"to": ("analytics@example.com",)}}),
+    )
+)
+
+
+# --- Refund desk --------------------------------------------------------------------------------
+class RefundDeskInput(forms.Form):
+    order_id = forms.IntegerField(min_value=1, initial=42, help_text="The order to refund.")
+    amount = forms.DecimalField(
+        min_value=Decimal("0.01"),
+        max_digits=10,
+        decimal_places=2,
+        required=False,
+        help_text="Leave empty to refund what is left on the order.",
+    )
+    reason = forms.CharField(max_length=500, initial="Arrived damaged")
+
+
+def refund_desk_script(data: dict) -> list:
+    def refund(messages):
+        order = last_tool_result(messages) or {}
+        left = Decimal(str(order.get("total", 0))) - Decimal(str(order.get("refunded", 0)))
+        amount = Decimal(data["amount"]) if data.get("amount") else left
+        return [
+            text(f"Order {data['order_id']} is eligible; refunding {amount}."),
+            tool_use(
+                "issue_refund", order_id=data["order_id"], amount=str(amount), reason=data["reason"]
+            ),
+        ]
+
+    def tell_customer(messages):
+        result = last_tool_result(messages)
+        order = _find_order(messages)
+        if not isinstance(result, dict) or "refund_id" not in result:
+            return [text(f"No refund was issued: {result}")]
+        return [
+            tool_use(
+                "send_customer_email",
+                to=order.get("customer_email", "customer@example.com"),
+                subject=f"Your refund for order {data['order_id']}",
+                body=f"We refunded {result['amount']} for order {data['order_id']}.",
+            )
+        ]
+
+    return [
+        [text("Checking the order."), tool_use("lookup_order", order_id=data["order_id"])],
+        refund,
+        tell_customer,
+        [text("Refund issued and the customer informed.")],
+    ]
+
+
+def _find_order(messages: list[dict]) -> dict:
+    for message in messages:
+        if message["role"] == "user" and isinstance(message["content"], list):
+            for block in message["content"]:
+                if block.get("type") == "tool_result":
+                    try:
+                        value = json.loads(block.get("content") or "")
+                    except (TypeError, ValueError):
+                        continue
+                    if isinstance(value, dict) and "customer_email" in value:
+                        return value
+    return {}
+
+
+register(
+    Agent(
+        slug="refund-desk",
+        title="Refund desk",
+        description="Looks up an order, refunds it and tells the customer.",
+        model="claude-sonnet-4-5",
+        system_prompt=(
+            "You handle refund requests. Look the order up, refund no more than what is left "
+            "on it, then e-mail the customer a short confirmation."
+        ),
+        tools=(
+            "lookup_customer",
+            "lookup_order",
+            "issue_refund",
+            "send_customer_email",
+            "ask_operator",
+        ),
+        input_form=RefundDeskInput,
+        prompt=lambda d: (
+            f"Refund order {d['order_id']}"
+            + (f" by {d['amount']}" if d.get("amount") else " in full")
+            + f". Reason: {d['reason']}"
+        ),
+        script=refund_desk_script,
+        limits=Limits(max_steps=10, max_cost_usd=Decimal("0.50"), max_seconds=300),
+        gates=GateRules(
+            thresholds={"issue_refund": {"amount": Decimal(500)}},
+            approval_timeout=timedelta(hours=24),
+        ),
+    )
+)

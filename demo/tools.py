@@ -1,0 +1,175 @@
+"""Tools of the demo agents. They do real work on local data (shop DB, refunds, outbox)."""
+
+import json
+import sqlite3
+import time
+from decimal import Decimal
+
+from django.core.mail import EmailMessage
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+from pydantic import EmailStr, Field
+
+from agentops.tools import Blast, ToolContext, ToolError, tool
+
+from . import shop
+from .models import Refund
+
+MAX_ROWS = 200
+
+
+@tool(reversible=True, blast=Blast.NONE, timeout_seconds=5)
+def list_tables() -> list[str]:
+    """List the tables of the shop database."""
+    with shop.connect_readonly() as db:
+        rows = db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")
+        return [r["name"] for r in rows]
+
+
+@tool(reversible=True, blast=Blast.NONE, timeout_seconds=5)
+def describe_table(table: str = Field(max_length=64)) -> dict:
+    """Columns of one table (name, type, nullable) and its row count."""
+    with shop.connect_readonly() as db:
+        known = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if table not in known:
+            raise ToolError(f"no table named {table!r}; tables: {', '.join(sorted(known))}")
+        cols = [
+            {"name": r["name"], "type": r["type"], "nullable": not r["notnull"]}
+            for r in db.execute(f'PRAGMA table_info("{table}")')
+        ]
+        count = db.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0]
+        return {"table": table, "columns": cols, "rows": count}
+
+
+@tool(reversible=True, blast=Blast.NONE, timeout_seconds=10)
+def run_query(sql: str = Field(max_length=5000), ctx: ToolContext = None) -> dict:
+    """Run one read-only SQL query (SQLite dialect) on the shop database. At most 200 rows."""
+    deadline = ctx.deadline if ctx else time.monotonic() + 10
+    try:
+        with shop.connect_readonly(deadline=deadline) as db:
+            cursor = db.execute(sql)
+            columns = [d[0] for d in cursor.description or []]
+            rows = cursor.fetchmany(MAX_ROWS + 1)
+    except sqlite3.OperationalError as e:
+        # Includes "attempt to write a readonly database" and "interrupted" (deadline).
+        raise ToolError(f"query failed: {e}") from None
+    except sqlite3.Error as e:
+        raise ToolError(f"query failed: {e}") from None
+    return {
+        "columns": columns,
+        "rows": [list(r) for r in rows[:MAX_ROWS]],
+        "truncated": len(rows) > MAX_ROWS,
+    }
+
+
+@tool(reversible=False, blast=Blast.MEDIUM, accepts_idempotency_key=True, timeout_seconds=10)
+def email_report(
+    to: EmailStr,
+    subject: str = Field(max_length=200),
+    body: str = Field(max_length=20000),
+    ctx: ToolContext = None,
+) -> dict:
+    """E-mail a finished report. Irreversible: the message leaves once sent."""
+    headers = {"X-Idempotency-Key": ctx.idempotency_key} if ctx else {}
+    EmailMessage(subject=subject, body=body, to=[to], headers=headers).send()
+    return {"sent_to": to, "subject": subject}
+
+
+@tool(reversible=True, blast=Blast.NONE, timeout_seconds=5)
+def lookup_customer(
+    email: EmailStr | None = None, customer_id: int | None = Field(default=None, ge=1)
+) -> dict:
+    """Find a customer by e-mail or id, with their order count and total spent."""
+    if not email and not customer_id:
+        raise ToolError("give an email or a customer_id")
+    with shop.connect_readonly() as db:
+        if customer_id:
+            row = db.execute("SELECT * FROM customers WHERE id = ?", (customer_id,)).fetchone()
+        else:
+            row = db.execute("SELECT * FROM customers WHERE email = ?", (email,)).fetchone()
+        if not row:
+            raise ToolError("no such customer")
+        stats = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(total), 0) FROM orders WHERE customer_id = ?",
+            (row["id"],),
+        ).fetchone()
+    return {**dict(row), "orders": stats[0], "total_spent": round(stats[1], 2)}
+
+
+@tool(reversible=True, blast=Blast.NONE, timeout_seconds=5)
+def lookup_order(order_id: int = Field(ge=1)) -> dict:
+    """One order with its product, customer and what has been refunded so far."""
+    with shop.connect_readonly() as db:
+        row = db.execute(
+            """SELECT o.*, p.name AS product, c.name AS customer, c.email AS customer_email
+               FROM orders o JOIN products p ON p.id = o.product_id
+               JOIN customers c ON c.id = o.customer_id WHERE o.id = ?""",
+            (order_id,),
+        ).fetchone()
+    if not row:
+        raise ToolError(f"no order {order_id}")
+    refunded = Refund.objects.filter(order_id=order_id).aggregate(s=Sum("amount"))["s"] or 0
+    return {**dict(row), "refunded": str(refunded)}
+
+
+@tool(
+    reversible=False,
+    blast=Blast.HIGH,
+    accepts_idempotency_key=True,
+    timeout_seconds=10,
+    on_reject="tell_agent",
+)
+def issue_refund(
+    order_id: int = Field(ge=1),
+    amount: Decimal = Field(gt=0, max_digits=10, decimal_places=2),
+    reason: str = Field(default="", max_length=300),
+    ctx: ToolContext = None,
+) -> dict:
+    """Refund part or all of an order to the customer's original payment method."""
+    key = ctx.idempotency_key if ctx else None
+    if key:
+        existing = Refund.objects.filter(idempotency_key=key).first()
+        if existing:
+            return _refund_result(existing, replayed=True)
+    with shop.connect_readonly() as db:
+        order = db.execute("SELECT total FROM orders WHERE id = ?", (order_id,)).fetchone()
+    if not order:
+        raise ToolError(f"no order {order_id}")
+    with transaction.atomic():
+        refunded = Refund.objects.filter(order_id=order_id).aggregate(s=Sum("amount"))["s"] or 0
+        left = Decimal(str(order["total"])) - refunded
+        if amount > left:
+            raise ToolError(f"refund of {amount} exceeds the {left} left on order {order_id}")
+        try:
+            with transaction.atomic():
+                refund = Refund.objects.create(
+                    order_id=order_id,
+                    amount=amount,
+                    reason=reason,
+                    idempotency_key=key,
+                    run_id=ctx.run_id if ctx else None,
+                )
+        except IntegrityError:
+            # Same key raced in from another attempt: that refund is the one.
+            return _refund_result(Refund.objects.get(idempotency_key=key), replayed=True)
+    return _refund_result(refund)
+
+
+def _refund_result(refund: Refund, *, replayed: bool = False) -> dict:
+    out = {"refund_id": refund.pk, "order_id": refund.order_id, "amount": str(refund.amount)}
+    if replayed:
+        out["replayed"] = True
+    return out
+
+
+@tool(reversible=False, blast=Blast.MEDIUM, accepts_idempotency_key=False, timeout_seconds=10)
+def send_customer_email(
+    to: EmailStr, subject: str = Field(max_length=200), body: str = Field(max_length=10000)
+) -> dict:
+    """E-mail a customer. Irreversible, and the mail system cannot de-duplicate retries."""
+    EmailMessage(subject=subject, body=body, to=[to]).send()
+    return {"sent_to": to, "subject": subject}
+
+
+def tool_result_json(value) -> str:
+    return json.dumps(value, default=str)

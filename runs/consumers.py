@@ -1,0 +1,117 @@
+"""Live streams for the browser. Authenticated (session), origin-checked (asgi.py), and each
+checks the user may see what it streams. Handler names match the event `type`."""
+
+import asyncio
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from . import events
+from .models import Run, Step
+
+
+class RunConsumer(AsyncJsonWebsocketConsumer):
+    """One run's timeline. The client says the last seq it has; it gets what it missed, then
+    live steps, each exactly once."""
+
+    async def connect(self):
+        events.remember_server_loop(asyncio.get_running_loop())
+        user = self.scope.get("user")
+        self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        if not user or not user.is_authenticated or not await self._may_see(user):
+            await self.close(code=4403)
+            return
+        self.group = events.run_group(self.run_id)
+        self.last_seq = _int(self._query().get("after"), 0)
+        # Subscribe before reading: a step committed in between is then not lost, and the
+        # seq check below drops its duplicate.
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        for payload in await self._steps_after(self.last_seq):
+            await self._deliver(payload)
+
+    async def disconnect(self, code):
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def run_step(self, event):
+        if event["seq"] <= self.last_seq:
+            return
+        if event["seq"] > self.last_seq + 1:
+            # A gap (a lost event): fill it from the database, in order.
+            for payload in await self._steps_after(self.last_seq):
+                await self._deliver(payload)
+            return
+        await self._deliver(event)
+
+    async def _deliver(self, payload: dict):
+        if payload["seq"] <= self.last_seq:
+            return
+        self.last_seq = payload["seq"]
+        html = payload.get("html")
+        if html is not None:
+            await self.send(text_data=html)
+        else:
+            await self.send_json({k: v for k, v in payload.items() if k != "type"})
+
+    def _query(self) -> dict:
+        from urllib.parse import parse_qs
+
+        raw = self.scope.get("query_string", b"").decode()
+        return {k: v[-1] for k, v in parse_qs(raw).items()}
+
+    @database_sync_to_async
+    def _may_see(self, user) -> bool:
+        return Run.objects.visible_to(user).filter(pk=self.run_id).exists()
+
+    @database_sync_to_async
+    def _steps_after(self, seq: int) -> list[dict]:
+        from .events import _step_renderer
+
+        steps = Step.objects.filter(run_id=self.run_id, seq__gt=seq).order_by("seq")[:500]
+        out = []
+        for step in steps:
+            payload = _step_renderer(step) if _step_renderer else {}
+            out.append({"seq": step.seq, "kind": step.kind, "run_id": str(step.run_id), **payload})
+        return out
+
+
+class _GroupConsumer(AsyncJsonWebsocketConsumer):
+    group = ""
+
+    async def connect(self):
+        events.remember_server_loop(asyncio.get_running_loop())
+        user = self.scope.get("user")
+        if (
+            not user
+            or not user.is_authenticated
+            or not await database_sync_to_async(lambda: user.can_view)()
+        ):
+            await self.close(code=4403)
+            return
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        await self.channel_layer.group_discard(self.group, self.channel_name)
+
+
+class DashboardConsumer(_GroupConsumer):
+    group = events.DASHBOARD_GROUP
+
+    async def run_changed(self, event):
+        await self.send_json({k: v for k, v in event.items() if k != "type"})
+
+
+class ApprovalsConsumer(_GroupConsumer):
+    group = events.APPROVALS_GROUP
+
+    async def approvals_changed(self, event):
+        await self.send_json({k: v for k, v in event.items() if k != "type"})
+
+
+def _int(value, default: int) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return default

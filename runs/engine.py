@@ -1,0 +1,917 @@
+"""The durable agent loop.
+
+advance(run_id) claims a run (row lock + lease, so two workers never execute one run), loads
+its state, and repeats: terminator pre-check -> one executor step (one model call, then the
+tool calls it asked for) -> steps, counters and checkpoint written in one transaction ->
+events published after commit. It keeps going for a short time slice, then re-enqueues.
+
+Side effects go through the ledger (SideEffect): intent committed before the call, outcome
+committed with the step after it. On resume a committed effect is never repeated; an intent
+without outcome is retried with the same key when the tool honours keys, otherwise the run
+waits for an operator to say whether it happened.
+"""
+
+import hashlib
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agentops import llm
+from agentops.agents import Agent, Limits
+from agentops.llm import pricing
+from agentops.tools import (
+    Tool,
+    ToolArgsError,
+    ToolContext,
+    ToolError,
+    ToolInfraError,
+    breaker,
+    get_tool,
+)
+from approvals.models import Approval, args_hash
+
+from .models import Checkpoint, Run, SideEffect, Step, canonical_json
+
+log = logging.getLogger("agentops.engine")
+
+NO_PROGRESS_REPEATS = 3  # the same tool call with the same arguments, this many times
+TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
+ASK_OPERATOR = "ask_operator"
+
+
+def _cfg(name: str) -> Any:
+    return settings.AGENTOPS[name]
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:6]}"
+
+
+def lease_seconds() -> float:
+    return float(_cfg("LEASE_SECONDS"))
+
+
+# --- launch -----------------------------------------------------------------------------------
+def launch(
+    *,
+    agent: Agent,
+    input: dict,
+    limits: Limits | None = None,
+    trigger: str = Run.Trigger.API,
+    launched_by=None,
+    parent: Run | None = None,
+    provider: str | None = None,
+) -> Run:
+    """Create a queued run from already validated input and enqueue it after commit."""
+    limits = limits or agent.limits
+    with transaction.atomic():
+        run = Run.objects.create(
+            agent=agent.slug,
+            agent_config=agent.snapshot(),
+            provider=provider or llm.default_provider_name(),
+            input=input,
+            trigger=trigger,
+            launched_by=launched_by,
+            parent=parent,
+            max_steps=limits.max_steps,
+            max_cost_usd=limits.max_cost_usd,
+            max_seconds=limits.max_seconds,
+            max_consecutive_errors=limits.max_consecutive_errors,
+        )
+        step = run.append_step(
+            Step.Kind.STATUS,
+            {
+                "event": "launched",
+                "from": None,
+                "to": Run.Status.QUEUED,
+                "trigger": trigger,
+                "by": launched_by.get_username() if launched_by else None,
+                "input": input,
+                "prompt": agent.prompt(input),
+                "limits": limits.as_dict(),
+                "provider": run.provider,
+            },
+        )
+        Checkpoint.objects.create(run=run, seq=step.seq, state=_initial_state())
+        transaction.on_commit(lambda: enqueue(run.pk))
+    return run
+
+
+def enqueue(run_id, *, countdown: float | None = None) -> None:
+    from .tasks import advance_run
+
+    advance_run.apply_async(args=[str(run_id)], countdown=countdown)
+
+
+def _initial_state() -> dict:
+    return {"pending": [], "call_counts": {}}
+
+
+# --- the loop -----------------------------------------------------------------------------------
+class Stop(Exception):
+    """This worker must stop working on the run (it finished, waits, or lost its lease)."""
+
+
+@dataclass
+class Work:
+    """What one worker holds in memory while it owns a run's lease."""
+
+    run: Run
+    agent_config: dict
+    state: dict
+    messages: list[dict]
+    worker: str
+    provider: Any
+
+
+def advance(run_id, *, worker: str | None = None, time_slice: float | None = None) -> str:
+    """Work on a run for up to one time slice. Returns what happened, for logs and tests:
+    "busy" (someone else has it or it is not runnable), "requeued", or the run's status."""
+    worker = worker or new_worker_id()
+    run = claim(run_id, worker)
+    if run is None:
+        return "busy"
+    slice_end = time.monotonic() + (
+        time_slice if time_slice is not None else _cfg("TIME_SLICE_SECONDS")
+    )
+    try:
+        work = _load(run, worker)
+        while True:
+            _step(work)
+            if time.monotonic() >= slice_end:
+                return _yield_slice(work)
+    except Stop:
+        return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "gone"
+    except Exception as exc:
+        log.exception("run %s: unexpected error", run_id)
+        return _on_crash(run_id, worker, exc)
+
+
+def claim(run_id, worker: str) -> Run | None:
+    """Take the run's lease if it is queued, or running under an expired lease."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return None
+        takeover = run.status == Run.Status.RUNNING and (
+            run.lease_expires_at is None or run.lease_expires_at < now
+        )
+        if run.status != Run.Status.QUEUED and not takeover:
+            return None
+        first = run.started_at is None
+        previous_owner = run.lease_owner
+        Run.objects.filter(pk=run.pk).update(
+            status=Run.Status.RUNNING,
+            lease_owner=worker,
+            lease_expires_at=now + timedelta(seconds=lease_seconds()),
+            started_at=Coalesce(F("started_at"), now),
+            version=F("version") + 1,
+            updated_at=now,
+        )
+        run.refresh_from_db()
+        # Re-claims after an ordinary time slice leave no step (they would only be noise);
+        # the first start and a takeover from a dead worker are part of the record.
+        if first:
+            run.append_step(
+                Step.Kind.STATUS,
+                {"event": "started", "from": Run.Status.QUEUED, "to": Run.Status.RUNNING},
+            )
+        elif takeover:
+            run.append_step(
+                Step.Kind.STATUS,
+                {
+                    "event": "resumed",
+                    "from": Run.Status.RUNNING,
+                    "to": Run.Status.RUNNING,
+                    "detail": f"lease of {previous_owner or 'a worker'} expired; resumed",
+                },
+            )
+    return run
+
+
+def _load(run: Run, worker: str) -> Work:
+    checkpoint = run.checkpoints.order_by("-seq").first()
+    state = checkpoint.state if checkpoint else _initial_state()
+    return Work(
+        run=run,
+        agent_config=run.agent_config,
+        state=state,
+        messages=conversation(run),
+        worker=worker,
+        provider=llm.provider_for_run(run),
+    )
+
+
+def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
+    """The Messages API conversation, rebuilt from the timeline (the single record)."""
+    steps = run.steps.filter(kind__in=[Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS])
+    if upto_seq is not None:
+        steps = steps.filter(seq__lte=upto_seq)
+    messages: list[dict] = []
+    results: list[dict] = []
+    for kind, data in steps.order_by("seq").values_list("kind", "data"):
+        if kind == Step.Kind.STATUS:
+            if data.get("event") == "launched":
+                messages.append({"role": "user", "content": data["prompt"]})
+        elif kind == Step.Kind.LLM:
+            if results:
+                messages.append({"role": "user", "content": results})
+                results = []
+            messages.append({"role": "assistant", "content": data["content"]})
+        elif kind == Step.Kind.TOOL:
+            results.append(_tool_result_block(data))
+    if results:
+        messages.append({"role": "user", "content": results})
+    return messages
+
+
+def _tool_result_block(data: dict) -> dict:
+    content = data.get("error") if data.get("is_error") else data.get("result")
+    text = content if isinstance(content, str) else canonical_json(content)
+    if len(text) > TOOL_RESULT_MAX_CHARS:
+        text = (
+            text[:TOOL_RESULT_MAX_CHARS]
+            + f"\n[truncated {len(text) - TOOL_RESULT_MAX_CHARS} chars]"
+        )
+    block = {"type": "tool_result", "tool_use_id": data["tool_use_id"], "content": text}
+    if data.get("is_error"):
+        block["is_error"] = True
+    return block
+
+
+def _step(work: Work) -> None:
+    """One unit of progress: run pending tool calls, or make the next model call."""
+    if work.state["pending"]:
+        _run_pending_tools(work)
+    else:
+        _terminator_precheck(work)
+        _model_call(work)
+
+
+# --- terminator ----------------------------------------------------------------------------------
+def _terminator_precheck(work: Work) -> None:
+    run = work.run
+    if run.step_count >= run.max_steps:
+        _terminate(
+            work, Run.Termination.MAX_STEPS, f"{run.step_count} of {run.max_steps} steps used"
+        )
+    if run.elapsed_seconds >= run.max_seconds:
+        _terminate(
+            work, Run.Termination.MAX_SECONDS, f"{run.elapsed_seconds:.0f}s of {run.max_seconds}s"
+        )
+    if run.consecutive_errors >= run.max_consecutive_errors:
+        _terminate(
+            work,
+            Run.Termination.CONSECUTIVE_ERRORS,
+            f"{run.consecutive_errors} consecutive errors (limit {run.max_consecutive_errors})",
+        )
+    estimate = _estimate_next_cost(work)
+    if run.cost_usd + estimate > run.max_cost_usd:
+        _terminate(
+            work,
+            Run.Termination.MAX_COST,
+            f"spent {run.cost_usd:.4f} USD; the next call could cost up to {estimate:.4f} "
+            f"and the limit is {run.max_cost_usd} USD",
+        )
+
+
+def _estimate_next_cost(work: Work) -> Decimal:
+    # Scripted runs are priced by the same table, so cost limits behave the same in demos.
+    request_chars = canonical_json(work.messages) + work.agent_config["system_prompt"]
+    tokens = pricing.estimate_tokens(request_chars) + 300 * len(work.agent_config["tools"])
+    return pricing.estimate_max_cost(
+        work.agent_config["model"], tokens, work.agent_config.get("max_tokens", 1024)
+    )
+
+
+def _terminate(work: Work, reason: str, detail: str = "", *, output: str = "") -> None:
+    status = Run.Status.SUCCEEDED if reason == Run.Termination.COMPLETED else Run.Status.FAILED
+    with transaction.atomic():
+        run = _locked_owned(work)
+        run.transition_to(
+            status, termination_reason=reason, status_detail=detail[:500], output=output
+        )
+        run.append_step(
+            Step.Kind.STATUS,
+            {
+                "event": "terminated",
+                "from": Run.Status.RUNNING,
+                "to": status,
+                "reason": reason,
+                "detail": detail,
+            },
+        )
+        work.run = run
+    raise Stop
+
+
+def _locked_owned(work: Work) -> Run:
+    """The run under a row lock, if this worker still owns it and it is still running.
+
+    An operator's cancel (or a sweep takeover) moves the run away from us; we stop then.
+    """
+    run = Run.locked(work.run.pk)
+    if run.lease_owner != work.worker or run.status != Run.Status.RUNNING:
+        work.run = run
+        raise Stop
+    return run
+
+
+def _renew(run: Run, **fields: Any) -> None:
+    now = timezone.now()
+    fields.update(lease_expires_at=now + timedelta(seconds=lease_seconds()), updated_at=now)
+    Run.objects.filter(pk=run.pk).update(**fields)
+
+
+# --- model call ----------------------------------------------------------------------------------
+def _model_call(work: Work) -> None:
+    cfg = work.agent_config
+    messages, trimmed = fit_context(work.messages, _cfg("CONTEXT_TOKEN_BUDGET"))
+    request = llm.LLMRequest(
+        model=cfg["model"],
+        system=cfg["system_prompt"],
+        messages=messages,
+        tools=[_anthropic_tool(t) for t in cfg["tools"]],
+        max_tokens=cfg.get("max_tokens", 1024),
+        metadata={"turn": work.run.step_count, "run_id": str(work.run.pk)},
+    )
+    response = _call_model_with_retries(work, request)
+    _record_model_response(work, response, trimmed)
+
+
+def _anthropic_tool(meta: dict) -> dict:
+    return {
+        "name": meta["name"],
+        "description": meta["description"],
+        "input_schema": meta["input_schema"],
+    }
+
+
+def fit_context(messages: list[dict], budget_tokens: int) -> tuple[list[dict], int]:
+    """Drop the oldest assistant/tool-result turns until the estimate fits the budget.
+
+    The first user message (the task) is kept, and a note says what was left out; turns go
+    in pairs so every tool_use keeps its tool_result. The timeline keeps everything.
+    """
+    if pricing.estimate_tokens(canonical_json(messages)) <= budget_tokens or len(messages) <= 3:
+        return messages, 0
+    head, rest = messages[0], messages[1:]
+    dropped = 0
+    while len(rest) > 2 and pricing.estimate_tokens(canonical_json([head, *rest])) > budget_tokens:
+        rest = rest[2:]
+        dropped += 1
+    note = f"\n\n[{dropped} earlier turn(s) were left out to fit the context window.]"
+    content = head["content"]
+    if isinstance(content, str):
+        head = {"role": "user", "content": content + note}
+    else:
+        head = {"role": "user", "content": [*content, {"type": "text", "text": note}]}
+    return [head, *rest], dropped
+
+
+def _call_model_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
+    max_retries = _cfg("LLM_MAX_RETRIES")
+    attempt = 0
+    while True:
+        attempt += 1
+        _release_db_connection()
+        try:
+            return work.provider.complete(request)
+        except llm.LLMError as exc:
+            retry = (
+                exc.retryable
+                and attempt <= max_retries
+                and work.run.retry_count < _cfg("RUN_MAX_RETRIES")
+            )
+            _record_model_error(work, exc, attempt, will_retry=retry)
+            if not retry:
+                detail = f"model call failed after {attempt} attempt(s): {exc}"
+                _terminate(work, Run.Termination.LLM_ERROR, detail)
+            time.sleep(backoff(attempt, retry_after=exc.retry_after))
+
+
+def backoff(
+    attempt: int, *, retry_after: float | None = None, base: float | None = None, cap: float = 30.0
+) -> float:
+    """Exponential backoff with full jitter; a server's retry-after is a floor."""
+    base = _cfg("RETRY_BASE_SECONDS") if base is None else base
+    delay = random.uniform(0, min(cap, base * 2 ** (attempt - 1)))
+    if retry_after:
+        delay = max(delay, min(retry_after, cap))
+    return delay
+
+
+def _release_db_connection() -> None:
+    # While we wait seconds on the model, the pooled connection serves other runs.
+    if settings.IS_POSTGRES and not connection.in_atomic_block:
+        connection.close()
+
+
+def _record_model_error(work: Work, exc: llm.LLMError, attempt: int, *, will_retry: bool) -> None:
+    with transaction.atomic():
+        run = _locked_owned(work)
+        run.append_step(
+            Step.Kind.LLM_ERROR,
+            {
+                "error": str(exc)[:2000],
+                "status": exc.status,
+                "attempt": attempt,
+                "retryable": exc.retryable,
+                "will_retry": will_retry,
+            },
+        )
+        run.retry_count += 1
+        run.error_count += 1
+        _renew(run, retry_count=run.retry_count, error_count=run.error_count)
+        work.run = run
+
+
+def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
+    tool_uses = response.tool_uses
+    with transaction.atomic():
+        run = _locked_owned(work)
+        step = run.append_step(
+            Step.Kind.LLM,
+            {
+                "model": response.model,
+                "content": response.content,
+                "stop_reason": response.stop_reason,
+                "usage": response.usage.as_dict(),
+                "request_id": response.request_id,
+                "trimmed_turns": trimmed,
+                "provider": work.provider.name,
+            },
+            cost_usd=response.cost_usd,
+            tokens_in=response.usage.input_tokens,
+            tokens_out=response.usage.output_tokens,
+            latency_ms=response.latency_ms,
+        )
+        run.step_count += 1
+        run.tokens_in += response.usage.input_tokens + response.usage.cache_read_input_tokens
+        run.tokens_out += response.usage.output_tokens
+        run.cost_usd += response.cost_usd
+        _renew(
+            run,
+            step_count=run.step_count,
+            tokens_in=run.tokens_in,
+            tokens_out=run.tokens_out,
+            cost_usd=run.cost_usd,
+        )
+        work.run = run
+        work.messages.append({"role": "assistant", "content": response.content})
+
+        if not tool_uses:
+            _checkpoint(work)
+            pending, repeated = [], ""
+        else:
+            pending, repeated = _plan_tool_calls(work, step.seq, tool_uses, response)
+            work.state["pending"] = pending
+            _checkpoint(work)
+    if not tool_uses:
+        _terminate(work, Run.Termination.COMPLETED, output=response.text)
+    if repeated:
+        _terminate(
+            work,
+            Run.Termination.NO_PROGRESS,
+            f"{repeated} was called {NO_PROGRESS_REPEATS} times with the same arguments",
+        )
+    if any(p.get("approval") for p in pending):
+        _wait_for_humans(work)
+
+
+def _plan_tool_calls(
+    work: Work, llm_seq: int, tool_uses: list[dict], response
+) -> tuple[list[dict], str]:
+    """Validate every proposed call and ask the gate policy about each, before running any.
+
+    Gated calls get an Approval and a gate step now, so parallel calls are decided together
+    and nothing runs until all are decided.
+    """
+    allowed = {t["name"] for t in work.agent_config["tools"]}
+    counts: dict[str, int] = work.state.setdefault("call_counts", {})
+    pending: list[dict] = []
+    repeated = ""
+    for index, use in enumerate(tool_uses):
+        item: dict[str, Any] = {
+            "id": use["id"],
+            "name": use["name"],
+            "input": use.get("input"),
+            "llm_seq": llm_seq,
+            "index": index,
+            "args": None,
+            "error": None,
+            "approval": None,
+        }
+        tool = get_tool(use["name"]) if use["name"] in allowed else None
+        if tool is None:
+            item["error"] = f"unknown tool {use['name']!r}; available: {', '.join(sorted(allowed))}"
+        else:
+            try:
+                item["args"] = tool.validate(use.get("input"))
+            except ToolArgsError as exc:
+                item["error"] = str(exc)
+        if item["args"] is not None:
+            call_key = hashlib.sha256(
+                canonical_json([tool.name, item["args"]]).encode()
+            ).hexdigest()[:16]
+            counts[call_key] = counts.get(call_key, 0) + 1
+            if counts[call_key] >= NO_PROGRESS_REPEATS and not repeated:
+                repeated = tool.name
+            if not repeated:
+                _gate_if_needed(work, item, tool, response)
+        pending.append(item)
+    return pending, repeated
+
+
+def _gate_if_needed(work: Work, item: dict, tool: Tool, response) -> None:
+    from approvals import gates
+
+    approval = gates.open_for_call(work.run, item, tool, response)
+    if approval is not None:
+        item["approval"] = str(approval.pk)
+
+
+def _wait_for_humans(work: Work) -> None:
+    with transaction.atomic():
+        run = _locked_owned(work)
+        waiting = Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
+        run.transition_to(
+            Run.Status.WAITING,
+            status_detail=f"waiting for {waiting} decision(s)",
+            lease_owner="",
+            lease_expires_at=None,
+        )
+        run.append_step(
+            Step.Kind.STATUS,
+            {
+                "event": "paused",
+                "from": Run.Status.RUNNING,
+                "to": Run.Status.WAITING,
+                "reason": "waiting for a human",
+                "detail": f"{waiting} pending decision(s)",
+            },
+        )
+        work.run = run
+    raise Stop
+
+
+def _checkpoint(work: Work) -> None:
+    Checkpoint.objects.update_or_create(
+        run=work.run, seq=work.run.last_seq, defaults={"state": work.state}
+    )
+
+
+# --- tool calls ----------------------------------------------------------------------------------
+def _run_pending_tools(work: Work) -> None:
+    pending = work.state["pending"]
+    approvals = {
+        str(a.pk): a
+        for a in Approval.objects.filter(
+            pk__in=[p["approval"] for p in pending if p.get("approval")]
+        )
+    }
+    if any(a.status == Approval.Status.PENDING for a in approvals.values()):
+        _wait_for_humans(work)
+    item = pending[0]
+    _check_cancel_and_time(work)
+    approval = approvals.get(item.get("approval") or "")
+    tool = get_tool(item["name"])
+    if item["error"] or tool is None:
+        _record_tool_result(work, item, error=item["error"] or "unknown tool", attempts=0)
+        return
+    args = item["args"]
+    if approval is not None:
+        decided = _apply_decision(work, item, tool, approval)
+        if decided is None:
+            return
+        args = decided
+    if tool.name == ASK_OPERATOR:
+        # Answered questions are handled in _apply_decision; an un-gated ask cannot happen.
+        _record_tool_result(work, item, error="question was not answered", attempts=0)
+        return
+    _execute(work, item, tool, args)
+
+
+def _check_cancel_and_time(work: Work) -> None:
+    run = work.run
+    if run.elapsed_seconds >= run.max_seconds:
+        _terminate(
+            work, Run.Termination.MAX_SECONDS, f"{run.elapsed_seconds:.0f}s of {run.max_seconds}s"
+        )
+    status = Run.objects.filter(pk=run.pk).values_list("status", "lease_owner").first()
+    if status != (Run.Status.RUNNING, work.worker):
+        raise Stop
+
+
+def _apply_decision(work: Work, item: dict, tool: Tool, approval: Approval) -> dict | None:
+    """The arguments to execute, or None when the decision itself produced the tool result."""
+    who = approval.decided_by.get_username() if approval.decided_by else "the system"
+    if approval.status == Approval.Status.APPROVED:
+        args = approval.final_args
+        # The executed call must be exactly the one the approver saw and approved.
+        expected = approval.approved_args_hash or approval.args_hash
+        if args_hash(tool.name, args) != expected:
+            _record_tool_result(
+                work, item, error="approved arguments do not match; not executed", attempts=0
+            )
+            return None
+        return args
+    if approval.status == Approval.Status.ANSWERED:
+        if approval.side_effect_id:
+            return _resolve_unknown_outcome(work, item, tool, approval)
+        _record_tool_result(
+            work, item, result={"answer": approval.answer, "answered_by": who}, attempts=0
+        )
+        return None
+    if approval.status == Approval.Status.REJECTED:
+        message = f"rejected by {who}: {approval.reason or 'no reason given'}"
+        _record_tool_result(work, item, error=message, attempts=0, counts_as_error=False)
+        if tool.on_reject == "fail_run":
+            _terminate(work, Run.Termination.REJECTED, message)
+        return None
+    # Expired.
+    message = f"approval expired at {approval.decided_at:%Y-%m-%d %H:%M} UTC; not executed"
+    _record_tool_result(work, item, error=message, attempts=0, counts_as_error=False)
+    if approval.on_expiry == "fail":
+        _terminate(work, Run.Termination.APPROVAL_EXPIRED, message)
+    return None
+
+
+def _resolve_unknown_outcome(work: Work, item: dict, tool: Tool, approval: Approval) -> dict | None:
+    effect = SideEffect.objects.get(pk=approval.side_effect_id)
+    if approval.answer == "happened":
+        result = {
+            "outcome": "confirmed by an operator",
+            "confirmed_by": approval.decided_by.get_username() if approval.decided_by else None,
+        }
+        with transaction.atomic():
+            SideEffect.objects.filter(pk=effect.pk).update(
+                status=SideEffect.Status.COMMITTED, result=result
+            )
+        _record_tool_result(work, item, result=result, attempts=effect.attempts, key=effect.key)
+        return None
+    # The operator says it did not happen: run it again under the same key, once. If this
+    # attempt dies too, the attempt count moves on and a person is asked again.
+    with transaction.atomic():
+        _locked_owned(work)
+        item["approval"] = None
+        item["cleared_at_attempt"] = effect.attempts
+        _checkpoint(work)
+    return item["args"]
+
+
+def idempotency_key(run_id, llm_seq: int, index: int, tool: str, args: dict) -> str:
+    body = canonical_json([str(run_id), llm_seq, index, tool, args])
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
+    run = work.run
+    key = idempotency_key(run.pk, item["llm_seq"], item["index"], tool.name, args)
+    effect = None
+    if tool.has_side_effects:
+        effect = SideEffect.objects.filter(key=key).first()
+        if effect and effect.status in (SideEffect.Status.COMMITTED, SideEffect.Status.FAILED):
+            # Recorded before a crash: never run it again; report what happened then.
+            stored = effect.result or {}
+            _record_tool_result(
+                work,
+                item,
+                result=stored.get("result"),
+                error=stored.get("error"),
+                attempts=effect.attempts,
+                key=key,
+                ledger=None,
+            )
+            return
+        if effect is None:
+            effect = SideEffect.objects.create(
+                key=key, run=run, step_seq=item["llm_seq"], tool=tool.name, args=args
+            )
+        else:
+            # An intent without an outcome: a worker died between the call and its record.
+            cleared = item.get("cleared_at_attempt") == effect.attempts
+            if not (cleared or tool.accepts_idempotency_key):
+                _outcome_unknown(work, item, tool, effect)
+            SideEffect.objects.filter(pk=effect.pk).update(
+                status=SideEffect.Status.INTENT, attempts=F("attempts") + 1
+            )
+            effect.attempts += 1
+
+    result, error, attempts, started = None, None, 0, time.monotonic()
+    while True:
+        attempts += 1
+        if not breaker.allow(tool.name):
+            error = f"{tool.name} is temporarily unavailable (circuit open after repeated failures)"
+            break
+        ctx = ToolContext(
+            run_id=str(run.pk),
+            idempotency_key=key,
+            deadline=time.monotonic() + tool.timeout_seconds,
+        )
+        try:
+            result = tool.call(args, ctx)
+            breaker.record(tool.name, ok=True)
+            break
+        except ToolError as exc:
+            breaker.record(tool.name, ok=True)
+            error = str(exc)
+            break
+        except ToolInfraError as exc:
+            breaker.record(tool.name, ok=False)
+            if attempts >= tool.retry.max_attempts:
+                error = f"{exc} (after {attempts} attempts)"
+                break
+            time.sleep(backoff(attempts, base=tool.retry.base_seconds, cap=tool.retry.max_seconds))
+        except Exception as exc:  # a bug in a tool must not kill the run
+            log.exception("tool %s crashed", tool.name)
+            breaker.record(tool.name, ok=False)
+            error = f"{tool.name} failed: {type(exc).__name__}: {exc}"
+            break
+    _fault_point(tool.name)
+    _record_tool_result(
+        work,
+        item,
+        result=result,
+        error=error,
+        attempts=attempts,
+        key=key if effect else "",
+        ledger=effect,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+def _fault_point(tool_name: str) -> None:
+    """Fault injection for the crash-resume test: die between the effect and its record."""
+    if os.environ.get("AGENTOPS_FAULT_KILL_AFTER_TOOL") == tool_name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _outcome_unknown(work: Work, item: dict, tool: Tool, effect: SideEffect) -> None:
+    """An intent without an outcome, for a tool that cannot de-duplicate: ask a person."""
+    from approvals import gates
+
+    with transaction.atomic():
+        run = _locked_owned(work)
+        SideEffect.objects.filter(pk=effect.pk).update(status=SideEffect.Status.UNKNOWN)
+        approval = gates.open_outcome_question(run, item, tool, effect)
+        item["approval"] = str(approval.pk)
+        _checkpoint(work)
+        work.run = run
+    _wait_for_humans(work)
+
+
+def _record_tool_result(
+    work: Work,
+    item: dict,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    attempts: int,
+    key: str = "",
+    ledger: SideEffect | None = None,
+    duration_ms: int = 0,
+    counts_as_error: bool = True,
+) -> None:
+    is_error = error is not None
+    data = {
+        "tool_use_id": item["id"],
+        "tool": item["name"],
+        "args": item["args"] or item.get("input"),
+        "is_error": is_error,
+        "attempts": attempts,
+        "duration_ms": duration_ms,
+        "idempotency_key": key,
+    }
+    if item.get("approval"):
+        data["approval"] = item["approval"]
+    if is_error:
+        data["error"] = error
+    else:
+        data["result"] = result
+    with transaction.atomic():
+        run = _locked_owned(work)
+        run.append_step(Step.Kind.TOOL, data, latency_ms=duration_ms)
+        if ledger is not None:
+            SideEffect.objects.filter(pk=ledger.pk).update(
+                status=SideEffect.Status.FAILED if is_error else SideEffect.Status.COMMITTED,
+                result={"error": error} if is_error else {"result": result},
+            )
+        if is_error and counts_as_error:
+            run.error_count += 1
+            run.consecutive_errors += 1
+        elif not is_error:
+            run.consecutive_errors = 0
+        _renew(run, error_count=run.error_count, consecutive_errors=run.consecutive_errors)
+        work.run = run
+        work.state["pending"] = work.state["pending"][1:]
+        _checkpoint(work)
+    block = _tool_result_block(data)
+    last = work.messages[-1]
+    if last["role"] == "user" and isinstance(last["content"], list):
+        last["content"].append(block)
+    else:
+        work.messages.append({"role": "user", "content": [block]})
+
+
+# --- slices, crashes, sweep ----------------------------------------------------------------------
+def _yield_slice(work: Work) -> str:
+    """Hand the run back to the queue so other runs get a turn."""
+    with transaction.atomic():
+        updated = Run.objects.filter(
+            pk=work.run.pk, status=Run.Status.RUNNING, lease_owner=work.worker
+        ).update(
+            status=Run.Status.QUEUED,
+            lease_owner="",
+            lease_expires_at=None,
+            version=F("version") + 1,
+            updated_at=timezone.now(),
+        )
+        if updated:
+            transaction.on_commit(lambda: enqueue(work.run.pk))
+    return "requeued" if updated else "busy"
+
+
+def _on_crash(run_id, worker: str, exc: Exception) -> str:
+    """An unexpected error: record it, then retry later (capped), or fail the run."""
+    try:
+        with transaction.atomic():
+            run = Run.locked(run_id)
+            if run.lease_owner != worker or run.status != Run.Status.RUNNING:
+                return run.status
+            run.append_step(
+                Step.Kind.STATUS,
+                {
+                    "event": "error",
+                    "from": Run.Status.RUNNING,
+                    "to": Run.Status.RUNNING,
+                    "detail": f"{type(exc).__name__}: {exc}"[:2000],
+                },
+            )
+            if run.retry_count + 1 >= _cfg("RUN_MAX_RETRIES"):
+                run.transition_to(
+                    Run.Status.FAILED,
+                    termination_reason=Run.Termination.CONSECUTIVE_ERRORS,
+                    status_detail=f"engine error: {exc}"[:500],
+                )
+                run.append_step(
+                    Step.Kind.STATUS,
+                    {
+                        "event": "terminated",
+                        "from": Run.Status.RUNNING,
+                        "to": Run.Status.FAILED,
+                        "reason": Run.Termination.CONSECUTIVE_ERRORS,
+                        "detail": "repeated engine errors",
+                    },
+                )
+                return Run.Status.FAILED
+            Run.objects.filter(pk=run.pk).update(retry_count=F("retry_count") + 1)
+            run.transition_to(Run.Status.QUEUED, lease_owner="", lease_expires_at=None)
+            transaction.on_commit(lambda: enqueue(run_id, countdown=backoff(run.retry_count + 1)))
+            return "requeued"
+    except Exception:
+        log.exception("run %s: could not record the error", run_id)
+        return "error"
+
+
+def sweep(now=None) -> int:
+    """Re-enqueue runs whose worker died (lease expired) or whose queue message was lost."""
+    ids = list(Run.objects.lease_expired(now).values_list("pk", flat=True)[:500])
+    for run_id in ids:
+        enqueue(run_id)
+    return len(ids)
+
+
+def resume_after_decision(run: Run) -> bool:
+    """Waiting -> queued once no decision is pending; call under the run's row lock."""
+    if Approval.objects.filter(run=run, status=Approval.Status.PENDING).exists():
+        return False
+    if not run.transition_to(Run.Status.QUEUED, status_detail="", expect=Run.Status.WAITING):
+        return False
+    run.append_step(
+        Step.Kind.STATUS,
+        {
+            "event": "resumed",
+            "from": Run.Status.WAITING,
+            "to": Run.Status.QUEUED,
+            "detail": "all decisions made",
+        },
+    )
+    transaction.on_commit(lambda: enqueue(run.pk))
+    return True

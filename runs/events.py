@@ -1,0 +1,119 @@
+"""The only code that talks to the channel layer. Events are sent after commit, once each.
+
+Worker threads do not own an event loop, and `async_to_sync(group_send)` per event would open
+a loop and a Redis connection every time (~3.6 ms). Instead:
+- with Redis, a single background thread runs one long-lived loop and layer connection;
+- embedded (in-memory layer), the layer's queues live on the server's loop, so sends are
+  handed to that loop (captured when the first WebSocket connects); without it there is no
+  listener to miss the event.
+"""
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+
+log = logging.getLogger("agentops.events")
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+# Renderers turn a step into the payload viewers get (HTML fragment + seq); the UI module
+# installs one. Rendering happens once per event, not once per viewer.
+_step_renderer: Callable[[Any], dict] | None = None
+_listeners: list[Callable[[str, dict], None]] = []
+
+
+def run_group(run_id) -> str:
+    return f"run.{run_id}"
+
+
+DASHBOARD_GROUP = "runs.all"
+APPROVALS_GROUP = "approvals.all"
+
+
+def set_step_renderer(fn: Callable[[Any], dict]) -> None:
+    global _step_renderer
+    _step_renderer = fn
+
+
+def add_listener(fn: Callable[[str, dict], None]) -> None:
+    """Tests and benchmarks observe sent events without a channel layer round trip."""
+    _listeners.append(fn)
+
+
+def remember_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Called from a consumer: the loop that owns in-memory layer queues."""
+    global _server_loop
+    _server_loop = loop
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="events-loop", daemon=True)
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def send(group: str, message: dict) -> None:
+    """Send now (the caller is already after commit). Never raises: live views are a
+    convenience, the timeline is the record."""
+    for listener in _listeners:
+        listener(group, message)
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    if settings.EMBEDDED:
+        loop = _server_loop
+        if loop is None or loop.is_closed():
+            return
+    else:
+        loop = _background_loop()
+    future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
+    future.add_done_callback(_log_failure)
+
+
+def _log_failure(future) -> None:
+    exc = future.exception()
+    if exc:
+        log.warning("channel layer send failed: %s", exc)
+
+
+def publish_step_on_commit(step) -> None:
+    transaction.on_commit(lambda: publish_step(step))
+
+
+def publish_step(step) -> None:
+    payload = _step_renderer(step) if _step_renderer else {}
+    send(
+        run_group(step.run_id),
+        {
+            "type": "run.step",
+            "run_id": str(step.run_id),
+            "seq": step.seq,
+            "kind": step.kind,
+            **payload,
+        },
+    )
+    send(
+        DASHBOARD_GROUP,
+        {"type": "run.changed", "run_id": str(step.run_id), "seq": step.seq, "kind": step.kind},
+    )
+
+
+def publish_approvals_changed(approval_id) -> None:
+    transaction.on_commit(
+        lambda: send(
+            APPROVALS_GROUP, {"type": "approvals.changed", "approval_id": str(approval_id)}
+        )
+    )

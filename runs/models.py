@@ -1,0 +1,392 @@
+"""Run, its append-only timeline (Step), checkpoints and the side-effect ledger."""
+
+import hashlib
+import json
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling per value: sorted keys, no spaces. Hashes and idempotency keys use it."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder)
+
+
+# Literal lists for the CHECK constraints (Meta cannot see the nested choices classes).
+_STATUSES = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
+_TRIGGERS = ["form", "api", "webhook", "schedule", "chained", "fork", "replay"]
+_TERMINATIONS = [
+    "completed",
+    "max_steps",
+    "max_cost",
+    "max_seconds",
+    "consecutive_errors",
+    "no_progress",
+    "cancelled",
+    "approval_expired",
+    "rejected",
+    "llm_error",
+]
+_STEP_KINDS = ["status", "llm", "llm_error", "tool", "gate", "decision"]
+
+
+class RunQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(status__in=Run.ACTIVE_STATUSES)
+
+    def visible_to(self, user):
+        # Every role may read every run; the rule lives here so views and consumers agree.
+        if user.is_authenticated and user.can_view:
+            return self
+        return self.none()
+
+    def lease_expired(self, now=None):
+        now = now or timezone.now()
+        return self.filter(
+            Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+            | Q(status=Run.Status.QUEUED, updated_at__lt=now - timedelta(seconds=60))
+        )
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        WAITING = "waiting"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    class Trigger(models.TextChoices):
+        FORM = "form"
+        API = "api"
+        WEBHOOK = "webhook"
+        SCHEDULE = "schedule"
+        CHAINED = "chained"
+        FORK = "fork"
+        REPLAY = "replay"
+
+    class Termination(models.TextChoices):
+        COMPLETED = "completed", "completed"
+        MAX_STEPS = "max_steps", "max steps reached"
+        MAX_COST = "max_cost", "max cost reached"
+        MAX_SECONDS = "max_seconds", "max wall time reached"
+        CONSECUTIVE_ERRORS = "consecutive_errors", "too many consecutive errors"
+        NO_PROGRESS = "no_progress", "no progress (same tool call repeated)"
+        CANCELLED = "cancelled", "cancelled by an operator"
+        APPROVAL_EXPIRED = "approval_expired", "approval expired"
+        REJECTED = "rejected", "action rejected by an approver"
+        LLM_ERROR = "llm_error", "model call failed"
+
+    TRANSITIONS: dict[str, set[str]] = {
+        Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},
+        Status.RUNNING: {
+            Status.QUEUED,
+            Status.WAITING,
+            Status.SUCCEEDED,
+            Status.FAILED,
+            Status.CANCELLED,
+        },
+        Status.WAITING: {Status.QUEUED, Status.FAILED, Status.CANCELLED},
+        Status.SUCCEEDED: set(),
+        Status.FAILED: set(),
+        Status.CANCELLED: set(),
+    }
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING, Status.WAITING)
+    TERMINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.SlugField(max_length=64)
+    agent_config = models.JSONField(help_text="Snapshot of the agent's config at launch.")
+    provider = models.CharField(max_length=32, help_text="scripted or anthropic")
+    input = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    status_detail = models.CharField(max_length=500, blank=True)
+    termination_reason = models.CharField(max_length=32, choices=Termination.choices, blank=True)
+    output = models.TextField(blank=True)
+    trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.API)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    forked_from = models.ForeignKey(
+        "runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    launched_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    max_steps = models.PositiveIntegerField()
+    max_cost_usd = models.DecimalField(max_digits=10, decimal_places=4)
+    max_seconds = models.PositiveIntegerField()
+    max_consecutive_errors = models.PositiveIntegerField()
+
+    step_count = models.PositiveIntegerField(default=0, help_text="Model calls made.")
+    error_count = models.PositiveIntegerField(default=0)
+    consecutive_errors = models.PositiveIntegerField(default=0)
+    retry_count = models.PositiveIntegerField(default=0)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
+
+    last_seq = models.PositiveIntegerField(default=0)
+    last_hash = models.CharField(max_length=64, blank=True)
+    version = models.PositiveIntegerField(default=0)
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "-created_at"]),
+            models.Index(fields=["agent", "-created_at"]),
+            models.Index(fields=["trigger", "-created_at"]),
+            models.Index(fields=["launched_by", "-created_at"]),
+            models.Index(fields=["-created_at"]),
+            models.Index(fields=["status", "lease_expires_at"]),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=_STATUSES), name="run_status_valid"),
+            models.CheckConstraint(condition=Q(trigger__in=_TRIGGERS), name="run_trigger_valid"),
+            models.CheckConstraint(
+                condition=Q(termination_reason="") | Q(termination_reason__in=_TERMINATIONS),
+                name="run_termination_valid",
+            ),
+            # A finished run always says why it finished.
+            models.CheckConstraint(
+                condition=~Q(status__in=["succeeded", "failed", "cancelled"])
+                | ~Q(termination_reason=""),
+                name="run_terminal_has_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL_STATUSES
+
+    @property
+    def is_scripted(self) -> bool:
+        return self.provider == "scripted"
+
+    @property
+    def elapsed_seconds(self) -> float:
+        if not self.started_at:
+            return 0.0
+        end = self.finished_at or timezone.now()
+        return (end - self.started_at).total_seconds()
+
+    def can_transition(self, new: str) -> bool:
+        return new in self.TRANSITIONS[self.status]
+
+    def transition_to(self, new: str, *, expect: str | None = None, **fields: Any) -> bool:
+        """Compare-and-set the status; False means another process moved the run first.
+
+        The caller appends the matching timeline step in the same transaction.
+        """
+        old = expect or self.status
+        if new not in self.TRANSITIONS[old]:
+            return False
+        now = timezone.now()
+        if new in self.TERMINAL_STATUSES:
+            fields.setdefault("finished_at", now)
+            fields.setdefault("lease_owner", "")
+            fields.setdefault("lease_expires_at", None)
+        fields.update(status=new, updated_at=now)
+        updated = Run.objects.filter(pk=self.pk, status=old).update(
+            version=F("version") + 1, **fields
+        )
+        if updated:
+            for name, value in fields.items():
+                setattr(self, name, value)
+            self.version += 1
+        return bool(updated)
+
+    # --- timeline -------------------------------------------------------------------------
+    def append_step(self, kind: str, data: dict, **columns: Any) -> "Step":
+        """Append one step, hash-chained to the previous one.
+
+        Must run inside a transaction that holds this run's row lock (see `locked`), so
+        seq stays contiguous and the chain has one head.
+        """
+        seq = self.last_seq + 1
+        created_at = timezone.now()
+        step = Step(run=self, seq=seq, kind=kind, data=data, created_at=created_at, **columns)
+        step.prev_hash = self.last_hash
+        step.hash = step.compute_hash()
+        step.save(force_insert=True)
+        Run.objects.filter(pk=self.pk).update(last_seq=seq, last_hash=step.hash)
+        self.last_seq, self.last_hash = seq, step.hash
+        _publish_on_commit(step)
+        return step
+
+    @classmethod
+    def locked(cls, pk) -> "Run":
+        """The run re-read under a row lock; call inside transaction.atomic()."""
+        return cls.objects.select_for_update().get(pk=pk)
+
+    def cancel(self, *, by=None, reason: str = "") -> bool:
+        """Operator cancel of a queued, running or waiting run. False if already finished."""
+        with transaction.atomic():
+            run = Run.locked(self.pk)
+            if run.is_terminal:
+                return False
+            old = run.status
+            run.transition_to(
+                Run.Status.CANCELLED,
+                termination_reason=Run.Termination.CANCELLED,
+                status_detail=reason or "cancelled by an operator",
+            )
+            run.append_step(
+                Step.Kind.STATUS,
+                {
+                    "from": old,
+                    "to": Run.Status.CANCELLED,
+                    "reason": Run.Termination.CANCELLED,
+                    "detail": reason,
+                    "by": by.get_username() if by else None,
+                },
+            )
+        self.refresh_from_db()
+        return True
+
+    def verify_chain(self) -> tuple[bool, int | None]:
+        """Recompute the hash chain; returns (ok, first bad seq)."""
+        prev = ""
+        expected_seq = 1
+        for step in self.steps.order_by("seq").iterator():
+            if (
+                step.seq != expected_seq
+                or step.prev_hash != prev
+                or step.compute_hash() != step.hash
+            ):
+                return False, step.seq
+            prev = step.hash
+            expected_seq += 1
+        return prev == self.last_hash, None if prev == self.last_hash else expected_seq
+
+
+def _publish_on_commit(step: "Step") -> None:
+    from runs import events
+
+    events.publish_step_on_commit(step)
+
+
+class Step(models.Model):
+    class Kind(models.TextChoices):
+        STATUS = "status"  # launched, paused, resumed, cancelled, terminated
+        LLM = "llm"  # one model call and its response
+        LLM_ERROR = "llm_error"  # a failed model call (retried or not)
+        TOOL = "tool"  # a tool call with its result or error
+        GATE = "gate"  # a gated call waiting for a human
+        DECISION = "decision"  # a human decision or answer
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    data = models.JSONField()
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    latency_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="step_seq_unique_per_run"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="step_seq_positive"),
+            models.CheckConstraint(condition=Q(kind__in=_STEP_KINDS), name="step_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind}"
+
+    def compute_hash(self) -> str:
+        body = canonical_json(
+            {
+                "run": str(self.run_id),
+                "seq": self.seq,
+                "kind": self.kind,
+                "data": self.data,
+                "cost_usd": str(Decimal(self.cost_usd).normalize()),
+                "created_at": self.created_at.isoformat(),
+                "prev": self.prev_hash,
+            }
+        )
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    @property
+    def summary(self) -> str:
+        d = self.data
+        if self.kind == self.Kind.TOOL:
+            return f"{d.get('tool')} {'failed' if d.get('is_error') else 'ok'}"
+        if self.kind == self.Kind.STATUS:
+            return f"{d.get('from') or '—'} → {d.get('to')}"
+        return self.kind
+
+
+class Checkpoint(models.Model):
+    """Engine state after a step. Small: the conversation itself is the timeline."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    seq = models.PositiveIntegerField(help_text="Timeline seq this state follows.")
+    state = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "-seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="checkpoint_seq_unique_per_run")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}@{self.seq}"
+
+
+class SideEffect(models.Model):
+    """The idempotency ledger: intent before a side-effecting call, outcome after."""
+
+    class Status(models.TextChoices):
+        INTENT = "intent"
+        COMMITTED = "committed"
+        FAILED = "failed"
+        UNKNOWN = "unknown"
+
+    key = models.CharField(max_length=64, unique=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="side_effects")
+    step_seq = models.PositiveIntegerField(help_text="Seq of the model step that asked for it.")
+    tool = models.CharField(max_length=64)
+    args = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.INTENT)
+    result = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["intent", "committed", "failed", "unknown"]),
+                name="side_effect_status_valid",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.key[:12]} ({self.status})"

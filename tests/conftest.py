@@ -1,0 +1,65 @@
+import os
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group
+
+
+def pytest_configure(config):
+    # Tests and the shop database they query live in a throwaway folder.
+    os.environ.setdefault("AGENTOPS_FAULT_KILL_AFTER_TOOL", "")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(settings, tmp_path_factory):
+    from agentops.tools import breaker
+
+    breaker.reset()
+    shop_dir = tmp_path_factory.getbasetemp() / "shop"
+    shop_dir.mkdir(exist_ok=True)
+    settings.AGENTOPS = {
+        **settings.AGENTOPS,
+        "SHOP_DB": str(shop_dir / "shop.sqlite3"),
+        "RETRY_BASE_SECONDS": 0.01,
+    }
+    yield
+
+
+def make_user(django_user_model, username: str, *roles: str):
+    user = django_user_model.objects.create_user(username=username, password="pw-" + username)
+    for role in roles:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def operator(db, django_user_model):
+    return make_user(django_user_model, "olivia", "operator")
+
+
+@pytest.fixture
+def approver(db, django_user_model):
+    return make_user(django_user_model, "arthur", "approver")
+
+
+@pytest.fixture
+def viewer(db, django_user_model):
+    return make_user(django_user_model, "victor", "viewer")
+
+
+@pytest.fixture
+def admin_user(db, django_user_model):
+    return make_user(django_user_model, "ada", "admin")
+
+
+@pytest.fixture
+def no_enqueue(monkeypatch):
+    """Capture enqueues instead of sending them, so tests drive the engine step by step."""
+    calls: list[str] = []
+    monkeypatch.setattr(
+        "runs.engine.enqueue", lambda run_id, countdown=None: calls.append(str(run_id))
+    )
+    return calls
+
+
+on_postgres = pytest.mark.skipif(not settings.IS_POSTGRES, reason="needs DATABASE_URL=postgres://…")
