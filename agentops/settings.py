@@ -123,7 +123,7 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    CELERY_BROKER_URL = "memory://"
+    CELERY_BROKER_URL = "memory://localhost/"  # a host, or kombu warns on every connection
 
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -133,6 +133,14 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 # Larger than any task: a task runs one time slice of a run (seconds), never an hour.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+if EMBEDDED:
+    # The memory transport polls its queues; the default 1 s poll would add up to a second to
+    # every enqueue (launch, resume after a decision) in the embedded worker.
+    CELERY_BROKER_TRANSPORT_OPTIONS["polling_interval"] = 0.05
+# Agent steps wait on the model and on tools: threads keep many runs in flight per process
+# (`celery -A agentops worker` picks these up; override with --pool / --concurrency).
+CELERY_WORKER_POOL = "threads"
+CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=100)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {

@@ -1,0 +1,157 @@
+"""The embedded topology's background machinery: a Celery worker and the periodic sweeps,
+running as threads inside the web process (`manage.py up`).
+
+In production these are separate processes (`celery -A agentops worker`, `celery -A agentops
+beat`). Embedded, the broker is kombu's memory transport, whose queues are process-global,
+so the web process's `apply_async` and this worker meet in the same queue.
+"""
+
+import logging
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from celery import Celery
+from celery.worker import WorkController, state
+from django.conf import settings
+from django.db import connections
+
+log = logging.getLogger("agentops.embedded")
+
+SWEEP_INTERVAL_SECONDS = 15.0
+
+# Module-level on purpose: a worker nobody references is garbage-collected with its
+# consumer and the queue silently stops being served.
+_running: "Embedded | None" = None
+
+
+@dataclass
+class Embedded:
+    worker: WorkController
+    worker_thread: threading.Thread
+    sweeps: "Sweeps"
+    concurrency: int
+    stopped: bool = field(default=False)
+
+
+def start(*, concurrency: int, sweep_interval: float = SWEEP_INTERVAL_SECONDS) -> Embedded:
+    """Start the worker (returns once it consumes) and the sweeps. Idempotent."""
+    global _running
+    if _running is not None and not _running.stopped:
+        return _running
+    if settings.EMBEDDED:
+        recover_lost_messages()
+    worker, thread = start_worker(concurrency=concurrency)
+    sweeps = Sweeps(interval=sweep_interval)
+    sweeps.start()
+    _running = Embedded(worker=worker, worker_thread=thread, sweeps=sweeps, concurrency=concurrency)
+    return _running
+
+
+def stop(*, grace: float = 5.0) -> bool:
+    """Warm shutdown: running tasks finish their time slice. False if they did not within
+    `grace` seconds; the caller may then exit anyway, since every run's state is in the
+    database and the sweep resumes it after its lease expires."""
+    global _running
+    running = _running
+    if running is None or running.stopped:
+        return True
+    running.sweeps.stop_event.set()
+    # What the worker's own SIGTERM handler does: the consumer loop checks this flag and
+    # shuts the worker down from its own thread (calling worker.stop() from here would race
+    # with the loop that is still draining the connection).
+    state.should_stop = 0
+    running.worker_thread.join(grace)
+    running.sweeps.join(1.0)
+    done = not running.worker_thread.is_alive()
+    if done:
+        state.should_stop = None
+        running.stopped = True
+        _running = None
+    return done
+
+
+def start_worker(
+    *, concurrency: int, app: Celery | None = None
+) -> tuple[WorkController, threading.Thread]:
+    from agentops.celery import app as default_app
+
+    app = app or default_app
+    app.finalize()
+    ready = threading.Event()
+
+    class Worker(app.WorkController):  # type: ignore[name-defined,misc]
+        def on_consumer_ready(self, consumer) -> None:
+            ready.set()
+
+    worker = Worker(
+        app=app,
+        hostname=f"embedded@{socket.gethostname()}",
+        pool="threads",
+        concurrency=concurrency,
+        loglevel="WARNING",
+        # One process: nothing to synchronise with or to announce to.
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+    )
+    thread = threading.Thread(target=worker.start, name="embedded-celery-worker", daemon=True)
+    thread.start()
+    if not ready.wait(30):
+        raise RuntimeError("the embedded Celery worker did not start within 30 s")
+    return worker, thread
+
+
+def recover_lost_messages() -> int:
+    """Embedded only: the memory transport's queue died with the previous process, so every
+    queued run lost its message. (Runs left `running` resume when their lease expires.)"""
+    from runs import engine
+    from runs.models import Run
+
+    try:
+        ids = list(Run.objects.filter(status=Run.Status.QUEUED).values_list("pk", flat=True))
+        for run_id in ids:
+            engine.enqueue(run_id)
+        return len(ids)
+    finally:
+        connections.close_all()
+
+
+class Sweeps(threading.Thread):
+    """What `celery beat` schedules in production: lease sweep and approval expiry."""
+
+    def __init__(self, *, interval: float) -> None:
+        super().__init__(name="embedded-sweeps", daemon=True)
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self._warned_no_expiry = False
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            self.sweep_once()
+
+    def sweep_once(self) -> None:
+        from runs import engine
+
+        try:
+            requeued = engine.sweep()
+            if requeued:
+                log.info("sweep re-enqueued %d run(s)", requeued)
+            self._expire_approvals()
+        except Exception:
+            log.exception("embedded sweep failed")
+        finally:
+            # This thread is not a request: give back its connection between sweeps.
+            connections.close_all()
+
+    def _expire_approvals(self) -> None:
+        try:
+            from approvals import decisions
+        except ImportError:
+            if not self._warned_no_expiry:
+                log.warning("approvals.decisions is missing: approvals will not expire")
+                self._warned_no_expiry = True
+            return
+        expired = decisions.expire_due()
+        if expired:
+            log.info("expired %d approval(s)", expired)

@@ -1,0 +1,156 @@
+"""Settings are read once per process, so each case loads them in a fresh interpreter."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTROLLED = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "DEBUG",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "DATABASE_POOL",
+    "DATABASE_POOL_MAX",
+    "CELERY_WORKER_CONCURRENCY",
+    "DJANGO_SETTINGS_MODULE",
+)
+
+DUMP = """
+import json
+from agentops import settings as s
+db = s.DATABASES["default"]
+print(json.dumps({
+    "engine": db["ENGINE"],
+    "name": str(db["NAME"]),
+    "host": db.get("HOST"),
+    "options": db.get("OPTIONS", {}),
+    "conn_max_age": db.get("CONN_MAX_AGE"),
+    "embedded": s.EMBEDDED,
+    "broker": s.CELERY_BROKER_URL,
+    "transport_options": s.CELERY_BROKER_TRANSPORT_OPTIONS,
+    "channel_layers": s.CHANNEL_LAYERS,
+    "pool": s.CELERY_WORKER_POOL,
+    "concurrency": s.CELERY_WORKER_CONCURRENCY,
+    "debug": s.DEBUG,
+    "allowed_hosts": s.ALLOWED_HOSTS,
+    "ssl_redirect": getattr(s, "SECURE_SSL_REDIRECT", False),
+    "session_cookie_secure": getattr(s, "SESSION_COOKIE_SECURE", False),
+}, default=str))
+"""
+
+
+def load(tmp_path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
+    clean["AGENTOPS_VAR_DIR"] = str(tmp_path)
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", DUMP], cwd=ROOT, env=clean, capture_output=True, text=True
+    )
+
+
+def settings_for(tmp_path, **env: str) -> dict:
+    proc = load(tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_nothing_set_means_embedded(tmp_path):
+    s = settings_for(tmp_path)
+    assert s["engine"] == "django.db.backends.sqlite3"
+    assert s["name"] == str(tmp_path / "agentops.sqlite3")
+    assert s["options"]["transaction_mode"] == "IMMEDIATE"
+    assert s["embedded"] is True
+    assert s["broker"].startswith("memory://")
+    # The embedded worker must not wait a second per enqueue.
+    assert s["transport_options"]["polling_interval"] < 0.5
+    assert s["channel_layers"]["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    assert s["debug"] is True
+
+
+def test_database_url_postgres_uses_a_connection_pool(tmp_path):
+    s = settings_for(
+        tmp_path,
+        DATABASE_URL="postgres://agent:pw@db.internal:5432/agentops",
+        DATABASE_POOL_MAX="7",
+    )
+    assert s["engine"] == "django.db.backends.postgresql"
+    assert s["name"] == "agentops"
+    assert s["host"] == "db.internal"
+    assert s["options"]["pool"]["max_size"] == 7
+    assert s["options"]["pool"]["min_size"] >= 1
+    # With a pool, Django must not also keep persistent connections.
+    assert s["conn_max_age"] == 0
+
+
+def test_database_pool_can_be_turned_off(tmp_path):
+    s = settings_for(
+        tmp_path, DATABASE_URL="postgres://agent@db:5432/agentops", DATABASE_POOL="false"
+    )
+    assert "pool" not in s["options"]
+
+
+def test_redis_url_is_broker_and_channel_layer(tmp_path):
+    s = settings_for(tmp_path, REDIS_URL="redis://cache.internal:6379/3")
+    assert s["embedded"] is False
+    assert s["broker"] == "redis://cache.internal:6379/3"
+    assert "polling_interval" not in s["transport_options"]
+    layer = s["channel_layers"]["default"]
+    assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    # socket_timeout None: idle WebSocket consumers must not be dropped (channels_redis#422).
+    assert layer["CONFIG"]["hosts"] == [
+        {"address": "redis://cache.internal:6379/3", "socket_timeout": None}
+    ]
+
+
+def test_worker_defaults_suit_io_bound_steps(tmp_path):
+    s = settings_for(tmp_path)
+    assert s["pool"] == "threads"
+    assert s["concurrency"] == 100
+    assert settings_for(tmp_path, CELERY_WORKER_CONCURRENCY="250")["concurrency"] == 250
+
+
+def test_production_without_secret_key_refuses_to_start(tmp_path):
+    proc = load(tmp_path, DEBUG="false", ALLOWED_HOSTS="example.com")
+    assert proc.returncode != 0
+    assert "ImproperlyConfigured" in proc.stderr
+    assert "SECRET_KEY" in proc.stderr
+
+
+def test_production_settings_are_secure(tmp_path):
+    s = settings_for(
+        tmp_path, DEBUG="false", SECRET_KEY="k" * 10 + "x" * 50, ALLOWED_HOSTS="a.example,b.example"
+    )
+    assert s["debug"] is False
+    assert s["allowed_hosts"] == ["a.example", "b.example"]
+    assert s["ssl_redirect"] is True
+    assert s["session_cookie_secure"] is True
+
+
+@pytest.mark.parametrize("debug", ["false", "0", "no"])
+def test_debug_parses_common_false_values(tmp_path, debug):
+    assert settings_for(tmp_path, DEBUG=debug, SECRET_KEY="s" * 60)["debug"] is False
+
+
+def test_check_deploy_is_clean_with_production_settings(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
+    env.update(
+        AGENTOPS_VAR_DIR=str(tmp_path),
+        DEBUG="false",
+        SECRET_KEY="a-long-random-production-key-" + "Zq8#pL2v" * 5,
+        ALLOWED_HOSTS="example.com",
+    )
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no issues" in proc.stdout

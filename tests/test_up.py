@@ -1,0 +1,314 @@
+"""`manage.py up` is the product's one command: these tests run it for real.
+
+A subprocess serves on a free port with a fresh SQLite database (embedded mode: in-process
+Celery worker on the memory transport, in-memory channel layer). The test logs in like a
+browser, launches a run through the API, watches every step arrive over WebSockets, checks the
+database, then stops the server with SIGTERM.
+"""
+
+import http.cookiejar
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from websockets.sync.client import connect as ws_connect
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "demo-password-for-tests"
+# Settings that would take `up` out of embedded mode or out of DEBUG.
+NOT_INHERITED = ("DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS")
+LIVE_LATENCY_LIMIT = 0.5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class UpServer:
+    proc: subprocess.Popen
+    url: str
+    var_dir: Path
+    env: dict
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def manage(self, code: str) -> str:
+        """Run Python in a second process against the same database."""
+        proc = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", code],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+
+def start_up(var_dir: Path, **extra_env: str) -> UpServer:
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
+    env.update(AGENTOPS_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1", **extra_env)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "up", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    server = UpServer(proc=proc, url=f"http://127.0.0.1:{port}", var_dir=var_dir, env=env)
+    # Drain the pipe continuously: a full pipe would block the server.
+    threading.Thread(target=lambda: server.lines.extend(proc.stdout), daemon=True).start()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"up exited with {proc.returncode}:\n{server.output}")
+        try:
+            with _opener().open(server.url + "/healthz", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"up did not serve /healthz within 90 s:\n{server.output}")
+
+
+def stop_up(server: UpServer) -> float:
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    try:
+        server.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        server.proc.wait()
+        pytest.fail(f"up did not exit within 10 s of SIGTERM:\n{server.output}")
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def up_server(tmp_path):
+    server = start_up(tmp_path, AGENTOPS_DEMO_PASSWORD=PASSWORD)
+    yield server
+    if server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait()
+
+
+def _opener(jar: http.cookiejar.CookieJar | None = None) -> urllib.request.OpenerDirector:
+    handlers: list = [urllib.request.ProxyHandler({})]
+    if jar is not None:
+        handlers.append(urllib.request.HTTPCookieProcessor(jar))
+    return urllib.request.build_opener(*handlers)
+
+
+class Browser:
+    """Just enough of a browser: cookies, CSRF token, JSON."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = _opener(self.jar)
+
+    def cookie(self, name: str) -> str:
+        return next((c.value for c in self.jar if c.name == name), "")
+
+    def request(self, method: str, path: str, *, data=None, json_body=None, headers=None):
+        headers = dict(headers or {})
+        body = None
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            headers["Content-Type"] = "application/json"
+        elif data is not None:
+            body = urllib.parse.urlencode(data).encode()
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+        if method != "GET":
+            headers["X-CSRFToken"] = self.cookie("csrftoken")
+            headers["Referer"] = self.base + path
+        req = urllib.request.Request(self.base + path, data=body, method=method, headers=headers)
+        try:
+            with self.opener.open(req, timeout=15) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def login(self, username: str, password: str) -> None:
+        status, _ = self.request("GET", "/accounts/login/")
+        assert status == 200 and self.cookie("csrftoken")
+        status, body = self.request(
+            "POST",
+            "/accounts/login/",
+            data={
+                "username": username,
+                "password": password,
+                "csrfmiddlewaretoken": self.cookie("csrftoken"),
+            },
+        )
+        assert self.cookie("sessionid"), f"login as {username} failed ({status}): {body[:500]}"
+
+    def ws(self, path: str):
+        ws_url = self.base.replace("http://", "ws://") + path
+        return ws_connect(
+            ws_url,
+            origin=self.base,
+            additional_headers={"Cookie": f"sessionid={self.cookie('sessionid')}"},
+            proxy=None,
+            open_timeout=10,
+        )
+
+
+def receive_until(ws, done, timeout: float) -> list[tuple[float, str]]:
+    """Messages with their arrival time, until done(messages) or the timeout."""
+    got: list[tuple[float, str]] = []
+    deadline = time.monotonic() + timeout
+    while not done(got) and time.monotonic() < deadline:
+        try:
+            message = ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        got.append((time.time(), message))
+    return got
+
+
+def test_up_serves_a_run_live_and_stops_on_sigterm(up_server):
+    server = up_server
+    out = server.output
+    assert f"agentops is up: {server.url}/" in out
+    assert "embedded mode" in out
+    for login in ("operator", "approver", "admin"):
+        assert login in out
+    assert PASSWORD in out
+
+    browser = Browser(server.url)
+    browser.login("operator", PASSWORD)
+
+    # Watch the dashboard stream before launching: every step of the run is then live.
+    with browser.ws("/ws/runs/") as dashboard:
+        status, body = browser.request(
+            "POST",
+            "/api/runs",
+            json_body={
+                "agent": "refund-desk",
+                "input": {"order_id": 42, "amount": "1.00", "reason": "Arrived damaged"},
+            },
+        )
+        assert status in (200, 201), body
+        created = json.loads(body)
+        run_id = str(created.get("id") or created.get("run_id"))
+
+        def gated(messages) -> bool:
+            return any(json.loads(m).get("kind") == "gate" for _, m in messages)
+
+        events = receive_until(dashboard, gated, timeout=30)
+        # The run pauses right after its gate step; take what follows until it goes quiet.
+        events += receive_until(dashboard, lambda m: False, timeout=0.5)
+    received = [(at, json.loads(m)) for at, m in events]
+    mine = [(at, e) for at, e in received if e["run_id"] == run_id]
+    assert "gate" in [e["kind"] for _, e in mine], (mine, server.output)
+
+    # issue_refund is irreversible with a high blast radius: the policy gates it even for
+    # 1.00 (below the 500 threshold), so the run parks itself waiting for an approver.
+    state = json.loads(
+        server.manage(
+            "import json\n"
+            "from runs.models import Run\n"
+            "from approvals.models import Approval\n"
+            f"run = Run.objects.get(pk='{run_id}')\n"
+            "steps = {s.seq: [s.kind, s.created_at.timestamp()] for s in run.steps.all()}\n"
+            "approvals = list(Approval.objects.filter(run=run).values('tool', 'status'))\n"
+            "print(json.dumps({'status': run.status, 'steps': steps, 'approvals': approvals,\n"
+            "                  'chain': run.verify_chain()[0]}))\n"
+        )
+        .strip()
+        .splitlines()[-1]
+    )
+    assert state["status"] == "waiting", state
+    assert state["approvals"] == [{"tool": "issue_refund", "status": "pending"}]
+    assert state["chain"] is True
+    steps = {int(seq): v for seq, v in state["steps"].items()}
+    kinds = [steps[seq][0] for seq in sorted(steps)]
+    assert kinds[0] == "status" and "llm" in kinds and "tool" in kinds and "gate" in kinds
+
+    # Every step reached the dashboard once, promptly: the worker thread's sends were handed
+    # to the server's event loop, not left for a poll or a reconnect.
+    seqs = [e["seq"] for _, e in mine]
+    assert seqs == sorted(steps), (seqs, kinds)
+    latencies = {e["seq"]: at - steps[e["seq"]][1] for at, e in mine}
+    assert max(latencies.values()) < LIVE_LATENCY_LIMIT, latencies
+
+    # The run's own stream: what the browser missed (all of it), in order, once.
+    with browser.ws(f"/ws/runs/{run_id}/") as run_ws:
+        got = receive_until(run_ws, lambda m: len(m) >= len(steps), timeout=10)
+        extra = receive_until(run_ws, lambda m: False, timeout=0.3)
+    assert len(got) == len(steps) and not extra, (got, extra)
+    payloads = [m for _, m in got]
+    if payloads[0].lstrip().startswith("{"):
+        assert [json.loads(p)["seq"] for p in payloads] == sorted(steps)
+
+    took = stop_up(server)
+    assert server.proc.returncode == 0, server.output
+    assert took < 10
+    assert "agentops stopped." in server.output
+
+
+@pytest.mark.django_db
+def test_demo_users_get_their_roles_and_a_password_that_survives_restarts(
+    settings, tmp_path, monkeypatch
+):
+    from django.contrib.auth import authenticate
+
+    from agentops.management.commands.seed_demo import PASSWORD_ENV, ensure_demo_users
+
+    settings.VAR_DIR = tmp_path
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    first = ensure_demo_users()
+    assert first.created == ("operator", "approver", "admin")
+    assert first.password and len(first.password) >= 12
+    assert (tmp_path / "demo-password").stat().st_mode & 0o077 == 0  # not world-readable
+
+    again = ensure_demo_users()
+    assert again.created == () and again.password == first.password
+
+    operator = authenticate(username="operator", password=first.password)
+    approver = authenticate(username="approver", password=first.password)
+    admin = authenticate(username="admin", password=first.password)
+    assert operator.can_operate and operator.can_view and not operator.can_approve
+    assert approver.can_approve and approver.can_view and not approver.can_operate
+    assert admin.is_admin and admin.is_staff and admin.is_superuser
+    assert not operator.is_staff and not approver.is_superuser
+
+    # An explicit password is what the environment says it should be: applied to existing users.
+    monkeypatch.setenv(PASSWORD_ENV, "another-demo-password")
+    assert ensure_demo_users().password == "another-demo-password"
+    assert authenticate(username="approver", password="another-demo-password")
+
+
+def test_up_parses_addresses_like_runserver():
+    from django.core.management.base import CommandError
+
+    from agentops.management.commands.up import parse_addrport
+
+    assert parse_addrport("8001") == ("127.0.0.1", 8001)
+    assert parse_addrport("0.0.0.0:8080") == ("0.0.0.0", 8080)
+    assert parse_addrport("[::1]:8000") == ("::1", 8000)
+    assert parse_addrport("localhost:9000") == ("localhost", 9000)
+    with pytest.raises(CommandError):
+        parse_addrport("nope:port")
