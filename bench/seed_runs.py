@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -55,8 +55,9 @@ SELECT
     now() - make_interval(secs => i * 30)
 FROM generate_series(%(start)s, %(stop)s) AS i
 CROSS JOIN LATERAL (SELECT CASE
-    WHEN i %% 100 = 0 THEN 'running' WHEN i %% 100 = 1 THEN 'waiting' WHEN i %% 100 = 2 THEN 'queued'
-    WHEN i %% 10 = 3 THEN 'failed' WHEN i %% 25 = 4 THEN 'cancelled' ELSE 'succeeded' END AS status) s
+    WHEN i %% 100 = 0 THEN 'running' WHEN i %% 100 = 1 THEN 'waiting'
+    WHEN i %% 100 = 2 THEN 'queued' WHEN i %% 10 = 3 THEN 'failed'
+    WHEN i %% 25 = 4 THEN 'cancelled' ELSE 'succeeded' END AS status) s
 """
 
 STEPS_SQL = """
