@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> None:
         verbose=not args.quiet,
     )
     server.start()
-    print(f"fake Messages API on {server.base_url}  (ANTHROPIC_BASE_URL={server.base_url})")
+    print(f"fake Messages API on {server.base_url}", flush=True)
     try:
         while True:
             time.sleep(3600)
