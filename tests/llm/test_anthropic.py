@@ -95,7 +95,9 @@ def test_tool_use_is_answered_with_its_tool_result_in_the_next_request(no_enqueu
     assert str(llm_steps[0].cost_usd) == "0.007200"
     assert str(llm_steps[1].cost_usd) == "0.001440"
     assert run.cost_usd == llm_steps[0].cost_usd + llm_steps[1].cost_usd
-    assert run.tokens_in == 1200 + 300 + 800 and run.tokens_out == 60
+    # Input tokens include cache writes and reads, on the steps and on the run alike.
+    assert [s.tokens_in for s in llm_steps] == [1200 + 800, 300 + 800]
+    assert run.tokens_in == 1200 + 800 + 300 + 800 and run.tokens_out == 60
     for step in llm_steps:
         assert step.data["provider"] == "anthropic"
         assert step.data["request_id"].startswith("req_")
