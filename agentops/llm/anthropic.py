@@ -75,29 +75,60 @@ class AnthropicProvider:
             raise _status_error(exc) from exc
         except anthropic.AnthropicError as exc:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
+            raise _malformed(f"body is not JSON ({exc})") from exc
         latency_ms = int((time.monotonic() - started) * 1000)
-        u = message.usage
-        usage = Usage(
-            input_tokens=u.input_tokens or 0,
-            output_tokens=u.output_tokens or 0,
-            cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
-            cache_read_input_tokens=u.cache_read_input_tokens or 0,
-        )
-        return LLMResponse(
-            content=[_block(b) for b in message.content],
-            stop_reason=message.stop_reason or "",
-            usage=usage,
-            model=message.model,
-            cost_usd=pricing.cost(message.model, usage),
-            latency_ms=latency_ms,
-            request_id=message._request_id or "",
-            extra={"message_id": message.id},
-        )
+        return _response(message, latency_ms)
+
+
+def _response(message: Any, latency_ms: int) -> LLMResponse:
+    # The SDK does not validate response bodies (non-strict mode), so a proxy's HTML page or
+    # a truncated body arrives here as a str, a list or a half-empty Message.
+    if not isinstance(message, anthropic.types.Message):
+        raise _malformed(f"got {type(message).__name__} instead of a message")
+    u = message.usage
+    if u is None or not isinstance(message.content, list) or not message.model:
+        raise _malformed("usage, content or model missing")
+    content = [_block(b) for b in message.content]
+    for block in content:
+        if not isinstance(block.get("type"), str):
+            raise _malformed("a content block without a type")
+        if block["type"] == "tool_use" and not (
+            isinstance(block.get("id"), str) and block["id"] and isinstance(block.get("name"), str)
+        ):
+            raise _malformed("a tool_use block without id or name")
+        if block["type"] == "text" and not isinstance(block.get("text"), str):
+            raise _malformed("a text block without text")
+    usage = Usage(
+        input_tokens=u.input_tokens or 0,
+        output_tokens=u.output_tokens or 0,
+        cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
+        cache_read_input_tokens=u.cache_read_input_tokens or 0,
+    )
+    return LLMResponse(
+        content=content,
+        stop_reason=message.stop_reason or "",
+        usage=usage,
+        model=message.model,
+        cost_usd=pricing.cost(message.model, usage),
+        latency_ms=latency_ms,
+        request_id=message._request_id or "",
+        extra={"message_id": message.id},
+    )
+
+
+def _malformed(detail: str) -> LLMTransientError:
+    # Not a valid response, so retrying is allowed (and bounded by the engine's caps).
+    return LLMTransientError(f"the model API sent a malformed response: {detail}", status=200)
 
 
 def _block(block: Any) -> dict:
     """A response content block as the plain dict the timeline stores and the next request
     sends back."""
+    if isinstance(block, dict):  # a block type this SDK version does not know
+        return block
+    if not isinstance(block, anthropic.BaseModel):
+        return {"type": None}
     if block.type == "text":
         return {"type": "text", "text": block.text}
     if block.type == "tool_use":

@@ -21,8 +21,9 @@ In Python (tests, bench)::
 Scripted items are used one per accepted request, in order; an item may also be a function
 of the request body returning a Reply or a Fault. Faults: `rate_limited` (429 with
 retry-after), `overloaded` (529), `server_error` (500), `bad_request` (400), `hang` (never
-answers; the client must time out), and `malformed_tool_input` (a tool_use whose input is
-not what the tool's schema asks for, or not an object at all).
+answers; the client must time out), `garbled` (a 200 whose body is not a message, like a
+misbehaving proxy's), and `malformed_tool_input` (a tool_use whose input is not what the
+tool's schema asks for, or not an object at all).
 
 When the script is empty the default policy answers, deterministically and per conversation
 (so concurrent runs do not disturb each other): while the conversation has fewer than
@@ -59,6 +60,7 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "bad_request",
+    "garbled",
     "hang",
     "malformed_tool_input",
     "overloaded",
@@ -89,6 +91,7 @@ class Fault:
     message: str
     headers: dict = field(default_factory=dict)
     hang: bool = False
+    raw_body: str | None = None  # sent verbatim instead of an error body
 
 
 Item = Reply | Fault | Callable[[dict], Reply | Fault]
@@ -121,6 +124,12 @@ def bad_request(message: str = "messages: invalid request") -> Fault:
 
 def hang() -> Fault:
     return Fault(0, "", "", hang=True)
+
+
+def garbled(body: str = "<html><body>502 Bad Gateway</body></html>", status: int = 200) -> Fault:
+    """What a misbehaving proxy sends: not a message, whatever the status says."""
+    content_type = "application/json" if body[:1] in "{[" else "text/html"
+    return Fault(status, "", "", headers={"content-type": content_type}, raw_body=body)
 
 
 def malformed_tool_input(name: str | None = None, input: Any = "not an object") -> Callable:
@@ -227,8 +236,8 @@ class FakeMessagesServer:
     # --- answering ---
     def handle(
         self, method: str, path: str, headers: dict[str, str], raw: bytes
-    ) -> tuple[int, dict[str, str], dict] | None:
-        """(status, headers, JSON body) for one request, or None to close without answering."""
+    ) -> tuple[int, dict[str, str], dict | bytes] | None:
+        """(status, headers, body) for one request, or None to close without answering."""
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -307,9 +316,11 @@ class FakeMessagesServer:
             "usage": usage,
         }
 
-    def _error(self, fault: Fault) -> tuple[int, dict[str, str], dict]:
+    def _error(self, fault: Fault) -> tuple[int, dict[str, str], dict | bytes]:
         headers = self._headers()
         headers.update(fault.headers)
+        if fault.raw_body is not None:
+            return fault.status, headers, fault.raw_body.encode()
         payload = {
             "type": "error",
             "error": {"type": fault.error_type, "message": fault.message},
@@ -415,12 +426,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         status, extra, payload = outcome
-        data = json.dumps(payload).encode()
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        extra = {"content-type": "application/json", **extra}
         try:
             self.send_response(status)
             for name, value in extra.items():
                 self.send_header(name, value)
-            self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -11,6 +11,7 @@ from agentops.llm.anthropic import AnthropicProvider, retry_after
 from agentops.llm.fake_server import (
     Fault,
     bad_request,
+    garbled,
     hang,
     malformed_tool_input,
     overloaded,
@@ -174,6 +175,64 @@ def test_it_fails_with_llm_error_when_every_attempt_hangs(no_enqueue, fake_api, 
     assert all("timed out" in e.data["error"] for e in errors)
     assert fake_api.remaining == 1  # the reply after the third hang was never asked for
     assert steps(run, Step.Kind.LLM) == []
+
+
+def test_a_garbled_response_is_an_error_step_and_is_retried(no_enqueue, fake_api):
+    fake_api.push(garbled(), reply([text("Done.")]))
+    run = launch_analyst()
+
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+
+    [error] = steps(run, Step.Kind.LLM_ERROR)
+    assert "malformed response" in error.data["error"] and error.data["will_retry"]
+    assert [s.data["content"] for s in steps(run, Step.Kind.LLM)] == [[text("Done.")]]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        garbled(),
+        garbled('{"id": "msg_1"}'),
+        garbled("[1, 2]"),
+        garbled('{"id": "msg_1", "content": [{"type": "te'),
+        reply([{"type": "text"}]),
+        reply([{"type": "tool_use", "id": "toolu_1", "input": {}}]),
+        reply([{"text": "a block without a type"}]),
+    ],
+    ids=[
+        "html",
+        "no-usage",
+        "list",
+        "truncated",
+        "text-without-text",
+        "tool-without-name",
+        "untyped",
+    ],
+)
+def test_a_response_that_is_not_a_usable_message_is_a_transient_error(fake_api, fault):
+    fake_api.push(fault)
+    request = LLMRequest(
+        model="claude-sonnet-4-5", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
+    )
+    with pytest.raises(LLMTransientError, match="malformed response") as garbage:
+        AnthropicProvider.from_settings().complete(request)
+    assert garbage.value.status == 200
+
+
+def test_unknown_block_types_are_kept_as_sent(fake_api):
+    blocks = [
+        {"type": "thinking", "thinking": "Let me see.", "signature": "c2ln"},
+        {"type": "block_from_the_future", "payload": {"a": 1}},
+        text("Hello."),
+    ]
+    fake_api.push(reply(blocks))
+    request = LLMRequest(
+        model="claude-sonnet-4-5", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
+    )
+    response = AnthropicProvider.from_settings().complete(request)
+    # The API wants thinking blocks back unchanged in the next request.
+    assert response.content == blocks
+    assert response.text == "Hello."
 
 
 @pytest.mark.parametrize(
