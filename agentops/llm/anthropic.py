@@ -99,12 +99,15 @@ def _response(message: Any, latency_ms: int) -> LLMResponse:
             raise _malformed("a tool_use block without id or name")
         if block["type"] == "text" and not isinstance(block.get("text"), str):
             raise _malformed("a text block without text")
-    usage = Usage(
-        input_tokens=u.input_tokens or 0,
-        output_tokens=u.output_tokens or 0,
-        cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
-        cache_read_input_tokens=u.cache_read_input_tokens or 0,
-    )
+    counts = [
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_creation_input_tokens,
+        u.cache_read_input_tokens,
+    ]
+    if not all(c is None or (isinstance(c, int) and c >= 0) for c in counts):
+        raise _malformed("token counts are not counts")
+    usage = Usage(*(c or 0 for c in counts))
     return LLMResponse(
         content=content,
         stop_reason=message.stop_reason or "",
