@@ -458,12 +458,12 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
                 "provider": work.provider.name,
             },
             cost_usd=response.cost_usd,
-            tokens_in=response.usage.input_tokens,
+            tokens_in=response.usage.total_input_tokens,
             tokens_out=response.usage.output_tokens,
             latency_ms=response.latency_ms,
         )
         run.step_count += 1
-        run.tokens_in += response.usage.input_tokens + response.usage.cache_read_input_tokens
+        run.tokens_in += response.usage.total_input_tokens
         run.tokens_out += response.usage.output_tokens
         run.cost_usd += response.cost_usd
         _renew(
