@@ -40,8 +40,8 @@ class DecisionIn(Schema):
     answer: str = ""
 
 
-def _error(status: int, detail: str, **extra) -> JsonResponse:
-    return JsonResponse({"detail": detail, **extra}, status=status, encoder=NinjaJSONEncoder)
+def _error(http_status: int, detail: str, **extra) -> JsonResponse:
+    return JsonResponse({"detail": detail, **extra}, status=http_status, encoder=NinjaJSONEncoder)
 
 
 def _user(request: HttpRequest):
