@@ -548,9 +548,15 @@ def _gate_if_needed(work: Work, item: dict, tool: Tool, response) -> None:
 
 
 def _wait_for_humans(work: Work) -> None:
+    """Pause the run until its pending decisions are made; returns (without pausing) when
+    they were all made already, in which case the caller re-reads them and goes on."""
     with transaction.atomic():
         run = _locked_owned(work)
         waiting = Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
+        if not waiting:
+            # Decided between the gate and this pause: the decision found the run still
+            # running and could not re-enqueue it, so pausing now would strand it.
+            return
         run.transition_to(
             Run.Status.WAITING,
             status_detail=f"waiting for {waiting} decision(s)",
@@ -588,6 +594,7 @@ def _run_pending_tools(work: Work) -> None:
     }
     if any(a.status == Approval.Status.PENDING for a in approvals.values()):
         _wait_for_humans(work)
+        return  # decided meanwhile: the next step re-reads the decisions
     item = pending[0]
     _check_cancel_and_time(work)
     approval = approvals.get(item.get("approval") or "")
