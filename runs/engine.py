@@ -261,6 +261,7 @@ def _step(work: Work) -> None:
         _run_pending_tools(work)
     else:
         _terminator_precheck(work)
+        _continue_checkpoint(work)
         _model_call(work)
 
 
@@ -337,6 +338,32 @@ def _renew(run: Run, **fields: Any) -> None:
     now = timezone.now()
     fields.update(lease_expires_at=now + timedelta(seconds=lease_seconds()), updated_at=now)
     Run.objects.filter(pk=run.pk).update(**fields)
+
+
+# --- periodic "continue?" checkpoint (rules and question in approvals/gates.py) ------------------
+def _continue_checkpoint(work: Work) -> None:
+    """Every N model steps (GateRules.continue_every_n_steps, 0 = off), before the next model
+    call, the run waits for an operator to answer "continue?". "continue" goes on; "stop"
+    (or a rejection) cancels the run; an expired question fails it as approval_expired."""
+    from approvals import gates
+
+    if not gates.continue_due(work.run):
+        return
+    approval = gates.continue_question(work.run)
+    if approval is None:
+        with transaction.atomic():
+            work.run = _locked_owned(work)
+            gates.open_continue_question(work.run)
+        _wait_for_humans(work)
+    if approval.status == Approval.Status.PENDING:
+        _wait_for_humans(work)
+    outcome, detail = gates.continue_outcome(approval)
+    if outcome == gates.CONTINUE:
+        return
+    if outcome == gates.STOP:
+        work.run.cancel(by=approval.decided_by, reason=detail)
+        raise Stop
+    _terminate(work, Run.Termination.APPROVAL_EXPIRED, detail)
 
 
 # --- model call ----------------------------------------------------------------------------------
