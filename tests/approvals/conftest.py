@@ -181,3 +181,19 @@ def gated(slug: str, input: dict, *, by=None, **gate_overrides) -> tuple[Run, Ap
     return run, Approval.objects.filter(run=run, status=Approval.Status.PENDING).earliest(
         "gate_seq"
     )
+
+
+@tool(reversible=False, blast=Blast.MEDIUM, accepts_idempotency_key=False, name="test_notify")
+def test_notify(to: str) -> dict:
+    """Send a notification; the provider cannot de-duplicate retries."""
+    with _lock:
+        EXECUTED.append(("test_notify", {"to": to}))
+    return {"notified": to}
+
+
+def notify_script(data: dict) -> list:
+    return [[tool_use("test_notify", to=data["to"])], _report]
+
+
+if "test-notifier" not in CATALOGUE:
+    register(_agent("test-notifier", notify_script, ("test_notify",), never_gate=("test_notify",)))
