@@ -9,10 +9,8 @@ from decimal import Decimal
 
 import pytest
 from django import forms
-from django.contrib.auth.models import Group
 
 import approvals.gates  # noqa: F401  (registers ask_operator)
-from accounts.models import Role
 from agentops.agents import CATALOGUE, Agent, GateRules, register
 from agentops.llm.scripted import text, tool_use
 from agentops.tools import Blast, tool
@@ -137,15 +135,6 @@ if "test-payer" not in CATALOGUE:
 def _fast_passwords(settings):
     # Many users per test: the production hasher would cost most of the suite's time.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
-def _roles(request, django_db_blocker):
-    """Transactional tests flush the tables between tests, roles (groups) included."""
-    if request.node.get_closest_marker("django_db") is not None:
-        with django_db_blocker.unblock():
-            for name in Role.values:
-                Group.objects.get_or_create(name=name)
 
 
 @pytest.fixture(autouse=True)
