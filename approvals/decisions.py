@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -201,7 +202,10 @@ def decide(
             f"decision must be one of {', '.join(DECISIONS)}",
             {"decision": [f"unknown decision {decision!r}"]},
         )
-    run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
+    try:
+        run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
+    except (ValueError, ValidationError):  # not a UUID: no such approval either
+        run_id = None
     if run_id is None:
         raise Approval.DoesNotExist(f"no approval {approval_id}")
 

@@ -397,3 +397,9 @@ def test_expired_approval_cannot_be_decided(operator, approver, no_enqueue):
     with pytest.raises(DecisionConflict) as exc:
         decisions.decide(approval.pk, user=approver, decision="approve")
     assert exc.value.message.startswith("already expired at")
+
+
+@pytest.mark.parametrize("approval_id", ["not-a-uuid", "00000000-0000-0000-0000-000000000000"])
+def test_unknown_approval_id_is_does_not_exist(approver, approval_id):
+    with pytest.raises(Approval.DoesNotExist):
+        decisions.decide(approval_id, user=approver, decision="approve")
