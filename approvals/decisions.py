@@ -22,7 +22,7 @@ one place:
   arguments, and the engine refuses to run anything else.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -438,21 +438,27 @@ def _require_reason(reason: str) -> None:
 def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[str]:
     """Ways the edited call is riskier in policy terms than the proposed one (empty: none).
 
-    Argument rules are the agent's declared data (GateRules); the overall risk comes from the
-    gate policy itself, with sampling off so the answer is deterministic.
+    Each argument rule is asked of the gate policy on its own (against a copy of the tool with
+    no risk of its own, so only that rule can gate), which keeps what "over the limit" and "on
+    the allow-list" mean in policy.py. Sampling is off, so the answer is deterministic.
     """
     problems: list[str] = []
-    for arg, limit in rules.get("thresholds", {}).get(tool.name, {}).items():
-        new, old, cap = _number(edited.get(arg)), _number(original.get(arg)), _number(limit)
-        if new is None or cap is None or new <= cap:
+    for arg, limit in (rules.get("thresholds") or {}).get(tool.name, {}).items():
+        if not _rule_gates(tool, edited, "thresholds", arg, limit):
             continue
-        if old is None or new > old:
-            problems.append(f"{arg} {new} exceeds the limit of {limit} (proposed: {old})")
-    for arg, allowed in rules.get("allow_lists", {}).get(tool.name, {}).items():
-        if arg not in edited or str(edited[arg]) in allowed:
-            continue
-        if edited.get(arg) != original.get(arg):
-            problems.append(f"{arg} {edited[arg]!r} is not on the allow-list")
+        new, old = _number(edited.get(arg)), _number(original.get(arg))
+        if not _rule_gates(tool, original, "thresholds", arg, limit) or (
+            new is None or old is None or new > old
+        ):
+            problems.append(
+                f"{arg} {edited.get(arg)} exceeds the limit of {limit} "
+                f"(proposed: {original.get(arg)})"
+            )
+    for arg, allowed in (rules.get("allow_lists") or {}).get(tool.name, {}).items():
+        if edited.get(arg) != original.get(arg) and _rule_gates(
+            tool, edited, "allow_lists", arg, allowed
+        ):
+            problems.append(f"{arg} {edited.get(arg)!r} is not on the allow-list")
     quiet = {**rules, "sample_rate": 0}
     before = policy.evaluate(tool=tool, args=original, rules=quiet)
     after = policy.evaluate(tool=tool, args=edited, rules=quiet)
@@ -461,6 +467,12 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
     elif after.gated and not before.gated and not problems:
         problems.append(f"policy gates the edited call: {after.explanation}")
     return problems
+
+
+def _rule_gates(tool: Tool, args: dict, kind: str, arg: str, rule: Any) -> bool:
+    riskless = replace(tool, reversible=True, blast=Blast.NONE)
+    rules = {kind: {tool.name: {arg: rule}}, "sample_rate": 0}
+    return policy.evaluate(tool=riskless, args=args, rules=rules).gated
 
 
 def _number(value: Any) -> Decimal | None:
