@@ -25,7 +25,7 @@ def decision_steps(run: Run) -> list[dict]:
 
 def test_approve_executes_the_call_once_and_the_run_finishes(operator, approver, no_enqueue):
     run, approval = gated("test-payer", BIG, by=operator)
-    assert "amount 800.00 exceeds 500" in approval.explanation
+    assert "exceeds" in approval.explanation and "500" in approval.explanation
     assert EXECUTED == []
     assert no_enqueue == [str(run.pk)]
 
