@@ -122,6 +122,7 @@ def test_edit_within_limits_executes_exactly_the_edited_arguments(operator, appr
     assert EXECUTED == [("test_transfer", {"to": "globex", "amount": "450"})]
     tool_step = run.steps.get(kind=Step.Kind.TOOL)
     assert tool_step.data["is_error"] is False
+    assert tool_step.data["args"] == edited  # the timeline shows what actually ran
 
 
 @pytest.mark.parametrize(

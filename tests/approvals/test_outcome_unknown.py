@@ -64,3 +64,30 @@ def test_did_not_happen_runs_the_call_again_once(operator, approver, no_enqueue,
     assert drive(run) == Run.Status.SUCCEEDED
     assert EXECUTED == [("test_notify", {"to": "ops"})] * 2
     assert SideEffect.objects.get(run=run).status == SideEffect.Status.COMMITTED
+
+
+def test_an_edited_call_is_retried_with_the_approved_arguments(
+    operator, approver, no_enqueue, monkeypatch
+):
+    _crash_after_the_call(monkeypatch)
+    run = launch(
+        "test-notifier",
+        {"to": "ops", "amount": "1"},
+        by=operator,
+        never_gate=[],
+        always_gate=["test_notify"],
+    )
+    assert drive(run) == Run.Status.WAITING
+    gate = Approval.objects.get(run=run)
+    decisions.decide(gate.pk, user=approver, decision="approve", arguments={"to": "oncall"})
+    assert drive(run) == "requeued"  # crashed after the call
+    assert drive(run) == Run.Status.WAITING
+    question = Approval.objects.get(run=run, status=Approval.Status.PENDING)
+
+    decisions.decide(question.pk, user=approver, decision="answer", answer="did_not_happen")
+
+    assert drive(run) == Run.Status.SUCCEEDED
+    # Both attempts are the approved call; the proposed one never runs.
+    assert EXECUTED == [("test_notify", {"to": "oncall"})] * 2
+    tool_step = run.steps.filter(kind=Step.Kind.TOOL).last()
+    assert tool_step.data["args"] == {"to": "oncall"}
