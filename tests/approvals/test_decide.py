@@ -404,3 +404,19 @@ def test_expired_approval_cannot_be_decided(operator, approver, no_enqueue):
 def test_unknown_approval_id_is_does_not_exist(approver, approval_id):
     with pytest.raises(Approval.DoesNotExist):
         decisions.decide(approval_id, user=approver, decision="approve")
+
+
+def test_expiry_on_a_cancelled_run_closes_the_approval_without_touching_the_run(
+    operator, no_enqueue
+):
+    run, approval = gated("test-payer", BIG, by=operator)
+    run.cancel(by=operator)
+    steps = run.steps.count()
+
+    assert decisions.expire_due(now=approval.expires_at + timedelta(seconds=1)) == 1
+
+    approval.refresh_from_db()
+    run.refresh_from_db()
+    assert approval.status == Approval.Status.EXPIRED
+    assert run.status == Run.Status.CANCELLED and run.steps.count() == steps
+    assert no_enqueue == [str(run.pk)]
