@@ -6,7 +6,8 @@ one place:
 - Who may decide: the approver or admin role; the agent's named approvers when it has any
   (nobody else, admins included); four-eyes: at or above the agent's `four_eyes_from` risk the
   user who launched the run cannot approve (they may still reject); a quorum of distinct
-  approvers at or above `quorum_from`, where any one rejection rejects.
+  approvers at or above `quorum_from`, where any one rejection rejects (a quorum gate's
+  arguments cannot be edited: every voter approves exactly the call they were shown).
 - Exactly once: the run row, then the approval row, are locked (the engine locks the run first
   too, so a decision and a worker never deadlock), only a pending approval can be decided, and
   the status change is a compare-and-set. The loser of a race and a replayed request get
@@ -22,7 +23,7 @@ one place:
   arguments, and the engine refuses to run anything else.
 """
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -172,7 +173,6 @@ class _Plan:
     status: str
     final_args: dict | None = None
     edited: bool = False
-    errors: dict[str, list[str]] = field(default_factory=dict)
 
 
 def decide(
@@ -262,9 +262,7 @@ def decide(
             step["votes"] = f"{approvals_so_far} of {needed}"
 
         if plan.status == Approval.Status.APPROVED and approvals_so_far < needed:
-            # A quorum vote: the first approver's edit is what later approvers see and approve.
-            if plan.edited:
-                Approval.objects.filter(pk=approval.pk).update(edited_args=plan.final_args)
+            # One vote of a quorum: nothing is decided yet, nothing resumes.
             step["status"] = Approval.Status.PENDING
             step["detail"] = f"{needed - approvals_so_far} more approval(s) needed"
             run.append_step(Step.Kind.DECISION, step)
@@ -388,7 +386,7 @@ def _plan(
         _require_reason(reason)
         return _Plan(Approval.Status.REJECTED)
 
-    current = approval.final_args  # the first quorum voter's edit, if any
+    current = approval.args
     if arguments is None:
         return _Plan(Approval.Status.APPROVED, final_args=current)
     tool = get_tool(approval.tool)
@@ -407,11 +405,13 @@ def _plan(
         raise DecisionInvalid(str(exc), errors or {"arguments": [str(exc)]}) from None
     if args_hash(tool.name, edited) == args_hash(tool.name, current):
         return _Plan(Approval.Status.APPROVED, final_args=current)
-    if approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).exists():
+    if votes_needed(approval, rules) > 1:
+        # Every voter must approve the call they were shown; an edit midway would have the
+        # others approve something they never saw.
         raise DecisionInvalid(
-            "another approver already approved these arguments: approve them as they are, "
-            "or reject with a reason",
-            {"arguments": ["differs from what earlier approvers approved"]},
+            "this gate needs several approvers, so its arguments cannot be edited: approve the "
+            "proposed call, or reject it with a reason so the agent proposes another",
+            {"arguments": ["edits are not possible on a quorum gate"]},
         )
     problems = escalations(tool, approval.args, edited, rules)
     if problems:

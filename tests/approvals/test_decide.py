@@ -269,20 +269,20 @@ def test_quorum_any_rejection_rejects(operator, approver, django_user_model, no_
     assert EXECUTED == []
 
 
-def test_quorum_later_approvers_approve_the_first_edit_or_nothing(
-    operator, approver, django_user_model, no_enqueue
-):
+def test_quorum_gates_cannot_be_edited(operator, approver, django_user_model, no_enqueue):
     second = make_user(django_user_model, "bea", "approver")
     run, approval = gated("test-payer", BIG, by=operator, quorum_from="high", quorum=2)
-    edit = {"to": "acme", "amount": "300"}
-    decisions.decide(approval.pk, user=approver, decision="approve", arguments=edit)
-    with pytest.raises(DecisionInvalid):
+    with pytest.raises(DecisionInvalid) as exc:
         decisions.decide(
-            approval.pk, user=second, decision="approve", arguments={"to": "acme", "amount": "200"}
+            approval.pk, user=approver, decision="approve", arguments={"to": "acme", "amount": "1"}
         )
+    assert "several approvers" in exc.value.message
+    assert not ApprovalVote.objects.exists()
+    # Re-sending the proposed arguments is not an edit.
+    decisions.decide(approval.pk, user=approver, decision="approve", arguments=BIG)
     decisions.decide(approval.pk, user=second, decision="approve")
     drive(run)
-    assert [("test_transfer", edit)] == EXECUTED
+    assert EXECUTED == [("test_transfer", BIG)]
 
 
 def test_partial_decisions_of_parallel_calls_execute_nothing(operator, approver, no_enqueue):
