@@ -165,8 +165,6 @@ def get_approval(request: HttpRequest, approval_id: UUID):
 def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
     """Approve (with `arguments` to edit), reject (with a `reason`) or answer a question."""
     user = _user(request)
-    if _get(approval_id, user) is None:
-        return _error(404, "no such approval")
     try:
         approval = decisions.decide(
             approval_id,

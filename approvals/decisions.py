@@ -6,7 +6,8 @@ one place:
 - Who may decide: the approver or admin role; the agent's named approvers when it has any
   (nobody else, admins included); four-eyes: at or above the agent's `four_eyes_from` risk the
   user who launched the run cannot approve (they may still reject); a quorum of distinct
-  approvers at or above `quorum_from`, where any one rejection rejects.
+  approvers at or above `quorum_from`, where any one rejection rejects (a quorum gate's
+  arguments cannot be edited: every voter approves exactly the call they were shown).
 - Exactly once: the run row, then the approval row, are locked (the engine locks the run first
   too, so a decision and a worker never deadlock), only a pending approval can be decided, and
   the status change is a compare-and-set. The loser of a race and a replayed request get
@@ -22,11 +23,12 @@ one place:
   arguments, and the engine refuses to run anything else.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -171,7 +173,6 @@ class _Plan:
     status: str
     final_args: dict | None = None
     edited: bool = False
-    errors: dict[str, list[str]] = field(default_factory=dict)
 
 
 def decide(
@@ -201,7 +202,10 @@ def decide(
             f"decision must be one of {', '.join(DECISIONS)}",
             {"decision": [f"unknown decision {decision!r}"]},
         )
-    run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
+    try:
+        run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
+    except (ValueError, ValidationError):  # not a UUID: no such approval either
+        run_id = None
     if run_id is None:
         raise Approval.DoesNotExist(f"no approval {approval_id}")
 
@@ -258,9 +262,7 @@ def decide(
             step["votes"] = f"{approvals_so_far} of {needed}"
 
         if plan.status == Approval.Status.APPROVED and approvals_so_far < needed:
-            # A quorum vote: the first approver's edit is what later approvers see and approve.
-            if plan.edited:
-                Approval.objects.filter(pk=approval.pk).update(edited_args=plan.final_args)
+            # One vote of a quorum: nothing is decided yet, nothing resumes.
             step["status"] = Approval.Status.PENDING
             step["detail"] = f"{needed - approvals_so_far} more approval(s) needed"
             run.append_step(Step.Kind.DECISION, step)
@@ -384,7 +386,7 @@ def _plan(
         _require_reason(reason)
         return _Plan(Approval.Status.REJECTED)
 
-    current = approval.final_args  # the first quorum voter's edit, if any
+    current = approval.args
     if arguments is None:
         return _Plan(Approval.Status.APPROVED, final_args=current)
     tool = get_tool(approval.tool)
@@ -403,11 +405,13 @@ def _plan(
         raise DecisionInvalid(str(exc), errors or {"arguments": [str(exc)]}) from None
     if args_hash(tool.name, edited) == args_hash(tool.name, current):
         return _Plan(Approval.Status.APPROVED, final_args=current)
-    if approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).exists():
+    if votes_needed(approval, rules) > 1:
+        # Every voter must approve the call they were shown; an edit midway would have the
+        # others approve something they never saw.
         raise DecisionInvalid(
-            "another approver already approved these arguments: approve them as they are, "
-            "or reject with a reason",
-            {"arguments": ["differs from what earlier approvers approved"]},
+            "this gate needs several approvers, so its arguments cannot be edited: approve the "
+            "proposed call, or reject it with a reason so the agent proposes another",
+            {"arguments": ["edits are not possible on a quorum gate"]},
         )
     problems = escalations(tool, approval.args, edited, rules)
     if problems:
@@ -434,21 +438,27 @@ def _require_reason(reason: str) -> None:
 def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[str]:
     """Ways the edited call is riskier in policy terms than the proposed one (empty: none).
 
-    Argument rules are the agent's declared data (GateRules); the overall risk comes from the
-    gate policy itself, with sampling off so the answer is deterministic.
+    Each argument rule is asked of the gate policy on its own (against a copy of the tool with
+    no risk of its own, so only that rule can gate), which keeps what "over the limit" and "on
+    the allow-list" mean in policy.py. Sampling is off, so the answer is deterministic.
     """
     problems: list[str] = []
-    for arg, limit in rules.get("thresholds", {}).get(tool.name, {}).items():
-        new, old, cap = _number(edited.get(arg)), _number(original.get(arg)), _number(limit)
-        if new is None or cap is None or new <= cap:
+    for arg, limit in (rules.get("thresholds") or {}).get(tool.name, {}).items():
+        if not _rule_gates(tool, edited, "thresholds", arg, limit):
             continue
-        if old is None or new > old:
-            problems.append(f"{arg} {new} exceeds the limit of {limit} (proposed: {old})")
-    for arg, allowed in rules.get("allow_lists", {}).get(tool.name, {}).items():
-        if arg not in edited or str(edited[arg]) in allowed:
-            continue
-        if edited.get(arg) != original.get(arg):
-            problems.append(f"{arg} {edited[arg]!r} is not on the allow-list")
+        new, old = _number(edited.get(arg)), _number(original.get(arg))
+        if not _rule_gates(tool, original, "thresholds", arg, limit) or (
+            new is None or old is None or new > old
+        ):
+            problems.append(
+                f"{arg} {edited.get(arg)} exceeds the limit of {limit} "
+                f"(proposed: {original.get(arg)})"
+            )
+    for arg, allowed in (rules.get("allow_lists") or {}).get(tool.name, {}).items():
+        if edited.get(arg) != original.get(arg) and _rule_gates(
+            tool, edited, "allow_lists", arg, allowed
+        ):
+            problems.append(f"{arg} {edited.get(arg)!r} is not on the allow-list")
     quiet = {**rules, "sample_rate": 0}
     before = policy.evaluate(tool=tool, args=original, rules=quiet)
     after = policy.evaluate(tool=tool, args=edited, rules=quiet)
@@ -457,6 +467,12 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
     elif after.gated and not before.gated and not problems:
         problems.append(f"policy gates the edited call: {after.explanation}")
     return problems
+
+
+def _rule_gates(tool: Tool, args: dict, kind: str, arg: str, rule: Any) -> bool:
+    riskless = replace(tool, reversible=True, blast=Blast.NONE)
+    rules = {kind: {tool.name: {arg: rule}}, "sample_rate": 0}
+    return policy.evaluate(tool=riskless, args=args, rules=rules).gated
 
 
 def _number(value: Any) -> Decimal | None:

@@ -634,7 +634,9 @@ def _run_pending_tools(work: Work) -> None:
         decided = _apply_decision(work, item, tool, approval)
         if decided is None:
             return
-        args = decided
+        # From here on the item is the approved call (an approver may have edited it): the
+        # tool step records it, and an "outcome unknown" retry re-runs it, not the proposal.
+        item["args"] = args = decided
     if tool.name == ASK_OPERATOR:
         # Answered questions are handled in _apply_decision; an un-gated ask cannot happen.
         _record_tool_result(work, item, error="question was not answered", attempts=0)

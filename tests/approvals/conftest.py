@@ -9,10 +9,8 @@ from decimal import Decimal
 
 import pytest
 from django import forms
-from django.contrib.auth.models import Group
 
 import approvals.gates  # noqa: F401  (registers ask_operator)
-from accounts.models import Role
 from agentops.agents import CATALOGUE, Agent, GateRules, register
 from agentops.llm.scripted import text, tool_use
 from agentops.tools import Blast, tool
@@ -140,15 +138,6 @@ def _fast_passwords(settings):
 
 
 @pytest.fixture(autouse=True)
-def _roles(request, django_db_blocker):
-    """Transactional tests flush the tables between tests, roles (groups) included."""
-    if request.node.get_closest_marker("django_db") is not None:
-        with django_db_blocker.unblock():
-            for name in Role.values:
-                Group.objects.get_or_create(name=name)
-
-
-@pytest.fixture(autouse=True)
 def _clear_executed():
     EXECUTED.clear()
     yield
@@ -181,3 +170,19 @@ def gated(slug: str, input: dict, *, by=None, **gate_overrides) -> tuple[Run, Ap
     return run, Approval.objects.filter(run=run, status=Approval.Status.PENDING).earliest(
         "gate_seq"
     )
+
+
+@tool(reversible=False, blast=Blast.MEDIUM, accepts_idempotency_key=False, name="test_notify")
+def test_notify(to: str) -> dict:
+    """Send a notification; the provider cannot de-duplicate retries."""
+    with _lock:
+        EXECUTED.append(("test_notify", {"to": to}))
+    return {"notified": to}
+
+
+def notify_script(data: dict) -> list:
+    return [[tool_use("test_notify", to=data["to"])], _report]
+
+
+if "test-notifier" not in CATALOGUE:
+    register(_agent("test-notifier", notify_script, ("test_notify",), never_gate=("test_notify",)))
