@@ -41,7 +41,11 @@ class SessionCsrfAuth(SessionAuth):
     """
 
     def __init__(self) -> None:
-        super().__init__(csrf=False)
+        # csrf=True also tells the Swagger page (/api/docs) to send the token.
+        super().__init__(csrf=True)
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        return request.COOKIES.get(self.param_name)
 
     def authenticate(self, request: HttpRequest, key: str | None):
         if not request.user.is_authenticated:

@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db.models import QuerySet
 from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -57,7 +58,7 @@ def _max_input_bytes() -> int:
 
 
 def _refuse_large_bodies(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """413 before the body is read, parsed or even authenticated: size is cheap to check."""
+    """413 before the body is parsed or even authenticated: size is cheap to check."""
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -65,8 +66,14 @@ def _refuse_large_bodies(view: Callable[..., HttpResponse]) -> Callable[..., Htt
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
-            declared = 0
-        if declared > limit:
+            return JsonResponse({"detail": "invalid Content-Length"}, status=400)
+        try:
+            # The declared length first (nothing read yet), then what actually came: a
+            # chunked request declares nothing.
+            too_big = declared > limit or len(request.body) > limit
+        except RequestDataTooBig:
+            too_big = True
+        if too_big:
             return JsonResponse({"detail": f"request body larger than {limit} bytes"}, status=413)
         return view(request, *args, **kwargs)
 
@@ -157,8 +164,7 @@ def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
     run = engine.launch(
         agent=agent, input=cleaned, limits=limits, trigger=Run.Trigger.API, launched_by=user
     )
-    run.launched_by = user  # saves a query when serialising
-    run.pending_approvals = 0
+    run.pending_approvals = 0  # just launched: nothing can be waiting yet
     return Status(201, run)
 
 

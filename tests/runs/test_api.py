@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.contrib.staticfiles import finders
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -276,6 +277,14 @@ def test_a_huge_raw_body_is_refused_before_it_is_parsed(as_operator, settings):
 
 
 @pytest.mark.django_db
+def test_a_garbled_content_length_is_400_not_500(as_operator):
+    body = json.dumps({"agent": "refund-desk", "input": REFUND})
+    response = post_json(as_operator, "/api/runs", body, CONTENT_LENGTH="many")
+    assert response.status_code == 400
+    assert Run.objects.count() == 0
+
+
+@pytest.mark.django_db
 def test_a_body_beyond_djangos_upload_limit_is_413_not_500(as_operator, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1_000
     settings.AGENTOPS = {**settings.AGENTOPS, "MAX_INPUT_BYTES": 64_000}
@@ -405,7 +414,7 @@ def test_list_page_size_is_capped(as_operator, operator, no_enqueue):
 
 
 # --- detail, steps, checkpoints, cancel: one run driven by the real engine ----------------------
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_run_launched_over_the_api_can_be_read_step_by_step_and_cancelled(
     as_operator, no_enqueue
 ):
@@ -640,7 +649,13 @@ def test_a_session_post_with_the_csrf_token_is_accepted(operator, no_enqueue):
 def test_openapi_docs_load_and_describe_the_runs_api(client):
     docs = client.get("/api/docs")
     assert docs.status_code == 200
-    assert b"openapi.json" in docs.content
+    page = docs.content.decode()
+    # Vendored Swagger UI, served by us: no CDN, no inline script (the CSP forbids both).
+    assert "cdn." not in page and "<script>" not in page
+    for asset in ("ninja/swagger-ui-bundle.js", "ninja/swagger-ui-init.js", "ninja/swagger-ui.css"):
+        assert f"/static/{asset}" in page
+        assert finders.find(asset), asset
+    assert "/api/openapi.json" in page
     schema = client.get("/api/openapi.json")
     assert schema.status_code == 200
     paths = schema.json()["paths"]
