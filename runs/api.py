@@ -164,6 +164,7 @@ def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
     run = engine.launch(
         agent=agent, input=cleaned, limits=limits, trigger=Run.Trigger.API, launched_by=user
     )
+    run.refresh_from_db()  # answer with what GET /api/runs/{id} will say (stored decimals)
     run.pending_approvals = 0  # just launched: nothing can be waiting yet
     return Status(201, run)
 

@@ -99,6 +99,7 @@ def test_launch_creates_a_queued_api_run_with_its_first_step_and_enqueues_it(
     assert body["scripted"] is True and body["provider"] == "scripted"
     assert body["limits"]["max_steps"] == 10
     assert body["pending_approvals"] == 0
+    assert body == as_operator.get(f"/api/runs/{run.pk}").json()  # the launch answer is the run
     first = run.steps.get()
     assert first.seq == 1 and first.kind == Step.Kind.STATUS
     assert first.data["event"] == "launched" and first.data["trigger"] == "api"
