@@ -1,8 +1,8 @@
 """The runs API: the agent catalogue, launch, list, detail, timeline, checkpoints, cancel.
 
-Auth is set once for the whole API (agentops/api.py); the user is `request.auth`. Reading
-needs any role, launching and cancelling the operator role. Bad input is refused before
-anything is written: a 4xx with a message, never a half-created run.
+The user is `request.auth` (accounts/auth.py). Reading needs any role, launching and
+cancelling the operator role; both are checked before the body is parsed. Bad input is
+refused before anything is written: a 4xx with a message, never a half-created run.
 """
 
 from collections.abc import Callable
@@ -20,6 +20,7 @@ from ninja.decorators import decorate_view
 from ninja.errors import HttpError, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
 
+from accounts.auth import api_auth
 from agentops.agents import CATALOGUE, Agent, get_agent
 from approvals.models import Approval
 
@@ -36,7 +37,11 @@ from .schemas import (
     StepPage,
 )
 
-router = Router(tags=["runs"])
+# Roles are checked by the authenticators, before a body is parsed: every endpoint here needs
+# a role that can read; launching and cancelling need the operator role.
+READERS = api_auth("can_view")
+OPERATORS = api_auth("can_operate")
+router = Router(tags=["runs"], auth=READERS)
 
 MAX_PAGE = 200  # runs or checkpoints per page
 MAX_STEPS_PAGE = 500
@@ -81,26 +86,13 @@ def _refuse_large_bodies(view: Callable[..., HttpResponse]) -> Callable[..., Htt
 
 
 # --- access ----------------------------------------------------------------------------------
-def _require(request: HttpRequest, role: str) -> Any:
-    """The authenticated user if they hold `role` (view, operate); 403 otherwise."""
-    user = request.auth
-    allowed = {"view": user.can_view, "operate": user.can_operate}[role]
-    if not allowed:
-        raise HttpError(403, f"your account lacks the {_ROLE_NAMES[role]} role")
-    return user
-
-
-_ROLE_NAMES = {"view": "viewer", "operate": "operator"}
-
-
 def _runs() -> QuerySet[Run]:
     return Run.objects.select_related("launched_by")
 
 
-def _get_run(request: HttpRequest, run_id: UUID, *, write: bool = False) -> Run:
-    """The one place a run is fetched for a user: the permission rule lives here."""
-    user = _require(request, "operate" if write else "view")
-    run = _runs().visible_to(user).filter(pk=run_id).first()
+def _get_run(request: HttpRequest, run_id: UUID) -> Run:
+    """The one place a run is fetched for a user: which runs they may see lives here."""
+    run = _runs().visible_to(request.auth).filter(pk=run_id).first()
     if run is None:
         raise HttpError(404, f"run {run_id} not found")
     return run
@@ -114,7 +106,6 @@ def _with_pending_count(run: Run) -> Run:
 # --- catalogue -------------------------------------------------------------------------------
 @router.get("/agents", response=list[AgentOut], summary="The agent catalogue")
 def list_agents(request: HttpRequest) -> list[dict]:
-    _require(request, "view")
     return [_agent_out(agent) for agent in sorted(CATALOGUE.values(), key=lambda a: a.slug)]
 
 
@@ -135,11 +126,12 @@ def _agent_out(agent: Agent) -> dict:
 @router.post(
     "/runs",
     response={201: RunDetailOut, 403: Message, 413: Message, 422: FieldErrors},
+    auth=OPERATORS,
     summary="Launch a run",
 )
 @decorate_view(_refuse_large_bodies)
 def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
-    user = _require(request, "operate")
+    user = request.auth
     agent = get_agent(payload.agent)
     if agent is None:
         known = ", ".join(sorted(CATALOGUE))
@@ -212,10 +204,9 @@ def json_type_errors(schema: dict, data: dict) -> dict[str, list[str]]:
 @router.get("/runs", response=list[RunOut], summary="Runs, newest first")
 @paginate(LimitOffsetPagination, max_limit=MAX_PAGE)
 def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> QuerySet[Run]:
-    user = _require(request, "view")
     runs = (
         _runs()
-        .visible_to(user)
+        .visible_to(request.auth)
         # The list is a summary: the payloads stay in the database, the title comes from the
         # launch snapshot without loading the whole snapshot.
         .defer("input", "output", "agent_config")
@@ -254,10 +245,11 @@ def list_checkpoints(request: HttpRequest, run_id: UUID) -> QuerySet[Checkpoint]
 @router.post(
     "/runs/{run_id}/cancel",
     response={200: RunDetailOut, 403: Message, 404: Message, 409: Message},
+    auth=OPERATORS,
     summary="Cancel a queued, running or waiting run",
 )
 def cancel_run(request: HttpRequest, run_id: UUID, payload: CancelIn | None = None) -> Run:
-    run = _get_run(request, run_id, write=True)
+    run = _get_run(request, run_id)
     if not run.cancel(by=request.auth, reason=payload.reason if payload else ""):
         run.refresh_from_db()
         raise HttpError(

@@ -572,6 +572,16 @@ def test_a_viewer_can_read_but_not_launch_or_cancel(viewer, operator, no_enqueue
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("body", [{"agent": "nope"}, "not json at all", {"input": [1]}])
+def test_a_viewer_is_refused_before_the_body_is_looked_at(viewer, body):
+    for client in (client_for(viewer), bearer_client(viewer)):
+        response = post_json(client, "/api/runs", body)
+        assert response.status_code == 403, response.content
+        assert response.json()["detail"] == "your account lacks the operator role"
+    assert Run.objects.count() == 0
+
+
+@pytest.mark.django_db
 def test_an_approver_without_the_operator_role_cannot_launch(approver, no_enqueue):
     response = post_json(
         client_for(approver), "/api/runs", {"agent": "refund-desk", "input": REFUND}
