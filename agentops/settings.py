@@ -35,6 +35,8 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    # Serves /api/docs from vendored Swagger UI files (no CDN, no inline script for the CSP).
+    "ninja",
     "django_htmx",
     "template_partials",
     "csp",
