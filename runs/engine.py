@@ -267,13 +267,12 @@ def _step(work: Work) -> None:
 # --- terminator ----------------------------------------------------------------------------------
 def _terminator_precheck(work: Work) -> None:
     run = work.run
+    # An operator may have cancelled the run since our last write: stop before paying for
+    # another model call (and hold the lease for as long as that call may take).
+    _still_mine(work, lease_for=_cfg("LLM_TIMEOUT_SECONDS") + 10)
     if run.step_count >= run.max_steps:
         _terminate(
             work, Run.Termination.MAX_STEPS, f"{run.step_count} of {run.max_steps} steps used"
-        )
-    if run.elapsed_seconds >= run.max_seconds:
-        _terminate(
-            work, Run.Termination.MAX_SECONDS, f"{run.elapsed_seconds:.0f}s of {run.max_seconds}s"
         )
     if run.consecutive_errors >= run.max_consecutive_errors:
         _terminate(
@@ -291,10 +290,17 @@ def _terminator_precheck(work: Work) -> None:
         )
 
 
+# Anthropic adds a tool-use system prompt of a few hundred tokens when tools are given.
+TOOL_USE_OVERHEAD_TOKENS = 500
+
+
 def _estimate_next_cost(work: Work) -> Decimal:
-    # Scripted runs are priced by the same table, so cost limits behave the same in demos.
-    request_chars = canonical_json(work.messages) + work.agent_config["system_prompt"]
-    tokens = pricing.estimate_tokens(request_chars) + 300 * len(work.agent_config["tools"])
+    """An upper bound for the next call: the whole untrimmed conversation, the tool schemas,
+    and max_tokens of output. Bytes, not characters, so non-Latin text is not underestimated.
+    Scripted runs are priced by the same table, so cost limits behave the same in demos."""
+    tools = [_anthropic_tool(t) for t in work.agent_config["tools"]]
+    payload = canonical_json([work.agent_config["system_prompt"], tools, work.messages])
+    tokens = len(payload.encode()) // 3 + 1 + TOOL_USE_OVERHEAD_TOKENS
     return pricing.estimate_max_cost(
         work.agent_config["model"], tokens, work.agent_config.get("max_tokens", 1024)
     )
@@ -337,6 +343,26 @@ def _renew(run: Run, **fields: Any) -> None:
     now = timezone.now()
     fields.update(lease_expires_at=now + timedelta(seconds=lease_seconds()), updated_at=now)
     Run.objects.filter(pk=run.pk).update(**fields)
+
+
+def _still_mine(work: Work, *, lease_for: float | None = None) -> None:
+    """Renew the lease if this worker still owns the running run; Stop otherwise.
+
+    One conditional UPDATE: it is both the cancel check at a step boundary and the lease
+    renewal that covers the call about to be made, so a slow but live call is not taken over.
+    """
+    now = timezone.now()
+    seconds = max(lease_seconds(), lease_for or 0)
+    renewed = Run.objects.filter(
+        pk=work.run.pk, status=Run.Status.RUNNING, lease_owner=work.worker
+    ).update(lease_expires_at=now + timedelta(seconds=seconds), updated_at=now)
+    if not renewed:
+        raise Stop
+    run = work.run
+    if run.elapsed_seconds >= run.max_seconds:
+        _terminate(
+            work, Run.Termination.MAX_SECONDS, f"{run.elapsed_seconds:.0f}s of {run.max_seconds}s"
+        )
 
 
 # --- model call ----------------------------------------------------------------------------------
@@ -390,6 +416,9 @@ def _call_model_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResp
     attempt = 0
     while True:
         attempt += 1
+        if attempt > 1:
+            # After a backoff sleep: cancelled meanwhile, or out of wall time?
+            _still_mine(work, lease_for=_cfg("LLM_TIMEOUT_SECONDS") + 10)
         _release_db_connection()
         try:
             return work.provider.complete(request)
@@ -533,9 +562,12 @@ def _plan_tool_calls(
             counts[call_key] = counts.get(call_key, 0) + 1
             if counts[call_key] >= NO_PROGRESS_REPEATS and not repeated:
                 repeated = tool.name
-            if not repeated:
-                _gate_if_needed(work, item, tool, response)
         pending.append(item)
+    if not repeated:
+        # Only now: a run about to stop for no progress must not leave approvals behind.
+        for item in pending:
+            if item["args"] is not None:
+                _gate_if_needed(work, item, get_tool(item["name"]), response)
     return pending, repeated
 
 
@@ -589,9 +621,11 @@ def _run_pending_tools(work: Work) -> None:
     if any(a.status == Approval.Status.PENDING for a in approvals.values()):
         _wait_for_humans(work)
     item = pending[0]
-    _check_cancel_and_time(work)
-    approval = approvals.get(item.get("approval") or "")
     tool = get_tool(item["name"])
+    # The step boundary: stop if cancelled, renew the lease. Tool timeouts are seconds, well
+    # within a lease, so a dead worker's run is picked up one lease after its last renewal.
+    _still_mine(work)
+    approval = approvals.get(item.get("approval") or "")
     if item["error"] or tool is None:
         _record_tool_result(work, item, error=item["error"] or "unknown tool", attempts=0)
         return
@@ -606,17 +640,6 @@ def _run_pending_tools(work: Work) -> None:
         _record_tool_result(work, item, error="question was not answered", attempts=0)
         return
     _execute(work, item, tool, args)
-
-
-def _check_cancel_and_time(work: Work) -> None:
-    run = work.run
-    if run.elapsed_seconds >= run.max_seconds:
-        _terminate(
-            work, Run.Termination.MAX_SECONDS, f"{run.elapsed_seconds:.0f}s of {run.max_seconds}s"
-        )
-    status = Run.objects.filter(pk=run.pk).values_list("status", "lease_owner").first()
-    if status != (Run.Status.RUNNING, work.worker):
-        raise Stop
 
 
 def _apply_decision(work: Work, item: dict, tool: Tool, approval: Approval) -> dict | None:
@@ -655,9 +678,14 @@ def _apply_decision(work: Work, item: dict, tool: Tool, approval: Approval) -> d
 
 def _resolve_unknown_outcome(work: Work, item: dict, tool: Tool, approval: Approval) -> dict | None:
     effect = SideEffect.objects.get(pk=approval.side_effect_id)
-    if approval.answer == "happened":
+    # Only an explicit "did not happen" repeats an effect that cannot be de-duplicated; any
+    # other answer (including an unclear one) keeps it at most once.
+    if approval.answer.strip().lower() != "did_not_happen":
         result = {
-            "outcome": "confirmed by an operator",
+            "outcome": "confirmed by an operator"
+            if approval.answer.strip().lower() == "happened"
+            else "not repeated",
+            "answer": approval.answer,
             "confirmed_by": approval.decided_by.get_username() if approval.decided_by else None,
         }
         with transaction.atomic():
@@ -735,7 +763,9 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
             break
         except ToolInfraError as exc:
             breaker.record(tool.name, ok=False)
-            if attempts >= tool.retry.max_attempts:
+            # Capped per call by the tool's policy and per run by RUN_MAX_RETRIES.
+            run_budget_left = run.retry_count + attempts - 1 < _cfg("RUN_MAX_RETRIES")
+            if attempts >= tool.retry.max_attempts or not run_budget_left:
                 error = f"{exc} (after {attempts} attempts)"
                 break
             time.sleep(backoff(attempts, base=tool.retry.base_seconds, cap=tool.retry.max_seconds))
@@ -805,23 +835,39 @@ def _record_tool_result(
         data["error"] = error
     else:
         data["result"] = result
-    with transaction.atomic():
-        run = _locked_owned(work)
-        run.append_step(Step.Kind.TOOL, data, latency_ms=duration_ms)
-        if ledger is not None:
-            SideEffect.objects.filter(pk=ledger.pk).update(
-                status=SideEffect.Status.FAILED if is_error else SideEffect.Status.COMMITTED,
-                result={"error": error} if is_error else {"result": result},
+    outcome = {
+        "status": SideEffect.Status.FAILED if is_error else SideEffect.Status.COMMITTED,
+        "result": {"error": error} if is_error else {"result": result},
+    }
+    try:
+        with transaction.atomic():
+            run = _locked_owned(work)
+            run.append_step(Step.Kind.TOOL, data, latency_ms=duration_ms)
+            if ledger is not None:
+                SideEffect.objects.filter(pk=ledger.pk).update(**outcome)
+            if is_error and counts_as_error:
+                run.error_count += 1
+                run.consecutive_errors += 1
+            elif not is_error:
+                run.consecutive_errors = 0
+            run.retry_count += max(0, attempts - 1)
+            _renew(
+                run,
+                error_count=run.error_count,
+                consecutive_errors=run.consecutive_errors,
+                retry_count=run.retry_count,
             )
-        if is_error and counts_as_error:
-            run.error_count += 1
-            run.consecutive_errors += 1
-        elif not is_error:
-            run.consecutive_errors = 0
-        _renew(run, error_count=run.error_count, consecutive_errors=run.consecutive_errors)
-        work.run = run
-        work.state["pending"] = work.state["pending"][1:]
-        _checkpoint(work)
+            work.run = run
+            work.state["pending"] = work.state["pending"][1:]
+            _checkpoint(work)
+    except Stop:
+        # Cancelled (or taken over) while the call was in flight: the effect happened all
+        # the same, so the ledger must say so, or a resume would doubt or repeat it.
+        if ledger is not None:
+            SideEffect.objects.filter(pk=ledger.pk, status=SideEffect.Status.INTENT).update(
+                **outcome
+            )
+        raise
     block = _tool_result_block(data)
     last = work.messages[-1]
     if last["role"] == "user" and isinstance(last["content"], list):
@@ -893,6 +939,9 @@ def _on_crash(run_id, worker: str, exc: Exception) -> str:
 def sweep(now=None) -> int:
     """Re-enqueue runs whose worker died (lease expired) or whose queue message was lost."""
     ids = list(Run.objects.lease_expired(now).values_list("pk", flat=True)[:500])
+    # A queued run is re-sent at most once per staleness window, so a backlog is not
+    # flooded with duplicate messages on every sweep (duplicates are harmless, not free).
+    Run.objects.filter(pk__in=ids, status=Run.Status.QUEUED).update(updated_at=timezone.now())
     for run_id in ids:
         enqueue(run_id)
     return len(ids)

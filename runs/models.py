@@ -253,6 +253,7 @@ class Run(models.Model):
             run.append_step(
                 Step.Kind.STATUS,
                 {
+                    "event": "cancelled",
                     "from": old,
                     "to": Run.Status.CANCELLED,
                     "reason": Run.Termination.CANCELLED,

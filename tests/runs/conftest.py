@@ -1,0 +1,48 @@
+from collections.abc import Callable
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+
+from runs import engine
+from runs.models import Run
+
+from . import harness
+
+
+@pytest.fixture
+def test_agent():
+    harness.CALLS.clear()
+    harness.FAILURES_LEFT.clear()
+    agent = harness.register_agent()
+    yield agent
+    harness.unregister_agent()
+
+
+@pytest.fixture
+def script(monkeypatch) -> Callable[..., harness.Script]:
+    """Install a scripted model for every run: `provider = script(turns, errors=...)`."""
+
+    def install(turns=(), **kwargs) -> harness.Script:
+        provider = harness.Script(turns, **kwargs)
+        monkeypatch.setattr("agentops.llm.provider_for_run", lambda run: provider)
+        return provider
+
+    return install
+
+
+@pytest.fixture
+def launch(test_agent, no_enqueue) -> Callable[..., Run]:
+    """Launch a run of the test agent; keyword arguments override its limits."""
+
+    def make(task: str = "test", script: str = "", **limits) -> Run:
+        if "max_cost_usd" in limits:
+            limits["max_cost_usd"] = Decimal(str(limits["max_cost_usd"]))
+        return engine.launch(
+            agent=test_agent,
+            input={"task": task, "script": script},
+            limits=replace(test_agent.limits, **limits) if limits else None,
+            provider="scripted",
+        )
+
+    return make
