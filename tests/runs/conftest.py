@@ -46,3 +46,17 @@ def launch(test_agent, no_enqueue) -> Callable[..., Run]:
         )
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _outbox_mail(settings):
+    # pytest-django swaps in the locmem backend; the demo tools' mail lands in the outbox
+    # table in the product, and the ledger tests count rows there.
+    settings.EMAIL_BACKEND = "demo.mail.OutboxEmailBackend"
+
+
+@pytest.fixture
+def decider(django_user_model):
+    # Transactional tests flush the role groups the data migration made; a plain user is
+    # all the engine needs to see as the one who decided.
+    return django_user_model.objects.create_user(username="olivia", password="pw-olivia")

@@ -105,7 +105,15 @@ def t_gated(n: int) -> dict:
     return {"done": n}
 
 
+@tool(reversible=False, blast=Blast.LOW, accepts_idempotency_key=True, name="t_charge")
+def t_charge(amount: int, ctx: ToolContext = None) -> dict:
+    """An irreversible, low-risk effect (not gated) that honours idempotency keys."""
+    _count("t_charge")
+    return {"charged": amount, "key": ctx.idempotency_key}
+
+
 TEST_TOOLS = (
+    "t_charge",
     "t_echo",
     "t_fail",
     "t_flaky",
