@@ -56,7 +56,7 @@ def _outbox_mail(settings):
 
 
 @pytest.fixture
-def decider(django_user_model):
+def plain_user(django_user_model):
     # Transactional tests flush the role groups the data migration made; a plain user is
     # all the engine needs to see as the one who decided.
     return django_user_model.objects.create_user(username="olivia", password="pw-olivia")

@@ -4,6 +4,7 @@ Imported by tests/runs/conftest.py and by the worker subprocess of the crash tes
 (tests/runs/worker_process.py), so both processes know the same agent and tools.
 """
 
+import copy
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -225,7 +226,8 @@ class Script:
     def complete(self, request: LLMRequest) -> LLMResponse:
         with self._lock:
             index = len(self.requests)
-            self.requests.append(request)
+            # A copy: the engine keeps appending to the conversation list it passed in.
+            self.requests.append(copy.deepcopy(request))
         if self.on_call:
             self.on_call(request)
         if index < len(self.errors) and self.errors[index] is not None:

@@ -120,7 +120,7 @@ def test_a_committed_effect_is_never_repeated(launch, script, die_after, no_enqu
 
 
 def test_without_key_support_an_unknown_outcome_waits_for_an_operator(
-    launch, script, die_after, no_enqueue, decider
+    launch, script, die_after, no_enqueue, plain_user
 ):
     provider = script(harness.email_only())
     run = launch()
@@ -139,7 +139,7 @@ def test_without_key_support_an_unknown_outcome_waits_for_an_operator(
     assert "outcome unknown" in question.explanation
     assert OutboxEmail.objects.count() == 1  # nothing re-sent while we wait
 
-    answer(question, "happened", decider)
+    answer(question, "happened", plain_user)
     run.refresh_from_db()
     assert run.status == Run.Status.QUEUED
     drive(run)
@@ -149,13 +149,13 @@ def test_without_key_support_an_unknown_outcome_waits_for_an_operator(
     assert effect.status == SideEffect.Status.COMMITTED
     [step] = tool_steps(run, "send_customer_email")
     assert step["result"]["outcome"] == "confirmed by an operator"
-    assert step["result"]["confirmed_by"] == decider.username
+    assert step["result"]["confirmed_by"] == plain_user.username
     assert provider.calls == 2
     assert_timeline_sound(run)
 
 
 def test_did_not_happen_sends_once_more_under_the_same_key(
-    launch, script, monkeypatch, no_enqueue, decider
+    launch, script, monkeypatch, no_enqueue, plain_user
 ):
     script(harness.email_only())
     run = launch()
@@ -172,7 +172,7 @@ def test_did_not_happen_sends_once_more_under_the_same_key(
 
     expire_lease_and_sweep(run, no_enqueue)
     assert drive(run) == [Run.Status.WAITING]
-    answer(Approval.objects.get(run=run), "did_not_happen", decider)
+    answer(Approval.objects.get(run=run), "did_not_happen", plain_user)
     drive(run)
     assert run.termination_reason == Run.Termination.COMPLETED
     assert OutboxEmail.objects.count() == 1
@@ -183,7 +183,7 @@ def test_did_not_happen_sends_once_more_under_the_same_key(
 
 
 def test_an_unclear_answer_does_not_repeat_the_effect(
-    launch, script, die_after, no_enqueue, decider
+    launch, script, die_after, no_enqueue, plain_user
 ):
     script(harness.email_only())
     run = launch()
@@ -191,7 +191,7 @@ def test_an_unclear_answer_does_not_repeat_the_effect(
     crash(run)
     expire_lease_and_sweep(run, no_enqueue)
     drive(run)
-    answer(Approval.objects.get(run=run), "not sure, maybe?", decider)
+    answer(Approval.objects.get(run=run), "not sure, maybe?", plain_user)
     drive(run)
     assert run.termination_reason == Run.Termination.COMPLETED
     assert OutboxEmail.objects.count() == 1
@@ -199,7 +199,7 @@ def test_an_unclear_answer_does_not_repeat_the_effect(
 
 
 def test_a_second_death_after_did_not_happen_asks_again(
-    launch, script, die_after, no_enqueue, decider
+    launch, script, die_after, no_enqueue, plain_user
 ):
     script(harness.email_only())
     run = launch()
@@ -208,7 +208,7 @@ def test_a_second_death_after_did_not_happen_asks_again(
     OutboxEmail.objects.all().delete()  # the operator checked: it never left
     expire_lease_and_sweep(run, no_enqueue)
     drive(run)
-    answer(Approval.objects.get(run=run), "did_not_happen", decider)
+    answer(Approval.objects.get(run=run), "did_not_happen", plain_user)
     die_after("send_customer_email")
     crash(run)
     expire_lease_and_sweep(run, no_enqueue)
