@@ -263,3 +263,19 @@ def assert_timeline_sound(run: Run) -> None:
     assert seqs == list(range(1, len(seqs) + 1))
     assert run.verify_chain() == (True, None)
     assert run.last_seq == len(seqs)
+
+
+def worker_thread(target: Callable[[], object], *, name: str, into: list) -> threading.Thread:
+    """A thread that works like a worker thread: its result goes to `into`, and it hands its
+    database connection back when done (or the test database cannot be dropped)."""
+    from django.db import connections
+
+    def run() -> None:
+        try:
+            into.append(target())
+        except BaseException as exc:
+            into.append(exc)
+        finally:
+            connections.close_all()
+
+    return threading.Thread(target=run, name=name)

@@ -13,7 +13,7 @@ from runs import engine
 from runs.models import Checkpoint, Run, Step
 from runs.tasks import advance_run
 
-from .harness import CALLS, assert_timeline_sound, drive, tool_steps
+from .harness import CALLS, assert_timeline_sound, drive, tool_steps, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -178,8 +178,8 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(launch, script):
     provider = script([[tool_use("t_charge", amount=1)], [text("done")]], on_call=first_call_hangs)
     run = launch()
     outcome: list[str] = []
-    slow = threading.Thread(
-        target=lambda: outcome.append(engine.advance(run.pk, worker="slow")), name="slow-worker"
+    slow = worker_thread(
+        lambda: engine.advance(run.pk, worker="slow"), name="slow-worker", into=outcome
     )
     slow.start()
     assert in_call.wait(10)
