@@ -24,6 +24,7 @@ from demo.models import OutboxEmail, Refund
 from runs import engine
 from runs.models import Run, SideEffect, Step
 
+from ..conftest import on_postgres
 from .harness import assert_timeline_sound, tool_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,4 +154,95 @@ def test_a_killed_send_without_key_support_asks_the_operator(launch, plain_user)
     assert run.termination_reason == Run.Termination.COMPLETED
     assert OutboxEmail.objects.count() == 1  # not sent twice
     assert len(tool_steps(run, "send_customer_email")) == 1
+    assert_timeline_sound(run)
+
+
+# --- the same with real Celery workers (needs the Redis broker: the embedded memory broker
+# --- cannot be shared between processes) ----------------------------------------------------
+def celery_worker(name: str, **env: str) -> subprocess.Popen:
+    connections.close_all()
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.runs.worker_app",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "4",
+            "--hostname",
+            f"{name}@%h",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=BASE_DIR,
+        env=worker_env(CELERY_TASK_ALWAYS_EAGER="false", **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)  # warm shutdown
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def wait_until_finished(run: Run, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        run.refresh_from_db()
+        if run.status not in Run.ACTIVE_STATUSES:
+            return
+        assert time.monotonic() < deadline, f"run still {run.status}"
+        time.sleep(0.2)
+
+
+@on_postgres
+@pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a broker other processes see)")
+def test_a_celery_worker_killed_mid_refund_is_resumed_by_another(test_agent):
+    from agentops.celery import app
+
+    app.control.purge()  # stale messages from earlier tests would only slow the workers down
+    first = celery_worker("doomed", AGENTOPS_FAULT_KILL_AFTER_TOOL="issue_refund")
+    second = None
+    try:
+        run = engine.launch(
+            agent=test_agent,
+            input={"task": "refund", "script": "refund_then_email"},
+            provider="scripted",
+        )  # enqueued to Redis on commit; the doomed worker takes it
+        assert first.wait(90) == -signal.SIGKILL, first.stderr.read()[-3000:]
+        run.refresh_from_db()
+        assert run.status == Run.Status.RUNNING
+        assert SideEffect.objects.get(run=run).status == SideEffect.Status.INTENT
+        assert Refund.objects.count() == 1
+
+        # acks_late: the killed worker's message is not lost, but Redis only redelivers it
+        # after the visibility timeout (an hour). The sweep brings the run back in seconds.
+        second = celery_worker("survivor")
+        wait_for_lease_to_expire(run)
+        assert engine.sweep() == 1
+        wait_until_finished(run)
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+
+    assert run.termination_reason == Run.Termination.COMPLETED, run.status_detail
+    assert Refund.objects.count() == 1
+    assert SideEffect.objects.filter(run=run, status=SideEffect.Status.COMMITTED).count() == 2
+    assert len(tool_steps(run, "issue_refund")) == 1
+    assert OutboxEmail.objects.count() == 1
     assert_timeline_sound(run)
