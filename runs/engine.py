@@ -8,7 +8,13 @@ events published after commit. It keeps going for a short time slice, then re-en
 Side effects go through the ledger (SideEffect): intent committed before the call, outcome
 committed with the step after it. On resume a committed effect is never repeated; an intent
 without outcome is retried with the same key when the tool honours keys, otherwise the run
-waits for an operator to say whether it happened.
+waits for an operator to say whether it happened. An infrastructure error (timeout, dropped
+connection) from such a tool is the same situation and is never retried blindly either.
+
+Deadlines are enforced here, not by Celery (its time limits do not apply on the threads
+pool): a task works one time slice, a run stops at max_seconds, a model call has the
+provider's timeout, a tool gets a deadline in its context; a worker that hangs or dies stops
+renewing its lease, and the sweep hands the run to another worker.
 """
 
 import hashlib
@@ -763,6 +769,11 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
             break
         except ToolInfraError as exc:
             breaker.record(tool.name, ok=False)
+            if effect is not None and not tool.accepts_idempotency_key:
+                # A timeout or dropped connection says nothing about whether the effect
+                # happened, and this tool cannot de-duplicate a retry: a person decides.
+                log.warning("run %s: %s failed with %s; outcome unknown", run.pk, tool.name, exc)
+                _outcome_unknown(work, item, tool, effect)
             # Capped per call by the tool's policy and per run by RUN_MAX_RETRIES.
             run_budget_left = run.retry_count + attempts - 1 < _cfg("RUN_MAX_RETRIES")
             if attempts >= tool.retry.max_attempts or not run_budget_left:

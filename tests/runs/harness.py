@@ -113,7 +113,20 @@ def t_charge(amount: int, ctx: ToolContext = None) -> dict:
     return {"charged": amount, "key": ctx.idempotency_key}
 
 
+@tool(reversible=False, blast=Blast.LOW, name="t_notify", retry=FAST_RETRY)
+def t_notify(to: str) -> dict:
+    """An irreversible effect (not gated) that cannot de-duplicate retries; fails with an
+    infrastructure error while FAILURES_LEFT["t_notify"] > 0."""
+    _count("t_notify")
+    with _calls_lock:
+        if FAILURES_LEFT["t_notify"] > 0:
+            FAILURES_LEFT["t_notify"] -= 1
+            raise ToolInfraError("read timed out")
+    return {"notified": to}
+
+
 TEST_TOOLS = (
+    "t_notify",
     "t_charge",
     "t_echo",
     "t_fail",

@@ -291,6 +291,24 @@ def test_infrastructure_retries_stop_at_the_run_cap(launch, script, settings):
     assert CALLS["t_flaky"] == 2
 
 
+def test_an_effect_without_key_support_is_not_retried_blindly(launch, script, plain_user):
+    FAILURES_LEFT["t_notify"] = 1
+    script([[tool_use("t_notify", to="ops")], [text("ok")]])
+    run = launch()
+    assert drive(run) == [Run.Status.WAITING]
+    assert CALLS["t_notify"] == 1  # a timeout may hide a delivered message: not repeated
+    effect = SideEffect.objects.get(run=run)
+    assert effect.status == SideEffect.Status.UNKNOWN
+    question = Approval.objects.get(run=run)
+    assert question.side_effect_id == effect.pk
+    answer(question, "did_not_happen", plain_user)
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    assert CALLS["t_notify"] == 2
+    [step] = tool_steps(run, "t_notify")
+    assert step["result"] == {"notified": "ops"} and step["idempotency_key"] == effect.key
+
+
 def test_business_errors_are_never_retried(launch, script, sleeps):
     script([[tool_use("t_fail", n=1)], [text("ok")]])
     run = launch()
