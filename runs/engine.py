@@ -698,7 +698,9 @@ def _resolve_unknown_outcome(work: Work, item: dict, tool: Tool, approval: Appro
             SideEffect.objects.filter(pk=effect.pk).update(
                 status=SideEffect.Status.COMMITTED, result=result
             )
-        _record_tool_result(work, item, result=result, attempts=effect.attempts, key=effect.key)
+        _record_tool_result(
+            work, item, result=result, attempts=effect.attempts, key=effect.key, args=effect.args
+        )
         return None
     # The operator says it did not happen: run it again under the same key, once. If this
     # attempt dies too, the attempt count moves on and a person is asked again.
@@ -707,7 +709,8 @@ def _resolve_unknown_outcome(work: Work, item: dict, tool: Tool, approval: Appro
         item["approval"] = None
         item["cleared_at_attempt"] = effect.attempts
         _checkpoint(work)
-    return item["args"]
+    # The ledger holds the arguments that really ran (an approver may have edited them).
+    return effect.args
 
 
 def idempotency_key(run_id, llm_seq: int, index: int, tool: str, args: dict) -> str:
@@ -732,6 +735,7 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
                 attempts=effect.attempts,
                 key=key,
                 ledger=None,
+                args=args,
             )
             return
         if effect is None:
@@ -795,6 +799,7 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
         key=key if effect else "",
         ledger=effect,
         duration_ms=int((time.monotonic() - started) * 1000),
+        args=args,
     )
 
 
@@ -829,12 +834,14 @@ def _record_tool_result(
     ledger: SideEffect | None = None,
     duration_ms: int = 0,
     counts_as_error: bool = True,
+    args: dict | None = None,
 ) -> None:
     is_error = error is not None
     data = {
         "tool_use_id": item["id"],
         "tool": item["name"],
-        "args": item["args"] or item.get("input"),
+        # What ran (an approver may have edited the model's arguments), else what was asked.
+        "args": args if args is not None else (item["args"] or item.get("input")),
         "is_error": is_error,
         "attempts": attempts,
         "duration_ms": duration_ms,

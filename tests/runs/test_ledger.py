@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agentops.llm.scripted import text, tool_use
 from agentops.tools import breaker
-from approvals.models import Approval
+from approvals.models import Approval, args_hash
 from demo.models import OutboxEmail, Refund
 from runs import engine
 from runs.models import Run, SideEffect, Step
@@ -216,6 +216,39 @@ def test_a_second_death_after_did_not_happen_asks_again(
     second = Approval.objects.get(run=run, status=Approval.Status.PENDING)
     assert second.tool_use_id.endswith(":unknown:2")
     assert OutboxEmail.objects.count() == 1
+
+
+def test_a_re_run_after_did_not_happen_uses_the_approved_edited_arguments(
+    launch, script, die_after, no_enqueue, plain_user
+):
+    script([[tool_use("t_gated", n=1)], [text("done")]])
+    run = launch()
+    assert drive(run) == [Run.Status.WAITING]
+    gate = Approval.objects.get(run=run)
+    with transaction.atomic():
+        locked = Run.locked(run.pk)
+        Approval.objects.filter(pk=gate.pk).update(
+            status=Approval.Status.APPROVED,
+            edited_args={"n": 2},
+            approved_args_hash=args_hash("t_gated", {"n": 2}),
+            decided_at=timezone.now(),
+            decided_by=plain_user,
+        )
+        assert engine.resume_after_decision(locked)
+    die_after("t_gated")
+    crash(run)
+    expire_lease_and_sweep(run, no_enqueue)
+    assert drive(run) == [Run.Status.WAITING]
+    answer(
+        Approval.objects.get(run=run, status=Approval.Status.PENDING), "did_not_happen", plain_user
+    )
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    effect = SideEffect.objects.get(run=run)  # one effect, one key, across the retry
+    assert effect.args == {"n": 2} and effect.attempts == 2
+    [step] = tool_steps(run, "t_gated")
+    assert step["args"] == {"n": 2} and step["result"] == {"done": 2}  # what really ran
+    assert CALLS["t_gated"] == 2
 
 
 def test_keys_come_from_stable_ids_and_differ_per_call():
