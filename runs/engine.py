@@ -133,6 +133,10 @@ class Stop(Exception):
     """This worker must stop working on the run (it finished, waits, or lost its lease)."""
 
 
+class StepAgain(Exception):
+    """End this step early; the next one starts from the checkpointed state afresh."""
+
+
 @dataclass
 class Work:
     """What one worker holds in memory while it owns a run's lease."""
@@ -263,11 +267,14 @@ def _tool_result_block(data: dict) -> dict:
 
 def _step(work: Work) -> None:
     """One unit of progress: run pending tool calls, or make the next model call."""
-    if work.state["pending"]:
-        _run_pending_tools(work)
-    else:
-        _terminator_precheck(work)
-        _model_call(work)
+    try:
+        if work.state["pending"]:
+            _run_pending_tools(work)
+        else:
+            _terminator_precheck(work)
+            _model_call(work)
+    except StepAgain:
+        pass
 
 
 # --- terminator ----------------------------------------------------------------------------------
@@ -586,9 +593,18 @@ def _gate_if_needed(work: Work, item: dict, tool: Tool, response) -> None:
 
 
 def _wait_for_humans(work: Work) -> None:
+    """Park the run in `waiting` (Stop), unless every decision is already in.
+
+    The approvals were committed before this transaction; a quick decider may have decided
+    them since, while the run was still `running` (so resume_after_decision could not
+    requeue it). The decision service holds the run's row lock, so under that lock the count
+    is exact: with nothing pending we return and the caller carries on instead.
+    """
     with transaction.atomic():
         run = _locked_owned(work)
         waiting = Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
+        if not waiting:
+            return
         run.transition_to(
             Run.Status.WAITING,
             status_detail=f"waiting for {waiting} decision(s)",
@@ -626,6 +642,7 @@ def _run_pending_tools(work: Work) -> None:
     }
     if any(a.status == Approval.Status.PENDING for a in approvals.values()):
         _wait_for_humans(work)
+        return  # decided meanwhile: the next step reads the decisions afresh
     item = pending[0]
     tool = get_tool(item["name"])
     # The step boundary: stop if cancelled, renew the lease. Tool timeouts are seconds, well
@@ -821,6 +838,7 @@ def _outcome_unknown(work: Work, item: dict, tool: Tool, effect: SideEffect) -> 
         _checkpoint(work)
         work.run = run
     _wait_for_humans(work)
+    raise StepAgain  # answered already: the next step applies the answer
 
 
 def _record_tool_result(

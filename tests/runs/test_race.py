@@ -9,13 +9,15 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from agentops.llm.scripted import text, tool_use
+from approvals.models import Approval
 from runs import engine
 from runs.models import Run, SideEffect, Step
 
-from .harness import CALLS, assert_timeline_sound, tool_steps, worker_thread
+from .harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,3 +109,51 @@ def test_two_workers_taking_over_an_expired_lease_only_one_wins(launch, script):
     assert run.lease_owner == winners[0].lease_owner
     assert run.steps.filter(data__event="resumed").count() == 1
     assert_timeline_sound(run)
+
+
+# --- a decision racing the worker that is about to park the run --------------------------------
+@pytest.fixture
+def quick_decider(monkeypatch, plain_user):
+    """The approver decides in the instant between the gate's commit and the run parking in
+    `waiting`: the decision service finds the run still running and cannot requeue it."""
+
+    def arm(**decision):
+        real = engine._wait_for_humans
+
+        def decide_first(work):
+            for approval in Approval.objects.filter(run_id=work.run.pk, status="pending"):
+                with transaction.atomic():
+                    locked = Run.locked(work.run.pk)
+                    Approval.objects.filter(pk=approval.pk).update(
+                        decided_at=timezone.now(), decided_by=plain_user, **decision
+                    )
+                    assert not engine.resume_after_decision(locked)
+            return real(work)
+
+        monkeypatch.setattr(engine, "_wait_for_humans", decide_first)
+
+    return arm
+
+
+def test_an_approval_decided_before_the_run_parks_is_not_lost(launch, script, quick_decider):
+    quick_decider(status=Approval.Status.APPROVED)
+    script([[tool_use("t_gated", n=1)], [text("done")]])
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED, run.status_detail
+    assert CALLS["t_gated"] == 1
+    assert_timeline_sound(run)
+
+
+def test_an_unknown_outcome_answered_before_the_run_parks_is_not_lost(
+    launch, script, quick_decider
+):
+    FAILURES_LEFT["t_notify"] = 1
+    quick_decider(status=Approval.Status.ANSWERED, answer="happened")
+    script([[tool_use("t_notify", to="ops")], [text("done")]])
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED, run.status_detail
+    assert CALLS["t_notify"] == 1
+    [step] = tool_steps(run, "t_notify")
+    assert step["result"]["outcome"] == "confirmed by an operator"
