@@ -147,6 +147,13 @@ class Work:
     messages: list[dict]
     worker: str
     provider: Any
+    # Seconds the run spent waiting for people, left out of its max_seconds (read once per
+    # claim: a run that waits again is parked, and the next claim reads it afresh).
+    waited: float = 0.0
+
+    @property
+    def active_seconds(self) -> float:
+        return self.run.elapsed_seconds - self.waited
 
 
 def advance(run_id, *, worker: str | None = None, time_slice: float | None = None) -> str:
@@ -225,6 +232,7 @@ def _load(run: Run, worker: str) -> Work:
         messages=conversation(run),
         worker=worker,
         provider=llm.provider_for_run(run),
+        waited=run.seconds_waiting_for_humans(),
     )
 
 
@@ -371,11 +379,11 @@ def _still_mine(work: Work, *, lease_for: float | None = None) -> None:
     ).update(lease_expires_at=now + timedelta(seconds=seconds), updated_at=now)
     if not renewed:
         raise Stop
-    run = work.run
-    if run.elapsed_seconds >= run.max_seconds:
-        _terminate(
-            work, Run.Termination.MAX_SECONDS, f"{run.elapsed_seconds:.0f}s of {run.max_seconds}s"
-        )
+    if work.active_seconds >= work.run.max_seconds:
+        detail = f"{work.active_seconds:.0f}s of {work.run.max_seconds}s"
+        if work.waited:
+            detail += f" (not counting {work.waited:.0f}s waiting for people)"
+        _terminate(work, Run.Termination.MAX_SECONDS, detail)
 
 
 # --- model call ----------------------------------------------------------------------------------

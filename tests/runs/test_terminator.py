@@ -1,8 +1,11 @@
 """Every reason a run stops, each decided by the terminator, not by the model or a crash."""
 
+import time
 from decimal import ROUND_UP, Decimal
 
 import pytest
+from django.db import transaction
+from django.utils import timezone
 
 from agentops.llm import LLMError, LLMTransientError
 from agentops.llm.scripted import text, tool_use
@@ -92,6 +95,27 @@ def test_it_stops_at_max_seconds_before_the_next_tool(launch, script):
     assert run.termination_reason == Run.Termination.MAX_SECONDS
     assert CALLS["t_age_run"] == 1 and CALLS["t_echo"] == 0
     assert provider.calls == 1
+
+
+def test_time_waiting_for_a_person_does_not_count_against_max_seconds(
+    launch, script, no_enqueue, plain_user
+):
+    provider = script([[tool_use("t_gated", n=1)], [text("done")]])
+    run = launch(max_seconds=2)
+    assert drive(run) == [Run.Status.WAITING]
+    time.sleep(2.5)  # the approver takes longer than the run may work
+    approval = Approval.objects.get(run=run)
+    with transaction.atomic():
+        locked = Run.locked(run.pk)
+        Approval.objects.filter(pk=approval.pk).update(
+            status=Approval.Status.APPROVED, decided_at=timezone.now(), decided_by=plain_user
+        )
+        assert engine.resume_after_decision(locked)
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED, run.status_detail
+    assert CALLS["t_gated"] == 1 and provider.calls == 2
+    assert run.elapsed_seconds > 2  # wall time still says how long it really took
+    assert 2 < run.seconds_waiting_for_humans() < run.elapsed_seconds
 
 
 def test_it_stops_after_too_many_consecutive_errors(launch, script):
