@@ -118,6 +118,41 @@ def test_time_waiting_for_a_person_does_not_count_against_max_seconds(
     assert 2 < run.seconds_waiting_for_humans() < run.elapsed_seconds
 
 
+def decide(run: Run, user, **decision) -> None:
+    """What the approvals decision service does, under the run's row lock."""
+    with transaction.atomic():
+        locked = Run.locked(run.pk)
+        Approval.objects.filter(run=run, status=Approval.Status.PENDING).update(
+            decided_at=timezone.now(), decided_by=user, **decision
+        )
+        assert engine.resume_after_decision(locked)
+
+
+def test_a_rejected_call_goes_back_to_the_agent_as_an_error(launch, script, plain_user):
+    provider = script([[tool_use("t_gated", n=1)], [text("understood")]])
+    run = launch()
+    drive(run)
+    decide(run, plain_user, status=Approval.Status.REJECTED, reason="too risky")
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    [step] = tool_steps(run, "t_gated")
+    assert step["is_error"] and step["error"] == "rejected by olivia: too risky"
+    assert CALLS["t_gated"] == 0 and provider.calls == 2
+    assert run.consecutive_errors == 0  # a person's no is not the agent's error
+
+
+def test_an_expired_approval_fails_the_run_when_the_policy_says_so(launch, script, plain_user):
+    script([[tool_use("t_gated", n=1)], [text("never")]])
+    run = launch()
+    drive(run)
+    Approval.objects.filter(run=run).update(on_expiry="fail")
+    decide(run, None, status=Approval.Status.EXPIRED)
+    drive(run)
+    assert run.status == Run.Status.FAILED
+    assert run.termination_reason == Run.Termination.APPROVAL_EXPIRED
+    assert CALLS["t_gated"] == 0
+
+
 def test_it_stops_after_too_many_consecutive_errors(launch, script):
     calls = [
         [tool_use("t_fail", n=1)],
