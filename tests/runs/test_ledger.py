@@ -21,7 +21,9 @@ from runs.models import Run, SideEffect, Step
 from . import harness
 from .harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Plain (rolled back) tests: these check decisions, not commits; the tests that need
+# commits other connections can see (races, crashes, slices) are transactional.
+pytestmark = pytest.mark.django_db
 
 
 class WorkerDied(BaseException):

@@ -15,7 +15,9 @@ from runs.models import Run, Step
 
 from .harness import CALLS, assert_timeline_sound, drive, forever, tool_steps
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Plain (rolled back) tests: these check decisions, not commits; the tests that need
+# commits other connections can see (races, crashes, slices) are transactional.
+pytestmark = pytest.mark.django_db
 
 
 def terminated(run: Run) -> dict:
