@@ -290,7 +290,7 @@ def _terminator_precheck(work: Work) -> None:
     run = work.run
     # An operator may have cancelled the run since our last write: stop before paying for
     # another model call (and hold the lease for as long as that call may take).
-    _still_mine(work, lease_for=_cfg("LLM_TIMEOUT_SECONDS") + 10)
+    _still_mine(work, lease_for=_cfg("LLM_TIMEOUT_SECONDS"))
     if run.step_count >= run.max_steps:
         _terminate(
             work, Run.Termination.MAX_STEPS, f"{run.step_count} of {run.max_steps} steps used"
@@ -367,18 +367,28 @@ def _renew(run: Run, **fields: Any) -> None:
 
 
 def _still_mine(work: Work, *, lease_for: float | None = None) -> None:
-    """Renew the lease if this worker still owns the running run; Stop otherwise.
+    """At a step boundary: Stop if the run was cancelled or taken over; make sure the lease
+    covers the call about to be made (so a slow but live call is not taken over); stop at
+    max_seconds.
 
-    One conditional UPDATE: it is both the cancel check at a step boundary and the lease
-    renewal that covers the call about to be made, so a slow but live call is not taken over.
+    Usually one plain SELECT: the lease was renewed by the step just recorded, and a write
+    here would cost a commit (a WAL flush on Postgres) on every step.
     """
     now = timezone.now()
     seconds = max(lease_seconds(), lease_for or 0)
-    renewed = Run.objects.filter(
-        pk=work.run.pk, status=Run.Status.RUNNING, lease_owner=work.worker
-    ).update(lease_expires_at=now + timedelta(seconds=seconds), updated_at=now)
-    if not renewed:
+    row = (
+        Run.objects.filter(pk=work.run.pk)
+        .values_list("status", "lease_owner", "lease_expires_at")
+        .first()
+    )
+    if row is None or row[:2] != (Run.Status.RUNNING, work.worker):
         raise Stop
+    if row[2] is None or row[2] < now + timedelta(seconds=seconds * 0.9):
+        renewed = Run.objects.filter(
+            pk=work.run.pk, status=Run.Status.RUNNING, lease_owner=work.worker
+        ).update(lease_expires_at=now + timedelta(seconds=seconds), updated_at=now)
+        if not renewed:
+            raise Stop
     if work.active_seconds >= work.run.max_seconds:
         detail = f"{work.active_seconds:.0f}s of {work.run.max_seconds}s"
         if work.waited:
@@ -439,7 +449,7 @@ def _call_model_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResp
         attempt += 1
         if attempt > 1:
             # After a backoff sleep: cancelled meanwhile, or out of wall time?
-            _still_mine(work, lease_for=_cfg("LLM_TIMEOUT_SECONDS") + 10)
+            _still_mine(work, lease_for=_cfg("LLM_TIMEOUT_SECONDS"))
         _release_db_connection()
         try:
             return work.provider.complete(request)

@@ -196,6 +196,24 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(launch, script):
     assert_timeline_sound(run)
 
 
+def test_the_lease_covers_a_slow_model_call(launch, script, settings, no_enqueue):
+    settings.AGENTOPS = {**settings.AGENTOPS, "LEASE_SECONDS": 1, "LLM_TIMEOUT_SECONDS": 30}
+    during_call: list = []
+
+    def look(request):
+        run = Run.objects.get(pk=request.metadata["run_id"])
+        during_call.append((run.lease_expires_at - timezone.now(), engine.sweep()))
+
+    script([[tool_use("t_echo", text="a")], [text("done")]], on_call=look)
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    for remaining, swept in during_call:
+        # Held for as long as the model may take (not the 1 s lease that lets a dead
+        # worker's run be found quickly), so no sweep hands a live call to another worker.
+        assert remaining > timedelta(seconds=25) and swept == 0
+
+
 def test_an_unexpected_engine_error_is_recorded_and_the_run_retried(
     launch, script, monkeypatch, no_enqueue
 ):
