@@ -237,7 +237,22 @@ def test_cancel_while_running_stops_at_the_next_step_boundary(launch, script):
     assert_timeline_sound(run)
 
 
-def test_cancel_during_a_model_call_discards_nothing_it_should_not(launch, script):
+def test_cancel_between_steps_is_seen_before_the_next_model_call(launch, script, monkeypatch):
+    real = engine._record_tool_result
+
+    def record_then_cancel(work, *args, **kwargs):
+        real(work, *args, **kwargs)
+        Run.objects.get(pk=work.run.pk).cancel(reason="operator clicked cancel")
+
+    monkeypatch.setattr(engine, "_record_tool_result", record_then_cancel)
+    provider = script(forever(lambda i: [tool_use("t_echo", text=f"{i}")]))
+    run = launch()
+    assert drive(run) == [Run.Status.CANCELLED]
+    assert provider.calls == 1  # the second call was never paid for
+    assert CALLS["t_echo"] == 1
+
+
+def test_cancel_during_a_model_call_runs_none_of_its_tools(launch, script):
     def cancel_now(request):
         Run.objects.get(pk=request.metadata["run_id"]).cancel(reason="stop")
 
