@@ -504,45 +504,50 @@ def _record_model_error(work: Work, exc: llm.LLMError, attempt: int, *, will_ret
 
 def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
     tool_uses = response.tool_uses
-    with transaction.atomic():
-        run = _locked_owned(work)
-        step = run.append_step(
-            Step.Kind.LLM,
-            {
-                "model": response.model,
-                "content": response.content,
-                "stop_reason": response.stop_reason,
-                "usage": response.usage.as_dict(),
-                "request_id": response.request_id,
-                "trimmed_turns": trimmed,
-                "provider": work.provider.name,
-            },
-            cost_usd=response.cost_usd,
-            tokens_in=response.usage.input_tokens,
-            tokens_out=response.usage.output_tokens,
-            latency_ms=response.latency_ms,
-        )
-        run.step_count += 1
-        run.tokens_in += response.usage.input_tokens + response.usage.cache_read_input_tokens
-        run.tokens_out += response.usage.output_tokens
-        run.cost_usd += response.cost_usd
-        _renew(
-            run,
-            step_count=run.step_count,
-            tokens_in=run.tokens_in,
-            tokens_out=run.tokens_out,
-            cost_usd=run.cost_usd,
-        )
-        work.run = run
-        work.messages.append({"role": "assistant", "content": response.content})
+    try:
+        with transaction.atomic():
+            run = _locked_owned(work)
+            step = run.append_step(
+                Step.Kind.LLM,
+                {
+                    "model": response.model,
+                    "content": response.content,
+                    "stop_reason": response.stop_reason,
+                    "usage": response.usage.as_dict(),
+                    "request_id": response.request_id,
+                    "trimmed_turns": trimmed,
+                    "provider": work.provider.name,
+                },
+                cost_usd=response.cost_usd,
+                tokens_in=response.usage.input_tokens,
+                tokens_out=response.usage.output_tokens,
+                latency_ms=response.latency_ms,
+            )
+            run.step_count += 1
+            run.tokens_in += response.usage.input_tokens + response.usage.cache_read_input_tokens
+            run.tokens_out += response.usage.output_tokens
+            run.cost_usd += response.cost_usd
+            _renew(
+                run,
+                step_count=run.step_count,
+                tokens_in=run.tokens_in,
+                tokens_out=run.tokens_out,
+                cost_usd=run.cost_usd,
+            )
+            work.run = run
+            work.messages.append({"role": "assistant", "content": response.content})
 
-        if not tool_uses:
-            _checkpoint(work)
-            pending, repeated = [], ""
-        else:
-            pending, repeated = _plan_tool_calls(work, step.seq, tool_uses, response)
-            work.state["pending"] = pending
-            _checkpoint(work)
+            if not tool_uses:
+                _checkpoint(work)
+                pending, repeated = [], ""
+            else:
+                pending, repeated = _plan_tool_calls(work, step.seq, tool_uses, response)
+                work.state["pending"] = pending
+                _checkpoint(work)
+    except Stop:
+        # Only the ownership check raises Stop in there: cancelled or taken over meanwhile.
+        _charge_discarded_response(work, response)
+        raise
     if not tool_uses:
         _terminate(work, Run.Termination.COMPLETED, output=response.text)
     if repeated:
@@ -553,6 +558,19 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
         )
     if any(p.get("approval") for p in pending):
         _wait_for_humans(work)
+
+
+def _charge_discarded_response(work: Work, response: llm.LLMResponse) -> None:
+    """The run was cancelled (or taken over) while the model answered: the answer is not
+    used, but it was paid for, so the run's spend says so (no step: the run is not ours)."""
+    log.info("run %s: discarding a %s USD response", work.run.pk, response.cost_usd)
+    Run.objects.filter(pk=work.run.pk).update(
+        cost_usd=F("cost_usd") + response.cost_usd,
+        tokens_in=F("tokens_in")
+        + response.usage.input_tokens
+        + response.usage.cache_read_input_tokens,
+        tokens_out=F("tokens_out") + response.usage.output_tokens,
+    )
 
 
 def _plan_tool_calls(

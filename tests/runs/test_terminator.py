@@ -261,6 +261,9 @@ def test_cancel_during_a_model_call_runs_none_of_its_tools(launch, script):
     drive(run)
     assert run.status == Run.Status.CANCELLED
     assert provider.calls == 1 and CALLS["t_echo"] == 0
+    assert not run.steps.filter(kind=Step.Kind.LLM).exists()
+    # The answer was thrown away, but it was paid for: the run's spend includes it.
+    assert run.cost_usd > 0 and run.tokens_in > 0 and run.tokens_out > 0
 
 
 def test_cancel_while_waiting_frees_the_run_and_nothing_runs(launch, script):
