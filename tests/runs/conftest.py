@@ -1,0 +1,62 @@
+from collections.abc import Callable
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+
+from runs import engine
+from runs.models import Run
+
+from . import harness
+
+
+@pytest.fixture
+def test_agent():
+    harness.CALLS.clear()
+    harness.FAILURES_LEFT.clear()
+    agent = harness.register_agent()
+    yield agent
+    harness.unregister_agent()
+
+
+@pytest.fixture
+def script(monkeypatch) -> Callable[..., harness.Script]:
+    """Install a scripted model for every run: `provider = script(turns, errors=...)`."""
+
+    def install(turns=(), **kwargs) -> harness.Script:
+        provider = harness.Script(turns, **kwargs)
+        monkeypatch.setattr("agentops.llm.provider_for_run", lambda run: provider)
+        return provider
+
+    return install
+
+
+@pytest.fixture
+def launch(test_agent, no_enqueue) -> Callable[..., Run]:
+    """Launch a run of the test agent; keyword arguments override its limits."""
+
+    def make(task: str = "test", script: str = "", **limits) -> Run:
+        if "max_cost_usd" in limits:
+            limits["max_cost_usd"] = Decimal(str(limits["max_cost_usd"]))
+        return engine.launch(
+            agent=test_agent,
+            input={"task": task, "script": script},
+            limits=replace(test_agent.limits, **limits) if limits else None,
+            provider="scripted",
+        )
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _outbox_mail(settings):
+    # pytest-django swaps in the locmem backend; the demo tools' mail lands in the outbox
+    # table in the product, and the ledger tests count rows there.
+    settings.EMAIL_BACKEND = "demo.mail.OutboxEmailBackend"
+
+
+@pytest.fixture
+def plain_user(django_user_model):
+    # Transactional tests flush the role groups the data migration made; a plain user is
+    # all the engine needs to see as the one who decided.
+    return django_user_model.objects.create_user(username="olivia", password="pw-olivia")
