@@ -62,7 +62,7 @@ def decide(client, approval, hx=True, **data):
 
 # --- queue -------------------------------------------------------------------------------------
 def test_queue_lists_pending_approvals_with_the_contract_hooks(client, viewer, gated):
-    run, approval = gated
+    _run, approval = gated
     client.force_login(viewer)
     html = client.get(reverse("approvals:queue")).content.decode()
     assert f'class="approval-row" data-approval-id="{approval.pk}"' in html
@@ -135,7 +135,7 @@ def test_queue_needs_a_role(client, django_user_model):
 
 # --- the decision screen ---------------------------------------------------------------------
 def test_screen_shows_the_exact_call_an_editable_form_and_the_buttons(client, approver, gated):
-    run, approval = gated
+    _run, approval = gated
     client.force_login(approver)
     html = client.get(reverse("approvals:detail", args=[approval.pk])).content.decode()
     assert "<code>email_report</code>" in html
@@ -153,7 +153,7 @@ def test_screen_shows_the_exact_call_an_editable_form_and_the_buttons(client, ap
 
 
 def test_viewers_read_but_cannot_decide(client, viewer, gated):
-    run, approval = gated
+    _run, approval = gated
     client.force_login(viewer)
     html = client.get(reverse("approvals:detail", args=[approval.pk])).content.decode()
     assert 'id="approve"' not in html
@@ -168,7 +168,7 @@ def test_opening_the_screen_writes_nothing_and_the_open_is_recorded_by_post(
 ):
     from approvals.models import ApprovalView
 
-    run, approval = gated
+    _run, approval = gated
     client.force_login(approver)
     client.get(reverse("approvals:detail", args=[approval.pk]))
     assert not ApprovalView.objects.exists()
@@ -179,7 +179,7 @@ def test_opening_the_screen_writes_nothing_and_the_open_is_recorded_by_post(
 
 
 def test_model_prose_is_escaped_in_an_untrusted_box(client, approver, gated):
-    run, approval = gated
+    _run, approval = gated
     Approval.objects.filter(pk=approval.pk).update(
         context_summary=XSS, args={**approval.args, "body": XSS}
     )
@@ -212,7 +212,7 @@ def test_approve_resumes_the_run_and_a_second_click_is_a_conflict(
 
 
 def test_reject_needs_a_reason(client, approver, gated):
-    run, approval = gated
+    _run, approval = gated
     client.force_login(approver)
     response = decide(client, approval, decision="reject")
     assert response.status_code == 422
@@ -224,7 +224,7 @@ def test_reject_needs_a_reason(client, approver, gated):
 
 
 def test_edit_and_approve_runs_the_edited_call(client, approver, gated):
-    run, approval = gated
+    _run, approval = gated
     client.force_login(approver)
     response = decide(
         client,
@@ -241,7 +241,7 @@ def test_edit_and_approve_runs_the_edited_call(client, approver, gated):
 
 
 def test_an_edit_that_policy_would_gate_harder_is_refused_clearly(client, approver, gated):
-    run, approval = gated
+    _run, approval = gated
     client.force_login(approver)
     response = decide(
         client,
@@ -258,7 +258,7 @@ def test_an_edit_that_policy_would_gate_harder_is_refused_clearly(client, approv
 
 
 def test_invalid_edited_arguments_are_field_errors(client, approver, gated):
-    run, approval = gated
+    _run, approval = gated
     client.force_login(approver)
     response = decide(
         client,
@@ -290,13 +290,13 @@ def test_answer_a_question(client, approver, gated):
 
 
 def test_an_unknown_decision_is_422(client, approver, gated):
-    run, approval = gated
+    _run, approval = gated
     client.force_login(approver)
     assert decide(client, approval, decision="maybe").status_code == 422
 
 
 def test_decisions_need_the_csrf_token(approver, gated):
-    run, approval = gated
+    _run, approval = gated
     client = Client(enforce_csrf_checks=True)
     client.force_login(approver)
     response = client.post(reverse("approvals:decide", args=[approval.pk]), {"decision": "approve"})
@@ -309,7 +309,7 @@ def test_four_eyes_refusal_is_shown_as_403(client, django_user_model, no_enqueue
     from tests.conftest import make_user
 
     both = make_user(django_user_model, "bea", "operator", "approver")
-    run, approval = gated_run(both)
+    _run, approval = gated_run(both)
     Approval.objects.filter(pk=approval.pk).update(risk=Approval.Risk.HIGH)
     client.force_login(both)
     response = decide(client, approval, decision="approve")
@@ -319,7 +319,7 @@ def test_four_eyes_refusal_is_shown_as_403(client, django_user_model, no_enqueue
 
 # --- live push ---------------------------------------------------------------------------------
 def test_the_pushed_fragment_updates_count_row_and_open_screens(operator, approver, gated):
-    run, approval = gated
+    _run, approval = gated
     html = rendering.render_approval_event(approval.pk)["html"]
     assert 'id="nav-pending-count" class="count" hx-swap-oob="true">1<' in html
     assert 'hx-swap-oob="afterbegin:#approval-rows-live"' in html
@@ -337,7 +337,7 @@ def test_the_pushed_fragment_updates_count_row_and_open_screens(operator, approv
 def test_stats_are_for_admins(client, approver, admin_user, gated):
     from approvals import decisions
 
-    run, approval = gated
+    _run, approval = gated
     decisions.decide(approval.pk, user=approver, decision="approve")
     client.force_login(approver)
     assert client.get(reverse("approvals:stats")).status_code == 403
