@@ -39,6 +39,7 @@ def gated(operator, no_enqueue):
 
 def question(run: Run, **fields) -> Approval:
     now = timezone.now()
+    fields.setdefault("risk", Approval.Risk.LOW)
     return Approval.objects.create(
         run=run,
         gate_seq=run.last_seq,
@@ -49,7 +50,6 @@ def question(run: Run, **fields) -> Approval:
         question="Which region?",
         options=["EU", "US"],
         explanation="the agent asked the operator a question",
-        risk=Approval.Risk.LOW,
         expires_at=now + timedelta(hours=1),
         **fields,
     )
