@@ -18,17 +18,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 ORIGIN = (b"origin", b"http://testserver")
 
 
-@pytest.fixture(autouse=True)
-def _roles(transactional_db):
-    # Transactional tests flush the database, data migrations included.
-    from django.contrib.auth.models import Group
-
-    from accounts.models import Role
-
-    for role in Role.values:
-        Group.objects.get_or_create(name=role)
-
-
 @sync_to_async
 def session_cookie(user) -> tuple[bytes, bytes]:
     client = Client()
