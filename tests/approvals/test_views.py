@@ -320,14 +320,14 @@ def test_four_eyes_refusal_is_shown_as_403(client, django_user_model, no_enqueue
 # --- live push ---------------------------------------------------------------------------------
 def test_the_pushed_fragment_updates_count_row_and_open_screens(operator, approver, gated):
     _run, approval = gated
-    html = rendering.render_approval_event(approval.pk)["html"]
+    html = "".join(rendering.render_approval_event(approval.pk)["html"])
     assert 'id="nav-pending-count" class="count" hx-swap-oob="true">1<' in html
     assert 'hx-swap-oob="afterbegin:#approval-rows-live"' in html
     assert f'data-approval-id="{approval.pk}"' in html
     from approvals import decisions
 
     decisions.decide(approval.pk, user=approver, decision="approve")
-    html = rendering.render_approval_event(approval.pk)["html"]
+    html = "".join(rendering.render_approval_event(approval.pk)["html"])
     assert 'hx-swap-oob="true">0<' in html
     assert f'<tr id="approval-{approval.pk}" hx-swap-oob="delete">' in html
     assert f'id="approval-state-{approval.pk}" hx-swap-oob="true"' in html
