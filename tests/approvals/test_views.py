@@ -390,3 +390,15 @@ def test_json_arguments_are_edited_as_json():
     post["arg_options"] = "[oops"
     _, errors = arg_form.parse(fields, original, post)
     assert "must be JSON" in errors["arg_options"][0]
+
+
+def test_the_run_page_shows_the_decision_inline(client, approver, viewer, gated):
+    from approvals import decisions
+
+    run, approval = gated
+    decisions.decide(approval.pk, user=approver, decision="reject", reason="wrong person")
+    client.force_login(viewer)
+    html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert 'data-kind="gate"' in html and 'data-kind="decision"' in html
+    assert "human: reject" in html and "wrong person" in html and "<dd>arthur</dd>" in html
+    assert f'href="/approvals/{approval.pk}/"' in html
