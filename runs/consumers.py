@@ -9,6 +9,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from . import events
 from .models import Run, Step
 
+CATCH_UP_MAX = 500
+
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
     """One run's timeline. The client says the last seq it has; it gets what it missed, then
@@ -27,8 +29,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # seq check below drops its duplicate.
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        for payload in await self._steps_after(self.last_seq):
-            await self._deliver(payload)
+        await self._catch_up()
 
     async def disconnect(self, code):
         if hasattr(self, "group"):
@@ -39,20 +40,24 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             return
         if event["seq"] > self.last_seq + 1:
             # A gap (a lost event): fill it from the database, in order.
-            for payload in await self._steps_after(self.last_seq):
-                await self._deliver(payload)
+            await self._catch_up()
             return
         await self._deliver(event)
+
+    async def _catch_up(self):
+        """Everything after last_seq, from the database, in bounded batches."""
+        while True:
+            batch = await self._steps_after(self.last_seq)
+            for payload in batch:
+                await self._deliver(payload)
+            if len(batch) < CATCH_UP_MAX:
+                return
 
     async def _deliver(self, payload: dict):
         if payload["seq"] <= self.last_seq:
             return
         self.last_seq = payload["seq"]
-        html = payload.get("html")
-        if html is not None:
-            await self.send(text_data=html)
-        else:
-            await self.send_json({k: v for k, v in payload.items() if k != "type"})
+        await _send_html_or_json(self, payload)
 
     def _query(self) -> dict:
         from urllib.parse import parse_qs
@@ -66,12 +71,16 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _steps_after(self, seq: int) -> list[dict]:
-        from .events import _step_renderer
-
-        steps = Step.objects.filter(run_id=self.run_id, seq__gt=seq).order_by("seq")[:500]
+        steps = list(
+            Step.objects.filter(run_id=self.run_id, seq__gt=seq).order_by("seq")[:CATCH_UP_MAX]
+        )
+        if not steps:
+            return []
+        run = Run.objects.select_related("launched_by").get(pk=self.run_id)
         out = []
         for step in steps:
-            payload = _step_renderer(step) if _step_renderer else {}
+            # The header reflects the run now; sending it once, with the last step, is enough.
+            payload = events.render_step(step, run=run, with_header=step is steps[-1])
             out.append({"seq": step.seq, "kind": step.kind, "run_id": str(step.run_id), **payload})
         return out
 
@@ -89,25 +98,48 @@ class _GroupConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self.close(code=4403)
             return
+        # Browsers get the rendered fragments; scripts and tests may ask for the summaries.
+        self.as_json = b"format=json" in self.scope.get("query_string", b"")
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code):
         await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def forward(self, event):
+        if self.as_json:
+            await self.send_json({k: v for k, v in event.items() if k not in ("type", "html")})
+        else:
+            await _send_html_or_json(self, event)
+
 
 class DashboardConsumer(_GroupConsumer):
+    """Runs list and dashboard rows."""
+
     group = events.DASHBOARD_GROUP
 
     async def run_changed(self, event):
-        await self.send_json({k: v for k, v in event.items() if k != "type"})
+        await self.forward(event)
 
 
 class ApprovalsConsumer(_GroupConsumer):
+    """Approvals queue rows and the pending count in the navigation."""
+
     group = events.APPROVALS_GROUP
 
     async def approvals_changed(self, event):
-        await self.send_json({k: v for k, v in event.items() if k != "type"})
+        await self.forward(event)
+
+
+async def _send_html_or_json(consumer: AsyncJsonWebsocketConsumer, event: dict) -> None:
+    """The fragment(s) rendered once by runs/events.py, one WebSocket message each; every
+    viewer gets the same bytes. Without a renderer, the event itself as JSON."""
+    html = event.get("html")
+    if html is None:
+        await consumer.send_json({k: v for k, v in event.items() if k != "type"})
+        return
+    for part in [html] if isinstance(html, str) else html:
+        await consumer.send(text_data=part)
 
 
 def _int(value, default: int) -> int:
