@@ -16,10 +16,11 @@ from ninja.responses import NinjaJSONEncoder
 
 from agentops.agents import get_agent
 from agentops.tools import get_tool
+from runs.api import MAX_OFFSET
 from runs.models import Run, Step, canonical_json
 
 from . import decisions, stats
-from .models import Approval
+from .models import Approval, ApprovalView
 
 router = Router(tags=["approvals"])
 
@@ -80,8 +81,8 @@ def list_approvals(
         errors["risk"] = [f"one of {', '.join(Approval.Risk.values)}"]
     if not 1 <= limit <= MAX_PAGE:
         errors["limit"] = [f"between 1 and {MAX_PAGE}"]
-    if offset < 0:
-        errors["offset"] = ["must not be negative"]
+    if not 0 <= offset <= MAX_OFFSET:
+        errors["offset"] = [f"between 0 and {MAX_OFFSET}"]
     if errors:
         return _error(422, "invalid filters", errors=errors)
 
@@ -152,7 +153,20 @@ def approver_stats(request: HttpRequest, days: int = 30):
 # --- one approval --------------------------------------------------------------------------------
 @router.get("/{uuid:approval_id}")
 def get_approval(request: HttpRequest, approval_id: UUID):
-    """Everything an approver needs to decide; opening it starts their time-to-decide."""
+    """Everything an approver needs to decide. Reading writes nothing (GET is safe); a client
+    that wants its time-to-decide measured from here POSTs to `/open` instead."""
+    user = _user(request)
+    approval = _get(approval_id, user)
+    if approval is None:
+        return _error(404, "no such approval")
+    view = ApprovalView.objects.filter(approval=approval, user=user).first()
+    return _detail(approval, user, opened_at=view.first_opened_at if view else None)
+
+
+@router.post("/{uuid:approval_id}/open")
+def open_approval(request: HttpRequest, approval_id: UUID):
+    """The same as GET, and records that the caller opened it: time to decide (the
+    rubber-stamp guard) is measured from the first open. Later opens keep the first time."""
     user = _user(request)
     approval = _get(approval_id, user)
     if approval is None:

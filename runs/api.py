@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db.models import QuerySet
 from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from ninja import Query, Router, Schema, Status
+from ninja import Field, Query, Router, Schema, Status
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
@@ -45,6 +45,9 @@ router = Router(tags=["runs"], auth=READERS)
 
 MAX_PAGE = 200  # runs or checkpoints per page
 MAX_STEPS_PAGE = 500
+# Far beyond any real list, and well inside the database's bigint OFFSET (a larger offset was
+# a 500 "bigint out of range" on PostgreSQL).
+MAX_OFFSET = 1_000_000_000
 # A launch body is the input plus a few small fields; anything much larger is refused
 # before it is parsed.
 BODY_SLACK_BYTES = 8_192
@@ -83,6 +86,14 @@ def _refuse_large_bodies(view: Callable[..., HttpResponse]) -> Callable[..., Htt
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+class Pagination(LimitOffsetPagination):
+    """ninja's limit/offset, with the offset bounded (422 above MAX_OFFSET)."""
+
+    class Input(Schema):
+        limit: int = Field(100, ge=1, description=f"At most {MAX_PAGE}.")
+        offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
 
 # --- access ----------------------------------------------------------------------------------
@@ -202,7 +213,7 @@ def json_type_errors(schema: dict, data: dict) -> dict[str, list[str]]:
 
 # --- reading ---------------------------------------------------------------------------------
 @router.get("/runs", response=list[RunOut], summary="Runs, newest first")
-@paginate(LimitOffsetPagination, max_limit=MAX_PAGE)
+@paginate(Pagination, max_limit=MAX_PAGE)
 def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> QuerySet[Run]:
     runs = (
         _runs()
@@ -235,7 +246,7 @@ def list_steps(
 
 
 @router.get("/runs/{run_id}/checkpoints", response=list[CheckpointOut], summary="Saved run states")
-@paginate(LimitOffsetPagination, max_limit=MAX_PAGE)
+@paginate(Pagination, max_limit=MAX_PAGE)
 def list_checkpoints(request: HttpRequest, run_id: UUID) -> QuerySet[Checkpoint]:
     run = _get_run(request, run_id)
     return Checkpoint.objects.filter(run=run).only("seq", "created_at").order_by("seq")

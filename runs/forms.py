@@ -1,5 +1,7 @@
 """Forms of the runs pages: the launch form's fixed part and the runs list filters."""
 
+from datetime import date
+
 from django import forms
 
 from agentops.agents import CATALOGUE
@@ -54,3 +56,10 @@ class RunFilterForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["agent"].choices = [("", "any agent"), *agent_choices()]
+
+    def clean_date_to(self):
+        # The filter ends at the start of the next day, which 9999-12-31 does not have.
+        value = self.cleaned_data["date_to"]
+        if value is not None and value >= date.max:
+            raise forms.ValidationError(f"Enter a date before {date.max:%Y-%m-%d}.")
+        return value

@@ -183,9 +183,16 @@ class RunFilters(FilterSchema):
     @field_validator("created_after", "created_before")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and timezone.is_naive(value):
+        if value is None:
+            return None
+        if timezone.is_naive(value):
             return timezone.make_aware(value, UTC)
-        return value
+        # In UTC: PostgreSQL refuses offsets beyond ±15:59 (pydantic accepts up to ±23:59),
+        # which was a 500. A time that has no UTC equivalent is a field error.
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("out of range once converted to UTC") from None
 
 
 # --- timeline --------------------------------------------------------------------------------

@@ -250,15 +250,25 @@ def test_detail_gives_the_approver_context_and_records_the_open(
     assert kinds[-2:] == [Step.Kind.GATE, Step.Kind.STATUS]
     assert body["recent_steps"][-3]["tool_calls"][0]["tool"] == "test_transfer"
     assert body["can_decide"] is True and body["votes_needed"] == 1
+    # Reading writes nothing (GET is safe); POST .../open records the open.
+    assert body["opened_at"] is None
+    assert not ApprovalView.objects.filter(approval=approval).exists()
+    opened = client.post(url(approval, "/open"))
+    assert opened.status_code == 200 and opened.json()["opened_at"] is not None
     view = ApprovalView.objects.get(approval=approval, user=approver)
-    assert body["opened_at"] is not None
 
-    client.get(url(approval))  # opening again keeps the first time
+    client.post(url(approval, "/open"))  # opening again keeps the first time
     assert ApprovalView.objects.get(pk=view.pk).first_opened_at == view.first_opened_at
+    assert client.get(url(approval)).json()["opened_at"] is not None
     viewer_client = Client()
     viewer_client.force_login(viewer)
     assert viewer_client.get(url(approval)).status_code == 200
-    assert not ApprovalView.objects.filter(user=viewer).exists()  # viewers do not decide
+    # A session POST needs the CSRF token; viewers do not decide, so nothing is recorded.
+    viewer_csrf = Client(enforce_csrf_checks=True)
+    viewer_csrf.force_login(viewer)
+    assert viewer_csrf.post(url(approval, "/open")).status_code == 403
+    assert viewer_client.post(url(approval, "/open")).status_code == 200
+    assert not ApprovalView.objects.filter(user=viewer).exists()
 
 
 def test_pending_approvals_of_cancelled_runs_leave_the_queue(
