@@ -98,7 +98,10 @@ register(
 
 # --- Refund desk --------------------------------------------------------------------------------
 class RefundDeskInput(forms.Form):
-    order_id = forms.IntegerField(min_value=1, initial=42, help_text="The order to refund.")
+    # Bounded: SQLite (the shop) stores 64-bit integers; a larger id was a tool crash.
+    order_id = forms.IntegerField(
+        min_value=1, max_value=2**63 - 1, initial=42, help_text="The order to refund."
+    )
     amount = forms.DecimalField(
         min_value=Decimal("0.01"),
         max_digits=10,
@@ -111,7 +114,10 @@ class RefundDeskInput(forms.Form):
 
 def refund_desk_script(data: dict) -> list:
     def refund(messages):
-        order = last_tool_result(messages) or {}
+        order = last_tool_result(messages)
+        if not isinstance(order, dict):
+            # The lookup failed (no such order): a model would say so, not crash.
+            return [text(f"I could not look up order {data['order_id']}: {order}. No refund.")]
         left = Decimal(str(order.get("total", 0))) - Decimal(str(order.get("refunded", 0)))
         amount = Decimal(data["amount"]) if data.get("amount") else left
         return [

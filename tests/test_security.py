@@ -1,0 +1,232 @@
+"""Access rules across every HTML page: login, role, method and CSRF, checked URL by URL.
+
+The views and their own tests check their rules one by one; this module walks the whole URL
+map, so a page added without its checks fails here.
+"""
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from approvals.models import Approval, ApprovalView
+from runs.models import Run
+from tests.approvals.test_views import gated_run
+
+pytestmark = pytest.mark.django_db
+
+ROLES = ["anonymous", "norole", "viewer", "operator", "approver", "admin"]
+
+
+@pytest.fixture
+def users(django_user_model):
+    def user(name: str, *roles: str):
+        # No password: these tests log in with force_login, and hashing five passwords per
+        # test would be most of the module's run time.
+        user = django_user_model.objects.create(username=name)
+        user.groups.add(*(Group.objects.get_or_create(name=r)[0] for r in roles))
+        return user
+
+    return {
+        "norole": user("nora"),
+        "viewer": user("vera", "viewer"),
+        "operator": user("otto", "operator"),
+        "approver": user("april", "approver"),
+        "admin": user("adam", "admin"),
+    }
+
+
+@pytest.fixture
+def world(users, no_enqueue):
+    """A run waiting on an approval, launched by the operator (so others may decide it)."""
+    run, approval = gated_run(users["operator"])
+    return {"run": run, "approval": approval}
+
+
+def client_for(users, role: str, *, csrf: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=csrf)
+    if role != "anonymous":
+        client.force_login(users[role])
+    return client
+
+
+def _html_url_names() -> set[str]:
+    """Every named URL of the project's own HTML apps (the API and admin have their own)."""
+    names: set[str] = set()
+
+    def walk(patterns, namespace):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                ns = p.namespace or namespace
+                if ns in ("admin", "api"):
+                    continue
+                walk(p.url_patterns, ns)
+            elif isinstance(p, URLPattern) and p.name and namespace in ("runs", "approvals"):
+                names.add(f"{namespace}:{p.name}")
+
+    walk(get_resolver().url_patterns, None)
+    return names
+
+
+# name -> (methods, who may) ; "view" means any role, None means nobody is refused a role.
+PAGES = {
+    "runs:dashboard": ("GET", "view"),
+    "runs:list": ("GET", "view"),
+    "runs:new": ("GET", "operate"),
+    "runs:detail": ("GET", "view"),
+    "runs:steps": ("GET", "view"),
+    "runs:step": ("GET", "view"),
+    "runs:export": ("GET", "view"),
+    "runs:audit": ("GET", "view"),
+    "runs:audit_run": ("GET", "view"),
+    "runs:cancel": ("POST", "operate"),
+    "approvals:queue": ("GET", "view"),
+    "approvals:stats": ("GET", "admin"),
+    "approvals:detail": ("GET", "view"),
+    "approvals:opened": ("POST", "approve"),
+    "approvals:decide": ("POST", "approve"),
+}
+ALLOWED = {
+    "view": {"viewer", "operator", "approver", "admin"},
+    "operate": {"operator", "admin"},
+    "approve": {"approver", "admin"},
+    "admin": {"admin"},
+}
+
+
+def url_of(name: str, world) -> str:
+    run, approval = world["run"], world["approval"]
+    args = {
+        "runs:detail": [run.pk],
+        "runs:steps": [run.pk],
+        "runs:step": [run.pk, 1],
+        "runs:export": [run.pk, "json"],
+        "runs:audit_run": [run.pk],
+        "runs:cancel": [run.pk],
+        "approvals:detail": [approval.pk],
+        "approvals:opened": [approval.pk],
+        "approvals:decide": [approval.pk],
+    }.get(name, [])
+    url = reverse(name, args=args)
+    return url + "?before=99" if name == "runs:steps" else url
+
+
+def test_every_html_url_is_covered_here():
+    assert _html_url_names() == set(PAGES)
+
+
+def test_admin_users_hold_every_role(users):
+    # The matrix below relies on it: admin is "everything, plus approver statistics".
+    admin = users["admin"]
+    assert admin.can_view and admin.can_operate and admin.can_approve and admin.is_admin
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_login_and_role_are_checked_on_every_page(name, role, users, world):
+    method, need = PAGES[name]
+    client = client_for(users, role)
+    url = url_of(name, world)
+    data = {"decision": "reject", "reason": "matrix"} if name == "approvals:decide" else {}
+    response = client.post(url, data) if method == "POST" else client.get(url)
+    if role == "anonymous":
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/")
+    elif role in ALLOWED[need]:
+        assert response.status_code in (200, 204, 302), response.status_code
+    else:
+        assert response.status_code == 403
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (m, _) in PAGES.items() if m == "GET"))
+def test_read_only_pages_refuse_unsafe_methods(name, users, world):
+    client = client_for(users, "admin")
+    url = url_of(name, world)
+    # The launch page's form posts to itself; every other page is read-only.
+    methods = ("put", "patch", "delete") + (() if name == "runs:new" else ("post",))
+    for method in methods:
+        assert getattr(client, method)(url).status_code == 405, method
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (m, _) in PAGES.items() if m == "POST"))
+def test_state_changing_pages_refuse_get_and_change_nothing(name, users, world):
+    client = client_for(users, "admin")
+    assert client.get(url_of(name, world)).status_code == 405
+    run, approval = world["run"], world["approval"]
+    assert Run.objects.get(pk=run.pk).status == Run.Status.WAITING
+    assert Approval.objects.get(pk=approval.pk).status == Approval.Status.PENDING
+    assert not ApprovalView.objects.exists()
+
+
+POSTS = {
+    "runs:cancel": {},
+    "runs:new": {"agent": "sql-analyst", "question": "Revenue?", "report_to": "a@example.com"},
+    "approvals:opened": {},
+    "approvals:decide": {"decision": "reject", "reason": "no"},
+    "logout": {},
+}
+
+
+@pytest.mark.parametrize("name", sorted(POSTS))
+def test_every_post_needs_the_csrf_token(name, users, world):
+    client = client_for(users, "admin", csrf=True)
+    url = url_of(name, world) if name in PAGES else reverse(name)
+    runs_before = Run.objects.count()
+    response = client.post(url, POSTS[name])
+    assert response.status_code == 403
+    assert b"CSRF" in response.content
+    assert Run.objects.count() == runs_before
+    assert Run.objects.get(pk=world["run"].pk).status == Run.Status.WAITING
+    assert Approval.objects.get(pk=world["approval"].pk).status == Approval.Status.PENDING
+    assert not ApprovalView.objects.exists()
+    # The same request with the token from the page goes through.
+    client.get(reverse("runs:dashboard"))
+    token = client.cookies["csrftoken"].value
+    response = client.post(url, POSTS[name], HTTP_X_CSRFTOKEN=token)
+    assert response.status_code in (200, 204, 302), response.status_code
+
+
+def test_api_session_posts_need_the_csrf_token_too(users, world):
+    client = client_for(users, "admin", csrf=True)
+    run, approval = world["run"], world["approval"]
+    for url, body in (
+        ("/api/runs", {"agent": "sql-analyst", "input": {"question": "q", "report_to": "a@b.co"}}),
+        (f"/api/runs/{run.pk}/cancel", {}),
+        (f"/api/approvals/{approval.pk}/decision", {"decision": "reject", "reason": "no"}),
+        (f"/api/approvals/{approval.pk}/open", None),
+    ):
+        response = client.post(url, body, content_type="application/json")
+        assert response.status_code == 403, url
+        assert "CSRF" in response.json()["detail"]
+    assert Run.objects.count() == 1
+    assert Run.objects.get(pk=run.pk).status == Run.Status.WAITING
+    assert Approval.objects.get(pk=approval.pk).status == Approval.Status.PENDING
+    assert not ApprovalView.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "role,method,path,status",
+    [
+        ("anonymous", "get", "/api/runs", 401),
+        ("norole", "get", "/api/runs", 403),
+        ("viewer", "get", "/api/runs", 200),
+        ("viewer", "post", "/api/runs", 403),
+        ("approver", "post", "/api/runs", 403),
+        ("viewer", "post", "/api/runs/{run}/cancel", 403),
+        ("approver", "post", "/api/runs/{run}/cancel", 403),
+        ("viewer", "post", "/api/approvals/{approval}/decision", 403),
+        ("operator", "post", "/api/approvals/{approval}/decision", 403),
+        ("approver", "get", "/api/approvals/stats", 403),
+        ("admin", "get", "/api/approvals/stats", 200),
+    ],
+)
+def test_api_roles(role, method, path, status, users, world):
+    client = client_for(users, role)
+    path = path.format(run=world["run"].pk, approval=world["approval"].pk)
+    body = {"decision": "approve"} if path.endswith("/decision") else {}
+    if method == "post" and path == "/api/runs":
+        body = {"agent": "sql-analyst", "input": {"question": "q", "report_to": "a@b.co"}}
+    response = getattr(client, method)(path, body, content_type="application/json")
+    assert response.status_code == status, response.content
+    assert Run.objects.get(pk=world["run"].pk).status == Run.Status.WAITING
+    assert Approval.objects.get(pk=world["approval"].pk).status == Approval.Status.PENDING
