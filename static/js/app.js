@@ -64,7 +64,8 @@
     if (evt.ctrlKey || evt.metaKey || evt.altKey) return;
     var t = evt.target;
     if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
-    var btn = document.querySelector('button[data-shortcut="' + evt.key.toLowerCase() + '"]');
+    // Escaped: a key such as " or \ would otherwise make the selector throw.
+    var btn = document.querySelector('button[data-shortcut="' + CSS.escape(evt.key.toLowerCase()) + '"]');
     if (btn && !btn.disabled) {
       evt.preventDefault();
       if (btn.hasAttribute("data-focus")) {
