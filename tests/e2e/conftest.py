@@ -1,0 +1,298 @@
+"""The browser suite: Debian's Chromium, driven by Playwright, against a live agentops.
+
+One `manage.py up` subprocess serves the whole suite (daphne + the in-process Celery worker,
+embedded topology, its own SQLite file in a temp folder). DATABASE_URL / REDIS_URL are not
+passed on: under CI's Postgres + Redis pass the suite still tests the same embedded server, so
+the test can read what the server wrote straight from that SQLite file.
+
+Each test gets fresh browser contexts (one per user), so sessions never leak between tests.
+`playwright install` is not used: Chromium comes from the system (apt-get install chromium),
+and its absence fails the suite with a clear message instead of skipping it.
+"""
+
+import os
+import shutil
+import socket
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import closing, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
+
+from tests.livesupport import ROOT, UpServer, kill_up, start_up, stop_up
+
+PASSWORD = "e2e-demo-password"
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+# Debian's chromium; override with AGENTOPS_CHROMIUM for another system browser.
+CHROMIUM_CANDIDATES = ("chromium", "chromium-browser")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Generous for a 2-core machine shared with other work; a healthy run needs well under a second.
+LIVE_TIMEOUT_MS = 15_000
+
+expect.set_options(timeout=LIVE_TIMEOUT_MS)
+
+
+def chromium_path() -> str:
+    explicit = os.environ.get("AGENTOPS_CHROMIUM")
+    if explicit:
+        if not Path(explicit).is_file():
+            pytest.fail(f"AGENTOPS_CHROMIUM={explicit} does not exist")
+        return explicit
+    for name in CHROMIUM_CANDIDATES:
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail(
+        "The browser tests need Debian's Chromium and it is not installed: run "
+        "`apt-get install -y chromium` (CI does it in .ci/run), or point AGENTOPS_CHROMIUM "
+        "at a Chromium binary. `playwright install` is not used."
+    )
+
+
+# --- the live server ----------------------------------------------------------------------------
+@dataclass
+class LiveServer:
+    """The running agentops and read-only access to its database."""
+
+    up: UpServer
+    db_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.up.url
+
+    def query(self, sql: str, *params) -> list[tuple]:
+        """Read the server's SQLite database (WAL: readers never block the server's writers)."""
+        with closing(sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)) as db:
+            return db.execute(sql, params).fetchall()
+
+    def run_status(self, run_id: str) -> str:
+        return self.query("SELECT status FROM runs_run WHERE id = ?", uuid.UUID(run_id).hex)[0][0]
+
+    def step_seqs(self, run_id: str) -> list[int]:
+        rows = self.query(
+            "SELECT seq FROM runs_step WHERE run_id = ? ORDER BY seq", uuid.UUID(run_id).hex
+        )
+        return [seq for (seq,) in rows]
+
+    def pending_approval(self, run_id: str) -> str:
+        rows = self.query(
+            "SELECT id FROM approvals_approval WHERE run_id = ? AND status = 'pending'",
+            uuid.UUID(run_id).hex,
+        )
+        assert len(rows) == 1, f"expected one pending approval for run {run_id}, got {rows}"
+        return str(uuid.UUID(rows[0][0]))
+
+    def refunds(self, run_id: str) -> list[tuple]:
+        """(order_id, amount, reason) of the refunds this run issued."""
+        return self.query(
+            "SELECT order_id, amount, reason FROM demo_refund WHERE run_id = ? ORDER BY id",
+            uuid.UUID(run_id).hex,
+        )
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Iterator[LiveServer]:
+    var_dir = tmp_path_factory.mktemp("e2e-var")
+    up = start_up(var_dir, AGENTOPS_DEMO_PASSWORD=PASSWORD)
+    try:
+        yield LiveServer(up=up, db_path=var_dir / "agentops.sqlite3")
+        stop_up(up)
+    finally:
+        kill_up(up)
+
+
+class DroppableProxy:
+    """A TCP relay in front of the server that can cut the network, like a dropped Wi-Fi.
+
+    Chromium's offline emulation leaves open WebSockets alone, so a real drop is made here:
+    `down()` shuts every relayed connection (the browser sees close code 1006, abnormal) and
+    refuses new ones until `up()`.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.lock = threading.Lock()
+        self.open: set[socket.socket] = set()
+        self.accepting = True
+        self.dropped = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def down(self) -> None:
+        with self.lock:
+            self.accepting = False
+            for sock in self.open:
+                self.dropped += 1
+                _shut(sock)
+            self.open.clear()
+
+    def up(self) -> None:
+        with self.lock:
+            self.accepting = True
+
+    def close(self) -> None:
+        self.down()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            with self.lock:
+                accepting = self.accepting
+            if not accepting:
+                _shut(client)
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self.lock:
+                self.open.update((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _shut(dst)
+            _shut(src)
+            src.close()  # the opposite relay closes dst
+            with self.lock:
+                self.open.discard(src)
+                self.open.discard(dst)
+
+
+def _shut(sock: socket.socket) -> None:
+    # shutdown() (not close()) wakes the relay thread blocked in recv() on this socket.
+    with suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def proxy(server) -> Iterator[DroppableProxy]:
+    relay = DroppableProxy(int(server.url.rsplit(":", 1)[1]))
+    yield relay
+    relay.close()
+
+
+# --- the browser --------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright) -> Iterator[Browser]:
+    executable = chromium_path()
+    browser = playwright.chromium.launch(
+        executable_path=executable, headless=True, args=CHROMIUM_ARGS
+    )
+    yield browser
+    browser.close()
+
+
+@dataclass
+class Session:
+    """One user's browser context, with what the page said in the console and asked for."""
+
+    context: BrowserContext
+    page: Page
+    console_errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    navigations: list[str] = field(default_factory=list)
+
+    def on_console(self, message: ConsoleMessage) -> None:
+        if message.type != "error":
+            return
+        # The browser's own favicon probe is not the page's doing.
+        if message.location.get("url", "").endswith("/favicon.ico"):
+            return
+        self.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
+
+    def goto(self, path: str) -> None:
+        response = self.page.goto(path)
+        assert response is not None and response.ok, (
+            f"GET {path}: {response.status if response else 'no response'}"
+        )
+
+    def mark_document(self) -> None:
+        """Tag the current document; `assert_same_document` proves no reload happened since."""
+        self.page.evaluate("window.__e2eMark = 'not reloaded'")
+
+    def assert_same_document(self) -> None:
+        assert self.page.evaluate("window.__e2eMark") == "not reloaded", "the page was reloaded"
+
+
+@pytest.fixture
+def login(browser, server) -> Iterator[Callable[[str], Session]]:
+    """login("operator") -> a logged-in Session in a fresh browser context."""
+    contexts: list[BrowserContext] = []
+
+    def _login(username: str, *, via: str = "") -> Session:
+        # via: another address of the same server (the droppable proxy).
+        context = browser.new_context(
+            base_url=via or server.url, viewport={"width": 1280, "height": 860}
+        )
+        contexts.append(context)
+        page = context.new_page()
+        session = Session(context=context, page=page)
+        page.on("console", session.on_console)
+        page.on("pageerror", lambda exc: session.console_errors.append(f"pageerror: {exc}"))
+        page.on("dialog", lambda d: (session.dialogs.append(d.message), d.dismiss()))
+        page.on("request", lambda r: session.requests.append(r.url))
+        page.on(
+            "framenavigated",
+            lambda f: f == page.main_frame and session.navigations.append(f.url),
+        )
+        session.goto("/accounts/login/")
+        page.fill("#id_username", username)
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/accounts/login/" not in url)
+        return session
+
+    yield _login
+    for context in contexts:
+        context.close()
+
+
+def screenshot(page: Page, name: str) -> None:
+    """docs/screenshots/<name>.png, the README's pictures of the product."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

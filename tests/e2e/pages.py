@@ -1,0 +1,61 @@
+"""What a person does in the UI, step by step, through the DOM hooks of the UI contract."""
+
+import re
+
+from playwright.sync_api import Page, expect
+
+from .conftest import LiveServer, Session, screenshot
+
+RUN_URL = re.compile(r"/runs/(?P<id>[0-9a-f-]{36})/$")
+
+
+def launch_refund(
+    session: Session, *, order_id: int, amount: str, reason: str, shot: str = ""
+) -> str:
+    """Launch the refund desk from the form; returns the run id of the page it lands on."""
+    page = session.page
+    session.goto("/runs/new/")
+    page.select_option("select[name=agent]", "refund-desk")
+    # htmx swaps the agent's own form in; wait for its fields, not for a timer.
+    expect(page.locator("#launch-form-fields [name=order_id]")).to_be_visible()
+    page.fill("[name=order_id]", str(order_id))
+    page.fill("[name=amount]", amount)
+    page.fill("[name=reason]", reason)
+    if shot:
+        screenshot(page, shot)
+    page.click("button#launch")
+    page.wait_for_url(RUN_URL)
+    return RUN_URL.search(page.url)["id"]
+
+
+def expect_status(page: Page, status: str) -> None:
+    expect(page.locator("#run-status")).to_have_attribute("data-status", status)
+
+
+def timeline_seqs(page: Page) -> list[int]:
+    return [
+        int(s)
+        for s in page.locator("#timeline .step").evaluate_all(
+            "steps => steps.map(s => s.dataset.seq)"
+        )
+    ]
+
+
+def expect_timeline_complete(page: Page, live: LiveServer, run_id: str) -> list[int]:
+    """The timeline shows every stored step exactly once, in seq order."""
+    expected = live.step_seqs(run_id)
+    expect(page.locator("#timeline .step")).to_have_count(len(expected))
+    seqs = timeline_seqs(page)
+    assert seqs == expected == list(range(1, len(expected) + 1)), (seqs, expected)
+    return seqs
+
+
+def open_approval_from_queue(session: Session, approval_id: str, *, shot: str = "") -> None:
+    page = session.page
+    session.goto("/approvals/")
+    row = page.locator(f"tr.approval-row[data-approval-id='{approval_id}']")
+    expect(row).to_be_visible()
+    if shot:
+        screenshot(page, shot)
+    row.locator(f"a[href$='/approvals/{approval_id}/']").first.click()
+    page.wait_for_url(f"**/approvals/{approval_id}/")
