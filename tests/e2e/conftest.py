@@ -28,6 +28,7 @@ from playwright.sync_api import (
     ConsoleMessage,
     Page,
     Playwright,
+    WebSocket,
     expect,
     sync_playwright,
 )
@@ -236,6 +237,11 @@ class Session:
     dialogs: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
     navigations: list[str] = field(default_factory=list)
+    sockets: list[WebSocket] = field(default_factory=list)
+
+    def sockets_to(self, path: str) -> list[WebSocket]:
+        """The WebSockets this page opened to `path` (reconnects included), oldest first."""
+        return [ws for ws in self.sockets if path in ws.url]
 
     def on_console(self, message: ConsoleMessage) -> None:
         if message.type != "error":
@@ -276,6 +282,7 @@ def login(browser, server) -> Iterator[Callable[[str], Session]]:
         page.on("pageerror", lambda exc: session.console_errors.append(f"pageerror: {exc}"))
         page.on("dialog", lambda d: (session.dialogs.append(d.message), d.dismiss()))
         page.on("request", lambda r: session.requests.append(r.url))
+        page.on("websocket", session.sockets.append)
         page.on(
             "framenavigated",
             lambda f: f == page.main_frame and session.navigations.append(f.url),

@@ -59,3 +59,22 @@ def open_approval_from_queue(session: Session, approval_id: str, *, shot: str = 
         screenshot(page, shot)
     row.locator(f"a[href$='/approvals/{approval_id}/']").first.click()
     page.wait_for_url(f"**/approvals/{approval_id}/")
+
+
+def decide(
+    session: Session,
+    approval_id: str,
+    button: str,
+    *,
+    reason: str = "",
+    args: dict[str, str] | None = None,
+) -> None:
+    """Open the approval screen and press approve / edit-approve / reject."""
+    page = session.page
+    session.goto(f"/approvals/{approval_id}/")
+    for name, value in (args or {}).items():
+        page.fill(f"[name=arg_{name}]", value)
+    if reason:
+        page.fill("textarea[name=reason]", reason)
+    page.click(f"button#{button}")
+    expect(page.locator("#decision-result")).not_to_be_empty()
