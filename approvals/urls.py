@@ -1,2 +1,11 @@
+from django.urls import path
+
+from . import views
+
 app_name = "approvals"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.queue, name="queue"),
+    path("stats/", views.stats, name="stats"),
+    path("<uuid:pk>/", views.detail, name="detail"),
+    path("<uuid:pk>/decide/", views.decide, name="decide"),
+]

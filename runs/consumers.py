@@ -9,6 +9,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from . import events
 from .models import Run, Step
 
+CATCH_UP_MAX = 500
+
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
     """One run's timeline. The client says the last seq it has; it gets what it missed, then
@@ -66,12 +68,18 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _steps_after(self, seq: int) -> list[dict]:
-        from .events import _step_renderer
-
-        steps = Step.objects.filter(run_id=self.run_id, seq__gt=seq).order_by("seq")[:500]
+        # Bounded: a browser far behind gets the next page now and the rest as it goes on
+        # (each later live step finds a gap and fills it from here again).
+        steps = list(
+            Step.objects.filter(run_id=self.run_id, seq__gt=seq).order_by("seq")[:CATCH_UP_MAX]
+        )
+        if not steps:
+            return []
+        run = Run.objects.select_related("launched_by").get(pk=self.run_id)
         out = []
         for step in steps:
-            payload = _step_renderer(step) if _step_renderer else {}
+            # The header reflects the run now; sending it once, with the last step, is enough.
+            payload = events.render_step(step, run=run, with_header=step is steps[-1])
             out.append({"seq": step.seq, "kind": step.kind, "run_id": str(step.run_id), **payload})
         return out
 
@@ -95,19 +103,31 @@ class _GroupConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code):
         await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def forward(self, event):
+        # The fragment was rendered once by runs/events.py; every viewer gets the same bytes.
+        html = event.get("html")
+        if html is not None:
+            await self.send(text_data=html)
+        else:
+            await self.send_json({k: v for k, v in event.items() if k != "type"})
+
 
 class DashboardConsumer(_GroupConsumer):
+    """Runs list and dashboard rows."""
+
     group = events.DASHBOARD_GROUP
 
     async def run_changed(self, event):
-        await self.send_json({k: v for k, v in event.items() if k != "type"})
+        await self.forward(event)
 
 
 class ApprovalsConsumer(_GroupConsumer):
+    """Approvals queue rows and the pending count in the navigation."""
+
     group = events.APPROVALS_GROUP
 
     async def approvals_changed(self, event):
-        await self.send_json({k: v for k, v in event.items() if k != "type"})
+        await self.forward(event)
 
 
 def _int(value, default: int) -> int:

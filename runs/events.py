@@ -26,7 +26,9 @@ _server_loop: asyncio.AbstractEventLoop | None = None
 
 # Renderers turn a step into the payload viewers get (HTML fragment + seq); the UI module
 # installs one. Rendering happens once per event, not once per viewer.
-_step_renderer: Callable[[Any], dict] | None = None
+_step_renderer: Callable[..., dict] | None = None
+_run_renderer: Callable[[Any, int], dict] | None = None
+_approval_renderer: Callable[[Any], dict] | None = None
 _listeners: list[Callable[[str, dict], None]] = []
 
 
@@ -38,9 +40,36 @@ DASHBOARD_GROUP = "runs.all"
 APPROVALS_GROUP = "approvals.all"
 
 
-def set_step_renderer(fn: Callable[[Any], dict]) -> None:
+def set_step_renderer(fn: Callable[..., dict]) -> None:
     global _step_renderer
     _step_renderer = fn
+
+
+def set_run_renderer(fn: Callable[[Any, int], dict]) -> None:
+    """Renders a run's summary (list row, dashboard row) for the runs group."""
+    global _run_renderer
+    _run_renderer = fn
+
+
+def set_approval_renderer(fn: Callable[[Any], dict]) -> None:
+    """Renders an approval's queue row and the pending count for the approvals group."""
+    global _approval_renderer
+    _approval_renderer = fn
+
+
+def render_step(step, **kwargs: Any) -> dict:
+    return _render(_step_renderer, step, **kwargs)
+
+
+def _render(renderer: Callable[..., dict] | None, *args: Any, **kwargs: Any) -> dict:
+    # Called after commit, often from the engine: a template error must not break a run.
+    if renderer is None:
+        return {}
+    try:
+        return renderer(*args, **kwargs)
+    except Exception:
+        log.exception("rendering a live event failed")
+        return {}
 
 
 def add_listener(fn: Callable[[str, dict], None]) -> None:
@@ -94,7 +123,7 @@ def publish_step_on_commit(step) -> None:
 
 
 def publish_step(step) -> None:
-    payload = _step_renderer(step) if _step_renderer else {}
+    payload = render_step(step)
     send(
         run_group(step.run_id),
         {
@@ -107,13 +136,26 @@ def publish_step(step) -> None:
     )
     send(
         DASHBOARD_GROUP,
-        {"type": "run.changed", "run_id": str(step.run_id), "seq": step.seq, "kind": step.kind},
+        {
+            "type": "run.changed",
+            "run_id": str(step.run_id),
+            "seq": step.seq,
+            "kind": step.kind,
+            **_render(_run_renderer, step.run_id, step.seq),
+        },
     )
 
 
 def publish_approvals_changed(approval_id) -> None:
-    transaction.on_commit(
-        lambda: send(
-            APPROVALS_GROUP, {"type": "approvals.changed", "approval_id": str(approval_id)}
-        )
+    transaction.on_commit(lambda: publish_approval(approval_id))
+
+
+def publish_approval(approval_id) -> None:
+    send(
+        APPROVALS_GROUP,
+        {
+            "type": "approvals.changed",
+            "approval_id": str(approval_id),
+            **_render(_approval_renderer, approval_id),
+        },
     )

@@ -4,5 +4,14 @@ from . import views
 
 app_name = "runs"
 urlpatterns = [
-    path("", views.run_list, name="list"),
+    path("", views.dashboard, name="dashboard"),
+    path("runs/", views.run_list, name="list"),
+    path("runs/new/", views.run_new, name="new"),
+    path("runs/<uuid:pk>/", views.run_detail, name="detail"),
+    path("runs/<uuid:pk>/steps/", views.run_steps, name="steps"),
+    path("runs/<uuid:pk>/steps/<int:seq>/", views.run_step, name="step"),
+    path("runs/<uuid:pk>/cancel/", views.run_cancel, name="cancel"),
+    path("runs/<uuid:pk>/export.<str:fmt>", views.run_export, name="export"),
+    path("audit/", views.audit, name="audit"),
+    path("audit/runs/<uuid:pk>/", views.audit_run, name="audit_run"),
 ]

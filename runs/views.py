@@ -1,12 +1,390 @@
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+"""The control room's run pages: dashboard, runs list, launch form, run page, export, audit.
 
-from .models import Run
+Function views; each page template defines its fragments with `{% partialdef %}` and an htmx
+request gets the fragment whose name is the DOM id it targets. Every view is login- and
+role-checked; runs are fetched through `_get_run_for_user` only.
+"""
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, time, timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Case, Count, F, IntegerField, Q, Sum, TextField, Value, When
+from django.db.models.functions import Cast, TruncHour
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agentops.agents import CATALOGUE, Agent, get_agent
+from approvals.models import Approval
+
+from . import charts, engine, rendering
+from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
+from .models import Run, Step
+
+RUNS_PER_PAGE = 50
+RISK_ORDER = Case(
+    *[When(risk=r, then=Value(i)) for i, r in enumerate(reversed(Approval.Risk.values))],
+    output_field=IntegerField(),
+)
+
+
+def _require(request: HttpRequest, allowed: bool) -> None:
+    if not allowed:
+        raise PermissionDenied
+
+
+def _get_run_for_user(request: HttpRequest, pk, write: bool = False) -> Run:
+    """The one place that says who may see (and, with write=True, operate) a run."""
+    user = request.user
+    _require(request, user.can_view and (not write or user.can_operate))
+    return get_object_or_404(Run.objects.visible_to(user).select_related("launched_by"), pk=pk)
+
+
+def _partial(request: HttpRequest, template: str, allowed: set[str]) -> str:
+    """`template#<target>` for an htmx request aimed at one of the page's fragments."""
+    target = request.htmx.target if request.htmx else None
+    return f"{template}#{target}" if target in allowed else template
+
+
+# --- dashboard ---------------------------------------------------------------------------------
+@require_GET
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    _require(request, request.user.can_view)
+    now = timezone.now()
+    inflight = list(Run.objects.active().select_related("launched_by")[:50])
+    pending = list(
+        Approval.objects.pending()
+        .select_related("run")
+        .annotate(risk_rank=RISK_ORDER)
+        .order_by("risk_rank", "requested_at")[:10]
+    )
+    failures = list(
+        Run.objects.filter(status=Run.Status.FAILED).order_by("-finished_at", "-created_at")[:10]
+    )
+    context = {
+        "inflight": [rendering.run_context(r) for r in inflight],
+        "counts": rendering.status_counts(),
+        "pending": pending,
+        "failures": failures,
+        "charts": _dashboard_charts(now),
+    }
+    template = _partial(
+        request, rendering.DASHBOARD, {"dashboard-stats", "inflight", "dashboard-approvals"}
+    )
+    return render(request, template, context)
+
+
+def _dashboard_charts(now: datetime) -> dict:
+    since = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
+    rows = (
+        Run.objects.filter(created_at__gte=since)
+        .annotate(hour=TruncHour("created_at"))
+        .values("hour")
+        .annotate(runs=Count("pk"), cost=Sum("cost_usd"))
+        .order_by("hour")
+    )
+    by_hour = {r["hour"]: r for r in rows}
+    hours = [since + timedelta(hours=i) for i in range(24)]
+    runs = [(h, by_hour.get(h, {}).get("runs", 0)) for h in hours]
+    cost = [(h, float(by_hour.get(h, {}).get("cost") or 0)) for h in hours]
+    decided = (
+        Approval.objects.filter(decided_at__gte=now - timedelta(days=7), decided_by__isnull=False)
+        .annotate(took=F("decided_at") - F("requested_at"))
+        .aggregate(
+            **{
+                label: Count("pk", filter=Q(took__gte=lo, took__lt=hi))
+                for label, lo, hi in charts.DECISION_BUCKETS
+            }
+        )
+    )
+    return {
+        "runs": charts.bars(
+            [(f"{h:%H}:00", n) for h, n in runs], unit="runs", title="Runs per hour, 24 h"
+        ),
+        "cost": charts.bars(
+            [(f"{h:%H}:00", c) for h, c in cost], unit="USD", title="Cost per hour, 24 h"
+        ),
+        "decisions": charts.bars(
+            [(label, decided[label]) for label, _, _ in charts.DECISION_BUCKETS],
+            unit="decisions",
+            title="Time to decision, 7 days",
+            every_label=True,
+        ),
+    }
+
+
+# --- runs list ------------------------------------------------------------------------------
+def filtered_runs(request: HttpRequest, form: RunFilterForm):
+    runs = Run.objects.visible_to(request.user).select_related("launched_by")
+    if not form.is_valid():
+        return runs.none()
+    f = form.cleaned_data
+    if f["status"]:
+        runs = runs.filter(status=f["status"])
+    if f["agent"]:
+        runs = runs.filter(agent=f["agent"])
+    if f["trigger"]:
+        runs = runs.filter(trigger=f["trigger"])
+    if f["launched_by"]:
+        runs = runs.filter(launched_by__username=f["launched_by"])
+    tz = timezone.get_current_timezone()
+    if f["date_from"]:
+        runs = runs.filter(created_at__gte=datetime.combine(f["date_from"], time.min, tz))
+    if f["date_to"]:
+        runs = runs.filter(
+            created_at__lt=datetime.combine(f["date_to"] + timedelta(days=1), time.min, tz)
+        )
+    if f["q"]:
+        runs = runs.annotate(input_text=Cast("input", TextField())).filter(
+            Q(input_text__icontains=f["q"]) | Q(output__icontains=f["q"])
+        )
+    return runs
 
 
 @require_GET
 @login_required
-def run_list(request):
-    runs = Run.objects.visible_to(request.user)[:50]
-    return render(request, "runs/run_list.html", {"runs": runs})
+def run_list(request: HttpRequest) -> HttpResponse:
+    _require(request, request.user.can_view)
+    form = RunFilterForm(request.GET)
+    page = Paginator(filtered_runs(request, form), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    filtered = form.is_valid() and any(form.cleaned_data.values())
+    context = {
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        # New runs are pushed into the table only where they belong: the unfiltered first page.
+        "live_insert": page.number == 1 and not filtered,
+    }
+    return render(request, _partial(request, rendering.RUN_LIST, {"run-table"}), context)
+
+
+# --- launch -----------------------------------------------------------------------------------
+@require_http_methods(["GET", "POST"])
+@login_required
+def run_new(request: HttpRequest) -> HttpResponse:
+    _require(request, request.user.can_operate)
+    if request.method == "POST":
+        form = LaunchForm(request.POST)
+        agent = get_agent(request.POST.get("agent", ""))
+        input_form = agent.input_form(request.POST) if agent else None
+        if form.is_valid() and agent and input_form.is_valid():
+            limits, limit_errors = agent.resolve_limits(form.limit_overrides())
+            for name, messages in limit_errors.items():
+                for message in messages:
+                    form.add_error(f"limit_{name}", message)
+            # The API's validation, so a form launch stores exactly what an API launch would.
+            data, input_errors = agent.validate_input(
+                {k: v for k, v in request.POST.items() if k in agent.input_form.base_fields}
+            )
+            for name, messages in input_errors.items():
+                for message in messages:
+                    input_form.add_error(None if name == "__all__" else name, message)
+            if limits is not None and data is not None:
+                run = engine.launch(
+                    agent=agent,
+                    input=data,
+                    limits=limits,
+                    trigger=Run.Trigger.FORM,
+                    launched_by=request.user,
+                )
+                return redirect("runs:detail", pk=run.pk)
+        return render(
+            request, "runs/run_new.html", _launch_context(form, agent, input_form), status=422
+        )
+    agent = get_agent(request.GET.get("agent", "")) or next(
+        (CATALOGUE[slug] for slug in sorted(CATALOGUE)), None
+    )
+    form = LaunchForm(initial={"agent": agent.slug if agent else ""})
+    context = _launch_context(form, agent, agent.input_form() if agent else None)
+    template = _partial(request, "runs/run_new.html", {"launch-form-fields"})
+    return render(request, template, context)
+
+
+def _launch_context(form: LaunchForm, agent: Agent | None, input_form) -> dict:
+    return {
+        "form": form,
+        "agent": agent,
+        "input_form": input_form,
+        "limit_fields": [form[f"limit_{name}"] for name in LIMIT_FIELDS],
+    }
+
+
+# --- the run page -----------------------------------------------------------------------------
+@require_GET
+@login_required
+def run_detail(request: HttpRequest, pk) -> HttpResponse:
+    run = _get_run_for_user(request, pk)
+    steps = list(run.steps.order_by("-seq")[: rendering.TIMELINE_PAGE])[::-1]
+    context = {
+        **rendering.run_context(run),
+        "steps": [rendering.step_view(s) for s in steps],
+        "first_seq": steps[0].seq if steps else 0,
+        # The WebSocket resumes after the newest step this page shows, not after run.last_seq
+        # read earlier: whatever commits in between comes over the socket.
+        "last_seq": steps[-1].seq if steps else 0,
+        "checkpoints": run.checkpoints.order_by("-seq").values("seq", "created_at")[:50],
+    }
+    return render(request, _partial(request, rendering.RUN_PAGE, {"run-header"}), context)
+
+
+@require_GET
+@login_required
+def run_steps(request: HttpRequest, pk) -> HttpResponse:
+    """Older steps, loaded on demand above the ones the page shows."""
+    run = _get_run_for_user(request, pk)
+    try:
+        before = int(request.GET.get("before", ""))
+    except ValueError:
+        return HttpResponse("before must be a step number", status=400)
+    steps = list(run.steps.filter(seq__lt=before).order_by("-seq")[: rendering.TIMELINE_PAGE])[::-1]
+    context = {
+        "run": run,
+        "steps": [rendering.step_view(s) for s in steps],
+        "first_seq": steps[0].seq if steps else 0,
+    }
+    return render(request, rendering.RUN_PAGE + "#older-steps", context)
+
+
+@require_GET
+@login_required
+def run_step(request: HttpRequest, pk, seq: int) -> HttpResponse:
+    """One step with its full (untruncated) content."""
+    run = _get_run_for_user(request, pk)
+    step = get_object_or_404(Step, run=run, seq=seq)
+    return render(
+        request, "runs/run_step.html", {"run": run, "v": rendering.step_view(step, full=True)}
+    )
+
+
+@require_POST
+@login_required
+def run_cancel(request: HttpRequest, pk) -> HttpResponse:
+    run = _get_run_for_user(request, pk, write=True)
+    run.cancel(by=request.user, reason=f"cancelled by {request.user.get_username()}")
+    if request.htmx:
+        return render(request, rendering.RUN_PAGE + "#run-header", rendering.run_context(run))
+    return redirect("runs:detail", pk=run.pk)
+
+
+# --- export -----------------------------------------------------------------------------------
+def _step_record(step: Step) -> dict:
+    return {
+        "seq": step.seq,
+        "kind": step.kind,
+        "created_at": step.created_at,
+        "data": step.data,
+        "cost_usd": step.cost_usd,
+        "tokens_in": step.tokens_in,
+        "tokens_out": step.tokens_out,
+        "latency_ms": step.latency_ms,
+        "prev_hash": step.prev_hash,
+        "hash": step.hash,
+    }
+
+
+def _run_record(run: Run) -> dict:
+    return {
+        "id": run.pk,
+        "agent": run.agent,
+        "status": run.status,
+        "termination_reason": run.termination_reason,
+        "status_detail": run.status_detail,
+        "trigger": run.trigger,
+        "provider": run.provider,
+        "launched_by": run.launched_by.get_username() if run.launched_by else None,
+        "input": run.input,
+        "output": run.output,
+        "limits": {
+            "max_steps": run.max_steps,
+            "max_cost_usd": run.max_cost_usd,
+            "max_seconds": run.max_seconds,
+            "max_consecutive_errors": run.max_consecutive_errors,
+        },
+        "usage": {
+            "steps": run.step_count,
+            "errors": run.error_count,
+            "tokens_in": run.tokens_in,
+            "tokens_out": run.tokens_out,
+            "cost_usd": run.cost_usd,
+        },
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "agent_config": run.agent_config,
+    }
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False)
+
+
+@require_GET
+@login_required
+def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
+    """The timeline as JSON (run + steps) or JSONL (one run line, then one line per step),
+    streamed so a long run never sits in memory whole."""
+    if fmt not in ("json", "jsonl"):
+        raise Http404("export is json or jsonl")
+    run = _get_run_for_user(request, pk)
+    steps = run.steps.order_by("seq").iterator(chunk_size=500)
+
+    def jsonl() -> Iterator[str]:
+        yield _dumps({"run": _run_record(run)}) + "\n"
+        for step in steps:
+            yield _dumps(_step_record(step)) + "\n"
+
+    def whole() -> Iterator[str]:
+        yield '{"run": ' + _dumps(_run_record(run)) + ', "steps": ['
+        for i, step in enumerate(steps):
+            yield ("," if i else "") + _dumps(_step_record(step))
+        yield "]}\n"
+
+    if fmt == "jsonl":
+        response = StreamingHttpResponse(jsonl(), content_type="application/jsonl")
+    else:
+        response = StreamingHttpResponse(whole(), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.{fmt}"'
+    return response
+
+
+# --- audit ------------------------------------------------------------------------------------
+@require_GET
+@login_required
+def audit(request: HttpRequest) -> HttpResponse:
+    _require(request, request.user.can_view)
+    form = RunFilterForm(request.GET)
+    page = Paginator(filtered_runs(request, form), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request, "runs/audit.html", {"form": form, "page": page, "query": query.urlencode()}
+    )
+
+
+@require_GET
+@login_required
+def audit_run(request: HttpRequest, pk) -> HttpResponse:
+    """A past run's whole timeline with its hash chain verified."""
+    run = _get_run_for_user(request, pk)
+    ok, bad_seq = run.verify_chain()
+    steps = list(run.steps.order_by("seq")[:2000])
+    context = {
+        **rendering.run_context(run),
+        "steps": [rendering.step_view(s) for s in steps],
+        "more": run.last_seq > len(steps),
+        "chain_ok": ok,
+        "bad_seq": bad_seq,
+        "decisions": Approval.objects.filter(run=run)
+        .select_related("decided_by")
+        .order_by("requested_at"),
+    }
+    return render(request, "runs/audit_run.html", context)

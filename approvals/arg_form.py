@@ -1,0 +1,122 @@
+"""The approver's editable argument form, generated from the tool's JSON schema.
+
+Each argument is one field named `arg_<name>` whose text starts as the server-parsed value.
+Only fields whose text changed are parsed back; an untouched field keeps its original value
+exactly (no float/str drift), so "edit-and-approve" with no edit approves the same call.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentops.tools import get_tool
+
+TEXTAREA_FROM = 80  # characters; longer (or multi-line) values get a textarea
+
+
+@dataclass
+class ArgField:
+    name: str
+    kind: str  # "text", "textarea", "number", "checkbox", "json"
+    text: str  # the original value as the field shows it
+    type_label: str
+    description: str
+    required: bool
+    current: str = ""  # what the field shows now (the original, or what was submitted)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def html_name(self) -> str:
+        return f"arg_{self.name}"
+
+    @property
+    def checked(self) -> bool:
+        return self.text == "true"
+
+
+def _types(prop: dict) -> set[str]:
+    if "type" in prop:
+        t = prop["type"]
+        return set(t) if isinstance(t, list) else {t}
+    out: set[str] = set()
+    for option in prop.get("anyOf", []) + prop.get("oneOf", []):
+        out |= _types(option)
+    return out
+
+
+def _kind(types: set[str], value: Any) -> str:
+    plain = types - {"null"}
+    if plain == {"boolean"}:
+        return "checkbox"
+    if plain <= {"integer", "number"} and plain:
+        return "number"
+    if plain == {"string"} or (plain and plain <= {"string", "number", "integer"}):
+        text = "" if value is None else str(value)
+        return "textarea" if len(text) > TEXTAREA_FROM or "\n" in text else "text"
+    return "json"
+
+
+def as_text(value: Any, kind: str) -> str:
+    if kind == "checkbox":
+        return "true" if value else "false"
+    if kind == "json":
+        return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    return "" if value is None else str(value)
+
+
+def fields_for(tool_name: str, args: dict) -> list[ArgField]:
+    tool = get_tool(tool_name)
+    schema = tool.input_schema() if tool else {"properties": {}}
+    props: dict = dict(schema.get("properties", {}))
+    for name in args:  # never hide an argument the schema does not list
+        props.setdefault(name, {})
+    required = set(schema.get("required", []))
+    out = []
+    for name, prop in props.items():
+        value = args.get(name, prop.get("default"))
+        types = _types(prop)
+        kind = _kind(types, value) if types else "json"
+        out.append(
+            ArgField(
+                name=name,
+                kind=kind,
+                text=as_text(value, kind),
+                type_label=" | ".join(sorted(types)) or "any",
+                description=str(prop.get("description", "")),
+                required=name in required,
+            )
+        )
+    return out
+
+
+def parse(fields: list[ArgField], original: dict, post) -> tuple[dict, dict[str, list[str]]]:
+    """The edited arguments from the POST, and per-field errors. Untouched fields keep the
+    original value; changed ones are parsed by the field's kind (the decision service then
+    validates the whole call against the tool's schema)."""
+    args = dict(original)
+    errors: dict[str, list[str]] = {}
+    for f in fields:
+        if f.kind == "checkbox":
+            submitted = "true" if post.get(f.html_name) else "false"
+        else:
+            submitted = post.get(f.html_name)
+            if submitted is None:
+                continue
+            submitted = submitted.replace("\r\n", "\n")
+        if submitted == f.text:
+            continue
+        if f.kind == "checkbox":
+            args[f.name] = submitted == "true"
+        elif f.kind == "number":
+            try:
+                args[f.name] = int(submitted) if f.type_label == "integer" else float(submitted)
+            except ValueError:
+                errors[f.html_name] = ["must be a number"]
+        elif f.kind == "json":
+            try:
+                args[f.name] = json.loads(submitted)
+            except ValueError as exc:
+                errors[f.html_name] = [f"must be JSON: {exc}"]
+        else:
+            args[f.name] = submitted
+    return args, errors

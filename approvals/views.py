@@ -1,0 +1,217 @@
+"""Approval pages: the live queue, the decision screen, approver statistics (admins).
+
+Decisions go through `approvals.decisions.decide` (row lock, four-eyes, quorum): this module
+only turns the form into its arguments and its outcome into a clear message and status.
+"""
+
+from datetime import datetime
+
+from django.contrib.auth.decorators import login_required
+from django.core import signing
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from runs import rendering
+from runs.models import Step
+
+from . import arg_form
+from .models import Approval
+
+RISK_RANK = {r: i for i, r in enumerate(reversed(Approval.Risk.values))}  # critical first
+QUEUE_TEMPLATE = "approvals/queue.html"
+DETAIL_TEMPLATE = "approvals/detail.html"
+OPENED_SALT = "approvals.opened_at"
+DECISIONS = {"approve", "edit_approve", "reject", "answer"}
+
+
+def _get_approval_for_user(request: HttpRequest, pk, decide: bool = False) -> Approval:
+    """The one place that says who may see (and, with decide=True, decide) an approval.
+    Finer rules (four-eyes, named approvers, quorum) belong to the decision service."""
+    user = request.user
+    if not user.can_view or (decide and not user.can_approve):
+        raise PermissionDenied
+    return get_object_or_404(
+        Approval.objects.visible_to(user).select_related("run", "run__launched_by", "decided_by"),
+        pk=pk,
+    )
+
+
+def may_decide(user, approval: Approval) -> bool:
+    """Whether the queue's "assigned to me" filter lists it: an approver, named by the agent's
+    gate rules when it names anyone."""
+    if not user.can_approve:
+        return False
+    named = (approval.run.agent_config.get("gates") or {}).get("approvers") or []
+    return not named or user.get_username() in named
+
+
+# --- the queue ---------------------------------------------------------------------------------
+@require_GET
+@login_required
+def queue(request: HttpRequest) -> HttpResponse:
+    if not request.user.can_view:
+        raise PermissionDenied
+    agent = request.GET.get("agent", "")
+    risk = request.GET.get("risk", "")
+    mine = request.GET.get("mine") == "1"
+    approvals = Approval.objects.pending().select_related("run")
+    if agent:
+        approvals = approvals.filter(run__agent=agent)
+    if risk in Approval.Risk.values:
+        approvals = approvals.filter(risk=risk)
+    rows = list(approvals.order_by("expires_at")[:500])
+    if mine:
+        rows = [a for a in rows if may_decide(request.user, a)]
+    # Riskiest first, then the nearest deadline.
+    rows.sort(key=lambda a: (RISK_RANK.get(a.risk, 99), a.expires_at))
+    agents = sorted(set(Approval.objects.pending().values_list("run__agent", flat=True)))
+    context = {
+        "rows": rows,
+        "agents": agents,
+        "risks": Approval.Risk.values,
+        "filters": {"agent": agent, "risk": risk, "mine": mine},
+        # Pushed new approvals go into the table only when no filter could exclude them.
+        "live_insert": not (agent or risk or mine),
+        "recent": Approval.objects.exclude(status=Approval.Status.PENDING)
+        .select_related("run", "decided_by")
+        .order_by("-decided_at")[:10],
+    }
+    return render(request, QUEUE_TEMPLATE, context)
+
+
+# --- the decision screen -----------------------------------------------------------------------
+def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
+    run = approval.run
+    recent = list(run.steps.filter(seq__lte=approval.gate_seq).order_by("-seq")[:8])[::-1]
+    launched = run.steps.filter(seq=1, kind=Step.Kind.STATUS).values_list("data", flat=True)
+    prompt = (launched[0] or {}).get("prompt", "") if launched else ""
+    original = approval.args or {}
+    fields = arg_form.fields_for(approval.tool, original) if approval.kind == "action" else []
+    submitted = extra.pop("submitted", None)
+    if submitted is not None:
+        for f in fields:
+            if f.kind == "checkbox":
+                f.current = "true" if submitted.get(f.html_name) else "false"
+            else:
+                f.current = submitted.get(f.html_name, f.text)
+    else:
+        for f in fields:
+            f.current = f.text
+    for f in fields:
+        f.errors = extra.get("field_errors", {}).get(f.html_name, [])
+    return {
+        "approval": approval,
+        "run": run,
+        "gauges": rendering.gauges(run),
+        "prompt": prompt,
+        "input_text": rendering.pretty(run.input),
+        "args_text": rendering.pretty(original),
+        "fields": fields,
+        "steps": [rendering.step_view(s) for s in recent],
+        "can_decide": request.user.can_approve and approval.status == Approval.Status.PENDING,
+        "opened_token": signing.dumps(timezone.now().isoformat(), salt=OPENED_SALT),
+        "field_errors": {},
+        "result": None,
+        **extra,
+    }
+
+
+@require_GET
+@login_required
+def detail(request: HttpRequest, pk) -> HttpResponse:
+    # Opening the screen writes nothing (GET is safe): the time it was opened travels, signed,
+    # with the decision and is recorded then.
+    approval = _get_approval_for_user(request, pk)
+    return render(request, DETAIL_TEMPLATE, _detail_context(request, approval))
+
+
+def _opened_at(request: HttpRequest) -> datetime | None:
+    try:
+        raw = signing.loads(request.POST.get("opened", ""), salt=OPENED_SALT, max_age=7 * 86400)
+        return datetime.fromisoformat(raw)
+    except (signing.BadSignature, ValueError, TypeError):
+        return None
+
+
+@require_POST
+@login_required
+def decide(request: HttpRequest, pk) -> HttpResponse:
+    from . import decisions  # the decision service (approvals helper)
+
+    approval = _get_approval_for_user(request, pk, decide=True)
+    decision = request.POST.get("decision", "")
+    result: dict = {"decision": decision}
+    status = 200
+    field_errors: dict[str, list[str]] = {}
+    arguments = None
+    if decision not in DECISIONS:
+        status, result["message"] = 422, "Choose approve, edit and approve, reject or answer."
+    elif decision == "edit_approve":
+        fields = arg_form.fields_for(approval.tool, approval.args or {})
+        arguments, field_errors = arg_form.parse(fields, approval.args or {}, request.POST)
+        if field_errors:
+            status, result["message"] = 422, "Some arguments could not be read."
+    if status == 200:
+        try:
+            outcome = decisions.decide(
+                approval.pk,
+                user=request.user,
+                decision=decision,
+                arguments=arguments,
+                reason=request.POST.get("reason", "").strip(),
+                answer=request.POST.get("answer", "").strip(),
+                opened_at=_opened_at(request),
+            )
+        except decisions.DecisionConflict as exc:
+            status, result["message"] = 409, str(exc)
+        except decisions.DecisionForbidden as exc:
+            status, result["message"] = 403, str(exc)
+        except decisions.DecisionInvalid as exc:
+            status, result["message"] = 422, str(exc)
+            field_errors = {
+                (k if k in ("reason", "answer") else f"arg_{k}"): v
+                for k, v in (getattr(exc, "errors", None) or {}).items()
+            }
+        else:
+            result["ok"] = True
+            result["message"] = _success_message(decision, outcome)
+    result["status"] = status
+    approval.refresh_from_db()
+    if request.htmx:
+        context = {"approval": approval, "result": result, "field_errors": field_errors}
+        return render(request, DETAIL_TEMPLATE + "#decision-result", context, status=status)
+    context = _detail_context(
+        request, approval, result=result, field_errors=field_errors, submitted=request.POST
+    )
+    return render(request, DETAIL_TEMPLATE, context, status=status)
+
+
+def _success_message(decision: str, outcome) -> str:
+    words = {
+        "approve": "Approved",
+        "edit_approve": "Approved with your edits",
+        "reject": "Rejected",
+        "answer": "Answered",
+    }[decision]
+    extra = ""
+    pending = getattr(outcome, "pending_quorum", None) or getattr(outcome, "waiting_for", None)
+    if pending:
+        extra = f" Waiting for {pending} more approval(s)."
+    return f"{words}. The run continues once every decision it waits on is made.{extra}"
+
+
+# --- approver statistics -----------------------------------------------------------------------
+@require_GET
+@login_required
+def stats(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_admin:
+        raise PermissionDenied
+    try:
+        from . import stats as approval_stats
+    except ImportError:
+        approval_stats = None
+    rows = approval_stats.approver_stats() if approval_stats else None
+    return render(request, "approvals/stats.html", {"rows": rows})

@@ -1,0 +1,56 @@
+"""Forms of the runs pages: the launch form's fixed part and the runs list filters."""
+
+from django import forms
+
+from agentops.agents import CATALOGUE
+
+from .models import Run
+
+LIMIT_FIELDS = ("max_steps", "max_cost_usd", "max_seconds", "max_consecutive_errors")
+
+
+def agent_choices() -> list[tuple[str, str]]:
+    return [(slug, agent.title) for slug, agent in sorted(CATALOGUE.items())]
+
+
+class LaunchForm(forms.Form):
+    """Agent and optional limit overrides; the agent's own input form is rendered beside it.
+
+    Bounds are the agent's `max_limits`, checked by `Agent.resolve_limits` (the API uses the
+    same rule), so this form only parses.
+    """
+
+    agent = forms.ChoiceField(choices=agent_choices)
+    limit_max_steps = forms.IntegerField(required=False, min_value=1, label="Max steps")
+    limit_max_cost_usd = forms.DecimalField(
+        required=False, min_value=0, max_digits=10, decimal_places=4, label="Max cost (USD)"
+    )
+    limit_max_seconds = forms.IntegerField(required=False, min_value=1, label="Max seconds")
+    limit_max_consecutive_errors = forms.IntegerField(
+        required=False, min_value=1, label="Max consecutive errors"
+    )
+
+    def limit_overrides(self) -> dict:
+        return {
+            name: self.cleaned_data.get(f"limit_{name}")
+            for name in LIMIT_FIELDS
+            if self.cleaned_data.get(f"limit_{name}") is not None
+        }
+
+
+class RunFilterForm(forms.Form):
+    status = forms.ChoiceField(choices=[("", "any status"), *Run.Status.choices], required=False)
+    agent = forms.ChoiceField(required=False)
+    trigger = forms.ChoiceField(choices=[("", "any trigger"), *Run.Trigger.choices], required=False)
+    launched_by = forms.CharField(required=False, max_length=150, label="Launched by")
+    date_from = forms.DateField(
+        required=False, label="From", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    date_to = forms.DateField(
+        required=False, label="To", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    q = forms.CharField(required=False, max_length=200, label="Text in input or output")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["agent"].choices = [("", "any agent"), *agent_choices()]

@@ -1,0 +1,280 @@
+"""What viewers see of runs, steps and approvals, rendered once per event.
+
+The page templates define the fragments (`{% partialdef %}`); this module builds their
+context and renders them for WebSocket pushes. `install()` hands the renderers to
+`runs/events.py`, so an event is rendered once however many browsers watch it.
+
+Model and tool output is untrusted: it is only ever passed to templates as plain strings
+(auto-escaped) inside `.untrusted[hx-disable]` containers, never marked safe.
+"""
+
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count
+from django.template.loader import render_to_string
+from django.urls import reverse
+
+from .models import Run, Step
+
+# Longer text is cut in the timeline; the step's own page shows all of it.
+TRUNCATE_CHARS = 2000
+# The run page shows the newest steps; older ones load on demand.
+TIMELINE_PAGE = 50
+RUN_PAGE = "runs/run_detail.html"
+RUN_LIST = "runs/run_list.html"
+DASHBOARD = "runs/dashboard.html"
+
+
+def pretty(value: Any) -> str:
+    """Readable text for any JSON value (strings stay as they are)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@dataclass
+class Block:
+    """One piece of untrusted text, possibly cut to TRUNCATE_CHARS."""
+
+    label: str
+    text: str
+    truncated: int = 0  # characters left out
+    error: bool = False
+
+    @classmethod
+    def of(cls, label: str, value: Any, *, full: bool = False, error: bool = False) -> "Block":
+        text = pretty(value)
+        if full or len(text) <= TRUNCATE_CHARS:
+            return cls(label, text, 0, error)
+        return cls(label, text[:TRUNCATE_CHARS], len(text) - TRUNCATE_CHARS, error)
+
+
+@dataclass
+class ToolUse:
+    name: str
+    args: Block
+
+
+@dataclass
+class StepView:
+    """Template-ready description of one timeline step."""
+
+    step: Step
+    title: str
+    error: bool = False
+    texts: list[Block] = field(default_factory=list)  # model prose and tool output
+    tool_uses: list[ToolUse] = field(default_factory=list)
+    facts: list[tuple[str, str]] = field(default_factory=list)  # trusted, server-made
+    approval_id: str = ""
+
+    @property
+    def seq(self) -> int:
+        return self.step.seq
+
+    @property
+    def kind(self) -> str:
+        return self.step.kind
+
+    @property
+    def full_url(self) -> str:
+        return reverse("runs:step", args=[self.step.run_id, self.step.seq])
+
+
+def step_view(step: Step, *, full: bool = False) -> StepView:
+    d = step.data if isinstance(step.data, dict) else {"data": step.data}
+    kind = step.kind
+    if kind == Step.Kind.LLM:
+        view = StepView(step, "model")
+        for block in d.get("content") or []:
+            if not isinstance(block, dict):
+                view.texts.append(Block.of("text", block, full=full))
+            elif block.get("type") == "text":
+                view.texts.append(Block.of("text", block.get("text", ""), full=full))
+            elif block.get("type") == "tool_use":
+                view.tool_uses.append(
+                    ToolUse(
+                        str(block.get("name", "")), Block.of("args", block.get("input"), full=full)
+                    )
+                )
+        usage = d.get("usage") or {}
+        view.facts = [
+            ("model", str(d.get("model", ""))),
+            ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
+            ("latency", f"{step.latency_ms} ms"),
+            ("stop", str(d.get("stop_reason", ""))),
+        ]
+        if d.get("trimmed_turns"):
+            view.facts.append(("context", f"{d['trimmed_turns']} older turn(s) left out"))
+        return view
+    if kind == Step.Kind.LLM_ERROR:
+        view = StepView(step, "model call failed", error=True)
+        view.texts.append(Block.of("error", d.get("error", ""), full=full, error=True))
+        view.facts = [
+            ("status", str(d.get("status", ""))),
+            ("attempt", str(d.get("attempt", ""))),
+            ("retry", "yes" if d.get("will_retry") else "no"),
+        ]
+        return view
+    if kind == Step.Kind.TOOL:
+        is_error = bool(d.get("is_error"))
+        view = StepView(step, f"tool {d.get('tool', '')}", error=is_error)
+        view.tool_uses.append(
+            ToolUse(str(d.get("tool", "")), Block.of("args", d.get("args"), full=full))
+        )
+        if is_error:
+            view.texts.append(Block.of("error", d.get("error", ""), full=full, error=True))
+        else:
+            view.texts.append(Block.of("result", d.get("result"), full=full))
+        view.facts = [
+            ("attempts", str(d.get("attempts", ""))),
+            ("duration", f"{d.get('duration_ms', 0)} ms"),
+        ]
+        if d.get("idempotency_key"):
+            view.facts.append(("key", str(d["idempotency_key"])[:16] + "…"))
+        view.approval_id = str(d.get("approval") or "")
+        return view
+    if kind == Step.Kind.GATE:
+        question = d.get("kind") == "question"
+        view = StepView(
+            step, "question to the operator" if question else "gated: waiting for a human"
+        )
+        view.approval_id = str(d.get("approval") or "")
+        view.facts = [
+            ("risk", str(d.get("risk", ""))),
+            ("why", str(d.get("explanation", ""))),
+            ("expires", str(d.get("expires_at", ""))),
+        ]
+        if d.get("tool"):
+            view.tool_uses.append(
+                ToolUse(str(d["tool"]), Block.of("args", d.get("args"), full=full))
+            )
+        if question and d.get("question"):
+            view.texts.append(Block.of("question", d.get("question"), full=full))
+        return view
+    if kind == Step.Kind.DECISION:
+        decision = str(d.get("decision") or d.get("status") or "decision")
+        view = StepView(step, f"human: {decision}")
+        view.approval_id = str(d.get("approval") or "")
+        by = d.get("by") or d.get("decided_by")
+        if by:
+            view.facts.append(("by", str(by)))
+        for key in ("reason", "answer"):
+            if d.get(key):
+                view.texts.append(Block.of(key, d[key], full=full))
+        for key in ("edited_args", "arguments", "args"):
+            if d.get(key):
+                view.tool_uses.append(
+                    ToolUse(str(d.get("tool", "")), Block.of(key, d[key], full=full))
+                )
+                break
+        return view
+    # Status changes.
+    event = str(d.get("event") or "status")
+    view = StepView(step, f"{event}: {d.get('from') or '—'} → {d.get('to') or '—'}")
+    view.error = event == "error" or d.get("to") == Run.Status.FAILED
+    if d.get("reason"):
+        view.facts.append(("reason", _reason_label(str(d["reason"]))))
+    if d.get("by"):
+        view.facts.append(("by", str(d["by"])))
+    if d.get("trigger"):
+        view.facts.append(("trigger", str(d["trigger"])))
+    if d.get("detail"):
+        # Details can quote a model or engine error: untrusted text.
+        view.texts.append(Block.of("detail", d["detail"], full=full, error=view.error))
+    if event == "launched":
+        view.texts.append(Block.of("input", d.get("input"), full=full))
+    return view
+
+
+def _reason_label(reason: str) -> str:
+    try:
+        return str(Run.Termination(reason).label)
+    except ValueError:
+        return reason
+
+
+# --- the run header ---------------------------------------------------------------------------
+@dataclass
+class Gauge:
+    label: str
+    used: str
+    limit: str
+    percent: int
+
+
+def _percent(used: float, limit: float) -> int:
+    if limit <= 0:
+        return 0
+    return max(0, min(100, int(used * 100 / limit)))
+
+
+def gauges(run: Run) -> list[Gauge]:
+    elapsed = run.elapsed_seconds
+    cost = Decimal(run.cost_usd)
+    return [
+        Gauge(
+            "steps",
+            str(run.step_count),
+            str(run.max_steps),
+            _percent(run.step_count, run.max_steps),
+        ),
+        Gauge(
+            "cost",
+            f"${cost:.4f}",
+            f"${Decimal(run.max_cost_usd):.2f}",
+            _percent(float(cost), float(run.max_cost_usd)),
+        ),
+        Gauge("time", f"{elapsed:.0f}s", f"{run.max_seconds}s", _percent(elapsed, run.max_seconds)),
+    ]
+
+
+def run_context(run: Run) -> dict:
+    return {"run": run, "gauges": gauges(run)}
+
+
+# --- WebSocket payloads ---------------------------------------------------------------------------
+def render_step_event(step: Step, run: Run | None = None, *, with_header: bool = True) -> dict:
+    """The run group's message for one step: the step appended to #timeline, plus the
+    refreshed header (status, usage). Rendered once; every viewer gets the same bytes."""
+    html = render_to_string(RUN_PAGE + "#step-push", {"v": step_view(step)})
+    if with_header:
+        run = run or Run.objects.select_related("launched_by").get(pk=step.run_id)
+        html += render_to_string(RUN_PAGE + "#run-header", {**run_context(run), "oob": True})
+    return {"html": html}
+
+
+def render_run_event(run_id: Any, seq: int) -> dict:
+    """The runs group's message: this run's row in the runs list and the dashboard."""
+    run = Run.objects.select_related("launched_by").filter(pk=run_id).first()
+    if run is None:
+        return {}
+    ctx = {"run": run, "gauges": gauges(run), "oob": True, "launched": seq == 1}
+    return {"html": render_to_string(RUN_LIST + "#run-push", ctx)}
+
+
+def render_approval_event(approval_id: Any) -> dict:
+    """The approvals group's message: the queue row, the nav count, the dashboard list."""
+    from approvals.models import Approval
+
+    approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
+    pending = Approval.objects.pending().count()
+    ctx = {"approval": approval, "pending_count": pending, "oob": True}
+    return {"html": render_to_string("approvals/queue.html#approval-push", ctx)}
+
+
+def status_counts() -> dict[str, int]:
+    counts = dict.fromkeys(Run.Status.values, 0)
+    for row in Run.objects.values("status").annotate(n=Count("pk")).order_by():
+        counts[row["status"]] = row["n"]
+    return counts
+
+
+def install() -> None:
+    from . import events
+
+    events.set_step_renderer(render_step_event)
+    events.set_run_renderer(render_run_event)
+    events.set_approval_renderer(render_approval_event)

@@ -1,0 +1,127 @@
+/* agentops control room: the little script the pages need. No inline script (CSP), no eval.
+ * Everything written into the page here uses textContent, never innerHTML. */
+(function () {
+  "use strict";
+
+  /* 1. A run's WebSocket resumes after the newest step the page has.
+   * The ws extension keeps the URL it read at page load and reconnects with it; each
+   * (re)connect goes through htmx.createWebSocket, so the `after` parameter is refreshed here
+   * from the timeline: the server sends exactly the missed steps. */
+  function lastSeq() {
+    var steps = document.querySelectorAll("#timeline > .step[data-seq]");
+    var last = 0;
+    steps.forEach(function (el) {
+      var seq = parseInt(el.getAttribute("data-seq"), 10);
+      if (seq > last) last = seq;
+    });
+    return last;
+  }
+
+  function install() {
+    if (!window.htmx) return;
+    var create = htmx.createWebSocket;
+    htmx.createWebSocket = function (url) {
+      var u = new URL(url, window.location.href);
+      if (/^\/ws\/runs\/[0-9a-f-]+\/$/.test(u.pathname)) {
+        u.searchParams.set("after", String(lastSeq()));
+        url = u.toString();
+      }
+      if (create) return create(url);
+      var sock = new WebSocket(url, []);
+      sock.binaryType = htmx.config.wsBinaryType;
+      return sock;
+    };
+
+    /* 2. Never insert an element whose id is already on the page (a step, a new row):
+     * a push that races a page load or a reconnect cannot duplicate anything. */
+    document.body.addEventListener("htmx:oobBeforeSwap", function (evt) {
+      var frag = evt.detail.fragment;
+      if (!(frag instanceof Element)) return; // outerHTML replacement: ids are meant to match
+      Array.prototype.slice.call(frag.children).forEach(function (child) {
+        if (child.id && document.getElementById(child.id)) child.remove();
+      });
+    });
+  }
+
+  /* 3. Deadlines count down. */
+  function tick() {
+    document.querySelectorAll("[data-deadline]").forEach(function (el) {
+      var left = Math.floor((Date.parse(el.getAttribute("data-deadline")) - Date.now()) / 1000);
+      if (isNaN(left)) return;
+      if (left <= 0) {
+        el.textContent = "expired";
+        el.classList.add("expired");
+        return;
+      }
+      var h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60), s = left % 60;
+      el.textContent = (h ? h + "h " : "") + (h || m ? m + "m " : "") + s + "s left";
+      el.classList.toggle("soon", left < 300);
+    });
+  }
+
+  /* 4. Keyboard shortcuts on the approval screen: a key clicks the button that declares it. */
+  function onKey(evt) {
+    if (evt.ctrlKey || evt.metaKey || evt.altKey) return;
+    var t = evt.target;
+    if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
+    var btn = document.querySelector('button[data-shortcut="' + evt.key.toLowerCase() + '"]');
+    if (btn && !btn.disabled) {
+      evt.preventDefault();
+      if (btn.hasAttribute("data-focus")) {
+        var target = document.querySelector(btn.getAttribute("data-focus"));
+        if (target && !target.value) {
+          target.focus();
+          return;
+        }
+      }
+      btn.click();
+    }
+  }
+
+  /* 5. Edited arguments: mark changed fields and list the diff against the original. */
+  function diffArgs() {
+    var list = document.getElementById("arg-diff");
+    if (!list) return;
+    while (list.firstChild) list.removeChild(list.firstChild);
+    var changed = 0;
+    document.querySelectorAll("[data-original]").forEach(function (input) {
+      var now = input.type === "checkbox" ? String(input.checked) : input.value;
+      var was = input.getAttribute("data-original");
+      var differs = now !== was;
+      input.classList.toggle("changed", differs);
+      if (!differs) return;
+      changed += 1;
+      var li = document.createElement("li");
+      var name = document.createElement("code");
+      name.textContent = input.name.replace(/^arg_/, "");
+      var del = document.createElement("del");
+      del.textContent = was;
+      var ins = document.createElement("ins");
+      ins.textContent = now;
+      li.appendChild(name);
+      li.appendChild(document.createTextNode(": "));
+      li.appendChild(del);
+      li.appendChild(document.createTextNode(" → "));
+      li.appendChild(ins);
+      list.appendChild(li);
+    });
+    var none = document.getElementById("arg-diff-none");
+    if (none) none.hidden = changed > 0;
+  }
+
+  // Deferred scripts run in order after parsing: htmx and its ws extension are loaded, and
+  // htmx connects sockets on DOMContentLoaded, after this.
+  install();
+  document.addEventListener("DOMContentLoaded", function () {
+    tick();
+    setInterval(tick, 1000);
+    document.addEventListener("keydown", onKey);
+    document.addEventListener("input", function (evt) {
+      if (evt.target && evt.target.hasAttribute && evt.target.hasAttribute("data-original")) diffArgs();
+    });
+    document.addEventListener("change", function (evt) {
+      if (evt.target && evt.target.hasAttribute && evt.target.hasAttribute("data-original")) diffArgs();
+    });
+    diffArgs();
+  });
+})();

@@ -1,0 +1,447 @@
+import json
+
+import pytest
+from django.urls import reverse
+
+from runs.models import Run, Step
+from tests.html_checks import assert_payload_inert
+
+from .conftest import XSS, add_steps, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def run(operator, no_enqueue):
+    return make_run(operator, status=Run.Status.RUNNING)
+
+
+# --- access -----------------------------------------------------------------
+PAGES = ["runs:dashboard", "runs:list", "runs:audit"]
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_pages_require_login(client, name):
+    response = client.get(reverse(name))
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_a_user_without_a_role_is_refused(client, django_user_model, name):
+    client.force_login(django_user_model.objects.create_user("nobody", password="x"))
+    assert client.get(reverse(name)).status_code == 403
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_a_viewer_reads_every_page(client, viewer, name):
+    client.force_login(viewer)
+    assert client.get(reverse(name)).status_code == 200
+
+
+def test_run_pages_need_a_role_too(client, django_user_model, run):
+    client.force_login(django_user_model.objects.create_user("nobody", password="x"))
+    for url in (
+        reverse("runs:detail", args=[run.pk]),
+        reverse("runs:export", args=[run.pk, "json"]),
+        reverse("runs:audit_run", args=[run.pk]),
+        reverse("runs:step", args=[run.pk, 1]),
+    ):
+        assert client.get(url).status_code == 403, url
+
+
+def test_unknown_run_is_404(client, viewer):
+    client.force_login(viewer)
+    url = reverse("runs:detail", args=["00000000-0000-0000-0000-000000000000"])
+    assert client.get(url).status_code == 404
+
+
+def test_post_to_a_read_only_page_is_refused(client, operator):
+    client.force_login(operator)
+    assert client.post(reverse("runs:list")).status_code == 405
+    assert client.post(reverse("runs:dashboard")).status_code == 405
+
+
+# --- dashboard -----------------------------------------------------------------
+def test_dashboard_shows_runs_in_flight_counts_failures_and_charts(
+    client, viewer, operator, no_enqueue
+):
+    running = make_run(operator, status=Run.Status.RUNNING)
+    failed = make_run(
+        operator, status=Run.Status.FAILED, termination_reason="max_cost", status_detail="spent it"
+    )
+    client.force_login(viewer)
+    html = client.get(reverse("runs:dashboard")).content.decode()
+    assert f'id="inflight-{running.pk}"' in html
+    assert f'id="inflight-{failed.pk}"' not in html
+    assert "max cost reached" in html and "spent it" in html
+    assert html.count("<svg") == 3
+    assert 'ws-connect="/ws/runs/"' in html
+
+
+def test_dashboard_stats_fragment_for_htmx_polling(client, viewer):
+    client.force_login(viewer)
+    response = client.get(
+        reverse("runs:dashboard"), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="dashboard-stats"
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<section id="dashboard-stats"')
+    assert "<nav" not in html
+
+
+def test_dashboard_queries_do_not_grow_with_runs(
+    client, viewer, operator, no_enqueue, django_assert_max_num_queries
+):
+    for _ in range(3):
+        make_run(operator, status=Run.Status.RUNNING)
+    client.force_login(viewer)
+    client.get(reverse("runs:dashboard"))
+    for _ in range(20):
+        make_run(operator, status=Run.Status.RUNNING)
+        make_run(operator, status=Run.Status.FAILED)
+    with django_assert_max_num_queries(14):
+        assert client.get(reverse("runs:dashboard")).status_code == 200
+
+
+# --- runs list -----------------------------------------------------------------
+def test_run_list_rows_carry_the_contract_hooks(client, viewer, run):
+    client.force_login(viewer)
+    html = client.get(reverse("runs:list")).content.decode()
+    assert f'class="run-row" data-run-id="{run.pk}" data-status="running"' in html
+    assert 'id="run-rows-live"' in html  # unfiltered first page takes pushed new runs
+
+
+def test_run_list_filters(client, viewer, operator, approver, no_enqueue):
+    a = make_run(operator, status=Run.Status.SUCCEEDED, output="total revenue 42")
+    b = make_run(approver, agent="refund-desk", status=Run.Status.FAILED)
+    client.force_login(viewer)
+
+    def ids(**params):
+        html = client.get(reverse("runs:list"), params).content.decode()
+        return {str(r.pk) for r in (a, b) if f'data-run-id="{r.pk}"' in html}
+
+    assert ids() == {str(a.pk), str(b.pk)}
+    assert ids(status="failed") == {str(b.pk)}
+    assert ids(agent="sql-analyst") == {str(a.pk)}
+    assert ids(launched_by="arthur") == {str(b.pk)}
+    assert ids(q="revenue 42") == {str(a.pk)}  # output
+    assert ids(q="boss@example") == {str(a.pk)}  # input
+    assert ids(trigger="api") == set()
+    assert ids(date_from="2000-01-01", date_to="2000-01-02") == set()
+    html = client.get(reverse("runs:list"), {"status": "failed"}).content.decode()
+    assert 'id="run-rows"' in html and "run-rows-live" not in html
+
+
+def test_run_list_bad_filter_is_a_form_error_not_a_500(client, viewer):
+    client.force_login(viewer)
+    response = client.get(reverse("runs:list"), {"status": "nope", "date_from": "yesterday"})
+    assert response.status_code == 200
+    assert "field-error" in response.content.decode()
+
+
+def test_run_list_paginates_with_constant_queries(
+    client, viewer, operator, no_enqueue, django_assert_max_num_queries
+):
+    for _ in range(55):
+        make_run(operator)
+    client.force_login(viewer)
+    with django_assert_max_num_queries(8):
+        html = client.get(reverse("runs:list")).content.decode()
+    assert html.count('class="run-row"') == 50
+    assert "page=2" in html
+    html = client.get(reverse("runs:list"), {"page": 2}).content.decode()
+    assert html.count('class="run-row"') == 5
+    assert client.get(reverse("runs:list"), {"page": "x"}).status_code == 200
+
+
+# --- launch -----------------------------------------------------------------
+def test_only_operators_may_launch(client, viewer, approver):
+    for user in (viewer, approver):
+        client.force_login(user)
+        assert client.get(reverse("runs:new")).status_code == 403
+        assert client.post(reverse("runs:new"), {"agent": "sql-analyst"}).status_code == 403
+
+
+def test_launch_form_swaps_the_agents_fields(client, operator):
+    client.force_login(operator)
+    html = client.get(reverse("runs:new")).content.decode()
+    assert 'select name="agent"' in html and 'id="launch-form-fields"' in html
+    assert 'button type="submit" id="launch"' in html
+    response = client.get(
+        reverse("runs:new"),
+        {"agent": "refund-desk"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="launch-form-fields",
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="launch-form-fields">')
+    assert 'name="order_id"' in html and 'name="question"' not in html
+    assert 'name="limit_max_steps"' in html and 'name="limit_max_cost_usd"' in html
+
+
+def test_launch_creates_a_form_run_and_redirects_to_it(
+    client, operator, no_enqueue, django_capture_on_commit_callbacks
+):
+    client.force_login(operator)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            reverse("runs:new"),
+            {
+                "agent": "sql-analyst",
+                "question": "Top customers?",
+                "report_to": "analytics@example.com",
+                "limit_max_steps": "5",
+                "limit_max_cost_usd": "0.25",
+            },
+        )
+    run = Run.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == f"/runs/{run.pk}/"
+    assert run.trigger == Run.Trigger.FORM and run.launched_by == operator
+    assert run.input == {"question": "Top customers?", "report_to": "analytics@example.com"}
+    assert run.max_steps == 5 and str(run.max_cost_usd) == "0.2500"
+    assert run.max_seconds == 300  # the agent's default
+    assert no_enqueue == [str(run.pk)]
+
+
+def test_launch_errors_are_shown_inline(client, operator, no_enqueue):
+    client.force_login(operator)
+    response = client.post(
+        reverse("runs:new"),
+        {
+            "agent": "sql-analyst",
+            "question": "",
+            "report_to": "not-an-email",
+            "limit_max_steps": "100000",
+        },
+    )
+    html = response.content.decode()
+    assert response.status_code == 422
+    assert "This field is required." in html
+    assert "Enter a valid email address." in html
+    assert not Run.objects.exists()
+    response = client.post(
+        reverse("runs:new"),
+        {
+            "agent": "sql-analyst",
+            "question": "q",
+            "report_to": "a@example.com",
+            "limit_max_steps": "100000",
+        },
+    )
+    assert response.status_code == 422
+    assert "must be at most 200" in response.content.decode()
+    assert not Run.objects.exists()
+
+
+def test_launch_with_an_unknown_agent_is_a_form_error(client, operator):
+    client.force_login(operator)
+    response = client.post(reverse("runs:new"), {"agent": "nope"})
+    assert response.status_code == 422
+    assert "Select a valid choice" in response.content.decode()
+
+
+# --- run page -----------------------------------------------------------------
+def test_run_page_has_header_timeline_and_live_socket(client, viewer, run):
+    add_steps(run, 3)
+    client.force_login(viewer)
+    html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert 'id="run-header"' in html
+    assert 'id="run-status" class="status status-running" data-status="running"' in html
+    assert "scripted model" in html
+    assert f'ws-connect="/ws/runs/{run.pk}/?after=4"' in html
+    for seq, kind in [(1, "status"), (2, "llm"), (3, "tool"), (4, "llm")]:
+        assert f'id="step-{seq}" data-seq="{seq}" data-kind="{kind}"' in html
+    assert "$0.00120" in html  # cost per step
+    assert 'id="cancel-run"' not in html  # viewers cannot cancel
+
+
+def test_run_page_shows_the_latest_steps_and_loads_older_ones(
+    client, viewer, run, django_assert_max_num_queries
+):
+    add_steps(run, 120)
+    client.force_login(viewer)
+    with django_assert_max_num_queries(10):
+        html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert html.count('class="step ') == 50
+    assert 'id="step-121"' in html and 'id="step-71"' not in html
+    assert "?after=121" in html
+    assert "before=72" in html
+    with django_assert_max_num_queries(8):
+        html = client.get(
+            reverse("runs:steps", args=[run.pk]), {"before": 72}, HTTP_HX_REQUEST="true"
+        ).content.decode()
+    assert html.count('class="step ') == 50
+    assert 'id="step-22"' in html and 'id="step-71"' in html and 'id="step-72"' not in html
+    assert 'id="load-older" hx-swap-oob="true"' in html and "before=22" in html
+    assert client.get(reverse("runs:steps", args=[run.pk]), {"before": "x"}).status_code == 400
+
+
+def test_long_output_is_truncated_with_a_link_to_the_full_step(client, viewer, run):
+    with __import__("django").db.transaction.atomic():
+        locked = Run.locked(run.pk)
+        locked.append_step(
+            Step.Kind.TOOL,
+            {
+                "tool_use_id": "t",
+                "tool": "run_query",
+                "args": {},
+                "is_error": False,
+                "attempts": 1,
+                "result": "A" * 5000 + "TAIL",
+            },
+        )
+    client.force_login(viewer)
+    html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert "TAIL" not in html
+    assert f'href="/runs/{run.pk}/steps/2/"' in html
+    full = client.get(reverse("runs:step", args=[run.pk, 2])).content.decode()
+    assert "A" * 5000 + "TAIL" in full
+
+
+def test_errors_are_highlighted(client, viewer, run):
+    with __import__("django").db.transaction.atomic():
+        Run.locked(run.pk).append_step(
+            Step.Kind.TOOL,
+            {
+                "tool_use_id": "t",
+                "tool": "run_query",
+                "args": {},
+                "is_error": True,
+                "attempts": 3,
+                "error": "database is locked",
+            },
+        )
+    client.force_login(viewer)
+    html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert "step-error" in html and "database is locked" in html
+
+
+def test_untrusted_text_is_escaped_inside_hx_disable(client, viewer, run):
+    with __import__("django").db.transaction.atomic():
+        locked = Run.locked(run.pk)
+        locked.append_step(
+            Step.Kind.LLM,
+            {
+                "model": "m",
+                "content": [
+                    {"type": "text", "text": XSS},
+                    {"type": "tool_use", "id": "t1", "name": XSS, "input": {"sql": XSS}},
+                ],
+                "usage": {},
+            },
+        )
+        locked.append_step(
+            Step.Kind.TOOL,
+            {
+                "tool_use_id": "t1",
+                "tool": "run_query",
+                "args": {"sql": XSS},
+                "is_error": False,
+                "attempts": 1,
+                "result": {"rows": [[XSS]]},
+            },
+        )
+    Run.objects.filter(pk=run.pk).update(output=XSS, status_detail=XSS)
+    client.force_login(viewer)
+    for url in (
+        reverse("runs:detail", args=[run.pk]),
+        reverse("runs:audit_run", args=[run.pk]),
+        reverse("runs:step", args=[run.pk, 2]),
+    ):
+        html = client.get(url).content.decode()
+        assert "<script>window" not in html, url
+        assert "<img src=x" not in html
+        assert '<button hx-post="/runs/new/"' not in html
+        assert '<div id="nav-pending-count" hx-swap-oob' not in html
+        assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
+        assert "&lt;button hx-post=&quot;/runs/new/&quot; hx-trigger=&quot;load&quot;&gt;" in html
+        assert_payload_inert(html)
+
+
+# --- cancel -----------------------------------------------------------------
+def test_operator_cancels_a_running_run(client, operator, run):
+    client.force_login(operator)
+    html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert 'id="cancel-run"' in html
+    response = client.post(reverse("runs:cancel", args=[run.pk]), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert 'data-status="cancelled"' in response.content.decode()
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert run.steps.last().data["by"] == "olivia"
+
+
+def test_cancel_needs_post_and_the_operator_role(client, viewer, operator, run):
+    client.force_login(operator)
+    assert client.get(reverse("runs:cancel", args=[run.pk])).status_code == 405
+    client.force_login(viewer)
+    assert client.post(reverse("runs:cancel", args=[run.pk])).status_code == 403
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING
+
+
+def test_cancel_needs_the_csrf_token(operator, run):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    assert client.post(reverse("runs:cancel", args=[run.pk])).status_code == 403
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING
+
+
+def test_cancel_of_a_finished_run_changes_nothing(client, operator, no_enqueue):
+    done = make_run(operator, status=Run.Status.SUCCEEDED)
+    client.force_login(operator)
+    html = client.get(reverse("runs:detail", args=[done.pk])).content.decode()
+    assert 'id="cancel-run"' not in html
+    response = client.post(reverse("runs:cancel", args=[done.pk]))
+    assert response.status_code == 302
+    done.refresh_from_db()
+    assert done.status == Run.Status.SUCCEEDED
+
+
+# --- export -----------------------------------------------------------------
+def test_export_json_and_jsonl(client, viewer, run):
+    add_steps(run, 4)
+    client.force_login(viewer)
+    response = client.get(reverse("runs:export", args=[run.pk, "json"]))
+    assert response["Content-Type"] == "application/json"
+    doc = json.loads(b"".join(response.streaming_content))
+    assert doc["run"]["id"] == str(run.pk)
+    assert [s["seq"] for s in doc["steps"]] == [1, 2, 3, 4, 5]
+    assert doc["steps"][1]["prev_hash"] == doc["steps"][0]["hash"]
+    response = client.get(reverse("runs:export", args=[run.pk, "jsonl"]))
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert lines[0]["run"]["agent"] == "sql-analyst"
+    assert [line["seq"] for line in lines[1:]] == [1, 2, 3, 4, 5]
+    assert client.get(reverse("runs:export", args=[run.pk, "xml"])).status_code == 404
+
+
+# --- audit -----------------------------------------------------------------
+def test_audit_verifies_the_chain(client, viewer, run):
+    add_steps(run, 3)
+    client.force_login(viewer)
+    html = client.get(reverse("runs:audit_run", args=[run.pk])).content.decode()
+    assert 'id="chain-status" class="alert ok" data-ok="true"' in html
+
+
+def test_audit_alerts_when_a_step_was_tampered_with(client, viewer, run):
+    add_steps(run, 3)
+    step = Step.objects.get(run=run, seq=3)
+    Step.objects.filter(pk=step.pk).update(data={**step.data, "result": "forged"})
+    client.force_login(viewer)
+    html = client.get(reverse("runs:audit_run", args=[run.pk])).content.decode()
+    assert 'data-ok="false"' in html
+    assert "breaks at step #3" in html
+
+
+def test_audit_search_lists_matching_runs(client, viewer, operator, no_enqueue):
+    a = make_run(operator, status=Run.Status.SUCCEEDED, output="the answer")
+    make_run(operator, status=Run.Status.SUCCEEDED, output="other")
+    client.force_login(viewer)
+    html = client.get(reverse("runs:audit"), {"q": "answer"}).content.decode()
+    assert html.count('class="audit-row"') == 1
+    assert f"/audit/runs/{a.pk}/" in html
