@@ -282,7 +282,7 @@ def login(browser, server) -> Iterator[Callable[[str], Session]]:
         page.on("pageerror", lambda exc: session.console_errors.append(f"pageerror: {exc}"))
         page.on("dialog", lambda d: (session.dialogs.append(d.message), d.dismiss()))
         page.on("request", lambda r: session.requests.append(r.url))
-        page.on("websocket", session.sockets.append)
+        page.on("websocket", lambda ws: session.sockets.append(ws))
         page.on(
             "framenavigated",
             lambda f: f == page.main_frame and session.navigations.append(f.url),

@@ -1,5 +1,6 @@
 """Rejecting and editing a gated refund from the approval screen, seen from the run page."""
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -20,7 +21,7 @@ def test_a_rejection_reason_reaches_the_agent_and_no_refund_is_made(server, logi
     approver = login("approver")
     why = "Customer already got a voucher for this order"
     decide(approver, server.pending_approval(run_id), "reject", reason=why)
-    expect(approver.page.locator("#decision-result")).to_contain_text("rejected")
+    expect(approver.page.locator("#decision-result")).to_contain_text(re.compile("rejected", re.I))
 
     # The refund tool's policy is "tell the agent": the run goes on and ends on its own.
     expect_status(page, "succeeded")
@@ -52,7 +53,7 @@ def test_edit_and_approve_refunds_the_edited_amount(server, login):
         args={"amount": "25.00"},
         reason="Partial refund: shipping is not refunded",
     )
-    expect(approver.page.locator("#decision-result")).to_contain_text("approved")
+    expect(approver.page.locator("#decision-result")).to_contain_text(re.compile("approved", re.I))
 
     expect_status(page, "succeeded")
     operator.assert_same_document()

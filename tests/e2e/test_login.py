@@ -19,7 +19,7 @@ def test_a_wrong_password_keeps_the_user_out(server, browser):
     page.fill("#id_username", "operator")
     page.fill("#id_password", PASSWORD + "-wrong")
     page.click("button[type=submit]")
-    expect(page.locator("form")).to_contain_text("enter a correct username and password")
+    expect(page.get_by_role("alert")).to_contain_text("enter a correct username and password")
     assert "/accounts/login/" in page.url
     assert not [c for c in context.cookies() if c["name"] == "sessionid"]
 
