@@ -15,6 +15,7 @@ import shutil
 import socket
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing, suppress
@@ -72,6 +73,19 @@ def chromium_path() -> str:
     )
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    # A failing browser test shows what the server said meanwhile (tracebacks, 4xx/5xx).
+    report = yield
+    up = _servers[0].up if _servers else None
+    if report.failed and up is not None:
+        report.sections.append(("agentops server output (tail)", "".join(up.lines[-80:])))
+    return report
+
+
+_servers: list["LiveServer"] = []
+
+
 # --- the live server ----------------------------------------------------------------------------
 @dataclass
 class LiveServer:
@@ -98,13 +112,27 @@ class LiveServer:
         )
         return [seq for (seq,) in rows]
 
-    def pending_approval(self, run_id: str) -> str:
-        rows = self.query(
-            "SELECT id FROM approvals_approval WHERE run_id = ? AND status = 'pending'",
-            uuid.UUID(run_id).hex,
-        )
-        assert len(rows) == 1, f"expected one pending approval for run {run_id}, got {rows}"
+    def pending_approval(self, run_id: str, *, tool: str = "issue_refund") -> str:
+        """The id of the run's pending approval for `tool`, waiting for its gate to open."""
+        deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
+        while True:
+            rows = self.query(
+                "SELECT id FROM approvals_approval WHERE run_id = ? AND tool = ? "
+                "AND status = 'pending'",
+                uuid.UUID(run_id).hex,
+                tool,
+            )
+            if rows or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert len(rows) == 1, f"expected one pending {tool} approval for run {run_id}: {rows}"
         return str(uuid.UUID(rows[0][0]))
+
+    def wait_for_status(self, run_id: str, status: str) -> None:
+        deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
+        while self.run_status(run_id) != status and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.run_status(run_id) == status
 
     def refunds(self, run_id: str) -> list[tuple]:
         """(order_id, amount, reason) of the refunds this run issued."""
@@ -119,7 +147,10 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
     var_dir = tmp_path_factory.mktemp("e2e-var")
     up = start_up(var_dir, AGENTOPS_DEMO_PASSWORD=PASSWORD)
     try:
-        yield LiveServer(up=up, db_path=var_dir / "agentops.sqlite3")
+        live = LiveServer(up=up, db_path=var_dir / "agentops.sqlite3")
+        _servers.append(live)
+        yield live
+        _servers.remove(live)
         stop_up(up)
     finally:
         kill_up(up)

@@ -68,10 +68,12 @@ def decide(
     *,
     reason: str = "",
     args: dict[str, str] | None = None,
+    navigate: bool = True,
 ) -> None:
-    """Open the approval screen and press approve / edit-approve / reject."""
+    """Open the approval screen (unless it is open) and press approve / edit-approve / reject."""
     page = session.page
-    session.goto(f"/approvals/{approval_id}/")
+    if navigate:
+        session.goto(f"/approvals/{approval_id}/")
     for name, value in (args or {}).items():
         page.fill(f"[name=arg_{name}]", value)
     if reason:
