@@ -55,12 +55,10 @@ class UpServer:
         return proc.stdout
 
 
-def start_up(
-    var_dir: Path, *args: str, inherit: tuple[str, ...] = (), **extra_env: str
-) -> UpServer:
-    """Serve on a free port; returns once /healthz answers. `inherit` keeps some of
-    NOT_INHERITED from this process's environment (e.g. DATABASE_URL, REDIS_URL)."""
-    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED or k in inherit}
+def start_up(var_dir: Path, *args: str, **extra_env: str) -> UpServer:
+    """Serve on a free port; returns once /healthz answers. `extra_env` may set back what
+    NOT_INHERITED leaves out (e.g. DATABASE_URL and REDIS_URL for the production topology)."""
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env.update(AGENTOPS_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1", **extra_env)
     port = free_port()
     proc = subprocess.Popen(

@@ -1,9 +1,9 @@
 """The browser suite: Debian's Chromium, driven by Playwright, against a live agentops.
 
-One `manage.py up` subprocess serves the whole suite (daphne + the in-process Celery worker,
-embedded topology, its own SQLite file in a temp folder). DATABASE_URL / REDIS_URL are not
-passed on: under CI's Postgres + Redis pass the suite still tests the same embedded server, so
-the test can read what the server wrote straight from that SQLite file.
+One `manage.py up` subprocess serves the whole suite: daphne and a real Celery worker. The
+topology follows the test session: embedded (in-process worker on the memory transport, its own
+SQLite file) by default, or Postgres + Redis when DATABASE_URL and REDIS_URL are set (as in CI's
+second pass). The tests read what the server wrote straight from its database.
 
 Each test gets fresh browser contexts (one per user), so sessions never leak between tests.
 `playwright install` is not used: Chromium comes from the system (apt-get install chromium),
@@ -20,8 +20,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing, suppress
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 from playwright.sync_api import (
     Browser,
@@ -33,6 +36,7 @@ from playwright.sync_api import (
     expect,
     sync_playwright,
 )
+from psycopg import sql as pgsql
 
 from tests.livesupport import ROOT, UpServer, kill_up, start_up, stop_up
 
@@ -89,26 +93,40 @@ _servers: list["LiveServer"] = []
 # --- the live server ----------------------------------------------------------------------------
 @dataclass
 class LiveServer:
-    """The running agentops and read-only access to its database."""
+    """The running agentops and read-only access to its database (SQLite or Postgres)."""
 
     up: UpServer
-    db_path: Path
+    sqlite_path: Path | None = None
+    postgres_url: str = ""
 
     @property
     def url(self) -> str:
         return self.up.url
 
+    @property
+    def topology(self) -> str:
+        return "Postgres + Redis" if self.postgres_url else "embedded (SQLite)"
+
     def query(self, sql: str, *params) -> list[tuple]:
-        """Read the server's SQLite database (WAL: readers never block the server's writers)."""
-        with closing(sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=10)) as db:
+        """Read the server's database. `sql` uses ? placeholders; ids go through `key()`."""
+        if self.postgres_url:
+            with psycopg.connect(self.postgres_url, autocommit=True) as db:
+                return db.execute(sql.replace("?", "%s"), params).fetchall()
+        # WAL: readers never block the server's writers.
+        uri = f"file:{self.sqlite_path}?mode=ro"
+        with closing(sqlite3.connect(uri, uri=True, timeout=10)) as db:
             return db.execute(sql, params).fetchall()
 
+    def key(self, value: str) -> uuid.UUID | str:
+        """A UUID as this database stores it (SQLite: 32 hex digits; Postgres: uuid)."""
+        return uuid.UUID(value) if self.postgres_url else uuid.UUID(value).hex
+
     def run_status(self, run_id: str) -> str:
-        return self.query("SELECT status FROM runs_run WHERE id = ?", uuid.UUID(run_id).hex)[0][0]
+        return self.query("SELECT status FROM runs_run WHERE id = ?", self.key(run_id))[0][0]
 
     def step_seqs(self, run_id: str) -> list[int]:
         rows = self.query(
-            "SELECT seq FROM runs_step WHERE run_id = ? ORDER BY seq", uuid.UUID(run_id).hex
+            "SELECT seq FROM runs_step WHERE run_id = ? ORDER BY seq", self.key(run_id)
         )
         return [seq for (seq,) in rows]
 
@@ -119,14 +137,14 @@ class LiveServer:
             rows = self.query(
                 "SELECT id FROM approvals_approval WHERE run_id = ? AND tool = ? "
                 "AND status = 'pending'",
-                uuid.UUID(run_id).hex,
+                self.key(run_id),
                 tool,
             )
             if rows or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         assert len(rows) == 1, f"expected one pending {tool} approval for run {run_id}: {rows}"
-        return str(uuid.UUID(rows[0][0]))
+        return str(uuid.UUID(str(rows[0][0])))
 
     def wait_for_status(self, run_id: str, status: str) -> None:
         deadline = time.monotonic() + LIVE_TIMEOUT_MS / 1000
@@ -136,24 +154,75 @@ class LiveServer:
 
     def refunds(self, run_id: str) -> list[tuple]:
         """(order_id, amount, reason) of the refunds this run issued."""
-        return self.query(
+        rows = self.query(
             "SELECT order_id, amount, reason FROM demo_refund WHERE run_id = ? ORDER BY id",
-            uuid.UUID(run_id).hex,
+            self.key(run_id),
+        )
+        return [(order, Decimal(str(amount)), reason) for order, amount, reason in rows]
+
+
+def services_from_env() -> tuple[str, str] | None:
+    """(DATABASE_URL, REDIS_URL) when this test session runs against Postgres + Redis."""
+    database, redis = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
+    if database.startswith(("postgres://", "postgresql://")) and redis:
+        return database, redis
+    return None
+
+
+def fresh_postgres_database(url: str, suffix: str = "_browser") -> str:
+    """A new, empty database next to the one in `url`; returns its URL."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/") + suffix
+    with psycopg.connect(parts._replace(path="/postgres").geturl(), autocommit=True) as db:
+        db.execute(
+            pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+        )
+        db.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
+    return parts._replace(path=f"/{name}").geturl()
+
+
+def drop_postgres_database(url: str) -> None:
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    with psycopg.connect(parts._replace(path="/postgres").geturl(), autocommit=True) as db:
+        db.execute(
+            pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
         )
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Iterator[LiveServer]:
+    """One live agentops for the suite, in the topology of this test session.
+
+    Embedded by default: daphne with the Celery worker in-process, its own SQLite file.
+    When the session has DATABASE_URL (Postgres) and REDIS_URL, the server uses them instead
+    (`up --with-worker`: the worker consumes from Redis, the channel layer is Redis), with a
+    fresh database of its own next to the test database, dropped afterwards.
+    """
     var_dir = tmp_path_factory.mktemp("e2e-var")
-    up = start_up(var_dir, AGENTOPS_DEMO_PASSWORD=PASSWORD)
+    services = services_from_env()
+    if services:
+        database = fresh_postgres_database(services[0])
+        up = start_up(
+            var_dir,
+            "--with-worker",
+            AGENTOPS_DEMO_PASSWORD=PASSWORD,
+            DATABASE_URL=database,
+            REDIS_URL=services[1],
+        )
+        live = LiveServer(up=up, postgres_url=database)
+    else:
+        up = start_up(var_dir, AGENTOPS_DEMO_PASSWORD=PASSWORD)
+        live = LiveServer(up=up, sqlite_path=var_dir / "agentops.sqlite3")
+    _servers.append(live)
     try:
-        live = LiveServer(up=up, db_path=var_dir / "agentops.sqlite3")
-        _servers.append(live)
         yield live
-        _servers.remove(live)
         stop_up(up)
     finally:
+        _servers.remove(live)
         kill_up(up)
+        if live.postgres_url:
+            drop_postgres_database(live.postgres_url)
 
 
 class DroppableProxy:
