@@ -7,5 +7,6 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("stats/", views.stats, name="stats"),
     path("<uuid:pk>/", views.detail, name="detail"),
+    path("<uuid:pk>/opened/", views.opened, name="opened"),
     path("<uuid:pk>/decide/", views.decide, name="decide"),
 ]

@@ -4,7 +4,7 @@ Decisions go through `approvals.decisions.decide` (row lock, four-eyes, quorum):
 only turns the form into its arguments and its outcome into a clear message and status.
 """
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core import signing
@@ -25,6 +25,7 @@ QUEUE_TEMPLATE = "approvals/queue.html"
 DETAIL_TEMPLATE = "approvals/detail.html"
 OPENED_SALT = "approvals.opened_at"
 DECISIONS = {"approve", "edit_approve", "reject", "answer"}
+NON_ARG_ERRORS = {"reason", "answer", "decision", "arguments"}
 
 
 def _get_approval_for_user(request: HttpRequest, pk, decide: bool = False) -> Approval:
@@ -39,13 +40,24 @@ def _get_approval_for_user(request: HttpRequest, pk, decide: bool = False) -> Ap
     )
 
 
-def may_decide(user, approval: Approval) -> bool:
-    """Whether the queue's "assigned to me" filter lists it: an approver, named by the agent's
-    gate rules when it names anyone."""
-    if not user.can_approve:
-        return False
-    named = (approval.run.agent_config.get("gates") or {}).get("approvers") or []
-    return not named or user.get_username() in named
+def assigned_to(user, rows: list[Approval]) -> list[Approval]:
+    """The queue's "assigned to me": what this user may decide and has not voted on yet.
+    The decision service's own rule, in two queries for the whole list."""
+    from . import decisions
+    from .models import ApprovalVote
+
+    voted = set(
+        ApprovalVote.objects.filter(user=user, approval__in=rows).values_list(
+            "approval_id", flat=True
+        )
+    )
+    return [
+        a
+        for a in rows
+        if a.pk not in voted
+        and not a.run.is_terminal
+        and not decisions.forbidden_reason(a, a.run, user, "approve")
+    ]
 
 
 # --- the queue ---------------------------------------------------------------------------------
@@ -64,7 +76,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         approvals = approvals.filter(risk=risk)
     rows = list(approvals.order_by("expires_at")[:500])
     if mine:
-        rows = [a for a in rows if may_decide(request.user, a)]
+        rows = assigned_to(request.user, rows)
     # Riskiest first, then the nearest deadline.
     rows.sort(key=lambda a: (RISK_RANK.get(a.risk, 99), a.expires_at))
     agents = sorted(set(Approval.objects.pending().values_list("run__agent", flat=True)))
@@ -128,6 +140,18 @@ def detail(request: HttpRequest, pk) -> HttpResponse:
     return render(request, DETAIL_TEMPLATE, _detail_context(request, approval))
 
 
+@require_POST
+@login_required
+def opened(request: HttpRequest, pk) -> HttpResponse:
+    """The decision screen reports that a decider opened it (htmx, on load): time to decide
+    is measured from here. A POST, because it writes; the page's GET stays read-only."""
+    from . import decisions
+
+    approval = _get_approval_for_user(request, pk, decide=True)
+    decisions.record_open(approval, request.user)
+    return HttpResponse(status=204)
+
+
 def _opened_at(request: HttpRequest) -> datetime | None:
     try:
         raw = signing.loads(request.POST.get("opened", ""), salt=OPENED_SALT, max_age=7 * 86400)
@@ -159,7 +183,8 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
             outcome = decisions.decide(
                 approval.pk,
                 user=request.user,
-                decision=decision,
+                # Edit-and-approve is an approval with arguments (unchanged ones are a no-op).
+                decision="approve" if decision == "edit_approve" else decision,
                 arguments=arguments,
                 reason=request.POST.get("reason", "").strip(),
                 answer=request.POST.get("answer", "").strip(),
@@ -172,8 +197,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
         except decisions.DecisionInvalid as exc:
             status, result["message"] = 422, str(exc)
             field_errors = {
-                (k if k in ("reason", "answer") else f"arg_{k}"): v
-                for k, v in (getattr(exc, "errors", None) or {}).items()
+                (k if k in NON_ARG_ERRORS else f"arg_{k}"): v for k, v in exc.errors.items()
             }
         else:
             result["ok"] = True
@@ -189,18 +213,17 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
     return render(request, DETAIL_TEMPLATE, context, status=status)
 
 
-def _success_message(decision: str, outcome) -> str:
+def _success_message(decision: str, approval: Approval) -> str:
+    if approval.status == Approval.Status.PENDING:
+        # A quorum gate: this vote is recorded, others are still needed.
+        return "Your approval is recorded; more approvers are needed before the call runs."
     words = {
         "approve": "Approved",
-        "edit_approve": "Approved with your edits",
+        "edit_approve": "Approved with your edits" if approval.edited_args else "Approved",
         "reject": "Rejected",
         "answer": "Answered",
     }[decision]
-    extra = ""
-    pending = getattr(outcome, "pending_quorum", None) or getattr(outcome, "waiting_for", None)
-    if pending:
-        extra = f" Waiting for {pending} more approval(s)."
-    return f"{words}. The run continues once every decision it waits on is made.{extra}"
+    return f"{words}. The run continues once every decision it waits on is made."
 
 
 # --- approver statistics -----------------------------------------------------------------------
@@ -209,9 +232,11 @@ def _success_message(decision: str, outcome) -> str:
 def stats(request: HttpRequest) -> HttpResponse:
     if not request.user.is_admin:
         raise PermissionDenied
+    from . import stats as approval_stats
+
     try:
-        from . import stats as approval_stats
-    except ImportError:
-        approval_stats = None
-    rows = approval_stats.approver_stats() if approval_stats else None
-    return render(request, "approvals/stats.html", {"rows": rows})
+        days = min(max(int(request.GET.get("days", 30)), 1), 365)
+    except ValueError:
+        days = 30
+    figures = approval_stats.approver_stats(since=timezone.now() - timedelta(days=days))
+    return render(request, "approvals/stats.html", {"stats": figures, "days": days})

@@ -50,11 +50,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if payload["seq"] <= self.last_seq:
             return
         self.last_seq = payload["seq"]
-        html = payload.get("html")
-        if html is not None:
-            await self.send(text_data=html)
-        else:
-            await self.send_json({k: v for k, v in payload.items() if k != "type"})
+        await _send_html_or_json(self, payload)
 
     def _query(self) -> dict:
         from urllib.parse import parse_qs
@@ -104,12 +100,7 @@ class _GroupConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def forward(self, event):
-        # The fragment was rendered once by runs/events.py; every viewer gets the same bytes.
-        html = event.get("html")
-        if html is not None:
-            await self.send(text_data=html)
-        else:
-            await self.send_json({k: v for k, v in event.items() if k != "type"})
+        await _send_html_or_json(self, event)
 
 
 class DashboardConsumer(_GroupConsumer):
@@ -128,6 +119,17 @@ class ApprovalsConsumer(_GroupConsumer):
 
     async def approvals_changed(self, event):
         await self.forward(event)
+
+
+async def _send_html_or_json(consumer: AsyncJsonWebsocketConsumer, event: dict) -> None:
+    """The fragment(s) rendered once by runs/events.py, one WebSocket message each; every
+    viewer gets the same bytes. Without a renderer, the event itself as JSON."""
+    html = event.get("html")
+    if html is None:
+        await consumer.send_json({k: v for k, v in event.items() if k != "type"})
+        return
+    for part in [html] if isinstance(html, str) else html:
+        await consumer.send(text_data=part)
 
 
 def _int(value, default: int) -> int:

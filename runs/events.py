@@ -113,6 +113,8 @@ def send(group: str, message: dict) -> None:
 
 
 def _log_failure(future) -> None:
+    if future.cancelled():  # the loop was shutting down
+        return
     exc = future.exception()
     if exc:
         log.warning("channel layer send failed: %s", exc)

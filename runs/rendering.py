@@ -26,6 +26,7 @@ TIMELINE_PAGE = 50
 RUN_PAGE = "runs/run_detail.html"
 RUN_LIST = "runs/run_list.html"
 DASHBOARD = "runs/dashboard.html"
+QUEUE = "approvals/queue.html"
 
 
 def pretty(value: Any) -> str:
@@ -247,22 +248,40 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
 
 
 def render_run_event(run_id: Any, seq: int) -> dict:
-    """The runs group's message: this run's row in the runs list and the dashboard."""
+    """The runs group's messages: this run's row in the runs list and on the dashboard.
+
+    Table rows go as separate messages: htmx parses a message as one fragment, and rows
+    mixed with other elements would lose their table context.
+    """
     run = Run.objects.select_related("launched_by").filter(pk=run_id).first()
     if run is None:
         return {}
-    ctx = {"run": run, "gauges": gauges(run), "oob": True, "launched": seq == 1}
-    return {"html": render_to_string(RUN_LIST + "#run-push", ctx)}
+    ctx = {"run": run, "gauges": gauges(run)}
+    launched = seq == 1
+    parts = [render_to_string(RUN_LIST + "#run-row", {**ctx, "oob": True})]
+    if launched:
+        parts.append(render_to_string(RUN_LIST + "#run-row-insert", ctx))
+    if run.is_terminal:
+        parts.append(render_to_string(DASHBOARD + "#inflight-delete", ctx))
+    else:
+        parts.append(render_to_string(DASHBOARD + "#inflight-row", {**ctx, "oob": True}))
+        if launched:
+            parts.append(render_to_string(DASHBOARD + "#inflight-insert", ctx))
+    return {"html": parts}
 
 
 def render_approval_event(approval_id: Any) -> dict:
-    """The approvals group's message: the queue row, the nav count, the dashboard list."""
+    """The approvals group's messages: the queue row, the nav count, open decision screens."""
     from approvals.models import Approval
 
-    approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
-    pending = Approval.objects.pending().count()
-    ctx = {"approval": approval, "pending_count": pending, "oob": True}
-    return {"html": render_to_string("approvals/queue.html#approval-push", ctx)}
+    approval = Approval.objects.select_related("run", "decided_by").filter(pk=approval_id).first()
+    ctx = {"approval": approval, "pending_count": Approval.objects.pending().count()}
+    parts = [render_to_string(QUEUE + "#approval-notices", ctx)]
+    if approval is not None:
+        pending = approval.status == Approval.Status.PENDING
+        piece = "#approval-insert" if pending else "#approval-delete"
+        parts.append(render_to_string(QUEUE + piece, ctx))
+    return {"html": parts}
 
 
 def status_counts() -> dict[str, int]:

@@ -1,4 +1,6 @@
+from django.templatetags.static import static
 from django.urls import path
+from django.views.generic.base import RedirectView
 
 from . import views
 
@@ -14,4 +16,6 @@ urlpatterns = [
     path("runs/<uuid:pk>/export.<str:fmt>", views.run_export, name="export"),
     path("audit/", views.audit, name="audit"),
     path("audit/runs/<uuid:pk>/", views.audit_run, name="audit_run"),
+    # Browsers ask for /favicon.ico whatever the page says.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
 ]

@@ -65,5 +65,5 @@ def assert_payload_inert(html: str, marker: str = "__pwned") -> None:
     for tag, attrs in elements(html):
         assert tag != "script" or set(attrs) == {"src", "defer"}, (tag, attrs)
         assert "onerror" not in attrs, (tag, attrs)
-        assert attrs.get("hx-trigger") != "load", (tag, attrs)
+        assert attrs.get("hx-post") != "/runs/new/", (tag, attrs)
         assert not (tag == "div" and attrs.get("id") == "nav-pending-count"), (tag, attrs)

@@ -109,9 +109,31 @@
     if (none) none.hidden = changed > 0;
   }
 
+  /* 3b. Live pushes are broadcast: one message serves every page that shows the thing. Pieces
+   * whose target is not on this page are dropped before htmx swaps (htmx would log an error).
+   * Parsed in a <template>, whose content is inert (no script runs, no image loads). */
+  function defineLiveTargets() {
+    if (!window.htmx) return;
+    htmx.defineExtension("live-targets", {
+      transformResponse: function (text, xhr) {
+        if (xhr) return text; // only WebSocket messages
+        var tpl = document.createElement("template");
+        tpl.innerHTML = text;
+        Array.prototype.slice.call(tpl.content.children).forEach(function (child) {
+          var oob = child.getAttribute("hx-swap-oob") || "true";
+          var colon = oob.indexOf(":");
+          var selector = colon > 0 ? oob.slice(colon + 1) : child.id ? "#" + CSS.escape(child.id) : "";
+          if (!selector || !document.querySelector(selector)) child.remove();
+        });
+        return tpl.innerHTML;
+      },
+    });
+  }
+
   // Deferred scripts run in order after parsing: htmx and its ws extension are loaded, and
   // htmx connects sockets on DOMContentLoaded, after this.
   install();
+  defineLiveTargets();
   document.addEventListener("DOMContentLoaded", function () {
     tick();
     setInterval(tick, 1000);

@@ -1,0 +1,188 @@
+import re
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.db import transaction
+from django.test import Client
+
+from agentops.asgi import application
+from runs import events
+from runs.models import Run, Step
+
+from .conftest import XSS, add_steps, make_run
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+ORIGIN = (b"origin", b"http://testserver")
+
+
+@sync_to_async
+def session_cookie(user) -> tuple[bytes, bytes]:
+    client = Client()
+    client.force_login(user)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+async def connect(path: str, user=None, origin=ORIGIN):
+    headers = [origin] if origin else []
+    if user is not None:
+        headers.append(await session_cookie(user))
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, _ = await communicator.connect(timeout=5)
+    return communicator, connected
+
+
+def seqs(html: str) -> list[int]:
+    return [int(s) for s in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', html)]
+
+
+async def receive_all(communicator, timeout=0.5) -> list[str]:
+    # receive_from's timeout cancels the application; receive_nothing only peeks.
+    out = []
+    while not await communicator.receive_nothing(timeout=timeout):
+        out.append(await communicator.receive_from())
+    return out
+
+
+@pytest.fixture
+def run(operator, no_enqueue):
+    run = make_run(operator, status=Run.Status.RUNNING)
+    add_steps(run, 4)  # seq 1..5
+    return run
+
+
+async def test_anonymous_users_are_refused(run):
+    _, connected = await connect(f"/ws/runs/{run.pk}/")
+    assert not connected
+
+
+async def test_other_origins_are_refused(run, viewer):
+    _communicator, connected = await connect(
+        f"/ws/runs/{run.pk}/", viewer, origin=(b"origin", b"http://evil.example")
+    )
+    assert not connected
+    _, connected = await connect("/ws/approvals/", viewer, origin=None)
+    assert not connected
+
+
+async def test_users_without_a_role_are_refused(run, django_user_model):
+    nobody = await sync_to_async(django_user_model.objects.create_user)("nobody", password="x")
+    for path in (f"/ws/runs/{run.pk}/", "/ws/runs/", "/ws/approvals/"):
+        _, connected = await connect(path, nobody)
+        assert not connected, path
+
+
+async def test_unknown_run_is_refused(viewer, db):
+    _, connected = await connect("/ws/runs/00000000-0000-0000-0000-000000000000/", viewer)
+    assert not connected
+
+
+async def test_it_sends_the_steps_after_the_given_seq_then_live_ones_once(run, viewer):
+    communicator, connected = await connect(f"/ws/runs/{run.pk}/?after=2", viewer)
+    assert connected
+    caught_up = await receive_all(communicator)
+    assert [s for m in caught_up for s in seqs(m)] == [3, 4, 5]
+    assert all('hx-swap-oob="beforeend:#timeline"' in m for m in caught_up)
+    # The header (status, usage) comes once, with the newest step.
+    assert ['id="run-header"' in m for m in caught_up] == [False, False, True]
+
+    # A step committed now is pushed live, rendered once, after commit.
+    await sync_to_async(add_steps)(run, 1)
+    live = await communicator.receive_from(timeout=5)
+    assert seqs(live) == [6]
+    assert 'id="run-header" class="card run-header" hx-swap-oob="true"' in live
+
+    # A repeated event (e.g. a retried publish) is dropped: no duplicate in the browser.
+    step = await sync_to_async(Step.objects.get)(run=run, seq=6)
+    await sync_to_async(events.publish_step)(step)
+    assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
+
+
+async def test_a_reconnect_gets_exactly_what_it_missed(run, viewer):
+    first, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
+    assert await first.receive_nothing(timeout=0.2)
+    await first.disconnect()
+    await sync_to_async(add_steps)(run, 3)  # 6, 7, 8 while disconnected
+    second, connected = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
+    assert connected
+    got = [s for m in await receive_all(second) for s in seqs(m)]
+    assert got == [6, 7, 8]
+    await second.disconnect()
+
+
+async def test_a_gap_in_live_events_is_filled_from_the_database(run, viewer):
+    communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
+    # Steps 6 and 7 commit but only 7's event reaches the consumer (6's was lost).
+    await sync_to_async(_append_quietly)(run, 2)
+    await get_channel_layer().group_send(
+        events.run_group(run.pk), {"type": "run.step", "seq": 7, "kind": "tool", "html": "x"}
+    )
+    got = [s for m in await receive_all(communicator) for s in seqs(m)]
+    assert got == [6, 7]
+    await communicator.disconnect()
+
+
+def _append_quietly(run, n):
+    from unittest import mock
+
+    with mock.patch("runs.models._publish_on_commit"):
+        add_steps(run, n)
+
+
+async def test_a_bad_after_parameter_means_from_the_start(run, viewer):
+    communicator, connected = await connect(f"/ws/runs/{run.pk}/?after=abc", viewer)
+    assert connected
+    got = [s for m in await receive_all(communicator) for s in seqs(m)]
+    assert got == [1, 2, 3, 4, 5]
+    await communicator.disconnect()
+
+
+async def test_pushed_steps_escape_untrusted_text(run, viewer):
+    communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
+
+    def append():
+        with transaction.atomic():
+            Run.locked(run.pk).append_step(
+                Step.Kind.TOOL,
+                {
+                    "tool_use_id": "x",
+                    "tool": "run_query",
+                    "args": {"sql": XSS},
+                    "is_error": True,
+                    "attempts": 1,
+                    "error": XSS,
+                },
+            )
+
+    await sync_to_async(append)()
+    html = await communicator.receive_from(timeout=5)
+    from tests.html_checks import assert_payload_inert
+
+    assert_payload_inert(html)
+    await communicator.disconnect()
+
+
+async def test_runs_group_pushes_the_list_row_and_dashboard_row(viewer, operator, no_enqueue):
+    communicator, connected = await connect("/ws/runs/", viewer)
+    assert connected
+    run = await sync_to_async(make_run)(operator)
+    messages = await receive_all(communicator)
+    launched = "".join(messages)
+    assert (
+        f'id="run-{run.pk}" class="run-row" data-run-id="{run.pk}" data-status="queued"' in launched
+    )
+    assert 'hx-swap-oob="afterbegin:#run-rows-live"' in launched
+    assert 'hx-swap-oob="afterbegin:#inflight-rows"' in launched
+
+    def finish():
+        run.cancel(reason="test")
+
+    await sync_to_async(finish)()
+    html = "".join(await receive_all(communicator))
+    assert 'data-status="cancelled" hx-swap-oob="true"' in html
+    assert f'<tr id="inflight-{run.pk}" hx-swap-oob="delete">' in html
+    assert "afterbegin" not in html  # only a launch inserts a row
+    await communicator.disconnect()
