@@ -4,7 +4,7 @@ import re
 
 from playwright.sync_api import Page, expect
 
-from .conftest import LiveServer, Session, screenshot
+from .conftest import LiveServer, Session, _servers, screenshot
 
 RUN_URL = re.compile(r"/runs/(?P<id>[0-9a-f-]{36})/$")
 
@@ -15,8 +15,11 @@ def launch_refund(
     """Launch the refund desk from the form; returns the run id of the page it lands on."""
     page = session.page
     session.goto("/runs/new/")
-    page.select_option("select[name=agent]", "refund-desk")
-    # htmx swaps the agent's own form in; wait for its fields, not for a timer.
+    # htmx swaps the agent's own form in: wait for that swap to be over before typing, or it
+    # would replace what was typed with the form's initial values.
+    with page.expect_response(lambda r: "/runs/new/" in r.url and "agent=refund-desk" in r.url):
+        page.select_option("select[name=agent]", "refund-desk")
+    expect(page.locator(".htmx-request, .htmx-swapping, .htmx-settling")).to_have_count(0)
     expect(page.locator("#launch-form-fields [name=order_id]")).to_be_visible()
     page.fill("[name=order_id]", str(order_id))
     page.fill("[name=amount]", amount)
@@ -29,7 +32,13 @@ def launch_refund(
 
 
 def expect_status(page: Page, status: str) -> None:
-    expect(page.locator("#run-status")).to_have_attribute("data-status", status)
+    try:
+        expect(page.locator("#run-status")).to_have_attribute("data-status", status)
+    except AssertionError as exc:
+        # Tell a page that missed an update from a run that really is stuck.
+        run = RUN_URL.search(page.url)
+        stored = _servers[0].run_status(run["id"]) if run and _servers else "?"
+        raise AssertionError(f"{exc}\n(the database says the run is {stored!r})") from None
 
 
 def timeline_seqs(page: Page) -> list[int]:

@@ -54,6 +54,11 @@ def test_edit_and_approve_refunds_the_edited_amount(server, login):
         reason="Partial refund: shipping is not refunded",
     )
     expect(approver.page.locator("#decision-result")).to_contain_text(re.compile("approved", re.I))
+    # The customer e-mail is gated too; its body quotes the refund that was really made.
+    email = server.pending_approval(run_id, tool="send_customer_email")
+    approver.goto(f"/approvals/{email}/")
+    expect(approver.page.locator("[name=arg_body]")).to_have_value(re.compile(r"refunded 25\.00"))
+    decide(approver, email, "approve", navigate=False)
 
     expect_status(page, "succeeded")
     operator.assert_same_document()
