@@ -88,4 +88,4 @@ def test_markup_in_model_text_and_tool_output_executes_nothing(server, login):
             expect(page.locator("#run-status")).to_have_attribute(
                 "data-status", re.compile(r"^succeeded$")
             )
-    screenshot(page, "audit-untrusted")
+            screenshot(page, "untrusted-output")
