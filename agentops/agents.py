@@ -187,10 +187,11 @@ def form_json_schema(form_class: type[forms.Form]) -> dict:
             prop["description"] = str(f.help_text)
         if isinstance(f, forms.BooleanField):
             prop["type"] = "boolean"
-        elif isinstance(f, forms.IntegerField):
-            prop["type"] = "integer"
+        # Decimal and Float fields subclass IntegerField in Django: test them first.
         elif isinstance(f, forms.DecimalField | forms.FloatField):
             prop["type"] = "number"
+        elif isinstance(f, forms.IntegerField):
+            prop["type"] = "integer"
         else:
             prop["type"] = "string"
         if isinstance(f, forms.ChoiceField):

@@ -1,35 +1,44 @@
 """The JSON API (django-ninja; OpenAPI at /api/docs). Each app contributes a router.
 
 Every endpoint needs a user: a browser session (with its CSRF token on unsafe methods) or a
-per-user token (`Authorization: Bearer ao_…`). Handlers read the user from `request.auth`
-and check the role themselves (`user.can_operate`, `user.can_approve`, ...).
+per-user token (`Authorization: Bearer ao_…`); see accounts/auth.py. Handlers read the user
+from `request.auth`; an endpoint may require a role up front (`auth=api_auth("can_operate")`)
+or check it itself (`user.can_approve`, ...).
+
+Errors are JSON `{"detail": ...}`: 401 without a user, 403 for a missing role or CSRF token,
+404, 409, 413 for oversized bodies, 422 with field errors for invalid input.
 """
 
-from django.utils import timezone
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
-from ninja.security import HttpBearer, SessionAuth
+from ninja.errors import AuthenticationError
 
-from accounts.models import ApiToken
+from accounts.auth import api_auth
 from approvals.api import router as approvals_router
 from runs.api import router as runs_router
-
-
-class TokenAuth(HttpBearer):
-    def authenticate(self, request, token: str):
-        user = ApiToken.authenticate(token)
-        if user is not None:
-            ApiToken.objects.filter(key_hash=ApiToken.hash(token)).update(
-                last_used_at=timezone.now()
-            )
-            request.user = user
-        return user
-
 
 api = NinjaAPI(
     title="agentops",
     version="1",
+    description="Launch, watch and cancel supervised agent runs. Authenticate with "
+    "`Authorization: Bearer <token>` (`manage.py issue_token <username>`) or a session.",
     urls_namespace="api",
-    auth=[TokenAuth(), SessionAuth(csrf=True)],
+    auth=api_auth(),
 )
 api.add_router("/", runs_router)
 api.add_router("/approvals", approvals_router)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = api.create_response(
+        request, {"detail": "authentication required: a session or a bearer token"}, status=401
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="agentops"'
+    return response
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return api.create_response(request, {"detail": "request body too large"}, status=413)

@@ -35,6 +35,8 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    # Serves /api/docs from vendored Swagger UI files (no CDN, no inline script for the CSP).
+    "ninja",
     "django_htmx",
     "template_partials",
     "csp",
@@ -162,6 +164,15 @@ AGENTOPS = {
     "CONTEXT_TOKEN_BUDGET": env.int("AGENTOPS_CONTEXT_TOKEN_BUDGET", default=60_000),
     "MAX_INPUT_BYTES": env.int("AGENTOPS_MAX_INPUT_BYTES", default=64_000),
     "SHOP_DB": env.str("AGENTOPS_SHOP_DB", default=str(VAR_DIR / "shop.sqlite3")),
+    # Approval notifications (approvals/notify.py). Links in e-mails and webhooks start here.
+    "PUBLIC_URL": env.str("AGENTOPS_PUBLIC_URL", default="http://127.0.0.1:8000"),
+    # E-mail approvers (approver/admin role, or the agent's named approvers) on each request.
+    "NOTIFY_EMAIL": env.bool("AGENTOPS_NOTIFY_EMAIL", default=True),
+    # Comma-separated; "slack+https://..." or a hooks.slack.com URL gets a Slack payload.
+    "WEBHOOK_URLS": env.list("AGENTOPS_WEBHOOK_URLS", default=[]),
+    # HMAC-SHA256 key for X-Agentops-Signature; generic webhooks are not sent without it.
+    "WEBHOOK_SECRET": env.str("AGENTOPS_WEBHOOK_SECRET", default=""),
+    "WEBHOOK_TIMEOUT_SECONDS": env.float("AGENTOPS_WEBHOOK_TIMEOUT_SECONDS", default=5.0),
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")

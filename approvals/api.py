@@ -1,3 +1,278 @@
-from ninja import Router
+"""The approvals API: the queue, one approval with its context, decisions, approver statistics.
+
+Reading needs any role; deciding goes through approvals.decisions (which checks who may
+decide); statistics are for admins. Errors are JSON `{"detail": ..., ...}` with 403, 404, 409
+or 422, never a 500.
+"""
+
+from datetime import timedelta
+from uuid import UUID
+
+from django.db.models import Case, IntegerField, Value, When
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from ninja import Router, Schema
+from ninja.responses import NinjaJSONEncoder
+
+from agentops.agents import get_agent
+from agentops.tools import get_tool
+from runs.models import Run, Step, canonical_json
+
+from . import decisions, stats
+from .models import Approval
 
 router = Router(tags=["approvals"])
+
+MAX_PAGE = 200
+RECENT_STEPS = 10
+TEXT_MAX = 2000
+_RISK_ORDER = Case(
+    *[When(risk=r, then=Value(i)) for i, r in enumerate(reversed(Approval.Risk.values))],
+    default=Value(len(Approval.Risk.values)),
+    output_field=IntegerField(),
+)
+
+
+class DecisionIn(Schema):
+    decision: str
+    arguments: dict | None = None
+    reason: str = ""
+    answer: str = ""
+
+
+def _error(http_status: int, detail: str, **extra) -> JsonResponse:
+    return JsonResponse({"detail": detail, **extra}, status=http_status, encoder=NinjaJSONEncoder)
+
+
+def _user(request: HttpRequest):
+    return request.auth  # set by the API's authenticators (token or session)
+
+
+def _get(approval_id: UUID, user) -> Approval | None:
+    return (
+        Approval.objects.visible_to(user)
+        .select_related("run", "run__launched_by", "decided_by")
+        .filter(pk=approval_id)
+        .first()
+    )
+
+
+# --- the queue ---------------------------------------------------------------------------------
+@router.get("")
+def list_approvals(
+    request: HttpRequest,
+    status: str = "pending",
+    agent: str = "",
+    risk: str = "",
+    assigned_to_me: bool = False,
+    limit: int = 50,
+    offset: int = 0,
+):
+    """Approvals, most risky first, then nearest deadline. `status=all` lists every status;
+    `assigned_to_me` keeps those the caller may decide now."""
+    user = _user(request)
+    if not user.can_view:
+        return _error(403, "your account has no role that can see approvals")
+    errors: dict[str, list[str]] = {}
+    if status not in (*Approval.Status.values, "all"):
+        errors["status"] = [f"one of {', '.join(Approval.Status.values)}, all"]
+    if risk and risk not in Approval.Risk.values:
+        errors["risk"] = [f"one of {', '.join(Approval.Risk.values)}"]
+    if not 1 <= limit <= MAX_PAGE:
+        errors["limit"] = [f"between 1 and {MAX_PAGE}"]
+    if offset < 0:
+        errors["offset"] = ["must not be negative"]
+    if errors:
+        return _error(422, "invalid filters", errors=errors)
+
+    qs = Approval.objects.visible_to(user).select_related("run", "decided_by")
+    if status != "all":
+        qs = qs.filter(status=status)
+    if status == Approval.Status.PENDING:
+        # A pending approval of a finished run can no longer be decided (the sweep closes it).
+        qs = qs.filter(run__status__in=Run.ACTIVE_STATUSES)
+    if agent:
+        qs = qs.filter(run__agent=agent)
+    if risk:
+        qs = qs.filter(risk=risk)
+    qs = qs.annotate(risk_order=_RISK_ORDER).order_by("risk_order", "expires_at", "requested_at")
+    if assigned_to_me:
+        pending = qs.filter(status=Approval.Status.PENDING)
+        mine = [a for a in pending if decisions.may_decide(a, user)]
+        count, page = len(mine), mine[offset : offset + limit]
+    else:
+        count, page = qs.count(), list(qs[offset : offset + limit])
+    return {"items": [_summary(a, user) for a in page], "count": count}
+
+
+def _summary(approval: Approval, user) -> dict:
+    run = approval.run
+    why_not = _why_not(approval, user)
+    return {
+        "id": approval.pk,
+        "run": run.pk,
+        "agent": run.agent,
+        "kind": approval.kind,
+        "status": approval.status,
+        "tool": approval.tool,
+        "arguments": approval.final_args,
+        "question": approval.question,
+        "options": approval.options,
+        "explanation": approval.explanation,
+        "risk": approval.risk,
+        "sampled": approval.sampled,
+        "requested_at": approval.requested_at,
+        "expires_at": approval.expires_at,
+        "decided_at": approval.decided_at,
+        "decided_by": approval.decided_by.get_username() if approval.decided_by else None,
+        "can_decide": not why_not,
+    }
+
+
+def _why_not(approval: Approval, user) -> str:
+    if approval.status != Approval.Status.PENDING:
+        return f"already {approval.status}"
+    if approval.run.is_terminal:
+        return f"the run is {approval.run.status}"
+    return decisions.forbidden_reason(approval, approval.run, user, "approve")
+
+
+# --- statistics (the uuid converter keeps /stats apart from /{id}) ------------------------------
+@router.get("/stats")
+def approver_stats(request: HttpRequest, days: int = 30):
+    """Rubber-stamp guard figures (admins only)."""
+    user = _user(request)
+    if not user.is_admin:
+        return _error(403, "approver statistics are for admins")
+    if not 1 <= days <= 3650:
+        return _error(422, "invalid filters", errors={"days": ["between 1 and 3650"]})
+    return stats.approver_stats(since=timezone.now() - timedelta(days=days))
+
+
+# --- one approval --------------------------------------------------------------------------------
+@router.get("/{uuid:approval_id}")
+def get_approval(request: HttpRequest, approval_id: UUID):
+    """Everything an approver needs to decide; opening it starts their time-to-decide."""
+    user = _user(request)
+    approval = _get(approval_id, user)
+    if approval is None:
+        return _error(404, "no such approval")
+    view = decisions.record_open(approval, user)
+    return _detail(approval, user, opened_at=view.first_opened_at if view else None)
+
+
+@router.post("/{uuid:approval_id}/decision")
+def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
+    """Approve (with `arguments` to edit), reject (with a `reason`) or answer a question."""
+    user = _user(request)
+    try:
+        approval = decisions.decide(
+            approval_id,
+            user=user,
+            decision=payload.decision,
+            arguments=payload.arguments,
+            reason=payload.reason,
+            answer=payload.answer,
+        )
+    except Approval.DoesNotExist:
+        return _error(404, "no such approval")
+    except decisions.DecisionConflict as exc:
+        return _error(
+            409,
+            exc.message,
+            status=exc.approval_status,
+            decided_by=exc.decided_by,
+            decided_at=exc.decided_at,
+        )
+    except decisions.DecisionInvalid as exc:
+        return _error(422, exc.message, errors=exc.errors)
+    except decisions.DecisionForbidden as exc:
+        return _error(403, exc.message)
+    approval = _get(approval.pk, user)
+    return _detail(approval, user)
+
+
+def _detail(approval: Approval, user, *, opened_at=None) -> dict:
+    run = approval.run
+    rules = decisions.gate_rules(run)
+    launched = run.steps.filter(seq=1).values_list("data", flat=True).first() or {}
+    agent = get_agent(run.agent)
+    steps = list(run.steps.order_by("-seq")[:RECENT_STEPS])
+    return {
+        **_summary(approval, user),
+        "why_not": _why_not(approval, user),
+        "original_arguments": approval.args,
+        "edited_arguments": approval.edited_args,
+        "reason": approval.reason,
+        "answer": approval.answer,
+        "context": approval.context_summary,
+        "on_expiry": approval.on_expiry,
+        "opened_at": opened_at,
+        "votes_needed": decisions.votes_needed(approval, rules),
+        "votes": [
+            {
+                "by": v.username,
+                "decision": v.decision,
+                "edited": v.edited,
+                "reason": v.reason,
+                "decided_at": v.decided_at,
+            }
+            for v in approval.votes.all()
+        ],
+        "tool_info": _tool_info(run, approval.tool),
+        "run_context": {
+            "id": run.pk,
+            "agent": run.agent,
+            "agent_title": agent.title if agent else run.agent,
+            "status": run.status,
+            "goal": launched.get("prompt", ""),
+            "input": run.input,
+            "launched_by": run.launched_by.get_username() if run.launched_by else None,
+            "trigger": run.trigger,
+            "steps": run.step_count,
+            "cost_usd": run.cost_usd,
+            "max_cost_usd": run.max_cost_usd,
+            "created_at": run.created_at,
+        },
+        "recent_steps": [_step(s) for s in reversed(steps)],
+    }
+
+
+def _tool_info(run: Run, name: str) -> dict | None:
+    # The run's snapshot is what the agent was given; the registry is the fallback.
+    for meta in run.agent_config.get("tools", []):
+        if meta.get("name") == name:
+            return meta
+    tool = get_tool(name)
+    return tool.metadata() if tool else None
+
+
+def _step(step: Step) -> dict:
+    data = step.data
+    out: dict = {"seq": step.seq, "kind": step.kind, "at": step.created_at}
+    if step.kind == Step.Kind.LLM:
+        out["text"] = _clip(
+            "".join(b.get("text", "") for b in data.get("content", []) if b.get("type") == "text")
+        )
+        out["tool_calls"] = [
+            {"tool": b.get("name"), "input": b.get("input")}
+            for b in data.get("content", [])
+            if b.get("type") == "tool_use"
+        ]
+    elif step.kind == Step.Kind.TOOL:
+        out.update(tool=data.get("tool"), args=data.get("args"), is_error=data.get("is_error"))
+        out["result"] = _clip(data.get("error") if data.get("is_error") else data.get("result"))
+    elif step.kind in (Step.Kind.GATE, Step.Kind.DECISION):
+        keep = ("approval", "tool", "decision", "status", "by", "explanation", "reason", "answer")
+        out.update({k: data[k] for k in keep if k in data})
+    else:
+        out.update({k: data.get(k) for k in ("event", "from", "to", "reason", "detail")})
+    return out
+
+
+def _clip(value):
+    # Tool results can be large; the timeline keeps them whole.
+    text = value if isinstance(value, str) else canonical_json(value)
+    if len(text) <= TEXT_MAX:
+        return value
+    return text[:TEXT_MAX] + "…"

@@ -1,20 +1,28 @@
 """Opening approvals from the engine: a gated call, or a question to the operator.
 
-Runs inside the engine's transaction (the run row is locked by the caller).
+Runs inside the engine's transaction (the run row is locked by the caller). Approvers are
+notified (approvals/notify.py) once that transaction commits.
 """
 
+import random
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from agentops.tools import Blast, Tool, ToolError, tool
 from runs import events
 from runs.models import Run, SideEffect, Step
 
-from . import policy
+from . import notify, policy
 from .models import Approval, args_hash
 
 ASK_OPERATOR = "ask_operator"
+CONTINUE, STOP = "continue", "stop"
+
+# Sampling draws from the OS: the model cannot predict which borderline calls are reviewed.
+# Tests pass a seeded random.Random to open_for_call (or replace this).
+sampling_rng: random.Random = random.SystemRandom()
 
 
 @tool(reversible=True, blast=Blast.NONE, name=ASK_OPERATOR)
@@ -32,27 +40,39 @@ def _deadline(run: Run) -> tuple[timedelta, str]:
     )
 
 
-def open_for_call(run: Run, item: dict, tool: Tool, response=None) -> Approval | None:
-    """Gate the call if policy says so: Approval + gate step. None means it may run."""
+def open_for_call(
+    run: Run, item: dict, tool: Tool, response=None, *, rng: random.Random | None = None
+) -> Approval | None:
+    """Gate the call if policy says so: Approval + gate step. None means it may run.
+
+    `response` is the model turn that proposed the call: its stated confidence (see
+    policy.model_confidence) can add a gate, and its text is the approver's context.
+    """
     if tool.name == ASK_OPERATOR:
         return _open(
             run,
             item,
             kind=Approval.Kind.QUESTION,
-            tool=tool,
+            tool=tool.name,
             question=item["args"]["question"],
             options=item["args"].get("options") or [],
             explanation="the agent asked the operator a question",
             risk=Approval.Risk.LOW,
         )
-    verdict = policy.evaluate(tool=tool, args=item["args"], rules=run.agent_config.get("gates", {}))
+    verdict = policy.evaluate(
+        tool=tool,
+        args=item["args"],
+        rules=run.agent_config.get("gates", {}),
+        confidence=policy.model_confidence(response),
+        rng=rng or sampling_rng,
+    )
     if not verdict.gated:
         return None
     return _open(
         run,
         item,
         kind=Approval.Kind.ACTION,
-        tool=tool,
+        tool=tool.name,
         explanation=verdict.explanation,
         risk=verdict.risk,
         sampled=verdict.sampled,
@@ -65,7 +85,7 @@ def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) 
         run,
         item,
         kind=Approval.Kind.QUESTION,
-        tool=tool,
+        tool=tool.name,
         question=(
             f"A worker stopped while calling {tool.name}, which cannot de-duplicate retries. "
             f"Did this {tool.name} call take effect?"
@@ -78,12 +98,76 @@ def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) 
     )
 
 
+# --- periodic "continue?" checkpoint -----------------------------------------------------------
+# Every N model steps (GateRules.continue_every_n_steps, 0 = off) the run asks the operator
+# whether to go on, before its next model call. The engine calls these from
+# runs.engine._continue_checkpoint. One question per checkpoint: its tool_use_id names the
+# step count, so re-entering the check after a resume finds the answered question.
+
+
+def continue_due(run: Run) -> bool:
+    every = int(run.agent_config.get("gates", {}).get("continue_every_n_steps") or 0)
+    return every > 0 and run.step_count > 0 and run.step_count % every == 0
+
+
+def _continue_id(run: Run) -> str:
+    return f"continue:{run.step_count}"
+
+
+def continue_question(run: Run) -> Approval | None:
+    return Approval.objects.filter(run=run, tool_use_id=_continue_id(run)).first()
+
+
+def open_continue_question(run: Run) -> Approval:
+    """Ask "continue?" (options continue / stop). Call with the run locked and owned."""
+    last_llm = run.steps.filter(kind=Step.Kind.LLM).order_by("-seq").first()
+    llm_seq = last_llm.seq if last_llm else run.last_seq
+    every = int(run.agent_config["gates"]["continue_every_n_steps"])
+    return _open(
+        run,
+        {"llm_seq": llm_seq, "id": _continue_id(run), "args": {}},
+        kind=Approval.Kind.QUESTION,
+        tool="",
+        question=(
+            f"The agent has made {run.step_count} model calls "
+            f"(cost so far {run.cost_usd:.4f} USD). Continue?"
+        ),
+        options=[CONTINUE, STOP],
+        explanation=(
+            f"periodic checkpoint: every {every} model steps a person confirms the run should go on"
+        ),
+        risk=Approval.Risk.LOW,
+        context=_text(last_llm.data.get("content") or [])[:4000] if last_llm else "",
+    )
+
+
+def continue_outcome(approval: Approval) -> tuple[str, str]:
+    """(CONTINUE | STOP | "expired", detail in plain words) for a decided continue question.
+
+    Only an explicit "continue" goes on; "stop", any other answer, or a rejection stops.
+    """
+    who = approval.decided_by.get_username() if approval.decided_by else "the system"
+    if approval.status == Approval.Status.EXPIRED:
+        return "expired", "nobody answered the continue? checkpoint before it expired"
+    if (
+        approval.status == Approval.Status.ANSWERED
+        and approval.answer.strip().casefold() == CONTINUE
+    ):
+        return CONTINUE, ""
+    why = f": {approval.reason}" if approval.reason else ""
+    return STOP, f"stopped by {who} at the continue? checkpoint{why}"
+
+
+def _text(content: list[dict]) -> str:
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
 def _open(
     run: Run,
     item: dict,
     *,
     kind: str,
-    tool: Tool,
+    tool: str,
     explanation: str,
     risk: str,
     question: str = "",
@@ -101,9 +185,9 @@ def _open(
         llm_seq=item["llm_seq"],
         tool_use_id=item["id"] + suffix,
         kind=kind,
-        tool=tool.name,
+        tool=tool,
         args=item["args"],
-        args_hash=args_hash(tool.name, item["args"]),
+        args_hash=args_hash(tool, item["args"]) if tool else "",
         question=question,
         options=options or [],
         explanation=explanation,
@@ -122,7 +206,7 @@ def _open(
             "approval": str(approval.pk),
             "kind": kind,
             "tool_use_id": item["id"],
-            "tool": tool.name,
+            "tool": tool,
             "args": item["args"],
             "question": question,
             "options": options or [],
@@ -133,4 +217,5 @@ def _open(
         },
     )
     events.publish_approvals_changed(approval.pk)
+    transaction.on_commit(lambda: notify.approval_requested(approval.pk))
     return approval

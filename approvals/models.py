@@ -111,3 +111,66 @@ class Approval(models.Model):
     @property
     def final_args(self) -> dict:
         return self.edited_args if self.edited_args is not None else self.args
+
+
+class ApprovalVote(models.Model):
+    """One person's decision on an approval: the audit record of who decided what, and how
+    long they had it open. A quorum gate collects several before the approval is decided;
+    every other gate has exactly one. Rubber-stamp statistics are computed from these rows."""
+
+    class Decision(models.TextChoices):
+        APPROVE = "approve"
+        REJECT = "reject"
+        ANSWER = "answer"
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
+    # Kept when the user is deleted: the record says who it was.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    username = models.CharField(max_length=150)
+    decision = models.CharField(max_length=16, choices=Decision.choices)
+    # The arguments this vote approved (after any edit); null for reject and answer.
+    arguments = models.JSONField(null=True, blank=True)
+    edited = models.BooleanField(default=False)
+    reason = models.TextField(blank=True)
+    answer = models.TextField(blank=True)
+    opened_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the decider first opened the approval."
+    )
+    decided_at = models.DateTimeField(default=timezone.now)
+    seconds_open = models.FloatField(
+        null=True, blank=True, help_text="From first opened to decided; null if never opened."
+    )
+
+    class Meta:
+        ordering = ["decided_at"]
+        indexes = [models.Index(fields=["decided_at"]), models.Index(fields=["user", "decided_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "user"], name="approval_vote_once_per_user"
+            ),
+            models.CheckConstraint(
+                condition=Q(decision__in=["approve", "reject", "answer"]),
+                name="approval_vote_decision_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} {self.decision} {self.approval_id}"
+
+
+class ApprovalView(models.Model):
+    """When a person who may decide first opened an approval (time-to-decide starts here)."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="views")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    first_opened_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "user"], name="approval_view_once_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} opened {self.approval_id} at {self.first_opened_at:%Y-%m-%d %H:%M}"

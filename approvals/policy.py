@@ -1,30 +1,90 @@
 """Gate policy: decides, on the server only, whether a proposed tool call needs a person.
 
-Inputs are the tool's registered risk metadata, the agent's declared rules (from the run's
-config snapshot) and the validated arguments. Nothing the model writes can mark a call as
-approved or lower its risk: fields such as "approved" or "risk" are not tool arguments
-(extra arguments are refused by validation) and are never read here.
+Inputs are the tool's registered risk metadata (reversible, blast radius), the agent's
+declared rules (GateRules.as_dict() from the run's config snapshot), the validated arguments,
+and an optional confidence the model stated in its text. Nothing the model writes can mark a
+call as approved or lower its risk: "approved" or "risk" are not tool arguments (extra
+arguments are refused by validation before the policy runs) and the policy reads arguments
+only where a rule names them. The model's stated confidence can only add a gate.
+
+The order of evaluation, and what each rule can do:
+
+1. The base table below (reversibility x blast radius): run, borderline (runs, but may be
+   sampled) or gate.
+2. always_gate: gates. It beats never_gate when a tool is on both lists.
+3. never_gate: skips the base table and sampling only. Explicit thresholds, allow-lists and
+   the low-confidence rule still apply, because an agent owner who wrote "refunds over 500
+   need a person" did not mean a never-gate entry to silently undo it.
+4. Thresholds: gate when a numeric argument exceeds its limit. A value that cannot be
+   checked (missing, not a number) gates too: the limit must not be bypassed by omission.
+   Within BORDERLINE_MARGIN below the limit the call is borderline.
+5. Allow-lists: gate when the argument (or any element of a list argument) is not listed.
+   Entries compare case-insensitively; an entry "@example.com" allows a whole domain.
+6. Low confidence: gate when the model's stated confidence is below the agent's threshold.
+   Calls without side effects (reversible, blast none) are never gated for confidence:
+   there is nothing to protect.
+7. Sampling: a share (GateRules.sample_rate) of the borderline calls the rules above let
+   through is gated anyway, marked `sampled`, so approvers keep seeing what normal looks
+   like.
+
+Risk starts at the tool's blast radius and is only ever raised by a rule (never lowered).
 """
 
 import random
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from agentops.tools import Blast, Tool
 
 BLAST_BY_LABEL = {b.label: b for b in Blast}
 
+RUN = "run"  # runs without a person
+BORDERLINE = "borderline"  # runs, but may be sampled for review
+GATE = "gate"  # a person decides first
+
+# (reversible, blast radius) -> (outcome, why in plain words). Read it as the policy.
+BASE_TABLE: dict[tuple[bool, Blast], tuple[str, str]] = {
+    (True, Blast.NONE): (RUN, "no side effects"),
+    (True, Blast.LOW): (BORDERLINE, "can be undone and reaches little"),
+    (True, Blast.MEDIUM): (BORDERLINE, "can be undone"),
+    # Decided: reversible + high runs. It can be undone, and gating every such call would
+    # teach approvers to rubber-stamp; sampling keeps a person looking at some of them.
+    (True, Blast.HIGH): (BORDERLINE, "can be undone"),
+    # Decided: reversible + critical is gated. Even if it can be undone, a mistake at this
+    # reach (everyone, production) does its harm before anyone undoes it.
+    (True, Blast.CRITICAL): (GATE, "even undoable, a mistake this wide hurts before it is undone"),
+    (False, Blast.NONE): (BORDERLINE, "cannot be undone, but reaches nothing"),
+    # Decided: irreversible + low runs (sampled). The harm is small; the specific cases that
+    # matter (recipients, amounts) are what thresholds and allow-lists are for.
+    (False, Blast.LOW): (BORDERLINE, "cannot be undone, but reaches little"),
+    (False, Blast.MEDIUM): (GATE, "cannot be undone"),
+    (False, Blast.HIGH): (GATE, "cannot be undone"),
+    (False, Blast.CRITICAL): (GATE, "cannot be undone"),
+}
+
+# A numeric argument within this share below its limit makes the call borderline.
+BORDERLINE_MARGIN = Decimal("0.2")
+
 
 @dataclass(frozen=True)
 class Verdict:
     gated: bool
-    explanation: str
-    risk: str
-    sampled: bool = False
+    explanation: str  # plain words, shown to the approver and in the timeline
+    risk: str  # a Blast label, never below the tool's own
+    sampled: bool = False  # gated by sampling, not by a rule
+    reasons: tuple[str, ...] = field(default=())  # one entry per rule that gated
+    borderline: bool = False
 
 
-def _risk(tool: Tool) -> str:
-    return tool.blast.label
+def base_outcome(tool: Tool) -> tuple[str, str]:
+    return BASE_TABLE[(tool.reversible, tool.blast)]
+
+
+def describe(tool: Tool) -> str:
+    return f"{'reversible' if tool.reversible else 'irreversible'}, blast radius {tool.blast.label}"
 
 
 def evaluate(
@@ -35,54 +95,172 @@ def evaluate(
     confidence: float | None = None,
     rng: random.Random | None = None,
 ) -> Verdict:
-    """The verdict for one validated call. `rules` is GateRules.as_dict() from the snapshot."""
+    """The verdict for one validated call. `rules` is GateRules.as_dict() from the snapshot;
+    `rng` decides sampling (inject a seeded one for reproducible tests)."""
     name = tool.name
-    what = f"{'reversible' if tool.reversible else 'irreversible'}, blast radius {tool.blast.label}"
-    risk = _risk(tool)
-
-    if name in rules.get("never_gate", []):
-        return Verdict(False, f"{what}: {name} is on this agent's never-gate list", risk)
-    if name in rules.get("always_gate", []):
-        return Verdict(True, f"{what}: {name} is on this agent's always-gate list", risk)
+    what = describe(tool)
+    outcome, why = base_outcome(tool)
+    always = name in (rules.get("always_gate") or ())
+    never = name in (rules.get("never_gate") or ()) and not always
 
     reasons: list[str] = []
-    if not tool.reversible and tool.blast >= Blast.MEDIUM:
-        reasons.append(what)
-    for arg, limit in rules.get("thresholds", {}).get(name, {}).items():
-        value = _number(args.get(arg))
-        if value is not None and value > Decimal(str(limit)):
-            reasons.append(f"{arg} {value} exceeds {limit}")
-    for arg, allowed in rules.get("allow_lists", {}).get(name, {}).items():
-        if arg in args and str(args[arg]) not in allowed:
-            reasons.append(f"{arg} {args[arg]!r} is not on the allow-list")
+    floor = Blast.NONE  # the least risk the reasons justify
+    borderline: list[str] = []
+
+    if always:
+        reasons.append(f"{name} is on this agent's always-gate list")
+    if not never:
+        if outcome == GATE:
+            reasons.append(why)
+        elif outcome == BORDERLINE:
+            borderline.append(why)
+
+    for arg, limit in (rules.get("thresholds") or {}).get(name, {}).items():
+        breach, near = _check_threshold(arg, args.get(arg), limit)
+        if breach:
+            reasons.append(breach)
+            floor = max(floor, Blast.MEDIUM)
+        elif near:
+            borderline.append(near)
+
+    for arg, allowed in (rules.get("allow_lists") or {}).get(name, {}).items():
+        refused = _not_allowed(args.get(arg), allowed)
+        if refused:
+            listed = ", ".join(refused)
+            reasons.append(
+                f"{arg} {listed} {'is' if len(refused) == 1 else 'are'} not on the allow-list"
+            )
+            floor = max(floor, Blast.MEDIUM)
+
     threshold = rules.get("confidence_threshold")
-    if threshold is not None and confidence is not None and confidence < threshold:
-        reasons.append(f"the model's confidence {confidence:.2f} is below {threshold:.2f}")
+    if (
+        threshold is not None
+        and confidence is not None
+        and tool.has_side_effects
+        and confidence < float(threshold)
+    ):
+        reasons.append(
+            f"the model said its confidence is {confidence:.2f}, "
+            f"below the agent's threshold of {float(threshold):.2f}"
+        )
+        floor = max(floor, Blast.LOW)
 
+    risk = max(tool.blast, floor).label
     if reasons:
-        if reasons[0] != what:
-            reasons.insert(0, what)
-        return Verdict(True, "; ".join(reasons), _raise_risk(risk, reasons))
+        return Verdict(
+            True,
+            f"{what}: " + "; ".join(reasons),
+            risk,
+            reasons=tuple(reasons),
+            borderline=bool(borderline),
+        )
 
-    # Borderline: the policy lets it through, but it has side effects. Sample some anyway so
-    # approvers keep seeing what "normal" looks like.
-    rate = float(rules.get("sample_rate") or 0)
-    if rate and tool.has_side_effects and (rng or random).random() < rate:
-        return Verdict(True, f"{what}: sampled for review ({rate:.0%} of such calls)", risk, True)
-    return Verdict(False, f"{what}: allowed by policy", risk)
+    rate = _rate(rules.get("sample_rate"))
+    if borderline and not never and rate and (rng or random).random() < rate:
+        return Verdict(
+            True,
+            f"{what}: sampled for review: policy would let it run ({'; '.join(borderline)}), "
+            f"but {rate:.0%} of such borderline calls are shown to a person",
+            risk,
+            sampled=True,
+            borderline=True,
+        )
+    if never:
+        return Verdict(False, f"{what}: {name} is on this agent's never-gate list", risk)
+    return Verdict(False, f"{what}: allowed by policy ({why})", risk, borderline=bool(borderline))
 
 
-def _raise_risk(risk: str, reasons: list[str]) -> str:
-    # A rule beyond the base table (threshold, allow-list) makes the call at least medium.
-    if len(reasons) > 1 and BLAST_BY_LABEL[risk] < Blast.MEDIUM:
-        return Blast.MEDIUM.label
-    return risk
+def _check_threshold(arg: str, value: Any, limit: Any) -> tuple[str, str]:
+    """(breach reason, borderline note); both empty when the value is comfortably below."""
+    limit_d = _number(limit)
+    if limit_d is None:
+        # A broken rule must not open a hole: treat it as unmet.
+        return f"the limit for {arg} ({limit!r}) is not a number", ""
+    number = _number(value)
+    if number is None:
+        shown = "is not given" if value is None else f"{_short(value)} is not a number"
+        return f"{arg} {shown}, so the limit of {_fmt(limit_d)} cannot be checked", ""
+    if number > limit_d:
+        return f"{arg} {_fmt(number)} exceeds the limit of {_fmt(limit_d)}", ""
+    if number > limit_d * (1 - BORDERLINE_MARGIN):
+        return "", f"{arg} {_fmt(number)} is close to the limit of {_fmt(limit_d)}"
+    return "", ""
 
 
-def _number(value) -> Decimal | None:
+def _not_allowed(value: Any, allowed: Iterable[str]) -> list[str]:
+    """The values (as shown to the approver) that are not on the allow-list."""
+    if value is None:
+        return []
+    entries = {str(a).strip().casefold() for a in allowed}
+    domains = {e for e in entries if e.startswith("@")}
+    values = value if isinstance(value, list | tuple) else [value]
+    refused = []
+    for v in values:
+        text = str(v).strip().casefold()
+        domain = "@" + text.rsplit("@", 1)[1] if "@" in text else None
+        if text not in entries and domain not in domains:
+            refused.append(_short(v))
+    return refused
+
+
+def _rate(value: Any) -> float:
+    try:
+        rate = float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+    return min(max(rate, 0.0), 1.0)
+
+
+def _number(value: Any) -> Decimal | None:
     if isinstance(value, bool) or value is None:
         return None
     try:
-        return Decimal(str(value))
+        number = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
         return None
+    return number if number.is_finite() else None
+
+
+def _fmt(number: Decimal) -> str:
+    # 820.00 -> "820", 820.50 -> "820.50": how a person would write it.
+    return str(number.quantize(Decimal(1))) if number == number.to_integral() else str(number)
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- the model's stated confidence -------------------------------------------------------------
+# The model states it in its text, e.g. "Confidence: 0.4" or "confidence = 40%". A provider may
+# also put a number in LLMResponse.extra["confidence"]. Either way it can only add a gate.
+_CONFIDENCE = re.compile(r"\bconfidence\s*[:=]\s*(\d{1,3}(?:\.\d+)?)\s*(%?)", re.IGNORECASE)
+
+
+def model_confidence(response: Any) -> float | None:
+    """The lowest confidence the model stated in this turn, in [0, 1], or None."""
+    if response is None:
+        return None
+    found: list[float] = []
+    extra = getattr(response, "extra", None) or {}
+    stated = _as_fraction(extra.get("confidence"), percent=False)
+    if stated is not None:
+        found.append(stated)
+    for match in _CONFIDENCE.finditer(getattr(response, "text", "") or ""):
+        value = _as_fraction(match.group(1), percent=bool(match.group(2)))
+        if value is not None:
+            found.append(value)
+    # Several statements: the least sure one counts (the signal can only add gates).
+    return min(found) if found else None
+
+
+def _as_fraction(value: Any, *, percent: bool) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if percent or 1 < number <= 100:
+        number /= 100
+    return number if 0 <= number <= 1 else None

@@ -1,3 +1,258 @@
-from ninja import Router
+"""The runs API: the agent catalogue, launch, list, detail, timeline, checkpoints, cancel.
 
-router = Router(tags=["runs"])
+The user is `request.auth` (accounts/auth.py). Reading needs any role, launching and
+cancelling the operator role; both are checked before the body is parsed. Bad input is
+refused before anything is written: a 4xx with a message, never a half-created run.
+"""
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db.models import QuerySet
+from django.db.models.fields.json import KT
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from ninja import Query, Router, Schema, Status
+from ninja.decorators import decorate_view
+from ninja.errors import HttpError, ValidationError
+from ninja.pagination import LimitOffsetPagination, paginate
+
+from accounts.auth import api_auth
+from agentops.agents import CATALOGUE, Agent, get_agent
+from approvals.models import Approval
+
+from . import engine
+from .models import Checkpoint, Run, canonical_json
+from .schemas import (
+    AgentOut,
+    CancelIn,
+    CheckpointOut,
+    LaunchIn,
+    RunDetailOut,
+    RunFilters,
+    RunOut,
+    StepPage,
+)
+
+# Roles are checked by the authenticators, before a body is parsed: every endpoint here needs
+# a role that can read; launching and cancelling need the operator role.
+READERS = api_auth("can_view")
+OPERATORS = api_auth("can_operate")
+router = Router(tags=["runs"], auth=READERS)
+
+MAX_PAGE = 200  # runs or checkpoints per page
+MAX_STEPS_PAGE = 500
+# A launch body is the input plus a few small fields; anything much larger is refused
+# before it is parsed.
+BODY_SLACK_BYTES = 8_192
+
+
+class Message(Schema):
+    detail: str
+
+
+class FieldErrors(Schema):
+    detail: list[dict[str, Any]]
+
+
+def _max_input_bytes() -> int:
+    return int(settings.AGENTOPS["MAX_INPUT_BYTES"])
+
+
+def _refuse_large_bodies(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """413 before the body is parsed or even authenticated: size is cheap to check."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        limit = _max_input_bytes() + BODY_SLACK_BYTES
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return JsonResponse({"detail": "invalid Content-Length"}, status=400)
+        try:
+            # The declared length first (nothing read yet), then what actually came: a
+            # chunked request declares nothing.
+            too_big = declared > limit or len(request.body) > limit
+        except RequestDataTooBig:
+            too_big = True
+        if too_big:
+            return JsonResponse({"detail": f"request body larger than {limit} bytes"}, status=413)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+# --- access ----------------------------------------------------------------------------------
+def _runs() -> QuerySet[Run]:
+    return Run.objects.select_related("launched_by")
+
+
+def _get_run(request: HttpRequest, run_id: UUID) -> Run:
+    """The one place a run is fetched for a user: which runs they may see lives here."""
+    run = _runs().visible_to(request.auth).filter(pk=run_id).first()
+    if run is None:
+        raise HttpError(404, f"run {run_id} not found")
+    return run
+
+
+def _with_pending_count(run: Run) -> Run:
+    run.pending_approvals = Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
+    return run
+
+
+# --- catalogue -------------------------------------------------------------------------------
+@router.get("/agents", response=list[AgentOut], summary="The agent catalogue")
+def list_agents(request: HttpRequest) -> list[dict]:
+    return [_agent_out(agent) for agent in sorted(CATALOGUE.values(), key=lambda a: a.slug)]
+
+
+def _agent_out(agent: Agent) -> dict:
+    return {
+        "slug": agent.slug,
+        "title": agent.title,
+        "description": agent.description,
+        "model": agent.model,
+        "tools": [tool.metadata() for tool in agent.tool_objects()],
+        "input_schema": agent.input_schema(),
+        "limits": agent.limits.as_dict(),
+        "max_limits": agent.max_limits.as_dict(),
+    }
+
+
+# --- launch ----------------------------------------------------------------------------------
+@router.post(
+    "/runs",
+    response={201: RunDetailOut, 403: Message, 413: Message, 422: FieldErrors},
+    auth=OPERATORS,
+    summary="Launch a run",
+)
+@decorate_view(_refuse_large_bodies)
+def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
+    user = request.auth
+    agent = get_agent(payload.agent)
+    if agent is None:
+        known = ", ".join(sorted(CATALOGUE))
+        raise _field_errors(
+            {"agent": [f"unknown agent {payload.agent!r}; known agents: {known}"]}, at=()
+        )
+    size = len(canonical_json(payload.input).encode())
+    if size > _max_input_bytes():
+        raise HttpError(413, f"input is {size} bytes; the limit is {_max_input_bytes()}")
+
+    errors = json_type_errors(agent.input_schema(), payload.input)
+    cleaned = None
+    if not errors:
+        cleaned, errors = agent.validate_input(payload.input)
+    if errors:
+        raise _field_errors(errors, at=("input",))
+    overrides = payload.limits.model_dump(exclude_none=True) if payload.limits else None
+    limits, errors = agent.resolve_limits(overrides)
+    if errors:
+        raise _field_errors(errors, at=("limits",))
+
+    run = engine.launch(
+        agent=agent, input=cleaned, limits=limits, trigger=Run.Trigger.API, launched_by=user
+    )
+    run.refresh_from_db()  # answer with what GET /api/runs/{id} will say (stored decimals)
+    run.pending_approvals = 0  # just launched: nothing can be waiting yet
+    return Status(201, run)
+
+
+def _field_errors(errors: dict[str, list[str]], *, at: tuple[str, ...]) -> ValidationError:
+    """Field errors in the shape ninja gives its own validation errors."""
+    base = ["body", "payload", *at]
+    return ValidationError(
+        [
+            {
+                "type": "value_error",
+                "loc": base if field == "__all__" else [*base, field],
+                "msg": message,
+            }
+            for field, messages in errors.items()
+            for message in messages
+        ]
+    )
+
+
+def json_type_errors(schema: dict, data: dict) -> dict[str, list[str]]:
+    """JSON types checked against the agent's published input schema.
+
+    Django forms coerce (`123` becomes "123", `true` becomes "True"); an API client that sends
+    the wrong type has made a mistake it should hear about. Numbers may come as strings, so
+    decimals keep their precision; null means "not given" and is left to the form.
+    """
+    errors: dict[str, list[str]] = {}
+    for name, value in data.items():
+        expected = schema["properties"].get(name, {}).get("type")
+        if value is None or expected is None:
+            continue
+        ok = {
+            "string": isinstance(value, str),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float | str) and not isinstance(value, bool),
+            "boolean": isinstance(value, bool),
+        }.get(expected, True)
+        if not ok:
+            errors[name] = [f"must be {'an' if expected == 'integer' else 'a'} {expected}"]
+    return errors
+
+
+# --- reading ---------------------------------------------------------------------------------
+@router.get("/runs", response=list[RunOut], summary="Runs, newest first")
+@paginate(LimitOffsetPagination, max_limit=MAX_PAGE)
+def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> QuerySet[Run]:
+    runs = (
+        _runs()
+        .visible_to(request.auth)
+        # The list is a summary: the payloads stay in the database, the title comes from the
+        # launch snapshot without loading the whole snapshot.
+        .defer("input", "output", "agent_config")
+        .annotate(snapshot_title=KT("agent_config__title"))
+    )
+    return filters.filter(runs).order_by("-created_at", "-pk")
+
+
+@router.get("/runs/{run_id}", response=RunDetailOut, summary="One run")
+def get_run(request: HttpRequest, run_id: UUID) -> Run:
+    return _with_pending_count(_get_run(request, run_id))
+
+
+@router.get("/runs/{run_id}/steps", response=StepPage, summary="The run's timeline")
+def list_steps(
+    request: HttpRequest,
+    run_id: UUID,
+    after: int = Query(0, ge=0, description="Only steps with a greater seq."),
+    limit: int = Query(100, ge=1, description=f"At most {MAX_STEPS_PAGE}."),
+) -> dict:
+    run = _get_run(request, run_id)
+    limit = min(limit, MAX_STEPS_PAGE)
+    # One row more than asked tells whether another page follows without a COUNT.
+    steps = list(run.steps.filter(seq__gt=after).order_by("seq")[: limit + 1])
+    return {"items": steps[:limit], "has_more": len(steps) > limit, "last_seq": run.last_seq}
+
+
+@router.get("/runs/{run_id}/checkpoints", response=list[CheckpointOut], summary="Saved run states")
+@paginate(LimitOffsetPagination, max_limit=MAX_PAGE)
+def list_checkpoints(request: HttpRequest, run_id: UUID) -> QuerySet[Checkpoint]:
+    run = _get_run(request, run_id)
+    return Checkpoint.objects.filter(run=run).only("seq", "created_at").order_by("seq")
+
+
+# --- acting ----------------------------------------------------------------------------------
+@router.post(
+    "/runs/{run_id}/cancel",
+    response={200: RunDetailOut, 403: Message, 404: Message, 409: Message},
+    auth=OPERATORS,
+    summary="Cancel a queued, running or waiting run",
+)
+def cancel_run(request: HttpRequest, run_id: UUID, payload: CancelIn | None = None) -> Run:
+    run = _get_run(request, run_id)
+    if not run.cancel(by=request.auth, reason=payload.reason if payload else ""):
+        run.refresh_from_db()
+        raise HttpError(
+            409, f"run already finished: {run.status} ({run.get_termination_reason_display()})"
+        )
+    return _with_pending_count(run)

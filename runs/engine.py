@@ -261,6 +261,7 @@ def _step(work: Work) -> None:
         _run_pending_tools(work)
     else:
         _terminator_precheck(work)
+        _continue_checkpoint(work)
         _model_call(work)
 
 
@@ -337,6 +338,32 @@ def _renew(run: Run, **fields: Any) -> None:
     now = timezone.now()
     fields.update(lease_expires_at=now + timedelta(seconds=lease_seconds()), updated_at=now)
     Run.objects.filter(pk=run.pk).update(**fields)
+
+
+# --- periodic "continue?" checkpoint (rules and question in approvals/gates.py) ------------------
+def _continue_checkpoint(work: Work) -> None:
+    """Every N model steps (GateRules.continue_every_n_steps, 0 = off), before the next model
+    call, the run waits for an operator to answer "continue?". "continue" goes on; "stop"
+    (or a rejection) cancels the run; an expired question fails it as approval_expired."""
+    from approvals import gates
+
+    if not gates.continue_due(work.run):
+        return
+    approval = gates.continue_question(work.run)
+    if approval is None:
+        with transaction.atomic():
+            work.run = _locked_owned(work)
+            gates.open_continue_question(work.run)
+        _wait_for_humans(work)
+    if approval.status == Approval.Status.PENDING:
+        _wait_for_humans(work)
+    outcome, detail = gates.continue_outcome(approval)
+    if outcome == gates.CONTINUE:
+        return
+    if outcome == gates.STOP:
+        work.run.cancel(by=approval.decided_by, reason=detail)
+        raise Stop
+    _terminate(work, Run.Termination.APPROVAL_EXPIRED, detail)
 
 
 # --- model call ----------------------------------------------------------------------------------
@@ -458,12 +485,12 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
                 "provider": work.provider.name,
             },
             cost_usd=response.cost_usd,
-            tokens_in=response.usage.input_tokens,
+            tokens_in=response.usage.total_input_tokens,
             tokens_out=response.usage.output_tokens,
             latency_ms=response.latency_ms,
         )
         run.step_count += 1
-        run.tokens_in += response.usage.input_tokens + response.usage.cache_read_input_tokens
+        run.tokens_in += response.usage.total_input_tokens
         run.tokens_out += response.usage.output_tokens
         run.cost_usd += response.cost_usd
         _renew(
@@ -548,9 +575,15 @@ def _gate_if_needed(work: Work, item: dict, tool: Tool, response) -> None:
 
 
 def _wait_for_humans(work: Work) -> None:
+    """Pause the run until its pending decisions are made; returns (without pausing) when
+    they were all made already, in which case the caller re-reads them and goes on."""
     with transaction.atomic():
         run = _locked_owned(work)
         waiting = Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
+        if not waiting:
+            # Decided between the gate and this pause: the decision found the run still
+            # running and could not re-enqueue it, so pausing now would strand it.
+            return
         run.transition_to(
             Run.Status.WAITING,
             status_detail=f"waiting for {waiting} decision(s)",
@@ -588,6 +621,7 @@ def _run_pending_tools(work: Work) -> None:
     }
     if any(a.status == Approval.Status.PENDING for a in approvals.values()):
         _wait_for_humans(work)
+        return  # decided meanwhile: the next step re-reads the decisions
     item = pending[0]
     _check_cancel_and_time(work)
     approval = approvals.get(item.get("approval") or "")
@@ -600,7 +634,9 @@ def _run_pending_tools(work: Work) -> None:
         decided = _apply_decision(work, item, tool, approval)
         if decided is None:
             return
-        args = decided
+        # From here on the item is the approved call (an approver may have edited it): the
+        # tool step records it, and an "outcome unknown" retry re-runs it, not the proposal.
+        item["args"] = args = decided
     if tool.name == ASK_OPERATOR:
         # Answered questions are handled in _apply_decision; an un-gated ask cannot happen.
         _record_tool_result(work, item, error="question was not answered", attempts=0)

@@ -12,6 +12,12 @@ class Usage:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
 
+    @property
+    def total_input_tokens(self) -> int:
+        # The API counts cache writes and cache reads apart from input_tokens; together they
+        # are the prompt the model read.
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
     def as_dict(self) -> dict:
         return {
             "input_tokens": self.input_tokens,

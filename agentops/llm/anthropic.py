@@ -1,0 +1,204 @@
+"""The Anthropic Messages API through the official SDK.
+
+Errors are translated into the engine's two kinds: LLMTransientError (timeouts, connection
+errors, 408/409/429/5xx/529: retry with backoff) and LLMError (anything else: the request
+itself is wrong, retrying would give the same answer).
+"""
+
+import email.utils
+import functools
+import time
+from typing import Any
+
+import anthropic
+from django.conf import settings
+
+from . import pricing
+from .base import LLMError, LLMRequest, LLMResponse, LLMTransientError, Usage
+
+# Statuses the SDK's own retry policy treats as transient; the engine retries them instead.
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+@functools.lru_cache(maxsize=8)
+def _client(api_key: str, base_url: str, timeout: float) -> anthropic.Anthropic:
+    # One client per configuration per process: it holds the connection pool, which is
+    # thread-safe and is what keeps many concurrent runs from opening a connection per call.
+    return anthropic.Anthropic(
+        api_key=api_key,
+        base_url=base_url or None,  # None: the SDK's default (api.anthropic.com)
+        timeout=timeout,
+        # The engine retries with backoff and records every failed attempt as an llm_error
+        # step (runs/engine.py, _call_model_with_retries); SDK retries on top of that would be
+        # invisible in the timeline and multiply the wait.
+        max_retries=0,
+    )
+
+
+class AnthropicProvider:
+    name = "anthropic"
+
+    def __init__(self, *, api_key: str, base_url: str = "", timeout: float = 60.0):
+        self.timeout = timeout
+        # Without a key the SDK would fall back to credentials found on the machine; a run
+        # launched for Anthropic without a key fails its first call with a clear message.
+        self.client = _client(api_key, base_url, float(timeout)) if api_key else None
+
+    @classmethod
+    def from_settings(cls) -> "AnthropicProvider":
+        return cls(
+            api_key=settings.ANTHROPIC_API_KEY,
+            base_url=settings.ANTHROPIC_BASE_URL,
+            timeout=settings.AGENTOPS["LLM_TIMEOUT_SECONDS"],
+        )
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        if self.client is None:
+            raise LLMError("ANTHROPIC_API_KEY is not set")
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": api_messages(request.messages),
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = request.tools
+        started = time.monotonic()
+        try:
+            message = self.client.messages.create(**params)
+        except anthropic.APITimeoutError as exc:
+            raise LLMTransientError(f"model call timed out after {self.timeout:g}s") from exc
+        except anthropic.APIConnectionError as exc:
+            raise LLMTransientError(f"could not reach the model API: {exc}") from exc
+        except anthropic.APIStatusError as exc:
+            raise _status_error(exc) from exc
+        except anthropic.AnthropicError as exc:
+            raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
+            raise _malformed(f"body is not JSON ({exc})") from exc
+        latency_ms = int((time.monotonic() - started) * 1000)
+        return _response(message, latency_ms)
+
+
+def _response(message: Any, latency_ms: int) -> LLMResponse:
+    # The SDK does not validate response bodies (non-strict mode), so a proxy's HTML page or
+    # a truncated body arrives here as a str, a list or a half-empty Message.
+    if not isinstance(message, anthropic.types.Message):
+        raise _malformed(f"got {type(message).__name__} instead of a message")
+    u = message.usage
+    if u is None or not isinstance(message.content, list) or not message.model:
+        raise _malformed("usage, content or model missing")
+    content = [_block(b) for b in message.content]
+    for block in content:
+        if not isinstance(block.get("type"), str):
+            raise _malformed("a content block without a type")
+        if block["type"] == "tool_use" and not (
+            isinstance(block.get("id"), str) and block["id"] and isinstance(block.get("name"), str)
+        ):
+            raise _malformed("a tool_use block without id or name")
+        if block["type"] == "text" and not isinstance(block.get("text"), str):
+            raise _malformed("a text block without text")
+    counts = [
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_creation_input_tokens,
+        u.cache_read_input_tokens,
+    ]
+    if not all(c is None or (isinstance(c, int) and c >= 0) for c in counts):
+        raise _malformed("token counts are not counts")
+    usage = Usage(*(c or 0 for c in counts))
+    return LLMResponse(
+        content=content,
+        stop_reason=message.stop_reason or "",
+        usage=usage,
+        model=message.model,
+        cost_usd=pricing.cost(message.model, usage),
+        latency_ms=latency_ms,
+        request_id=message._request_id or "",
+        extra={"message_id": message.id},
+    )
+
+
+def _malformed(detail: str) -> LLMTransientError:
+    # Not a valid response, so retrying is allowed (and bounded by the engine's caps).
+    return LLMTransientError(f"the model API sent a malformed response: {detail}", status=200)
+
+
+def _block(block: Any) -> dict:
+    """A response content block as the plain dict the timeline stores and the next request
+    sends back."""
+    if isinstance(block, dict):  # a block type this SDK version does not know
+        return block
+    if not isinstance(block, anthropic.BaseModel):
+        return {"type": None}
+    if block.type == "text":
+        return {"type": "text", "text": block.text}
+    if block.type == "tool_use":
+        # The input is kept as the model sent it, valid or not: the engine validates it
+        # against the tool's schema and answers the model with an error tool_result.
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    # thinking (with its signature), redacted_thinking, server tool blocks...: as received,
+    # because the API wants them back unchanged in the next request.
+    return block.to_dict(mode="json")
+
+
+def api_messages(messages: list[dict]) -> list[dict]:
+    """The conversation as the API accepts it.
+
+    A tool_use whose input was not an object (the model produced something unusable) is
+    replayed with an empty object, because the API rejects the whole request otherwise;
+    the timeline keeps what the model actually sent, and the tool_result says why it failed.
+    """
+    out = []
+    for message in messages:
+        content = message.get("content")
+        bad = isinstance(content, list) and any(_bad_tool_input(b) for b in content)
+        if message.get("role") == "assistant" and bad:
+            content = [{**b, "input": {}} if _bad_tool_input(b) else b for b in content]
+            message = {**message, "content": content}
+        out.append(message)
+    return out
+
+
+def _bad_tool_input(block: dict) -> bool:
+    return block.get("type") == "tool_use" and not isinstance(block.get("input"), dict)
+
+
+def _status_error(exc: anthropic.APIStatusError) -> LLMError:
+    status = exc.status_code
+    headers = exc.response.headers
+    kind = exc.type or "error"
+    detail = exc.api_message or exc.message
+    message = f"Anthropic API {status} {kind}: {detail}"
+    if exc.request_id:
+        message += f" (request {exc.request_id})"
+    should_retry = headers.get("x-should-retry")
+    if should_retry is not None:
+        retryable = should_retry == "true"
+    else:
+        retryable = status in RETRYABLE_STATUSES or status >= 500
+    if retryable:
+        return LLMTransientError(message, status=status, retry_after=retry_after(headers))
+    return LLMError(message, status=status)
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds the server asked us to wait: retry-after-ms, retry-after seconds or HTTP date."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return None
+    return max(0.0, email.utils.mktime_tz(parsed) - time.time())

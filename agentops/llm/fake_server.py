@@ -1,0 +1,482 @@
+"""A local fake of the Anthropic Messages API, for tests, benchmarks and offline demos.
+
+It speaks enough of `POST /v1/messages` for the official SDK to take it for the real thing:
+message JSON with id, type, role, model, content, stop_reason and usage (cache fields
+included), a `request-id` header, and the API's error bodies. It also refuses what the real
+API refuses (no key; a tool_use without a tool_result in the next message, or a tool_result
+without its tool_use; tool_use input that is not an object), so a client bug shows up here
+rather than in production.
+
+In Python (tests, bench)::
+
+    with FakeMessagesServer(latency=0.05) as server:
+        server.push(
+            reply([tool_use("list_tables")]),
+            rate_limited(retry_after=0.2),  # a fault costs one request, then the script moves on
+            reply([text("Done.")], usage={"cache_read_input_tokens": 900}),
+        )
+        # point settings.ANTHROPIC_BASE_URL at server.base_url, run the client, then:
+        server.requests[1].body["messages"]  # what the client sent, headers in .headers
+
+Scripted items are used one per accepted request, in order; an item may also be a function
+of the request body returning a Reply or a Fault. Faults: `rate_limited` (429 with
+retry-after), `overloaded` (529), `server_error` (500), `bad_request` (400), `hang` (never
+answers; the client must time out), `garbled` (a 200 whose body is not a message, like a
+misbehaving proxy's), and `malformed_tool_input` (a tool_use whose input is not what the
+tool's schema asks for, or not an object at all).
+
+When the script is empty the default policy answers, deterministically and per conversation
+(so concurrent runs do not disturb each other): while the conversation has fewer than
+`tool_turns` assistant turns, call the first offered tool that takes no required arguments;
+otherwise end the turn with a short text. The engine stops a run that repeats an identical
+call three times, so `tool_turns` above 2 with a single argument-free tool ends in
+"no progress".
+
+From the command line, for a person pointing the app at it (any API key is accepted unless
+--api-key is given)::
+
+    uv run python -m agentops.llm.fake_server --port 8765 --latency 0.5 --tool-turns 1
+    ANTHROPIC_API_KEY=fake ANTHROPIC_BASE_URL=http://127.0.0.1:8765 uv run manage.py up
+"""
+
+import argparse
+import contextlib
+import json
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .scripted import text, tool_use
+
+__all__ = [
+    "FakeMessagesServer",
+    "Fault",
+    "RecordedRequest",
+    "Reply",
+    "bad_request",
+    "garbled",
+    "hang",
+    "malformed_tool_input",
+    "overloaded",
+    "rate_limited",
+    "reply",
+    "server_error",
+    "text",
+    "tool_use",
+]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One assistant message. stop_reason defaults to tool_use when a tool is called."""
+
+    content: list[dict]
+    stop_reason: str | None = None
+    usage: dict = field(default_factory=dict)  # overrides the estimated token counts
+    latency: float | None = None  # overrides the server's latency for this reply
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An error answer (status, error type, message, headers), or a request never answered."""
+
+    status: int
+    error_type: str
+    message: str
+    headers: dict = field(default_factory=dict)
+    hang: bool = False
+    raw_body: str | None = None  # sent verbatim instead of an error body
+
+
+Item = Reply | Fault | Callable[[dict], Reply | Fault]
+
+
+def reply(content: list[dict], **kwargs: Any) -> Reply:
+    return Reply(content=content, **kwargs)
+
+
+def rate_limited(retry_after: float = 1.0) -> Fault:
+    return Fault(
+        429,
+        "rate_limit_error",
+        "Number of request tokens has exceeded your per-minute rate limit.",
+        headers={"retry-after": _seconds(retry_after)},
+    )
+
+
+def overloaded() -> Fault:
+    return Fault(529, "overloaded_error", "Overloaded")
+
+
+def server_error() -> Fault:
+    return Fault(500, "api_error", "Internal server error")
+
+
+def bad_request(message: str = "messages: invalid request") -> Fault:
+    return Fault(400, "invalid_request_error", message)
+
+
+def hang() -> Fault:
+    return Fault(0, "", "", hang=True)
+
+
+def garbled(body: str = "<html><body>502 Bad Gateway</body></html>", status: int = 200) -> Fault:
+    """What a misbehaving proxy sends: not a message, whatever the status says."""
+    content_type = "application/json" if body[:1] in "{[" else "text/html"
+    return Fault(status, "", "", headers={"content-type": content_type}, raw_body=body)
+
+
+def malformed_tool_input(name: str | None = None, input: Any = "not an object") -> Callable:
+    """A tool_use of `name` (default: the first offered tool) with input the tool can't take."""
+
+    def build(body: dict) -> Reply:
+        tool_name = name or ((body.get("tools") or [{}])[0].get("name") or "unknown_tool")
+        block = {**tool_use(tool_name), "input": input}
+        return Reply([text(f"Calling {tool_name}."), block])
+
+    return build
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: Any  # parsed JSON, or None when the body was not JSON
+    received_at: float  # time.monotonic()
+
+
+class FakeMessagesServer:
+    """A threaded HTTP server on 127.0.0.1; port 0 picks a free port (see base_url)."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency: float = 0.0,
+        tool_turns: int = 0,
+        api_key: str | None = None,
+        hang_seconds: float = 120.0,
+        verbose: bool = False,
+    ):
+        self.latency = latency
+        self.tool_turns = tool_turns
+        self.api_key = api_key
+        self.hang_seconds = hang_seconds
+        self.verbose = verbose
+        self.requests: list[RecordedRequest] = []
+        self._script: deque[Item] = deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._httpd = _HTTPServer((host, port), _Handler)
+        self._httpd.fake = self
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "FakeMessagesServer":
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-messages-api",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # wakes hanging and sleeping handlers
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        # Keep-alive connections would otherwise hold their handler threads open.
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FakeMessagesServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- script ---
+    def push(self, *items: Item) -> None:
+        with self._lock:
+            self._script.extend(items)
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def messages_requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path == "/v1/messages"]
+
+    # --- answering ---
+    def handle(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> tuple[int, dict[str, str], dict | bytes] | None:
+        """(status, headers, body) for one request, or None to close without answering."""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        path = path.split("?", 1)[0]
+        with self._lock:
+            self.requests.append(RecordedRequest(method, path, headers, body, time.monotonic()))
+        if method != "POST" or path != "/v1/messages":
+            return self._error(Fault(404, "not_found_error", f"no route {method} {path}"))
+        auth = self._check_auth(headers)
+        if auth:
+            return self._error(Fault(401, "authentication_error", auth))
+        problem = validate_messages_request(body)
+        if problem:
+            return self._error(bad_request(problem))
+        with self._lock:
+            item = self._script.popleft() if self._script else None
+        answer = self._default_reply(body) if item is None else item
+        if callable(answer):
+            answer = answer(body)
+        if isinstance(answer, Fault):
+            if answer.hang:
+                self._stopping.wait(self.hang_seconds)
+                return None
+            self._sleep(self.latency)
+            return self._error(answer)
+        self._sleep(self.latency if answer.latency is None else answer.latency)
+        return 200, self._headers(), self._message(body, raw, answer)
+
+    def _check_auth(self, headers: dict[str, str]) -> str:
+        given = headers.get("x-api-key") or ""
+        bearer = headers.get("authorization") or ""
+        if bearer.lower().startswith("bearer "):
+            given = given or bearer[7:].strip()
+        if not given:
+            return "x-api-key or Authorization: Bearer header is required"
+        if self.api_key is not None and given != self.api_key:
+            return "invalid x-api-key"
+        return ""
+
+    def _default_reply(self, body: dict) -> Reply:
+        turns = sum(1 for m in body["messages"] if m.get("role") == "assistant")
+        if turns < self.tool_turns:
+            for tool in body.get("tools") or []:
+                if not (tool.get("input_schema") or {}).get("required"):
+                    return Reply([text(f"Let me call {tool['name']}."), tool_use(tool["name"])])
+        return Reply([text(f"Fake answer after {turns} earlier turn(s).")])
+
+    def _message(self, body: dict, raw: bytes, answer: Reply) -> dict:
+        content = [
+            {**b, "id": b.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"}
+            if b.get("type") == "tool_use"
+            else b
+            for b in answer.content
+        ]
+        stop = answer.stop_reason or (
+            "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
+        )
+        usage = {
+            # Roughly 4 bytes per token, like English text and JSON.
+            "input_tokens": max(1, len(raw) // 4),
+            "output_tokens": max(1, len(json.dumps(content)) // 4),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "service_tier": "standard",
+            **answer.usage,
+        }
+        return {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+
+    def _error(self, fault: Fault) -> tuple[int, dict[str, str], dict | bytes]:
+        headers = self._headers()
+        headers.update(fault.headers)
+        if fault.raw_body is not None:
+            return fault.status, headers, fault.raw_body.encode()
+        payload = {
+            "type": "error",
+            "error": {"type": fault.error_type, "message": fault.message},
+            "request_id": headers["request-id"],
+        }
+        return fault.status, headers, payload
+
+    @staticmethod
+    def _headers() -> dict[str, str]:
+        return {"request-id": f"req_{uuid.uuid4().hex[:24]}"}
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+
+def validate_messages_request(body: Any) -> str:
+    """What the real API would answer 400 to, as its message; "" when acceptable."""
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model: field required"
+    if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 0:
+        return "max_tokens: field required"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    if not isinstance(messages[0], dict) or messages[0].get("role") != "user":
+        return "messages.0.role: the first message must use the user role"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return f"messages.{i}: role must be user or assistant"
+        content = message.get("content")
+        if not isinstance(content, str | list):
+            return f"messages.{i}.content: must be a string or a list of blocks"
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            uses = _blocks(message, "tool_use")
+            if any(not isinstance(b.get("input"), dict) for b in uses):
+                return f"messages.{i}.content: tool_use.input: Input should be a valid dictionary"
+            following = messages[i + 1] if i + 1 < len(messages) else {}
+            answered = {b.get("tool_use_id") for b in _blocks(following, "tool_result", "user")}
+            missing = [str(b.get("id")) for b in uses if b.get("id") not in answered]
+            if missing:
+                return (
+                    f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have "
+                    "a corresponding `tool_result` block in the next message."
+                )
+        else:
+            previous = messages[i - 1] if i > 0 else {}
+            offered = {b.get("id") for b in _blocks(previous, "tool_use", "assistant")}
+            for b in _blocks(message, "tool_result"):
+                if b.get("tool_use_id") not in offered:
+                    return (
+                        f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
+                        f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
+                        "corresponding `tool_use` block in the previous message."
+                    )
+    return ""
+
+
+def _blocks(message: dict, kind: str, role: str | None = None) -> list[dict]:
+    content = message.get("content")
+    if (role and message.get("role") != role) or not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024  # a benchmark opens hundreds of connections at once
+    fake: FakeMessagesServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like the real API
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.fake._lock:
+            self.server.fake._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.fake._lock:
+            self.server.fake._connections.discard(self.connection)
+        super().finish()
+
+    def do_POST(self) -> None:
+        self._answer("POST")
+
+    def do_GET(self) -> None:
+        self._answer("GET")
+
+    def _answer(self, method: str) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        outcome = self.server.fake.handle(method, self.path, headers, raw)
+        if outcome is None:
+            self.close_connection = True
+            return
+        status, extra, payload = outcome
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        extra = {"content-type": "application/json", **extra}
+        try:
+            self.send_response(status)
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up (timeout) or the server is stopping
+            self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.fake.verbose:
+            super().log_message(format, *args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m agentops.llm.fake_server", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per reply")
+    parser.add_argument(
+        "--tool-turns",
+        type=int,
+        default=1,
+        help="assistant turns that call an argument-free tool before the final answer",
+    )
+    parser.add_argument("--api-key", default=None, help="accept only this key (default: any)")
+    parser.add_argument("--quiet", action="store_true", help="do not log each request")
+    args = parser.parse_args(argv)
+    server = FakeMessagesServer(
+        host=args.host,
+        port=args.port,
+        latency=args.latency,
+        tool_turns=args.tool_turns,
+        api_key=args.api_key,
+        verbose=not args.quiet,
+    )
+    server.start()
+    print(f"fake Messages API on {server.base_url}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,532 @@
+"""The decision service: approve, edit-and-approve, reject, answer; expiry; who opened what.
+
+Every caller (the API, the web UI, the expiry sweep) goes through here, so the rules live in
+one place:
+
+- Who may decide: the approver or admin role; the agent's named approvers when it has any
+  (nobody else, admins included); four-eyes: at or above the agent's `four_eyes_from` risk the
+  user who launched the run cannot approve (they may still reject); a quorum of distinct
+  approvers at or above `quorum_from`, where any one rejection rejects (a quorum gate's
+  arguments cannot be edited: every voter approves exactly the call they were shown).
+- Exactly once: the run row, then the approval row, are locked (the engine locks the run first
+  too, so a decision and a worker never deadlock), only a pending approval can be decided, and
+  the status change is a compare-and-set. The loser of a race and a replayed request get
+  `DecisionConflict` with who decided and when.
+- Edits are re-validated against the tool's schema and the agent's gate policy. An edit that
+  policy would gate harder than the call that was proposed (a thresholded argument raised past
+  its limit, an allow-listed argument changed to a value off the list, a higher policy risk)
+  is REFUSED with a message saying why, not re-gated: a re-gate would create an approval for a
+  call the model never proposed, chosen by the person meant to check it. The approver can
+  approve the original, edit within the limits, or reject with a reason so the agent proposes
+  the larger action itself, which then goes through the gate as usual.
+- The engine executes exactly what was approved: `approved_args_hash` is the hash of the final
+  arguments, and the engine refuses to run anything else.
+"""
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from agentops.tools import Blast, Tool, ToolArgsError, get_tool
+from runs import engine, events
+from runs.models import Run, Step
+
+from . import policy
+from .models import Approval, ApprovalView, ApprovalVote, args_hash
+
+DECISIONS = ("approve", "reject", "answer")
+OUTCOME_ANSWERS = ("happened", "did_not_happen")
+_STATUS_BY_DECISION = {
+    "approve": Approval.Status.APPROVED,
+    "reject": Approval.Status.REJECTED,
+    "answer": Approval.Status.ANSWERED,
+}
+
+
+class DecisionError(Exception):
+    """Base of the errors a caller maps to an HTTP status (`status`)."""
+
+    status = 400
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class DecisionConflict(DecisionError):
+    """Not pending any more (or this user already voted): nothing was changed."""
+
+    status = 409
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        approval_status: str = "",
+        decided_by: str | None = None,
+        decided_at: datetime | None = None,
+    ):
+        super().__init__(message)
+        self.approval_status = approval_status
+        self.decided_by = decided_by
+        self.decided_at = decided_at
+
+
+class DecisionForbidden(DecisionError):
+    """This user may not make this decision (role, named approvers, four-eyes)."""
+
+    status = 403
+
+
+class DecisionInvalid(DecisionError):
+    """The request itself is wrong: unknown decision, bad arguments, missing reason/answer."""
+
+    status = 422
+
+    def __init__(self, message: str, errors: dict[str, list[str]] | None = None):
+        super().__init__(message)
+        self.errors = errors or {}
+
+
+# --- who may decide --------------------------------------------------------------------------
+def _rank(risk: str) -> int:
+    try:
+        return int(Blast[risk.upper()])
+    except KeyError:
+        return int(Blast.MEDIUM)
+
+
+def gate_rules(run: Run) -> dict:
+    return run.agent_config.get("gates", {}) or {}
+
+
+def votes_needed(approval: Approval, rules: dict) -> int:
+    """Distinct approvers an action needs: the agent's quorum at or above `quorum_from`."""
+    quorum_from = rules.get("quorum_from") or ""
+    if approval.kind != Approval.Kind.ACTION or not quorum_from:
+        return 1
+    if _rank(approval.risk) < _rank(quorum_from):
+        return 1
+    return max(1, int(rules.get("quorum") or 2))
+
+
+def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approve") -> str:
+    """Why `user` may not make `decision` on this approval, or "" if they may."""
+    if not (user is not None and user.is_authenticated and user.can_approve):
+        return "only approvers and admins can decide approvals"
+    rules = gate_rules(run)
+    named = rules.get("approvers") or []
+    if named and user.get_username() not in named:
+        return f"only this agent's named approvers can decide: {', '.join(named)}"
+    four_eyes_from = rules.get("four_eyes_from") or ""
+    if (
+        decision != "reject"
+        and four_eyes_from
+        and run.launched_by_id is not None
+        and run.launched_by_id == user.pk
+        and _rank(approval.risk) >= _rank(four_eyes_from)
+    ):
+        return (
+            f"four-eyes rule: you launched this run, so you cannot approve a {approval.risk}-risk "
+            f"action in it (from {four_eyes_from} up another approver must decide)"
+        )
+    return ""
+
+
+def may_decide(approval: Approval, user) -> bool:
+    """For lists ("assigned to me"): pending, allowed, and not already voted by this user."""
+    if approval.status != Approval.Status.PENDING or approval.run.is_terminal:
+        return False
+    if forbidden_reason(approval, approval.run, user, "approve"):
+        return False
+    return not approval.votes.filter(user=user).exists()
+
+
+# --- opening ---------------------------------------------------------------------------------
+def record_open(approval: Approval, user) -> ApprovalView | None:
+    """Remember when a person who may decide first opened a pending approval.
+
+    Time to decide is measured from here; later opens keep the first time.
+    """
+    if approval.status != Approval.Status.PENDING:
+        return None
+    if not (user is not None and user.is_authenticated and user.can_approve):
+        return None
+    view, _ = ApprovalView.objects.get_or_create(
+        approval=approval, user=user, defaults={"first_opened_at": timezone.now()}
+    )
+    return view
+
+
+# The name the web UI was told about; record_open says what it does.
+open = record_open
+
+
+# --- deciding --------------------------------------------------------------------------------
+@dataclass
+class _Plan:
+    status: str
+    final_args: dict | None = None
+    edited: bool = False
+
+
+def decide(
+    approval_id,
+    *,
+    user,
+    decision: str,
+    arguments: dict | None = None,
+    reason: str = "",
+    answer: str = "",
+    opened_at: datetime | None = None,
+) -> Approval:
+    """Record `user`'s decision and, once the approval is decided, resume the run.
+
+    `decision` is approve (with `arguments` for edit-and-approve), reject (with a reason) or
+    answer (questions). `opened_at` is used only when the server has no record of this user
+    opening the approval. Raises Approval.DoesNotExist, DecisionForbidden, DecisionConflict
+    or DecisionInvalid; on any of them nothing was changed.
+    """
+    decision = (decision or "").strip().lower()
+    reason = (reason or "").strip()
+    answer = (answer or "").strip()
+    if not (user is not None and user.is_authenticated and user.can_approve):
+        raise DecisionForbidden("only approvers and admins can decide approvals")
+    if decision not in DECISIONS:
+        raise DecisionInvalid(
+            f"decision must be one of {', '.join(DECISIONS)}",
+            {"decision": [f"unknown decision {decision!r}"]},
+        )
+    try:
+        run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
+    except (ValueError, ValidationError):  # not a UUID: no such approval either
+        run_id = None
+    if run_id is None:
+        raise Approval.DoesNotExist(f"no approval {approval_id}")
+
+    with transaction.atomic():
+        # Lock order: run, then approval (as the engine and the expiry sweep do).
+        run = Run.locked(run_id)
+        approval = Approval.objects.select_for_update().get(pk=approval_id)
+        _check_still_open(approval, run)
+        why = forbidden_reason(approval, run, user, decision)
+        if why:
+            raise DecisionForbidden(why)
+        earlier = approval.votes.filter(user=user).first()
+        if earlier is not None:
+            raise DecisionConflict(
+                f"you already voted {earlier.decision} at {_when(earlier.decided_at)}; "
+                "waiting for other approvers",
+                approval_status=approval.status,
+                decided_by=earlier.username,
+                decided_at=earlier.decided_at,
+            )
+        rules = gate_rules(run)
+        plan = _plan(approval, decision, arguments, reason, answer, rules)
+        now = timezone.now()
+        opened = _opened_at(approval, user, opened_at, now)
+        ApprovalVote.objects.create(
+            approval=approval,
+            user=user,
+            username=user.get_username(),
+            decision=decision,
+            arguments=plan.final_args,
+            edited=plan.edited,
+            reason=reason,
+            answer=answer,
+            opened_at=opened,
+            decided_at=now,
+            seconds_open=(now - opened).total_seconds() if opened else None,
+        )
+        needed = votes_needed(approval, rules)
+        approvals_so_far = approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).count()
+        step = {
+            "approval": str(approval.pk),
+            "kind": approval.kind,
+            "decision": decision,
+            "by": user.get_username(),
+            "tool": approval.tool,
+            "args": approval.args,
+            "edited_args": plan.final_args if plan.edited else None,
+            "reason": reason,
+            "answer": answer,
+            "opened_at": opened.isoformat() if opened else None,
+            "seconds_open": round((now - opened).total_seconds(), 3) if opened else None,
+        }
+        if needed > 1:
+            step["votes"] = f"{approvals_so_far} of {needed}"
+
+        if plan.status == Approval.Status.APPROVED and approvals_so_far < needed:
+            # One vote of a quorum: nothing is decided yet, nothing resumes.
+            step["status"] = Approval.Status.PENDING
+            step["detail"] = f"{needed - approvals_so_far} more approval(s) needed"
+            run.append_step(Step.Kind.DECISION, step)
+            events.publish_approvals_changed(approval.pk)
+            approval.refresh_from_db()
+            return approval
+
+        fields: dict[str, Any] = {
+            "status": plan.status,
+            "decided_at": now,
+            "decided_by": user,
+            "reason": reason,
+            "answer": answer,
+        }
+        if plan.status == Approval.Status.APPROVED:
+            fields["edited_args"] = plan.final_args if plan.final_args != approval.args else None
+            fields["approved_args_hash"] = args_hash(approval.tool, plan.final_args)
+        # Compare-and-set: under the locks this always wins, but it is the rule that makes
+        # "only a pending approval can be decided" true whatever the caller did before.
+        if not Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+            **fields
+        ):
+            approval.refresh_from_db()
+            raise _conflict(approval)
+        step["status"] = plan.status
+        run.append_step(Step.Kind.DECISION, step)
+        events.publish_approvals_changed(approval.pk)
+        engine.resume_after_decision(run)
+    approval.refresh_from_db()
+    return approval
+
+
+def _check_still_open(approval: Approval, run: Run) -> None:
+    if approval.status != Approval.Status.PENDING:
+        raise _conflict(approval)
+    if run.is_terminal:
+        raise DecisionConflict(
+            f"the run is already {run.status}; there is nothing left to decide",
+            approval_status=approval.status,
+        )
+
+
+def _conflict(approval: Approval) -> DecisionConflict:
+    who = approval.decided_by.get_username() if approval.decided_by else None
+    if approval.status == Approval.Status.EXPIRED:
+        message = f"already expired at {_when(approval.decided_at)}"
+    else:
+        by = who or "the system"
+        message = f"already {approval.status} by {by} at {_when(approval.decided_at)}"
+    return DecisionConflict(
+        message,
+        approval_status=approval.status,
+        decided_by=who,
+        decided_at=approval.decided_at,
+    )
+
+
+def _when(moment: datetime | None) -> str:
+    if moment is None:
+        return "an unknown time"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _opened_at(approval: Approval, user, given: datetime | None, now: datetime) -> datetime | None:
+    view = ApprovalView.objects.filter(approval=approval, user=user).first()
+    opened = view.first_opened_at if view else given
+    if opened is not None and opened > now:
+        opened = now  # a client clock ahead of ours must not make a negative time
+    return opened
+
+
+def _plan(
+    approval: Approval,
+    decision: str,
+    arguments: Any,
+    reason: str,
+    answer: str,
+    rules: dict,
+) -> _Plan:
+    """What the decision will do, or DecisionInvalid. Reads only; changes nothing."""
+    if approval.kind == Approval.Kind.QUESTION:
+        if arguments is not None:
+            raise DecisionInvalid(
+                "questions take an answer, not arguments",
+                {"arguments": ["not allowed for a question"]},
+            )
+        if decision == "approve":
+            raise DecisionInvalid(
+                "this is a question: answer it (or reject it with a reason)",
+                {"decision": ["use answer or reject for a question"]},
+            )
+        if decision == "reject":
+            if approval.side_effect_id:
+                raise DecisionInvalid(
+                    "say whether the call happened: answer happened or did_not_happen",
+                    {"decision": ["an outcome question must be answered"]},
+                )
+            _require_reason(reason)
+            return _Plan(Approval.Status.REJECTED)
+        if not answer:
+            raise DecisionInvalid("an answer is required", {"answer": ["this field is required"]})
+        if len(answer) > 10_000:
+            raise DecisionInvalid("the answer is too long", {"answer": ["at most 10000 chars"]})
+        if approval.options and answer not in approval.options:
+            raise DecisionInvalid(
+                f"the answer must be one of: {', '.join(map(str, approval.options))}",
+                {"answer": ["not one of the options"]},
+            )
+        return _Plan(Approval.Status.ANSWERED)
+
+    if decision == "answer":
+        raise DecisionInvalid(
+            "this is an action: approve or reject it",
+            {"decision": ["use approve or reject for an action"]},
+        )
+    if decision == "reject":
+        if arguments is not None:
+            raise DecisionInvalid(
+                "a rejection takes a reason, not arguments", {"arguments": ["not allowed"]}
+            )
+        _require_reason(reason)
+        return _Plan(Approval.Status.REJECTED)
+
+    current = approval.args
+    if arguments is None:
+        return _Plan(Approval.Status.APPROVED, final_args=current)
+    tool = get_tool(approval.tool)
+    if tool is None:
+        raise DecisionInvalid(
+            f"the tool {approval.tool!r} is no longer registered; arguments cannot be edited",
+            {"arguments": ["unknown tool"]},
+        )
+    try:
+        edited = tool.validate(arguments)
+    except ToolArgsError as exc:
+        errors: dict[str, list[str]] = {}
+        for err in exc.errors:
+            key = ".".join(str(p) for p in err["loc"]) or "arguments"
+            errors.setdefault(key, []).append(err["msg"])
+        raise DecisionInvalid(str(exc), errors or {"arguments": [str(exc)]}) from None
+    if args_hash(tool.name, edited) == args_hash(tool.name, current):
+        return _Plan(Approval.Status.APPROVED, final_args=current)
+    if votes_needed(approval, rules) > 1:
+        # Every voter must approve the call they were shown; an edit midway would have the
+        # others approve something they never saw.
+        raise DecisionInvalid(
+            "this gate needs several approvers, so its arguments cannot be edited: approve the "
+            "proposed call, or reject it with a reason so the agent proposes another",
+            {"arguments": ["edits are not possible on a quorum gate"]},
+        )
+    problems = escalations(tool, approval.args, edited, rules)
+    if problems:
+        raise DecisionInvalid(
+            "edit refused: policy would gate the edited call harder than the proposed one ("
+            + "; ".join(problems)
+            + "). Approve the proposed arguments, edit within the limits, or reject with a "
+            "reason so the agent can propose it itself.",
+            {"arguments": problems},
+        )
+    return _Plan(Approval.Status.APPROVED, final_args=edited, edited=edited != approval.args)
+
+
+def _require_reason(reason: str) -> None:
+    if not reason:
+        raise DecisionInvalid(
+            "a reason is required to reject (the agent is told it)",
+            {"reason": ["this field is required"]},
+        )
+    if len(reason) > 5000:
+        raise DecisionInvalid("the reason is too long", {"reason": ["at most 5000 chars"]})
+
+
+def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[str]:
+    """Ways the edited call is riskier in policy terms than the proposed one (empty: none).
+
+    Each argument rule is asked of the gate policy on its own (against a copy of the tool with
+    no risk of its own, so only that rule can gate), which keeps what "over the limit" and "on
+    the allow-list" mean in policy.py. Sampling is off, so the answer is deterministic.
+    """
+    problems: list[str] = []
+    for arg, limit in (rules.get("thresholds") or {}).get(tool.name, {}).items():
+        if not _rule_gates(tool, edited, "thresholds", arg, limit):
+            continue
+        new, old = _number(edited.get(arg)), _number(original.get(arg))
+        if not _rule_gates(tool, original, "thresholds", arg, limit) or (
+            new is None or old is None or new > old
+        ):
+            problems.append(
+                f"{arg} {edited.get(arg)} exceeds the limit of {limit} "
+                f"(proposed: {original.get(arg)})"
+            )
+    for arg, allowed in (rules.get("allow_lists") or {}).get(tool.name, {}).items():
+        if edited.get(arg) != original.get(arg) and _rule_gates(
+            tool, edited, "allow_lists", arg, allowed
+        ):
+            problems.append(f"{arg} {edited.get(arg)!r} is not on the allow-list")
+    quiet = {**rules, "sample_rate": 0}
+    before = policy.evaluate(tool=tool, args=original, rules=quiet)
+    after = policy.evaluate(tool=tool, args=edited, rules=quiet)
+    if after.gated and _rank(after.risk) > _rank(before.risk):
+        problems.append(f"the risk rises from {before.risk} to {after.risk}: {after.explanation}")
+    elif after.gated and not before.gated and not problems:
+        problems.append(f"policy gates the edited call: {after.explanation}")
+    return problems
+
+
+def _rule_gates(tool: Tool, args: dict, kind: str, arg: str, rule: Any) -> bool:
+    riskless = replace(tool, reversible=True, blast=Blast.NONE)
+    rules = {kind: {tool.name: {arg: rule}}, "sample_rate": 0}
+    return policy.evaluate(tool=riskless, args=args, rules=rules).gated
+
+
+def _number(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+
+
+# --- expiry ----------------------------------------------------------------------------------
+def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
+    """Expire pending approvals past their deadline; the engine then applies each one's
+    `on_expiry` (reject = tell the agent, fail = fail the run). Returns how many expired."""
+    now = now or timezone.now()
+    due = list(
+        Approval.objects.pending()
+        .filter(expires_at__lte=now)
+        .order_by("expires_at")
+        .values_list("pk", "run_id")[:batch]
+    )
+    expired = 0
+    for approval_id, run_id in due:
+        with transaction.atomic():
+            run = Run.locked(run_id)
+            # Compare-and-set: a decision that won the lock first keeps its outcome.
+            if not Approval.objects.filter(
+                pk=approval_id, status=Approval.Status.PENDING, expires_at__lte=now
+            ).update(status=Approval.Status.EXPIRED, decided_at=now):
+                continue
+            expired += 1
+            approval = Approval.objects.get(pk=approval_id)
+            events.publish_approvals_changed(approval.pk)
+            if run.is_terminal:
+                continue  # the run ended without it (cancelled): nothing left to apply
+            outcome = (
+                "the run fails"
+                if approval.on_expiry == "fail"
+                else "the agent is told it was not executed"
+            )
+            run.append_step(
+                Step.Kind.DECISION,
+                {
+                    "approval": str(approval.pk),
+                    "kind": approval.kind,
+                    "decision": "expire",
+                    "status": Approval.Status.EXPIRED,
+                    "by": None,
+                    "tool": approval.tool,
+                    "args": approval.args,
+                    "on_expiry": approval.on_expiry,
+                    "detail": f"no decision by {_when(approval.expires_at)}: {outcome}",
+                },
+            )
+            engine.resume_after_decision(run)
+    return expired

@@ -1,0 +1,333 @@
+"""Tell approvers that an approval is waiting: an e-mail and signed JSON webhooks.
+
+gates._open -> (after commit) approval_requested(id) -> Celery task notify_approval_requested
+-> one task per channel (the e-mail, each webhook URL), each retried with exponential backoff
+on its own, so a dead endpoint neither repeats the e-mail nor delays the other URLs. Nothing
+here blocks or fails a run: enqueueing errors are logged and swallowed, delivery happens in
+workers, and the run never waits for it.
+
+Settings (settings.AGENTOPS, from the environment):
+- NOTIFY_EMAIL (AGENTOPS_NOTIFY_EMAIL, default on): e-mail the approvers through Django's
+  e-mail backend. Approvers are the agent's named approvers (GateRules.approvers) if it names
+  any, otherwise every active user with the approver or admin role (or superuser), in both
+  cases only those with an e-mail address.
+- WEBHOOK_URLS (AGENTOPS_WEBHOOK_URLS, comma-separated): each gets a POST. A URL whose host is
+  hooks.slack.com, or written with a "slack+" prefix ("slack+https://chat.example/hook", the
+  prefix is dropped before sending), gets a Slack-compatible {"text", "blocks"} payload;
+  every other URL gets the JSON payload built by `payload()`.
+- WEBHOOK_SECRET (AGENTOPS_WEBHOOK_SECRET): the HMAC key. Without it, generic webhooks are not
+  sent (an unsigned approval feed would let anyone forge one); Slack URLs, whose secret is the
+  URL itself, still are.
+- PUBLIC_URL (AGENTOPS_PUBLIC_URL): where links in messages point.
+
+Signature (every webhook, Slack ones included):
+    X-Agentops-Timestamp: <unix seconds when this attempt was sent>
+    X-Agentops-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<raw body bytes>")>
+    X-Agentops-Delivery: <id, the same on every retry of one delivery>
+The timestamp is inside the MAC, so it cannot be replaced: a receiver recomputes the MAC over
+the raw body it got, compares with hmac.compare_digest, rejects timestamps older than a few
+minutes (a captured request cannot be replayed later), and ignores a delivery id it has seen
+(a retry after a lost response is not a second request).
+"""
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import EmailMessage
+from django.db.models import Q
+from django.urls import NoReverseMatch, reverse
+
+from accounts.models import Role
+
+from .models import Approval
+
+log = logging.getLogger("agentops.notify")
+
+SIGNATURE_HEADER = "X-Agentops-Signature"
+TIMESTAMP_HEADER = "X-Agentops-Timestamp"
+DELIVERY_HEADER = "X-Agentops-Delivery"
+EVENT = "approval.requested"
+SLACK_PREFIX = "slack+"
+
+
+class DeliveryError(Exception):
+    """A delivery that may succeed later (5xx, 408, 429, timeout, connection): retried."""
+
+
+class DeliveryRefused(Exception):
+    """A delivery that will not succeed by retrying (4xx, bad URL, no secret): given up."""
+
+
+def _cfg(name: str) -> Any:
+    return settings.AGENTOPS[name]
+
+
+# --- entry point (called after commit) ------------------------------------------------------
+def approval_requested(approval_id) -> None:
+    """Queue the notifications for a new approval. Never raises: a broker hiccup must not
+    turn into an error in the engine's on-commit callbacks."""
+    from .tasks import notify_approval_requested
+
+    try:
+        notify_approval_requested.delay(str(approval_id))
+    except Exception:
+        log.exception("approval %s: could not queue notifications", approval_id)
+
+
+def fan_out(approval_id: str) -> int:
+    """Queue one delivery task per channel; returns how many were queued."""
+    from .tasks import deliver_approval_webhook, send_approval_email
+
+    approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
+    if approval is None:
+        return 0
+    queued = 0
+    if _cfg("NOTIFY_EMAIL") and approver_emails(approval):
+        send_approval_email.delay(str(approval.pk))
+        queued += 1
+    for url in _cfg("WEBHOOK_URLS"):
+        deliver_approval_webhook.delay(str(approval.pk), url)
+        queued += 1
+    return queued
+
+
+# --- what is said --------------------------------------------------------------------------
+def links(approval: Approval) -> dict[str, str]:
+    base = _cfg("PUBLIC_URL").rstrip("/")
+    return {
+        "approval": base + _path("approvals:detail", approval.pk, f"/approvals/{approval.pk}/"),
+        "run": base + _path("runs:detail", approval.run_id, f"/runs/{approval.run_id}/"),
+    }
+
+
+def _path(name: str, pk, fallback: str) -> str:
+    # The pages may not be routed yet (UI issue); the fallback is where they are planned.
+    try:
+        return reverse(name, args=[pk])
+    except NoReverseMatch:
+        return fallback
+
+
+def payload(approval: Approval) -> dict:
+    """The JSON body of a generic webhook. Values from the model (args, question) are data."""
+    run = approval.run
+    urls = links(approval)
+    return {
+        "event": EVENT,
+        "approval": {
+            "id": str(approval.pk),
+            "kind": approval.kind,
+            "status": approval.status,
+            "tool": approval.tool,
+            "args": approval.args,
+            "question": approval.question,
+            "options": approval.options,
+            "explanation": approval.explanation,
+            "risk": approval.risk,
+            "sampled": approval.sampled,
+            "requested_at": approval.requested_at.isoformat(),
+            "expires_at": approval.expires_at.isoformat(),
+            "url": urls["approval"],
+        },
+        "run": {
+            "id": str(run.pk),
+            "agent": run.agent,
+            "agent_title": run.agent_config.get("title", run.agent),
+            "launched_by": run.launched_by.get_username() if run.launched_by_id else None,
+            "url": urls["run"],
+        },
+    }
+
+
+def headline(approval: Approval) -> str:
+    what = approval.tool or "a question"
+    if approval.kind == Approval.Kind.QUESTION:
+        ask = "Question from" if not approval.tool or approval.tool == "ask_operator" else "Check"
+        return _one_line(f"{ask} {approval.run.agent}: {approval.question}", 150)
+    sample = " (sampled for review)" if approval.sampled else ""
+    return _one_line(
+        f"Approval needed: {what} ({approval.risk} risk) in {approval.run.agent}{sample}", 150
+    )
+
+
+def slack_payload(approval: Approval) -> dict:
+    """Slack incoming-webhook body: a plain `text` fallback plus Block Kit blocks."""
+    urls = links(approval)
+    lines = [f"*{_slack(headline(approval))}*", f"*Why:* {_slack(approval.explanation)}"]
+    if approval.kind == Approval.Kind.ACTION:
+        lines.append(f"*Call:* `{_slack(approval.tool)}` {_slack(_args(approval.args, 1500))}")
+    elif approval.options:
+        lines.append("*Options:* " + _slack(", ".join(map(str, approval.options))))
+    return {
+        "text": f"{headline(approval)}: {urls['approval']}",
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)[:3000]}},
+            {
+                "type": "context",
+                "elements": [
+                    {
+                        "type": "mrkdwn",
+                        "text": _slack(
+                            f"run {approval.run_id} · expires "
+                            f"{approval.expires_at:%Y-%m-%d %H:%M} UTC"
+                        ),
+                    }
+                ],
+            },
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Open approval"},
+                        "url": urls["approval"],
+                    }
+                ],
+            },
+        ],
+    }
+
+
+def _slack(text: str) -> str:
+    # Slack mrkdwn control characters; model-written text must not become links or mentions.
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _args(args: Any, limit: int) -> str:
+    text = json.dumps(args, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _one_line(text: str, limit: int) -> str:
+    # Header-safe: model text may hold newlines, which an e-mail subject must not.
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- e-mail ----------------------------------------------------------------------------------
+def approver_emails(approval: Approval) -> list[str]:
+    users = get_user_model().objects.filter(is_active=True).exclude(email="")
+    named = approval.run.agent_config.get("gates", {}).get("approvers") or []
+    if named:
+        users = users.filter(username__in=named)
+    else:
+        users = users.filter(Q(groups__name__in=[Role.APPROVER, Role.ADMIN]) | Q(is_superuser=True))
+    return sorted(set(users.values_list("email", flat=True)))
+
+
+def send_email(approval_id: str) -> int:
+    """Send the request e-mail; DeliveryError (retried) when the backend fails."""
+    approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
+    recipients = approver_emails(approval)
+    if not recipients:
+        return 0
+    urls = links(approval)
+    body = [
+        headline(approval),
+        "",
+        f"Why: {approval.explanation}",
+    ]
+    if approval.kind == Approval.Kind.ACTION:
+        body += [f"Tool: {approval.tool}", f"Arguments: {_args(approval.args, 5000)}"]
+    else:
+        body.append(f"Question: {approval.question}")
+        if approval.options:
+            body.append("Options: " + ", ".join(map(str, approval.options)))
+    body += [
+        f"Risk: {approval.risk}" + (" (sampled for review)" if approval.sampled else ""),
+        f"Expires: {approval.expires_at:%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Decide: {urls['approval']}",
+        f"Run: {urls['run']}",
+    ]
+    message = EmailMessage(
+        subject=_one_line(f"[agentops] {headline(approval)}", 200),
+        body="\n".join(body),
+        to=recipients,
+        # Backends that honour it (the demo outbox) store a retried send once.
+        headers={"X-Idempotency-Key": f"approval-requested:{approval.pk}"},
+    )
+    try:
+        return message.send()
+    except OSError as exc:  # smtplib errors are OSErrors
+        raise DeliveryError(f"e-mail for approval {approval.pk} failed: {exc}") from exc
+
+
+# --- webhooks --------------------------------------------------------------------------------
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def verify(
+    secret: str, timestamp: str, body: bytes, signature: str, *, max_age: float = 300
+) -> bool:
+    """What a receiver does (and what the tests check)."""
+    try:
+        fresh = abs(time.time() - int(timestamp)) <= max_age
+    except ValueError:
+        return False
+    return fresh and hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+def target(url: str) -> tuple[str, bool]:
+    """(URL to POST to, whether it takes a Slack payload)."""
+    if url.startswith(SLACK_PREFIX):
+        return url[len(SLACK_PREFIX) :], True
+    return url, urlsplit(url).hostname == "hooks.slack.com"
+
+
+def delivery_id(approval_id, url: str) -> str:
+    return hashlib.sha256(f"{approval_id}|{url}".encode()).hexdigest()[:32]
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    # A redirected POST would be replayed as a GET elsewhere; treat 3xx as a refusal.
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def deliver_webhook(approval_id: str, url: str) -> int:
+    """POST the signed payload; returns the HTTP status. DeliveryError means retry later,
+    DeliveryRefused means retrying cannot help."""
+    approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
+    post_to, slack = target(url)
+    if urlsplit(post_to).scheme not in ("http", "https"):
+        raise DeliveryRefused(f"webhook URL must be http(s): {post_to!r}")
+    secret = _cfg("WEBHOOK_SECRET")
+    if not secret and not slack:
+        raise DeliveryRefused("AGENTOPS_WEBHOOK_SECRET is not set; generic webhooks are not sent")
+    body = json.dumps(
+        slack_payload(approval) if slack else payload(approval), ensure_ascii=False
+    ).encode()
+    timestamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "agentops-webhook/1",
+        TIMESTAMP_HEADER: timestamp,
+        DELIVERY_HEADER: delivery_id(approval.pk, url),
+    }
+    if secret:
+        headers[SIGNATURE_HEADER] = sign(secret, timestamp, body)
+    request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked above)
+    try:
+        with _opener.open(request, timeout=_cfg("WEBHOOK_TIMEOUT_SECONDS")) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500 or exc.code in (408, 429):
+            raise DeliveryError(f"webhook {post_to} answered {exc.code}") from None
+        raise DeliveryRefused(f"webhook {post_to} answered {exc.code}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise DeliveryError(f"webhook {post_to} unreachable: {exc}") from None

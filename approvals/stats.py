@@ -1,0 +1,144 @@
+"""Rubber-stamp guard: how approvers decide, so an admin can see approving turn into clicking.
+
+Per approver and per tool: decisions, approval rate, median time from first opening the
+approval to deciding it, edits, expiries; decisions made faster than a threshold (or without
+ever opening the approval) are flagged; approvals gated by sampling are listed, since they are
+the calls policy would have let through and show whether approvers still read them.
+"""
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from .models import Approval, ApprovalView, ApprovalVote
+
+DEFAULT_FAST_DECISION_SECONDS = 5.0
+LIST_LIMIT = 50
+
+
+def fast_decision_seconds() -> float:
+    return float(settings.AGENTOPS.get("FAST_DECISION_SECONDS", DEFAULT_FAST_DECISION_SECONDS))
+
+
+@dataclass
+class _Tally:
+    decisions: int = 0
+    approved: int = 0
+    rejected: int = 0
+    answered: int = 0
+    edits: int = 0
+    expiries: int = 0
+    fast: int = 0
+    unopened: int = 0
+    seconds: list[float] = field(default_factory=list)
+
+    def add(self, vote: ApprovalVote, fast_seconds: float) -> None:
+        self.decisions += 1
+        if vote.decision == ApprovalVote.Decision.APPROVE:
+            self.approved += 1
+        elif vote.decision == ApprovalVote.Decision.REJECT:
+            self.rejected += 1
+        else:
+            self.answered += 1
+        self.edits += int(vote.edited)
+        if vote.seconds_open is None:
+            self.unopened += 1
+        else:
+            self.seconds.append(vote.seconds_open)
+        if is_fast(vote, fast_seconds):
+            self.fast += 1
+
+    def as_dict(self) -> dict:
+        judged = self.approved + self.rejected
+        return {
+            "decisions": self.decisions,
+            "approved": self.approved,
+            "rejected": self.rejected,
+            "answered": self.answered,
+            # Answers are not approvals: the rate is over approve/reject decisions only.
+            "approval_rate": round(self.approved / judged, 3) if judged else None,
+            "median_seconds_to_decide": (
+                round(statistics.median(self.seconds), 1) if self.seconds else None
+            ),
+            "edits": self.edits,
+            "expiries": self.expiries,
+            "fast_decisions": self.fast,
+            "decided_without_opening": self.unopened,
+        }
+
+
+def is_fast(vote: ApprovalVote, fast_seconds: float) -> bool:
+    """Decided within the threshold of first opening it, or without opening it at all."""
+    return vote.seconds_open is None or vote.seconds_open < fast_seconds
+
+
+def approver_stats(*, since: datetime | None = None, fast_seconds: float | None = None) -> dict:
+    """The figures for decisions made since `since` (default: the last 30 days)."""
+    since = since or timezone.now() - timedelta(days=30)
+    fast_seconds = fast_decision_seconds() if fast_seconds is None else fast_seconds
+    by_user: dict[str, _Tally] = defaultdict(_Tally)
+    by_tool: dict[str, _Tally] = defaultdict(_Tally)
+    flagged: list[dict] = []
+    votes = (
+        ApprovalVote.objects.filter(decided_at__gte=since)
+        .select_related("approval")
+        .order_by("-decided_at")
+    )
+    for vote in votes.iterator():
+        tool = vote.approval.tool or vote.approval.kind
+        by_user[vote.username].add(vote, fast_seconds)
+        by_tool[tool].add(vote, fast_seconds)
+        if is_fast(vote, fast_seconds) and len(flagged) < LIST_LIMIT:
+            flagged.append(
+                {
+                    "approval": str(vote.approval_id),
+                    "run": str(vote.approval.run_id),
+                    "tool": tool,
+                    "risk": vote.approval.risk,
+                    "by": vote.username,
+                    "decision": vote.decision,
+                    "seconds_open": vote.seconds_open,
+                    "decided_at": vote.decided_at,
+                }
+            )
+
+    expired = Approval.objects.filter(status=Approval.Status.EXPIRED, decided_at__gte=since)
+    for tool, kind in expired.values_list("tool", "kind"):
+        by_tool[tool or kind].expiries += 1
+    # An approver's expiries: approvals they opened and then let run out.
+    opened_then_expired = ApprovalView.objects.filter(
+        approval__status=Approval.Status.EXPIRED, approval__decided_at__gte=since
+    ).values_list("user__username", flat=True)
+    for username in opened_then_expired:
+        by_user[username].expiries += 1
+
+    sampled = (
+        Approval.objects.filter(sampled=True, requested_at__gte=since)
+        .select_related("decided_by")
+        .order_by("-requested_at")[:LIST_LIMIT]
+    )
+    return {
+        "since": since,
+        "fast_decision_seconds": fast_seconds,
+        "approvers": [{"approver": name, **t.as_dict()} for name, t in sorted(by_user.items())],
+        "tools": [{"tool": name, **t.as_dict()} for name, t in sorted(by_tool.items())],
+        "fast_decisions": flagged,
+        "sampled": [
+            {
+                "approval": str(a.pk),
+                "run": str(a.run_id),
+                "tool": a.tool,
+                "args": a.args,
+                "explanation": a.explanation,
+                "status": a.status,
+                "decided_by": a.decided_by.get_username() if a.decided_by else None,
+                "requested_at": a.requested_at,
+                "decided_at": a.decided_at,
+            }
+            for a in sampled
+        ],
+    }

@@ -1,0 +1,219 @@
+"""What the runs API accepts and returns (django-ninja schemas, hence the OpenAPI docs)."""
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Annotated, Any
+from uuid import UUID
+
+from django.utils import timezone
+from ninja import Field, FilterSchema, Schema
+from ninja.filter_schema import FilterLookup
+from pydantic import ConfigDict, field_validator
+
+from .models import Run
+
+# Strict ints: a JSON `true` or `"12"` is a mistake in a limit, not a number.
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+
+
+# --- catalogue -------------------------------------------------------------------------------
+class ToolOut(Schema):
+    name: str
+    description: str
+    reversible: bool
+    blast: str = Field(description="Blast radius: none, low, medium, high or critical.")
+    accepts_idempotency_key: bool
+    timeout_seconds: float
+    on_reject: str
+    input_schema: dict[str, Any]
+
+
+class LimitsOut(Schema):
+    max_steps: int
+    max_cost_usd: Decimal
+    max_seconds: int
+    max_consecutive_errors: int
+
+
+class AgentOut(Schema):
+    slug: str
+    title: str
+    description: str
+    model: str
+    tools: list[ToolOut]
+    input_schema: dict[str, Any] = Field(
+        description="JSON schema of `input` for POST /api/runs. Numbers may be sent as strings."
+    )
+    limits: LimitsOut = Field(description="Defaults a run gets when `limits` is not given.")
+    max_limits: LimitsOut = Field(description="The most `limits` may be raised to at launch.")
+
+
+# --- launch ----------------------------------------------------------------------------------
+class LimitsIn(Schema):
+    """Overrides of the agent's default limits; each is capped by the agent's max_limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: PositiveInt | None = None
+    max_cost_usd: Annotated[Decimal, Field(gt=0, max_digits=10, decimal_places=4)] | None = None
+    max_seconds: PositiveInt | None = None
+    max_consecutive_errors: PositiveInt | None = None
+
+    @field_validator("max_cost_usd", mode="before")
+    @classmethod
+    def _no_bool_cost(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a number")
+        return value
+
+
+class LaunchIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(max_length=64, description="Slug of an agent from GET /api/agents.")
+    input: dict[str, Any] = Field(description="Validated against the agent's input_schema.")
+    limits: LimitsIn | None = None
+
+
+# --- runs ------------------------------------------------------------------------------------
+class CountersOut(Schema):
+    steps: int = Field(description="Model calls made.")
+    errors: int
+    consecutive_errors: int
+    retries: int
+    last_seq: int = Field(description="Seq of the newest timeline step.")
+
+
+class UsageOut(Schema):
+    tokens_in: int
+    tokens_out: int
+    cost_usd: Decimal
+
+
+class RunOut(Schema):
+    id: UUID
+    agent: str
+    agent_title: str
+    status: Run.Status
+    status_detail: str
+    termination_reason: str = Field(description="Why the run finished; empty while active.")
+    termination_label: str
+    trigger: Run.Trigger
+    provider: str
+    scripted: bool = Field(description="Made with the scripted provider, not a real model.")
+    launched_by: str | None = Field(description="Username of whoever launched it.")
+    parent_id: UUID | None
+    limits: LimitsOut
+    counters: CountersOut
+    usage: UsageOut
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+    @staticmethod
+    def resolve_agent_title(run: Run) -> str:
+        # The list annotates the title so it can leave the snapshot unloaded.
+        title = getattr(run, "snapshot_title", None)
+        if title is None:
+            title = run.agent_config.get("title")
+        return title or run.agent
+
+    @staticmethod
+    def resolve_termination_label(run: Run) -> str:
+        return run.get_termination_reason_display() if run.termination_reason else ""
+
+    @staticmethod
+    def resolve_scripted(run: Run) -> bool:
+        return run.is_scripted
+
+    @staticmethod
+    def resolve_launched_by(run: Run) -> str | None:
+        return run.launched_by.get_username() if run.launched_by else None
+
+    @staticmethod
+    def resolve_limits(run: Run) -> dict:
+        return {
+            "max_steps": run.max_steps,
+            "max_cost_usd": run.max_cost_usd,
+            "max_seconds": run.max_seconds,
+            "max_consecutive_errors": run.max_consecutive_errors,
+        }
+
+    @staticmethod
+    def resolve_counters(run: Run) -> dict:
+        return {
+            "steps": run.step_count,
+            "errors": run.error_count,
+            "consecutive_errors": run.consecutive_errors,
+            "retries": run.retry_count,
+            "last_seq": run.last_seq,
+        }
+
+    @staticmethod
+    def resolve_usage(run: Run) -> dict:
+        return {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost_usd": run.cost_usd}
+
+
+class RunDetailOut(RunOut):
+    input: dict[str, Any]
+    output: str
+    pending_approvals: int = Field(description="Approvals of this run waiting for a person.")
+
+    @staticmethod
+    def resolve_pending_approvals(run: Run) -> int:
+        # Set by the view (one COUNT), so serialising never queries behind its back.
+        return getattr(run, "pending_approvals", 0)
+
+
+class RunFilters(FilterSchema):
+    status: Run.Status | None = None
+    agent: str | None = Field(None, max_length=64)
+    trigger: Run.Trigger | None = None
+    launched_by: Annotated[str | None, FilterLookup("launched_by__username")] = Field(
+        None, max_length=150, description="Username."
+    )
+    created_after: Annotated[datetime | None, FilterLookup("created_at__gte")] = Field(
+        None, description="ISO 8601 date or datetime (UTC unless an offset is given)."
+    )
+    created_before: Annotated[datetime | None, FilterLookup("created_at__lt")] = Field(
+        None, description="ISO 8601 date or datetime, exclusive."
+    )
+
+    @field_validator("created_after", "created_before")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and timezone.is_naive(value):
+            return timezone.make_aware(value, UTC)
+        return value
+
+
+# --- timeline --------------------------------------------------------------------------------
+class StepOut(Schema):
+    seq: int
+    kind: str
+    data: dict[str, Any]
+    cost_usd: Decimal
+    tokens_in: int
+    tokens_out: int
+    latency_ms: int
+    created_at: datetime
+    hash: str
+    prev_hash: str
+
+
+class StepPage(Schema):
+    items: list[StepOut]
+    has_more: bool = Field(description="More steps follow: ask again with after=<last seq>.")
+    last_seq: int = Field(description="The run's newest seq when this page was read.")
+
+
+class CheckpointOut(Schema):
+    seq: int
+    created_at: datetime
+
+
+class CancelIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field("", max_length=500)

@@ -1,0 +1,236 @@
+"""The fake Messages API itself: it must refuse what the real API refuses, answer many
+clients at once, and run from the command line."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from agentops.agents import get_agent
+from agentops.llm import LLMError, LLMRequest
+from agentops.llm.anthropic import AnthropicProvider
+from agentops.llm.fake_server import FakeMessagesServer, hang, reply, text, tool_use
+from runs import engine
+from runs.models import Run, Step
+
+from .conftest import API_KEY
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def post(url: str, body: dict, headers: dict | None = None) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(
+        url + "/v1/messages",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **(headers or {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers), json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), json.loads(error.read())
+
+
+def ask(messages: list[dict], **overrides) -> LLMRequest:
+    fields = {"model": "claude-haiku-4-5", "system": "", "tools": [], **overrides}
+    return LLMRequest(messages=messages, **fields)
+
+
+def test_it_answers_like_the_messages_api(fake_api):
+    fake_api.push(reply([text("Hello.")], usage={"cache_creation_input_tokens": 12}))
+    status, headers, body = post(
+        fake_api.base_url,
+        {
+            "model": "claude-haiku-4-5",
+            "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        {"x-api-key": "k"},
+    )
+    assert status == 200
+    assert headers["request-id"].startswith("req_")
+    assert body["id"].startswith("msg_") and body["type"] == "message"
+    assert body["role"] == "assistant" and body["model"] == "claude-haiku-4-5"
+    assert body["content"] == [{"type": "text", "text": "Hello."}]
+    assert body["stop_reason"] == "end_turn" and body["stop_sequence"] is None
+    assert body["usage"]["cache_creation_input_tokens"] == 12
+    assert body["usage"]["cache_read_input_tokens"] == 0
+    assert body["usage"]["input_tokens"] > 0 and body["usage"]["output_tokens"] > 0
+
+
+def test_it_requires_a_key(fake_api):
+    status, _, body = post(
+        fake_api.base_url,
+        {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert status == 401
+    assert body["type"] == "error" and body["error"]["type"] == "authentication_error"
+    assert fake_api.requests[0].headers.get("authorization") is None
+
+
+@pytest.mark.parametrize(
+    ("messages", "complaint"),
+    [
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [tool_use("list_tables")]},
+                {"role": "user", "content": "go on"},
+            ],
+            "without `tool_result` blocks",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [text("No tool this time.")]},
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": ""}],
+                },
+            ],
+            "unexpected `tool_use_id`",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{**tool_use("x"), "id": "t", "input": "?"}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+            ],
+            "valid dictionary",
+        ),
+        ([{"role": "assistant", "content": "hi"}], "first message must use the user role"),
+        ([], "at least one message"),
+    ],
+    ids=[
+        "unanswered-tool-use",
+        "orphan-tool-result",
+        "input-not-object",
+        "assistant-first",
+        "empty",
+    ],
+)
+def test_it_refuses_what_the_real_api_refuses(fake_api, messages, complaint):
+    fake_api.push(reply([text("must not be used")]))
+    body = {"model": "claude-haiku-4-5", "max_tokens": 10, "messages": messages}
+    status, headers, answer = post(fake_api.base_url, body, {"x-api-key": "k"})
+    assert status == 400
+    assert answer["error"]["type"] == "invalid_request_error"
+    assert complaint in answer["error"]["message"]
+    assert answer["request_id"] == headers["request-id"]
+    assert fake_api.remaining == 1  # a refused request does not use up the script
+
+
+def test_the_provider_reports_a_refused_request_as_not_retryable(fake_api):
+    unanswered = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [tool_use("list_tables")]},
+        {"role": "user", "content": "go on"},
+    ]
+    with pytest.raises(LLMError) as refused:
+        AnthropicProvider.from_settings().complete(ask(unanswered))
+    assert refused.value.status == 400 and not refused.value.retryable
+    assert "without `tool_result` blocks" in str(refused.value)
+
+
+@pytest.mark.django_db
+def test_its_default_policy_drives_a_run_to_completion(no_enqueue, settings):
+    # What a person gets from `python -m agentops.llm.fake_server`: one tool turn, then text.
+    with FakeMessagesServer(tool_turns=1) as server:
+        settings.ANTHROPIC_API_KEY = API_KEY
+        settings.ANTHROPIC_BASE_URL = server.base_url
+        agent = get_agent("sql-analyst")
+        data, _ = agent.validate_input({"question": "Tables?", "report_to": "a@example.com"})
+        run = engine.launch(agent=agent, input=data, provider="anthropic")
+        assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    [tool_step] = run.steps.filter(kind=Step.Kind.TOOL)
+    assert tool_step.data["tool"] == "list_tables" and not tool_step.data["is_error"]
+    run.refresh_from_db()
+    assert run.output == "Fake answer after 1 earlier turn(s)."
+
+
+def test_it_serves_many_clients_at_once(fake_api):
+    fake_api.latency = 0.3
+    provider = AnthropicProvider.from_settings()
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        answers = list(
+            pool.map(
+                lambda i: provider.complete(ask([{"role": "user", "content": f"#{i}"}])),
+                range(30),
+            )
+        )
+    elapsed = time.monotonic() - started
+    assert [a.stop_reason for a in answers] == ["end_turn"] * 30
+    assert len(fake_api.messages_requests()) == 30
+    assert elapsed < 1.5, f"30 calls of 0.3 s took {elapsed:.2f} s: they were not concurrent"
+
+
+def test_stop_releases_a_hanging_request():
+    server = FakeMessagesServer(hang_seconds=60).start()
+    server.push(hang())
+    outcome: list = []
+
+    def call():
+        try:
+            post(
+                server.base_url,
+                {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]},
+                {"x-api-key": "k"},
+            )
+        except Exception as exc:  # the connection is closed without an answer
+            outcome.append(type(exc).__name__)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + 5
+    while not server.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    server.stop()
+    caller.join(timeout=5)
+    assert not caller.is_alive()
+    assert time.monotonic() - started < 2
+    assert outcome, "a hung request must never get an answer"
+
+
+def test_it_runs_from_the_command_line(settings):
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentops.llm.fake_server",
+            "--port",
+            "0",
+            "--latency",
+            "0.05",
+            "--tool-turns",
+            "1",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("fake Messages API on http://127.0.0.1:"), line
+        settings.ANTHROPIC_API_KEY = API_KEY
+        settings.ANTHROPIC_BASE_URL = line.split(" on ")[1].strip()
+        provider = AnthropicProvider.from_settings()
+        offered = [{"name": "list_tables", "description": "d", "input_schema": {"type": "object"}}]
+        first = provider.complete(ask([{"role": "user", "content": "hi"}], tools=offered))
+        assert first.stop_reason == "tool_use" and first.tool_uses[0]["name"] == "list_tables"
+        assert first.latency_ms >= 50
+    finally:
+        process.terminate()
+        process.wait(timeout=5)
