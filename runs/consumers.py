@@ -29,8 +29,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # seq check below drops its duplicate.
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        for payload in await self._steps_after(self.last_seq):
-            await self._deliver(payload)
+        await self._catch_up()
 
     async def disconnect(self, code):
         if hasattr(self, "group"):
@@ -41,10 +40,18 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             return
         if event["seq"] > self.last_seq + 1:
             # A gap (a lost event): fill it from the database, in order.
-            for payload in await self._steps_after(self.last_seq):
-                await self._deliver(payload)
+            await self._catch_up()
             return
         await self._deliver(event)
+
+    async def _catch_up(self):
+        """Everything after last_seq, from the database, in bounded batches."""
+        while True:
+            batch = await self._steps_after(self.last_seq)
+            for payload in batch:
+                await self._deliver(payload)
+            if len(batch) < CATCH_UP_MAX:
+                return
 
     async def _deliver(self, payload: dict):
         if payload["seq"] <= self.last_seq:
@@ -64,8 +71,6 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _steps_after(self, seq: int) -> list[dict]:
-        # Bounded: a browser far behind gets the next page now and the rest as it goes on
-        # (each later live step finds a gap and fills it from here again).
         steps = list(
             Step.objects.filter(run_id=self.run_id, seq__gt=seq).order_by("seq")[:CATCH_UP_MAX]
         )
@@ -93,6 +98,8 @@ class _GroupConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self.close(code=4403)
             return
+        # Browsers get the rendered fragments; scripts and tests may ask for the summaries.
+        self.as_json = b"format=json" in self.scope.get("query_string", b"")
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
@@ -100,7 +107,10 @@ class _GroupConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def forward(self, event):
-        await _send_html_or_json(self, event)
+        if self.as_json:
+            await self.send_json({k: v for k, v in event.items() if k not in ("type", "html")})
+        else:
+            await _send_html_or_json(self, event)
 
 
 class DashboardConsumer(_GroupConsumer):

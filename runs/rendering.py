@@ -157,20 +157,26 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         return view
     if kind == Step.Kind.DECISION:
         decision = str(d.get("decision") or d.get("status") or "decision")
-        view = StepView(step, f"human: {decision}")
+        view = StepView(step, f"human: {decision}", error=decision == "expire")
         view.approval_id = str(d.get("approval") or "")
-        by = d.get("by") or d.get("decided_by")
-        if by:
-            view.facts.append(("by", str(by)))
+        view.facts.append(("by", str(d.get("by") or "the system")))
+        for key in ("status", "votes", "on_expiry"):
+            if d.get(key):
+                view.facts.append((key.replace("_", " "), str(d[key])))
+        if d.get("seconds_open") is not None:
+            view.facts.append(("had it open", f"{d['seconds_open']:.0f}s"))
+        if d.get("detail"):
+            view.facts.append(("detail", str(d["detail"])))
         for key in ("reason", "answer"):
             if d.get(key):
+                # Typed by a person, but shown to the model and possibly quoting it.
                 view.texts.append(Block.of(key, d[key], full=full))
-        for key in ("edited_args", "arguments", "args"):
-            if d.get(key):
-                view.tool_uses.append(
-                    ToolUse(str(d.get("tool", "")), Block.of(key, d[key], full=full))
-                )
-                break
+        args_key = "edited_args" if d.get("edited_args") else "args"
+        if d.get(args_key):
+            label = "edited args" if args_key == "edited_args" else "args"
+            view.tool_uses.append(
+                ToolUse(str(d.get("tool", "")), Block.of(label, d[args_key], full=full))
+            )
         return view
     # Status changes.
     event = str(d.get("event") or "status")

@@ -1,6 +1,4 @@
-from django.templatetags.static import static
 from django.urls import path
-from django.views.generic.base import RedirectView
 
 from . import views
 
@@ -17,5 +15,5 @@ urlpatterns = [
     path("audit/", views.audit, name="audit"),
     path("audit/runs/<uuid:pk>/", views.audit_run, name="audit_run"),
     # Browsers ask for /favicon.ico whatever the page says.
-    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    path("favicon.ico", views.favicon),
 ]

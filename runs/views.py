@@ -17,6 +17,7 @@ from django.db.models import Case, Count, F, IntegerField, Q, Sum, TextField, Va
 from django.db.models.functions import Cast, TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -50,6 +51,13 @@ def _partial(request: HttpRequest, template: str, allowed: set[str]) -> str:
     """`template#<target>` for an htmx request aimed at one of the page's fragments."""
     target = request.htmx.target if request.htmx else None
     return f"{template}#{target}" if target in allowed else template
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    # Browsers ask for /favicon.ico whatever the page says; resolved per request, because the
+    # static manifest does not exist before collectstatic.
+    return redirect(static("favicon.svg"), permanent=True)
 
 
 # --- dashboard ---------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ def test_up_serves_a_run_live_and_stops_on_sigterm(up_server):
     browser.login("operator", PASSWORD)
 
     # Watch the dashboard stream before launching: every step of the run is then live.
-    with browser.ws("/ws/runs/") as dashboard:
+    with browser.ws("/ws/runs/?format=json") as dashboard:
         status, body = browser.request(
             "POST",
             "/api/runs",

@@ -324,6 +324,7 @@ def test_the_pushed_fragment_updates_count_row_and_open_screens(operator, approv
     assert 'id="nav-pending-count" class="count" hx-swap-oob="true">1<' in html
     assert 'hx-swap-oob="afterbegin:#approval-rows-live"' in html
     assert f'data-approval-id="{approval.pk}"' in html
+    assert 'hx-swap-oob="afterbegin:#dashboard-approval-list"' in html
     from approvals import decisions
 
     decisions.decide(approval.pk, user=approver, decision="approve")
@@ -331,6 +332,7 @@ def test_the_pushed_fragment_updates_count_row_and_open_screens(operator, approv
     assert 'hx-swap-oob="true">0<' in html
     assert f'<tr id="approval-{approval.pk}" hx-swap-oob="delete">' in html
     assert f'id="approval-state-{approval.pk}" hx-swap-oob="true"' in html
+    assert f'<li id="dash-approval-{approval.pk}" hx-swap-oob="delete">' in html
 
 
 # --- statistics --------------------------------------------------------------------------------
@@ -345,3 +347,58 @@ def test_stats_are_for_admins(client, approver, admin_user, gated):
     html = client.get(reverse("approvals:stats")).content.decode()
     assert 'id="stats-approvers"' in html and "<td>arthur</td>" in html
     assert client.get(reverse("approvals:stats"), {"days": "x"}).status_code == 200
+
+
+# --- the argument form -------------------------------------------------------------------------
+def test_argument_form_follows_the_tool_schema_and_keeps_untouched_values_exact():
+    from django.http import QueryDict
+
+    from approvals import arg_form
+
+    original = {"order_id": 42, "amount": "30.00", "reason": "Arrived damaged"}
+    fields = {f.name: f for f in arg_form.fields_for("issue_refund", original)}
+    assert fields["order_id"].kind == "number" and fields["order_id"].required
+    assert fields["amount"].kind == "text"  # number | string: the exact decimal text is kept
+    assert fields["reason"].text == "Arrived damaged"
+    same = QueryDict(mutable=True)
+    same.update({"arg_order_id": "42", "arg_amount": "30.00", "arg_reason": "Arrived damaged"})
+    args, errors = arg_form.parse(list(fields.values()), original, same)
+    assert args == original and not errors
+    edited = same.copy()
+    edited["arg_order_id"] = "43"
+    edited["arg_amount"] = "12.50"
+    args, errors = arg_form.parse(list(fields.values()), original, edited)
+    assert args == {"order_id": 43, "amount": "12.50", "reason": "Arrived damaged"}
+    edited["arg_order_id"] = "forty"
+    _, errors = arg_form.parse(list(fields.values()), original, edited)
+    assert errors == {"arg_order_id": ["must be a number"]}
+
+
+def test_json_arguments_are_edited_as_json():
+    from django.http import QueryDict
+
+    from approvals import arg_form
+
+    original = {"question": "Which?", "options": ["a", "b"]}
+    fields = arg_form.fields_for("ask_operator", original)
+    options = next(f for f in fields if f.name == "options")
+    assert options.kind == "json"
+    post = QueryDict(mutable=True)
+    post.update({"arg_question": "Which?", "arg_options": '["a", "c"]'})
+    args, errors = arg_form.parse(fields, original, post)
+    assert args["options"] == ["a", "c"] and not errors
+    post["arg_options"] = "[oops"
+    _, errors = arg_form.parse(fields, original, post)
+    assert "must be JSON" in errors["arg_options"][0]
+
+
+def test_the_run_page_shows_the_decision_inline(client, approver, viewer, gated):
+    from approvals import decisions
+
+    run, approval = gated
+    decisions.decide(approval.pk, user=approver, decision="reject", reason="wrong person")
+    client.force_login(viewer)
+    html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert 'data-kind="gate"' in html and 'data-kind="decision"' in html
+    assert "human: reject" in html and "wrong person" in html and "<dd>arthur</dd>" in html
+    assert f'href="/approvals/{approval.pk}/"' in html

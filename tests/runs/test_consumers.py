@@ -186,3 +186,24 @@ async def test_runs_group_pushes_the_list_row_and_dashboard_row(viewer, operator
     assert f'<tr id="inflight-{run.pk}" hx-swap-oob="delete">' in html
     assert "afterbegin" not in html  # only a launch inserts a row
     await communicator.disconnect()
+
+
+async def test_catch_up_larger_than_one_batch_is_complete(run, viewer, monkeypatch):
+    from runs import consumers
+
+    monkeypatch.setattr(consumers, "CATCH_UP_MAX", 2)
+    communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=0", viewer)
+    got = [s for m in await receive_all(communicator) for s in seqs(m)]
+    assert got == [1, 2, 3, 4, 5]
+    await communicator.disconnect()
+
+
+async def test_group_streams_send_summaries_as_json_on_request(viewer, operator, no_enqueue):
+    import json
+
+    communicator, connected = await connect("/ws/runs/?format=json", viewer)
+    assert connected
+    run = await sync_to_async(make_run)(operator)
+    message = json.loads(await communicator.receive_from(timeout=5))
+    assert message == {"run_id": str(run.pk), "seq": 1, "kind": "status"}
+    await communicator.disconnect()

@@ -445,3 +445,43 @@ def test_audit_search_lists_matching_runs(client, viewer, operator, no_enqueue):
     html = client.get(reverse("runs:audit"), {"q": "answer"}).content.decode()
     assert html.count('class="audit-row"') == 1
     assert f"/audit/runs/{a.pk}/" in html
+
+
+# --- page shell: vendored htmx, its config, CSP ------------------------------------------
+def test_pages_use_vendored_htmx_configured_for_safety(client, operator, run):
+    from django.conf import settings
+
+    from tests.html_checks import elements
+
+    client.force_login(operator)
+    for url in (
+        reverse("runs:dashboard"),
+        reverse("runs:list"),
+        reverse("runs:new"),
+        reverse("runs:detail", args=[run.pk]),
+        reverse("approvals:queue"),
+        reverse("runs:audit"),
+    ):
+        response = client.get(url)
+        html = response.content.decode()
+        csp = response["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "unsafe" not in csp, url
+        assert response["X-Frame-Options"] == "DENY"
+        scripts = [a for tag, a in elements(html) if tag == "script"]
+        assert {a["src"] for a in scripts} == {
+            "/static/vendor/htmx-2.0.10.min.js",
+            "/static/vendor/htmx-ext-ws-2-djhtmx-1.29.0.js",
+            "/static/js/app.js",
+        }, url
+        assert all("style" not in a for _, a in elements(html)), url  # CSP: no inline style
+        for setting in ('"selfRequestsOnly":true', '"allowEval":false', '"allowScriptTags":false'):
+            assert setting in html
+        assert 'hx-headers=\'{"X-CSRFToken": "' in html
+        assert "cdn" not in html.lower()
+    for name in ("vendor/htmx-2.0.10.min.js", "vendor/htmx-ext-ws-2-djhtmx-1.29.0.js", "js/app.js"):
+        assert (settings.BASE_DIR / "static" / name).is_file()
+
+
+def test_favicon_redirects_to_the_static_icon(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
