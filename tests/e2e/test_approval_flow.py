@@ -26,7 +26,6 @@ def test_operator_sees_the_run_finish_live_after_an_approver_approves(server, lo
     pending_before = int(queue.locator("#nav-pending-count").inner_text())
 
     operator = login("operator")
-    screenshot(operator.page, "dashboard")
     run_id = launch_refund(
         operator, order_id=7, amount="12.50", reason="Arrived damaged", shot="launch-form"
     )
@@ -38,6 +37,12 @@ def test_operator_sees_the_run_finish_live_after_an_approver_approves(server, lo
     expect(gates).to_have_count(1)
     expect_timeline_complete(page, server, run_id)
     screenshot(page, "run-live")
+    # The dashboard, in another tab of the operator's browser, with this run in flight.
+    dashboard = operator.context.new_page()
+    dashboard.goto("/")
+    expect(dashboard.locator(f"main a[href='/runs/{run_id}/']").first).to_be_visible()
+    screenshot(dashboard, "dashboard")
+    dashboard.close()
 
     # The approver's open queue and pending count show the new gate without a reload.
     refund_approval = server.pending_approval(run_id)
