@@ -14,13 +14,7 @@ def launch_refund(
 ) -> str:
     """Launch the refund desk from the form; returns the run id of the page it lands on."""
     page = session.page
-    session.goto("/runs/new/")
-    # htmx swaps the agent's own form in: wait for that swap to be over before typing, or it
-    # would replace what was typed with the form's initial values.
-    with page.expect_response(lambda r: "/runs/new/" in r.url and "agent=refund-desk" in r.url):
-        page.select_option("select[name=agent]", "refund-desk")
-    expect(page.locator(".htmx-request, .htmx-swapping, .htmx-settling")).to_have_count(0)
-    expect(page.locator("#launch-form-fields [name=order_id]")).to_be_visible()
+    open_launch_form(session, "refund-desk")
     page.fill("[name=order_id]", str(order_id))
     page.fill("[name=amount]", amount)
     page.fill("[name=reason]", reason)
@@ -29,6 +23,17 @@ def launch_refund(
     page.click("button#launch")
     page.wait_for_url(RUN_URL)
     return RUN_URL.search(page.url)["id"]
+
+
+def open_launch_form(session: Session, agent: str) -> None:
+    page = session.page
+    session.goto("/runs/new/")
+    # htmx swaps the agent's own form in: wait for that swap to be over before typing, or it
+    # would replace what was typed with the form's initial values.
+    with page.expect_response(lambda r: "/runs/new/" in r.url and f"agent={agent}" in r.url):
+        page.select_option("select[name=agent]", agent)
+    expect(page.locator(".htmx-request, .htmx-swapping, .htmx-settling")).to_have_count(0)
+    expect(page.locator("#launch-form-fields fieldset")).to_be_visible()
 
 
 def expect_status(page: Page, status: str) -> None:
