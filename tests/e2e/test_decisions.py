@@ -18,10 +18,20 @@ def test_a_rejection_reason_reaches_the_agent_and_no_refund_is_made(server, logi
     expect_status(page, "waiting")
     operator.mark_document()
 
+    # Another approver has the queue open: the row leaves it once someone else decides.
+    admin = login("admin")
+    admin.goto("/approvals/")
+    admin.mark_document()
+    approval_id = server.pending_approval(run_id)
+    row = admin.page.locator(f"tr.approval-row[data-approval-id='{approval_id}']")
+    expect(row).to_be_visible()
+
     approver = login("approver")
     why = "Customer already got a voucher for this order"
-    decide(approver, server.pending_approval(run_id), "reject", reason=why)
+    decide(approver, approval_id, "reject", reason=why)
     expect(approver.page.locator("#decision-result")).to_contain_text(re.compile("rejected", re.I))
+    expect(row).to_have_count(0)
+    admin.assert_same_document()
 
     # The refund tool's policy is "tell the agent": the run goes on and ends on its own.
     expect_status(page, "succeeded")
@@ -35,6 +45,7 @@ def test_a_rejection_reason_reaches_the_agent_and_no_refund_is_made(server, logi
     expect(page.locator("#timeline .step[data-kind=llm]").last).to_contain_text(why)
     assert server.refunds(run_id) == []
     assert not operator.console_errors and not approver.console_errors
+    assert not admin.console_errors
 
 
 def test_edit_and_approve_refunds_the_edited_amount(server, login):
