@@ -17,10 +17,9 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import rendering
 from runs.models import Step
 
-from . import arg_form
+from . import arg_form, listing
 from .models import Approval
 
-RISK_RANK = {r: i for i, r in enumerate(reversed(Approval.Risk.values))}  # critical first
 QUEUE_TEMPLATE = "approvals/queue.html"
 DETAIL_TEMPLATE = "approvals/detail.html"
 OPENED_SALT = "approvals.opened_at"
@@ -69,23 +68,21 @@ def queue(request: HttpRequest) -> HttpResponse:
     agent = request.GET.get("agent", "")
     risk = request.GET.get("risk", "")
     mine = request.GET.get("mine") == "1"
-    approvals = Approval.objects.pending().select_related("run")
+    approvals = Approval.objects.pending()
     if agent:
         approvals = approvals.filter(run__agent=agent)
     if risk in Approval.Risk.values:
         approvals = approvals.filter(risk=risk)
-    rows = list(approvals.order_by("expires_at")[:500])
+    rows = listing.queue(approvals)
     if mine:
         rows = assigned_to(request.user, rows)
-    # Riskiest first, then the nearest deadline.
-    rows.sort(key=lambda a: (RISK_RANK.get(a.risk, 99), a.expires_at))
     agents = sorted(set(Approval.objects.pending().values_list("run__agent", flat=True)))
     context = {
         "rows": rows,
         "agents": agents,
         "risks": Approval.Risk.values,
         "filters": {"agent": agent, "risk": risk, "mine": mine},
-        # Pushed new approvals go into the table only when no filter could exclude them.
+        # The pushed queue replaces the table only when no filter could exclude rows.
         "live_insert": not (agent or risk or mine),
         "recent": Approval.objects.exclude(status=Approval.Status.PENDING)
         .select_related("run", "decided_by")

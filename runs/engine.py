@@ -8,7 +8,13 @@ events published after commit. It keeps going for a short time slice, then re-en
 Side effects go through the ledger (SideEffect): intent committed before the call, outcome
 committed with the step after it. On resume a committed effect is never repeated; an intent
 without outcome is retried with the same key when the tool honours keys, otherwise the run
-waits for an operator to say whether it happened.
+waits for an operator to say whether it happened. An infrastructure error (timeout, dropped
+connection) from such a tool is the same situation and is never retried blindly either.
+
+Deadlines are enforced here, not by Celery (its time limits do not apply on the threads
+pool): a task works one time slice, a run stops at max_seconds, a model call has the
+provider's timeout, a tool gets a deadline in its context; a worker that hangs or dies stops
+renewing its lease, and the sweep hands the run to another worker.
 """
 
 import hashlib
@@ -127,6 +133,10 @@ class Stop(Exception):
     """This worker must stop working on the run (it finished, waits, or lost its lease)."""
 
 
+class StepAgain(Exception):
+    """End this step early; the next one starts from the checkpointed state afresh."""
+
+
 @dataclass
 class Work:
     """What one worker holds in memory while it owns a run's lease."""
@@ -137,6 +147,13 @@ class Work:
     messages: list[dict]
     worker: str
     provider: Any
+    # Seconds the run spent waiting for people, left out of its max_seconds (read once per
+    # claim: a run that waits again is parked, and the next claim reads it afresh).
+    waited: float = 0.0
+
+    @property
+    def active_seconds(self) -> float:
+        return self.run.elapsed_seconds - self.waited
 
 
 def advance(run_id, *, worker: str | None = None, time_slice: float | None = None) -> str:
@@ -215,6 +232,7 @@ def _load(run: Run, worker: str) -> Work:
         messages=conversation(run),
         worker=worker,
         provider=llm.provider_for_run(run),
+        waited=run.seconds_waiting_for_humans(),
     )
 
 
@@ -257,24 +275,26 @@ def _tool_result_block(data: dict) -> dict:
 
 def _step(work: Work) -> None:
     """One unit of progress: run pending tool calls, or make the next model call."""
-    if work.state["pending"]:
-        _run_pending_tools(work)
-    else:
-        _terminator_precheck(work)
-        _continue_checkpoint(work)
-        _model_call(work)
+    try:
+        if work.state["pending"]:
+            _run_pending_tools(work)
+        else:
+            _terminator_precheck(work)
+            _continue_checkpoint(work)
+            _model_call(work)
+    except StepAgain:
+        pass
 
 
 # --- terminator ----------------------------------------------------------------------------------
 def _terminator_precheck(work: Work) -> None:
     run = work.run
+    # An operator may have cancelled the run since our last write: stop before paying for
+    # another model call (and hold the lease for as long as that call may take).
+    _still_mine(work, lease_for=_cfg("LLM_TIMEOUT_SECONDS"))
     if run.step_count >= run.max_steps:
         _terminate(
             work, Run.Termination.MAX_STEPS, f"{run.step_count} of {run.max_steps} steps used"
-        )
-    if run.elapsed_seconds >= run.max_seconds:
-        _terminate(
-            work, Run.Termination.MAX_SECONDS, f"{run.elapsed_seconds:.0f}s of {run.max_seconds}s"
         )
     if run.consecutive_errors >= run.max_consecutive_errors:
         _terminate(
@@ -292,10 +312,17 @@ def _terminator_precheck(work: Work) -> None:
         )
 
 
+# Anthropic adds a tool-use system prompt of a few hundred tokens when tools are given.
+TOOL_USE_OVERHEAD_TOKENS = 500
+
+
 def _estimate_next_cost(work: Work) -> Decimal:
-    # Scripted runs are priced by the same table, so cost limits behave the same in demos.
-    request_chars = canonical_json(work.messages) + work.agent_config["system_prompt"]
-    tokens = pricing.estimate_tokens(request_chars) + 300 * len(work.agent_config["tools"])
+    """An upper bound for the next call: the whole untrimmed conversation, the tool schemas,
+    and max_tokens of output. Bytes, not characters, so non-Latin text is not underestimated.
+    Scripted runs are priced by the same table, so cost limits behave the same in demos."""
+    tools = [_anthropic_tool(t) for t in work.agent_config["tools"]]
+    payload = canonical_json([work.agent_config["system_prompt"], tools, work.messages])
+    tokens = len(payload.encode()) // 3 + 1 + TOOL_USE_OVERHEAD_TOKENS
     return pricing.estimate_max_cost(
         work.agent_config["model"], tokens, work.agent_config.get("max_tokens", 1024)
     )
@@ -354,9 +381,11 @@ def _continue_checkpoint(work: Work) -> None:
         with transaction.atomic():
             work.run = _locked_owned(work)
             gates.open_continue_question(work.run)
+        _wait_for_humans(work)  # returns only when it was answered meanwhile
+        approval = gates.continue_question(work.run)
+    elif approval.status == Approval.Status.PENDING:
         _wait_for_humans(work)
-    if approval.status == Approval.Status.PENDING:
-        _wait_for_humans(work)
+        approval.refresh_from_db()
     outcome, detail = gates.continue_outcome(approval)
     if outcome == gates.CONTINUE:
         return
@@ -364,6 +393,36 @@ def _continue_checkpoint(work: Work) -> None:
         work.run.cancel(by=approval.decided_by, reason=detail)
         raise Stop
     _terminate(work, Run.Termination.APPROVAL_EXPIRED, detail)
+
+
+def _still_mine(work: Work, *, lease_for: float | None = None) -> None:
+    """At a step boundary: Stop if the run was cancelled or taken over; make sure the lease
+    covers the call about to be made (so a slow but live call is not taken over); stop at
+    max_seconds.
+
+    Usually one plain SELECT: the lease was renewed by the step just recorded, and a write
+    here would cost a commit (a WAL flush on Postgres) on every step.
+    """
+    now = timezone.now()
+    seconds = max(lease_seconds(), lease_for or 0)
+    row = (
+        Run.objects.filter(pk=work.run.pk)
+        .values_list("status", "lease_owner", "lease_expires_at")
+        .first()
+    )
+    if row is None or row[:2] != (Run.Status.RUNNING, work.worker):
+        raise Stop
+    if row[2] is None or row[2] < now + timedelta(seconds=seconds * 0.9):
+        renewed = Run.objects.filter(
+            pk=work.run.pk, status=Run.Status.RUNNING, lease_owner=work.worker
+        ).update(lease_expires_at=now + timedelta(seconds=seconds), updated_at=now)
+        if not renewed:
+            raise Stop
+    if work.active_seconds >= work.run.max_seconds:
+        detail = f"{work.active_seconds:.0f}s of {work.run.max_seconds}s"
+        if work.waited:
+            detail += f" (not counting {work.waited:.0f}s waiting for people)"
+        _terminate(work, Run.Termination.MAX_SECONDS, detail)
 
 
 # --- model call ----------------------------------------------------------------------------------
@@ -417,6 +476,9 @@ def _call_model_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResp
     attempt = 0
     while True:
         attempt += 1
+        if attempt > 1:
+            # After a backoff sleep: cancelled meanwhile, or out of wall time?
+            _still_mine(work, lease_for=_cfg("LLM_TIMEOUT_SECONDS"))
         _release_db_connection()
         try:
             return work.provider.complete(request)
@@ -471,45 +533,50 @@ def _record_model_error(work: Work, exc: llm.LLMError, attempt: int, *, will_ret
 
 def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
     tool_uses = response.tool_uses
-    with transaction.atomic():
-        run = _locked_owned(work)
-        step = run.append_step(
-            Step.Kind.LLM,
-            {
-                "model": response.model,
-                "content": response.content,
-                "stop_reason": response.stop_reason,
-                "usage": response.usage.as_dict(),
-                "request_id": response.request_id,
-                "trimmed_turns": trimmed,
-                "provider": work.provider.name,
-            },
-            cost_usd=response.cost_usd,
-            tokens_in=response.usage.total_input_tokens,
-            tokens_out=response.usage.output_tokens,
-            latency_ms=response.latency_ms,
-        )
-        run.step_count += 1
-        run.tokens_in += response.usage.total_input_tokens
-        run.tokens_out += response.usage.output_tokens
-        run.cost_usd += response.cost_usd
-        _renew(
-            run,
-            step_count=run.step_count,
-            tokens_in=run.tokens_in,
-            tokens_out=run.tokens_out,
-            cost_usd=run.cost_usd,
-        )
-        work.run = run
-        work.messages.append({"role": "assistant", "content": response.content})
+    try:
+        with transaction.atomic():
+            run = _locked_owned(work)
+            step = run.append_step(
+                Step.Kind.LLM,
+                {
+                    "model": response.model,
+                    "content": response.content,
+                    "stop_reason": response.stop_reason,
+                    "usage": response.usage.as_dict(),
+                    "request_id": response.request_id,
+                    "trimmed_turns": trimmed,
+                    "provider": work.provider.name,
+                },
+                cost_usd=response.cost_usd,
+                tokens_in=response.usage.total_input_tokens,
+                tokens_out=response.usage.output_tokens,
+                latency_ms=response.latency_ms,
+            )
+            run.step_count += 1
+            run.tokens_in += response.usage.total_input_tokens
+            run.tokens_out += response.usage.output_tokens
+            run.cost_usd += response.cost_usd
+            _renew(
+                run,
+                step_count=run.step_count,
+                tokens_in=run.tokens_in,
+                tokens_out=run.tokens_out,
+                cost_usd=run.cost_usd,
+            )
+            work.run = run
+            work.messages.append({"role": "assistant", "content": response.content})
 
-        if not tool_uses:
-            _checkpoint(work)
-            pending, repeated = [], ""
-        else:
-            pending, repeated = _plan_tool_calls(work, step.seq, tool_uses, response)
-            work.state["pending"] = pending
-            _checkpoint(work)
+            if not tool_uses:
+                _checkpoint(work)
+                pending, repeated = [], ""
+            else:
+                pending, repeated = _plan_tool_calls(work, step.seq, tool_uses, response)
+                work.state["pending"] = pending
+                _checkpoint(work)
+    except Stop:
+        # Only the ownership check raises Stop in there: cancelled or taken over meanwhile.
+        _charge_discarded_response(work, response)
+        raise
     if not tool_uses:
         _terminate(work, Run.Termination.COMPLETED, output=response.text)
     if repeated:
@@ -520,6 +587,19 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
         )
     if any(p.get("approval") for p in pending):
         _wait_for_humans(work)
+
+
+def _charge_discarded_response(work: Work, response: llm.LLMResponse) -> None:
+    """The run was cancelled (or taken over) while the model answered: the answer is not
+    used, but it was paid for, so the run's spend says so (no step: the run is not ours)."""
+    log.info("run %s: discarding a %s USD response", work.run.pk, response.cost_usd)
+    Run.objects.filter(pk=work.run.pk).update(
+        cost_usd=F("cost_usd") + response.cost_usd,
+        tokens_in=F("tokens_in")
+        + response.usage.input_tokens
+        + response.usage.cache_read_input_tokens,
+        tokens_out=F("tokens_out") + response.usage.output_tokens,
+    )
 
 
 def _plan_tool_calls(
@@ -560,9 +640,12 @@ def _plan_tool_calls(
             counts[call_key] = counts.get(call_key, 0) + 1
             if counts[call_key] >= NO_PROGRESS_REPEATS and not repeated:
                 repeated = tool.name
-            if not repeated:
-                _gate_if_needed(work, item, tool, response)
         pending.append(item)
+    if not repeated:
+        # Only now: a run about to stop for no progress must not leave approvals behind.
+        for item in pending:
+            if item["args"] is not None:
+                _gate_if_needed(work, item, get_tool(item["name"]), response)
     return pending, repeated
 
 
@@ -575,8 +658,13 @@ def _gate_if_needed(work: Work, item: dict, tool: Tool, response) -> None:
 
 
 def _wait_for_humans(work: Work) -> None:
-    """Pause the run until its pending decisions are made; returns (without pausing) when
-    they were all made already, in which case the caller re-reads them and goes on."""
+    """Park the run in `waiting` (Stop), unless every decision is already in.
+
+    The approvals were committed before this transaction; a quick decider may have decided
+    them since, while the run was still `running` (so resume_after_decision could not
+    requeue it). The decision service holds the run's row lock, so under that lock the count
+    is exact: with nothing pending we return and the caller carries on instead.
+    """
     with transaction.atomic():
         run = _locked_owned(work)
         waiting = Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
@@ -621,11 +709,13 @@ def _run_pending_tools(work: Work) -> None:
     }
     if any(a.status == Approval.Status.PENDING for a in approvals.values()):
         _wait_for_humans(work)
-        return  # decided meanwhile: the next step re-reads the decisions
+        return  # decided meanwhile: the next step reads the decisions afresh
     item = pending[0]
-    _check_cancel_and_time(work)
-    approval = approvals.get(item.get("approval") or "")
     tool = get_tool(item["name"])
+    # The step boundary: stop if cancelled, renew the lease. Tool timeouts are seconds, well
+    # within a lease, so a dead worker's run is picked up one lease after its last renewal.
+    _still_mine(work)
+    approval = approvals.get(item.get("approval") or "")
     if item["error"] or tool is None:
         _record_tool_result(work, item, error=item["error"] or "unknown tool", attempts=0)
         return
@@ -642,17 +732,6 @@ def _run_pending_tools(work: Work) -> None:
         _record_tool_result(work, item, error="question was not answered", attempts=0)
         return
     _execute(work, item, tool, args)
-
-
-def _check_cancel_and_time(work: Work) -> None:
-    run = work.run
-    if run.elapsed_seconds >= run.max_seconds:
-        _terminate(
-            work, Run.Termination.MAX_SECONDS, f"{run.elapsed_seconds:.0f}s of {run.max_seconds}s"
-        )
-    status = Run.objects.filter(pk=run.pk).values_list("status", "lease_owner").first()
-    if status != (Run.Status.RUNNING, work.worker):
-        raise Stop
 
 
 def _apply_decision(work: Work, item: dict, tool: Tool, approval: Approval) -> dict | None:
@@ -691,16 +770,23 @@ def _apply_decision(work: Work, item: dict, tool: Tool, approval: Approval) -> d
 
 def _resolve_unknown_outcome(work: Work, item: dict, tool: Tool, approval: Approval) -> dict | None:
     effect = SideEffect.objects.get(pk=approval.side_effect_id)
-    if approval.answer == "happened":
+    # Only an explicit "did not happen" repeats an effect that cannot be de-duplicated; any
+    # other answer (including an unclear one) keeps it at most once.
+    if approval.answer.strip().lower() != "did_not_happen":
         result = {
-            "outcome": "confirmed by an operator",
+            "outcome": "confirmed by an operator"
+            if approval.answer.strip().lower() == "happened"
+            else "not repeated",
+            "answer": approval.answer,
             "confirmed_by": approval.decided_by.get_username() if approval.decided_by else None,
         }
         with transaction.atomic():
             SideEffect.objects.filter(pk=effect.pk).update(
                 status=SideEffect.Status.COMMITTED, result=result
             )
-        _record_tool_result(work, item, result=result, attempts=effect.attempts, key=effect.key)
+        _record_tool_result(
+            work, item, result=result, attempts=effect.attempts, key=effect.key, args=effect.args
+        )
         return None
     # The operator says it did not happen: run it again under the same key, once. If this
     # attempt dies too, the attempt count moves on and a person is asked again.
@@ -709,7 +795,8 @@ def _resolve_unknown_outcome(work: Work, item: dict, tool: Tool, approval: Appro
         item["approval"] = None
         item["cleared_at_attempt"] = effect.attempts
         _checkpoint(work)
-    return item["args"]
+    # The ledger holds the arguments that really ran (an approver may have edited them).
+    return effect.args
 
 
 def idempotency_key(run_id, llm_seq: int, index: int, tool: str, args: dict) -> str:
@@ -734,6 +821,7 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
                 attempts=effect.attempts,
                 key=key,
                 ledger=None,
+                args=args,
             )
             return
         if effect is None:
@@ -771,7 +859,14 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
             break
         except ToolInfraError as exc:
             breaker.record(tool.name, ok=False)
-            if attempts >= tool.retry.max_attempts:
+            if effect is not None and not tool.accepts_idempotency_key:
+                # A timeout or dropped connection says nothing about whether the effect
+                # happened, and this tool cannot de-duplicate a retry: a person decides.
+                log.warning("run %s: %s failed with %s; outcome unknown", run.pk, tool.name, exc)
+                _outcome_unknown(work, item, tool, effect)
+            # Capped per call by the tool's policy and per run by RUN_MAX_RETRIES.
+            run_budget_left = run.retry_count + attempts - 1 < _cfg("RUN_MAX_RETRIES")
+            if attempts >= tool.retry.max_attempts or not run_budget_left:
                 error = f"{exc} (after {attempts} attempts)"
                 break
             time.sleep(backoff(attempts, base=tool.retry.base_seconds, cap=tool.retry.max_seconds))
@@ -790,6 +885,7 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
         key=key if effect else "",
         ledger=effect,
         duration_ms=int((time.monotonic() - started) * 1000),
+        args=args,
     )
 
 
@@ -811,6 +907,7 @@ def _outcome_unknown(work: Work, item: dict, tool: Tool, effect: SideEffect) -> 
         _checkpoint(work)
         work.run = run
     _wait_for_humans(work)
+    raise StepAgain  # answered already: the next step applies the answer
 
 
 def _record_tool_result(
@@ -824,12 +921,14 @@ def _record_tool_result(
     ledger: SideEffect | None = None,
     duration_ms: int = 0,
     counts_as_error: bool = True,
+    args: dict | None = None,
 ) -> None:
     is_error = error is not None
     data = {
         "tool_use_id": item["id"],
         "tool": item["name"],
-        "args": item["args"] or item.get("input"),
+        # What ran (an approver may have edited the model's arguments), else what was asked.
+        "args": args if args is not None else (item["args"] or item.get("input")),
         "is_error": is_error,
         "attempts": attempts,
         "duration_ms": duration_ms,
@@ -841,23 +940,39 @@ def _record_tool_result(
         data["error"] = error
     else:
         data["result"] = result
-    with transaction.atomic():
-        run = _locked_owned(work)
-        run.append_step(Step.Kind.TOOL, data, latency_ms=duration_ms)
-        if ledger is not None:
-            SideEffect.objects.filter(pk=ledger.pk).update(
-                status=SideEffect.Status.FAILED if is_error else SideEffect.Status.COMMITTED,
-                result={"error": error} if is_error else {"result": result},
+    outcome = {
+        "status": SideEffect.Status.FAILED if is_error else SideEffect.Status.COMMITTED,
+        "result": {"error": error} if is_error else {"result": result},
+    }
+    try:
+        with transaction.atomic():
+            run = _locked_owned(work)
+            run.append_step(Step.Kind.TOOL, data, latency_ms=duration_ms)
+            if ledger is not None:
+                SideEffect.objects.filter(pk=ledger.pk).update(**outcome)
+            if is_error and counts_as_error:
+                run.error_count += 1
+                run.consecutive_errors += 1
+            elif not is_error:
+                run.consecutive_errors = 0
+            run.retry_count += max(0, attempts - 1)
+            _renew(
+                run,
+                error_count=run.error_count,
+                consecutive_errors=run.consecutive_errors,
+                retry_count=run.retry_count,
             )
-        if is_error and counts_as_error:
-            run.error_count += 1
-            run.consecutive_errors += 1
-        elif not is_error:
-            run.consecutive_errors = 0
-        _renew(run, error_count=run.error_count, consecutive_errors=run.consecutive_errors)
-        work.run = run
-        work.state["pending"] = work.state["pending"][1:]
-        _checkpoint(work)
+            work.run = run
+            work.state["pending"] = work.state["pending"][1:]
+            _checkpoint(work)
+    except Stop:
+        # Cancelled (or taken over) while the call was in flight: the effect happened all
+        # the same, so the ledger must say so, or a resume would doubt or repeat it.
+        if ledger is not None:
+            SideEffect.objects.filter(pk=ledger.pk, status=SideEffect.Status.INTENT).update(
+                **outcome
+            )
+        raise
     block = _tool_result_block(data)
     last = work.messages[-1]
     if last["role"] == "user" and isinstance(last["content"], list):
@@ -929,6 +1044,9 @@ def _on_crash(run_id, worker: str, exc: Exception) -> str:
 def sweep(now=None) -> int:
     """Re-enqueue runs whose worker died (lease expired) or whose queue message was lost."""
     ids = list(Run.objects.lease_expired(now).values_list("pk", flat=True)[:500])
+    # A queued run is re-sent at most once per staleness window, so a backlog is not
+    # flooded with duplicate messages on every sweep (duplicates are harmless, not free).
+    Run.objects.filter(pk__in=ids, status=Run.Status.QUEUED).update(updated_at=timezone.now())
     for run_id in ids:
         enqueue(run_id)
     return len(ids)

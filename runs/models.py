@@ -189,6 +189,24 @@ class Run(models.Model):
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
 
+    def seconds_waiting_for_humans(self) -> float:
+        """Time spent parked in `waiting`, from the timeline's paused/resumed steps.
+
+        A person's time to decide does not count against max_seconds: a run approved after
+        an hour must still get to run the call that was approved.
+        """
+        total, since = 0.0, None
+        steps = self.steps.filter(kind=Step.Kind.STATUS).order_by("seq")
+        for data, created_at in steps.values_list("data", "created_at"):
+            if data.get("to") == Run.Status.WAITING:
+                since = created_at
+            elif since is not None and data.get("from") == Run.Status.WAITING:
+                total += (created_at - since).total_seconds()
+                since = None
+        if since is not None:
+            total += ((self.finished_at or timezone.now()) - since).total_seconds()
+        return total
+
     def can_transition(self, new: str) -> bool:
         return new in self.TRANSITIONS[self.status]
 
@@ -253,6 +271,7 @@ class Run(models.Model):
             run.append_step(
                 Step.Kind.STATUS,
                 {
+                    "event": "cancelled",
                     "from": old,
                     "to": Run.Status.CANCELLED,
                     "reason": Run.Termination.CANCELLED,

@@ -277,17 +277,27 @@ def render_run_event(run_id: Any, seq: int) -> dict:
 
 
 def render_approval_event(approval_id: Any) -> dict:
-    """The approvals group's messages: the queue row, the nav count, open decision screens."""
+    """The approvals group's messages, rendered once per change: the whole pending queue in
+    its order (approvals change at human pace, so re-sorting beats patching rows), the
+    dashboard's list, the nav count and the changed approval's state for open screens."""
+    from approvals import listing
     from approvals.models import Approval
 
-    approval = Approval.objects.select_related("run", "decided_by").filter(pk=approval_id).first()
-    ctx = {"approval": approval, "pending_count": Approval.objects.pending().count()}
-    parts = [render_to_string(QUEUE + "#approval-notices", ctx)]
-    if approval is not None:
-        pending = approval.status == Approval.Status.PENDING
-        piece = "#approval-insert" if pending else "#approval-delete"
-        parts.append(render_to_string(QUEUE + piece, ctx))
-    return {"html": parts}
+    approval = Approval.objects.select_related("decided_by").filter(pk=approval_id).first()
+    ctx = {
+        "approval": approval,
+        "rows": listing.queue(),
+        "pending": listing.oldest_riskiest(),
+        "pending_count": Approval.objects.pending().count(),
+        "oob": True,
+    }
+    return {
+        "html": [
+            render_to_string(QUEUE + "#approval-notices", ctx),
+            # Rows in their own message, so they keep their table context.
+            render_to_string(QUEUE + "#approval-rows-live", ctx),
+        ]
+    }
 
 
 def status_counts() -> dict[str, int]:

@@ -13,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Case, Count, F, IntegerField, Q, Sum, TextField, Value, When
+from django.db.models import Count, F, Q, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agentops.agents import CATALOGUE, Agent, get_agent
+from approvals import listing
 from approvals.models import Approval
 
 from . import charts, engine, rendering
@@ -29,10 +30,6 @@ from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
 from .models import Run, Step
 
 RUNS_PER_PAGE = 50
-RISK_ORDER = Case(
-    *[When(risk=r, then=Value(i)) for i, r in enumerate(reversed(Approval.Risk.values))],
-    output_field=IntegerField(),
-)
 
 
 def _require(request: HttpRequest, allowed: bool) -> None:
@@ -67,12 +64,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_view)
     now = timezone.now()
     inflight = list(Run.objects.active().select_related("launched_by")[:50])
-    pending = list(
-        Approval.objects.pending()
-        .select_related("run")
-        .annotate(risk_rank=RISK_ORDER)
-        .order_by("risk_rank", "requested_at")[:10]
-    )
+    pending = listing.oldest_riskiest()
     failures = list(
         Run.objects.filter(status=Run.Status.FAILED).order_by("-finished_at", "-created_at")[:10]
     )

@@ -10,6 +10,16 @@ def pytest_configure(config):
     os.environ.setdefault("AGENTOPS_FAULT_KILL_AFTER_TOOL", "")
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
+    """On SQLite, test against a file database (WAL, like the embedded product), not Django's
+    shared-cache in-memory one: other threads then wait on the lock instead of failing with
+    "database table is locked", and a worker subprocess can open the same database."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        db.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
+
+
 @pytest.fixture(autouse=True)
 def _isolated(settings, tmp_path_factory):
     from agentops.tools import breaker

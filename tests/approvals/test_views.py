@@ -318,21 +318,28 @@ def test_four_eyes_refusal_is_shown_as_403(client, django_user_model, no_enqueue
 
 
 # --- live push ---------------------------------------------------------------------------------
-def test_the_pushed_fragment_updates_count_row_and_open_screens(operator, approver, gated):
-    _run, approval = gated
-    html = "".join(rendering.render_approval_event(approval.pk)["html"])
-    assert 'id="nav-pending-count" class="count" hx-swap-oob="true">1<' in html
-    assert 'hx-swap-oob="afterbegin:#approval-rows-live"' in html
-    assert f'data-approval-id="{approval.pk}"' in html
-    assert 'hx-swap-oob="afterbegin:#dashboard-approval-list"' in html
+def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
+    operator, approver, gated
+):
     from approvals import decisions
 
+    _run, approval = gated
+    _other_run, other = gated_run(operator)
+    Approval.objects.filter(pk=other.pk).update(risk=Approval.Risk.CRITICAL)
+    notices, rows = rendering.render_approval_event(approval.pk)["html"]
+    assert 'id="nav-pending-count" class="count" hx-swap-oob="true">2<' in notices
+    assert 'id="dashboard-approval-list" hx-swap-oob="true"' in notices
+    assert rows.lstrip().startswith('<tbody id="approval-rows-live" hx-swap-oob="true">')
+    # The whole queue, in order: the critical one first.
+    assert rows.index(str(other.pk)) < rows.index(str(approval.pk))
+    assert rows.count("hx-swap-oob") == 1
+
     decisions.decide(approval.pk, user=approver, decision="approve")
-    html = "".join(rendering.render_approval_event(approval.pk)["html"])
-    assert 'hx-swap-oob="true">0<' in html
-    assert f'<tr id="approval-{approval.pk}" hx-swap-oob="delete">' in html
-    assert f'id="approval-state-{approval.pk}" hx-swap-oob="true"' in html
-    assert f'<li id="dash-approval-{approval.pk}" hx-swap-oob="delete">' in html
+    notices, rows = rendering.render_approval_event(approval.pk)["html"]
+    assert 'hx-swap-oob="true">1<' in notices
+    assert str(approval.pk) not in rows and str(other.pk) in rows
+    assert f'id="approval-state-{approval.pk}" hx-swap-oob="true"' in notices
+    assert f'id="dash-approval-{approval.pk}"' not in notices
 
 
 # --- statistics --------------------------------------------------------------------------------

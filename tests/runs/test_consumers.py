@@ -11,7 +11,7 @@ from agentops.asgi import application
 from runs import events
 from runs.models import Run, Step
 
-from .conftest import XSS, add_steps, make_run
+from .ui_factories import XSS, add_steps, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

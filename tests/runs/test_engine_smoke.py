@@ -8,11 +8,11 @@ from runs.models import Run, Step
 
 
 @pytest.mark.django_db(transaction=True)
-def test_sql_analyst_runs_until_its_email_is_gated(operator, no_enqueue):
+def test_sql_analyst_runs_until_its_email_is_gated(plain_user, no_enqueue):
     agent = get_agent("sql-analyst")
     data, errors = agent.validate_input({"question": "Revenue?", "report_to": "boss@example.com"})
     assert not errors
-    run = engine.launch(agent=agent, input=data, launched_by=operator, provider="scripted")
+    run = engine.launch(agent=agent, input=data, launched_by=plain_user, provider="scripted")
     assert no_enqueue == [str(run.pk)]
     result = engine.advance(run.pk, time_slice=30)
     run.refresh_from_db()

@@ -6,7 +6,7 @@ from django.urls import reverse
 from runs.models import Run, Step
 from tests.html_checks import assert_payload_inert
 
-from .conftest import XSS, add_steps, make_run
+from .ui_factories import XSS, add_steps, make_run
 
 pytestmark = pytest.mark.django_db
 

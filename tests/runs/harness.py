@@ -1,0 +1,294 @@
+"""Test-only agents, tools and model providers for the engine tests (never in the product).
+
+Imported by tests/runs/conftest.py and by the worker subprocess of the crash tests
+(tests/runs/worker_process.py), so both processes know the same agent and tools.
+"""
+
+import copy
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from decimal import Decimal
+
+from django import forms
+from django.db.models import F
+
+from agentops.agents import CATALOGUE, Agent, GateRules, Limits, register
+from agentops.llm import LLMRequest, LLMResponse
+from agentops.llm.scripted import ScriptedProvider, Turn, text, tool_use
+from agentops.tools import Blast, RetryPolicy, ToolContext, ToolError, ToolInfraError, tool
+from runs import engine
+from runs.models import Run
+
+AGENT = "engine-test"
+
+# How often each test tool actually ran (the engine's own records are what we check against).
+CALLS: Counter = Counter()
+_calls_lock = threading.Lock()
+# Infrastructure failures still to come, per tool name (t_flaky reads it).
+FAILURES_LEFT: Counter = Counter()
+
+FAST_RETRY = RetryPolicy(max_attempts=3, base_seconds=0.001, max_seconds=0.002)
+
+
+def _count(name: str) -> int:
+    with _calls_lock:
+        CALLS[name] += 1
+        return CALLS[name]
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_echo")
+def t_echo(text: str) -> dict:
+    """Echo the text back."""
+    _count("t_echo")
+    return {"echo": text}
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_fail")
+def t_fail(n: int) -> dict:
+    """Always refuses (a business error)."""
+    _count("t_fail")
+    raise ToolError(f"refused #{n}")
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_flaky", retry=FAST_RETRY)
+def t_flaky(n: int) -> dict:
+    """Fails with an infrastructure error while FAILURES_LEFT["t_flaky"] > 0."""
+    _count("t_flaky")
+    with _calls_lock:
+        if FAILURES_LEFT["t_flaky"] > 0:
+            FAILURES_LEFT["t_flaky"] -= 1
+            raise ToolInfraError("upstream timed out")
+    return {"ok": n}
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_down", retry=FAST_RETRY)
+def t_down(n: int) -> dict:
+    """An upstream that is down: every call is an infrastructure error."""
+    _count("t_down")
+    raise ToolInfraError("connection refused")
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_age_run")
+def t_age_run(seconds: int, ctx: ToolContext = None) -> dict:
+    """Makes the run look `seconds` older (time passing during a long tool call)."""
+    from runs.models import Run
+
+    _count("t_age_run")
+    Run.objects.filter(pk=ctx.run_id).update(
+        started_at=F("started_at") - timedelta(seconds=seconds)
+    )
+    return {"aged": seconds}
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_cancel_run")
+def t_cancel_run(ctx: ToolContext = None) -> dict:
+    """An operator clicks cancel while this tool runs."""
+    from runs.models import Run
+
+    _count("t_cancel_run")
+    Run.objects.get(pk=ctx.run_id).cancel(reason="operator clicked cancel")
+    return {"done": True}
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_big")
+def t_big(n: int, size: int) -> str:
+    """A large tool result (for the context budget)."""
+    _count("t_big")
+    return f"{n}:" + "x" * size
+
+
+@tool(reversible=False, blast=Blast.HIGH, name="t_gated")
+def t_gated(n: int) -> dict:
+    """Irreversible and always gated for the test agent."""
+    _count("t_gated")
+    return {"done": n}
+
+
+@tool(reversible=False, blast=Blast.LOW, accepts_idempotency_key=True, name="t_charge")
+def t_charge(amount: int, ctx: ToolContext = None) -> dict:
+    """An irreversible, low-risk effect (not gated) that honours idempotency keys."""
+    _count("t_charge")
+    return {"charged": amount, "key": ctx.idempotency_key}
+
+
+@tool(reversible=False, blast=Blast.LOW, name="t_notify", retry=FAST_RETRY)
+def t_notify(to: str) -> dict:
+    """An irreversible effect (not gated) that cannot de-duplicate retries; fails with an
+    infrastructure error while FAILURES_LEFT["t_notify"] > 0."""
+    _count("t_notify")
+    with _calls_lock:
+        if FAILURES_LEFT["t_notify"] > 0:
+            FAILURES_LEFT["t_notify"] -= 1
+            raise ToolInfraError("read timed out")
+    return {"notified": to}
+
+
+TEST_TOOLS = (
+    "t_notify",
+    "t_charge",
+    "t_echo",
+    "t_fail",
+    "t_flaky",
+    "t_down",
+    "t_age_run",
+    "t_cancel_run",
+    "t_big",
+    "t_gated",
+    "lookup_order",
+    "issue_refund",
+    "send_customer_email",
+)
+
+
+class EngineTestInput(forms.Form):
+    task = forms.CharField(max_length=200)
+    script = forms.CharField(max_length=50, required=False)
+
+
+# Named scripts, so a worker subprocess replays the same turns as the test that launched it.
+def refund_then_email() -> list[Turn]:
+    return [
+        [text("Refunding."), tool_use("issue_refund", order_id=7, amount="10.00", reason="test")],
+        [
+            tool_use(
+                "send_customer_email",
+                to="customer@example.com",
+                subject="Refund",
+                body="We refunded 10.00.",
+            )
+        ],
+        [text("Refunded and told the customer.")],
+    ]
+
+
+def email_only() -> list[Turn]:
+    return [
+        [tool_use("send_customer_email", to="c@example.com", subject="Hi", body="Hello")],
+        [text("Mailed.")],
+    ]
+
+
+SCRIPTS: dict[str, Callable[[], list[Turn]]] = {
+    "refund_then_email": refund_then_email,
+    "email_only": email_only,
+}
+
+
+def _script(data: dict) -> list[Turn]:
+    return SCRIPTS[data["script"]]() if data.get("script") else [[text("Nothing to do.")]]
+
+
+def register_agent() -> Agent:
+    return register(
+        Agent(
+            slug=AGENT,
+            title="Engine test agent",
+            description="Test-only.",
+            model="claude-sonnet-4-5",
+            system_prompt="You are a test agent.",
+            tools=TEST_TOOLS,
+            input_form=EngineTestInput,
+            prompt=lambda d: d["task"],
+            script=_script,
+            limits=Limits(
+                max_steps=20,
+                max_cost_usd=Decimal("5.00"),
+                max_seconds=600,
+                max_consecutive_errors=3,
+            ),
+            gates=GateRules(
+                always_gate=("t_gated",),
+                never_gate=("issue_refund", "send_customer_email"),
+            ),
+        )
+    )
+
+
+def unregister_agent() -> None:
+    CATALOGUE.pop(AGENT, None)
+
+
+class Script:
+    """A model provider for tests: scripted turns, optional errors, every request recorded.
+
+    `errors[i]` (if given and not None) is raised by the i-th call instead of answering.
+    """
+
+    name = "scripted"
+
+    def __init__(
+        self,
+        turns: Sequence[Turn] = (),
+        *,
+        errors: Sequence[Exception | None] = (),
+        on_call: Callable[[LLMRequest], None] | None = None,
+        latency: float = 0.0,
+    ):
+        self.inner = ScriptedProvider(list(turns), latency=latency)
+        self.errors = list(errors)
+        self.on_call = on_call
+        self.requests: list[LLMRequest] = []
+        self._lock = threading.Lock()
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        with self._lock:
+            index = len(self.requests)
+            # A copy: the engine keeps appending to the conversation list it passed in.
+            self.requests.append(copy.deepcopy(request))
+        if self.on_call:
+            self.on_call(request)
+        if index < len(self.errors) and self.errors[index] is not None:
+            raise self.errors[index]
+        return self.inner.complete(request)
+
+
+def forever(make: Callable[[int], list[dict]]) -> list[Callable]:
+    """Turns that never end the run: turn i is make(i) (enough for any test's limits)."""
+    return [(lambda i: lambda _messages: make(i))(i) for i in range(200)]
+
+
+# --- driving and checking runs ---------------------------------------------------------
+def drive(run: Run, *, rounds: int = 100, time_slice: float = 30.0) -> list[str]:
+    """Advance the run like a worker would until it stops being runnable; the results."""
+    results = []
+    for _ in range(rounds):
+        result = engine.advance(run.pk, time_slice=time_slice)
+        results.append(result)
+        if result != "requeued":
+            break
+    run.refresh_from_db()
+    return results
+
+
+def tool_steps(run: Run, name: str | None = None) -> list[dict]:
+    steps = [s.data for s in run.steps.filter(kind="tool").order_by("seq")]
+    return [d for d in steps if name is None or d["tool"] == name]
+
+
+def assert_timeline_sound(run: Run) -> None:
+    seqs = list(run.steps.order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert run.verify_chain() == (True, None)
+    assert run.last_seq == len(seqs)
+
+
+def worker_thread(target: Callable[[], object], *, name: str, into: list) -> threading.Thread:
+    """A thread that works like a worker thread: its result goes to `into`, and it hands its
+    database connection back when done (or the test database cannot be dropped)."""
+    from django.db import connections
+
+    def run() -> None:
+        try:
+            into.append(target())
+        except BaseException as exc:
+            into.append(exc)
+        finally:
+            connections.close_all()
+
+    return threading.Thread(target=run, name=name)

@@ -1,0 +1,272 @@
+"""The loop itself: checkpoints, context budget, time slices, leases and the sweep, Celery."""
+
+import itertools
+import threading
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agentops.celery import app as celery_app
+from agentops.llm.scripted import text, tool_use
+from runs import engine
+from runs.models import Checkpoint, Run, Step
+from runs.tasks import advance_run
+
+from .harness import CALLS, assert_timeline_sound, drive, tool_steps, worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def three_tool_turns():
+    return [
+        [text("first"), tool_use("t_echo", text="a"), tool_use("t_charge", amount=1)],
+        [tool_use("t_echo", text="b")],
+        [tool_use("t_charge", amount=2)],
+        [text("finished")],
+    ]
+
+
+def test_every_step_is_persisted_with_a_checkpoint(launch, script):
+    script(three_tool_turns())
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    kinds = list(run.steps.order_by("seq").values_list("kind", flat=True))
+    assert kinds == [
+        "status",  # launched
+        "status",  # started
+        "llm",
+        "tool",
+        "tool",
+        "llm",
+        "tool",
+        "llm",
+        "tool",
+        "llm",
+        "status",  # terminated
+    ]
+    # Each model and tool step is followed by the state to resume from, at its seq.
+    checkpointed = set(Checkpoint.objects.filter(run=run).values_list("seq", flat=True))
+    work_seqs = set(run.steps.filter(kind__in=["llm", "tool"]).values_list("seq", flat=True))
+    assert work_seqs <= checkpointed
+    assert Checkpoint.objects.filter(run=run).latest("seq").state["pending"] == []
+    assert run.step_count == 4 and run.tokens_in > 0 and run.cost_usd > 0
+    assert_timeline_sound(run)
+
+
+def test_the_conversation_is_rebuilt_from_the_timeline(launch, script):
+    provider = script(three_tool_turns())
+    run = launch()
+    drive(run)
+    rebuilt = engine.conversation(run)
+    # What the model saw last is exactly what the timeline says, plus its final answer.
+    assert rebuilt[:-1] == provider.requests[-1].messages
+    assert rebuilt[-1] == {"role": "assistant", "content": [text("finished")]}
+
+
+def test_older_turns_are_trimmed_for_the_model_but_kept_in_the_timeline(launch, script, settings):
+    settings.AGENTOPS = {**settings.AGENTOPS, "CONTEXT_TOKEN_BUDGET": 3000}
+    turns = [[tool_use("t_big", n=i, size=3000)] for i in range(6)] + [[text("done")]]
+    provider = script(turns)
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+
+    last = provider.requests[-1].messages
+    assert last[0]["role"] == "user"
+    assert last[0]["content"].startswith("test")  # the task is always kept...
+    assert "earlier turn(s) were left out" in last[0]["content"]  # ...and says what is missing
+    assert len(last) < len(engine.conversation(run)) - 1
+    for request in provider.requests:
+        _assert_tool_pairs_intact(request.messages)
+    trimmed = [s.data["trimmed_turns"] for s in run.steps.filter(kind=Step.Kind.LLM)]
+    assert trimmed[0] == 0 and trimmed[-1] > 0
+    # The database keeps every result in full.
+    results = [d["result"] for d in tool_steps(run, "t_big")]
+    assert [r.split(":")[0] for r in results] == [str(i) for i in range(6)]
+    assert all(len(r) > 3000 for r in results)
+
+
+def _assert_tool_pairs_intact(messages: list[dict]) -> None:
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant"] * (len(roles) // 2) + ["user"] * (len(roles) % 2)
+    for previous, message in itertools.pairwise(messages):
+        if message["role"] == "user" and isinstance(message["content"], list):
+            asked = {b["id"] for b in previous["content"] if b.get("type") == "tool_use"}
+            answered = {b["tool_use_id"] for b in message["content"] if "tool_use_id" in b}
+            assert answered == asked
+
+
+def test_a_short_conversation_is_sent_untouched():
+    messages = [{"role": "user", "content": "hi"}]
+    assert engine.fit_context(messages, 10) == (messages, 0)
+
+
+def test_a_long_run_yields_its_time_slice_and_is_requeued(launch, script, no_enqueue):
+    provider = script(three_tool_turns())
+    run = launch()
+    assert no_enqueue == [str(run.pk)]
+    first = engine.advance(run.pk, time_slice=0)
+    assert first == "requeued"
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED and not run.lease_owner
+    assert no_enqueue == [str(run.pk)] * 2  # re-enqueued once, after commit
+    results = drive(run, time_slice=0)
+    assert results[-1] == Run.Status.SUCCEEDED
+    assert set(results[:-1]) == {"requeued"}
+    # Sliced into one step per task, it did exactly what one long task does.
+    assert provider.calls == 4
+    assert CALLS["t_echo"] == 2 and CALLS["t_charge"] == 2
+    kinds = list(run.steps.values_list("kind", flat=True))
+    assert kinds.count("llm") == 4 and kinds.count("tool") == 4
+    assert run.steps.filter(data__event="started").count() == 1
+    assert_timeline_sound(run)
+
+
+def test_the_sweep_requeues_a_run_whose_lease_expired(launch, script, no_enqueue):
+    provider = script(three_tool_turns())
+    run = launch()
+    assert engine.claim(run.pk, "dead-worker") is not None
+    no_enqueue.clear()
+    assert engine.sweep() == 0  # lease still valid: the worker may be alive
+    assert engine.advance(run.pk) == "busy"
+
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert engine.sweep() == 1 and no_enqueue == [str(run.pk)]
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    resumed = run.steps.get(data__event="resumed")
+    assert "dead-worker" in resumed.data["detail"]
+    assert provider.calls == 4
+    assert_timeline_sound(run)
+
+
+def test_the_sweep_requeues_a_run_stuck_in_queued_once_per_window(launch, no_enqueue):
+    stuck = launch()
+    fresh = launch()
+    Run.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(minutes=5))
+    no_enqueue.clear()
+    assert engine.sweep() == 1 and no_enqueue == [str(stuck.pk)]
+    assert engine.sweep() == 0  # not flooded again on the next sweep
+    assert fresh.status == Run.Status.QUEUED
+
+
+def test_the_sweep_leaves_waiting_and_finished_runs_alone(launch, script, no_enqueue):
+    script([[tool_use("t_gated", n=1)]])
+    waiting = launch()
+    drive(waiting)
+    assert waiting.status == Run.Status.WAITING
+    done = launch()
+    done.cancel()
+    Run.objects.update(
+        updated_at=timezone.now() - timedelta(hours=1),
+        lease_expires_at=timezone.now() - timedelta(hours=1),
+    )
+    no_enqueue.clear()
+    assert engine.sweep() == 0 and no_enqueue == []
+
+
+def test_a_worker_whose_lease_was_taken_over_cannot_write(launch, script):
+    in_call, release = threading.Event(), threading.Event()
+
+    def first_call_hangs(request):
+        if threading.current_thread().name == "slow-worker":
+            in_call.set()
+            release.wait(10)
+
+    provider = script([[tool_use("t_charge", amount=1)], [text("done")]], on_call=first_call_hangs)
+    run = launch()
+    outcome: list[str] = []
+    slow = worker_thread(
+        lambda: engine.advance(run.pk, worker="slow"), name="slow-worker", into=outcome
+    )
+    slow.start()
+    assert in_call.wait(10)
+    # The slow worker looks dead: its lease ran out and another worker resumed the run.
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert engine.advance(run.pk, worker="fast") == Run.Status.SUCCEEDED
+    release.set()
+    slow.join(10)
+    assert outcome == [Run.Status.SUCCEEDED]  # it stopped without writing anything
+    run.refresh_from_db()
+    assert provider.calls == 3
+    assert run.steps.filter(kind=Step.Kind.LLM).count() == 2
+    assert CALLS["t_charge"] == 1
+    assert_timeline_sound(run)
+
+
+def test_the_lease_covers_a_slow_model_call(launch, script, settings, no_enqueue):
+    settings.AGENTOPS = {**settings.AGENTOPS, "LEASE_SECONDS": 1, "LLM_TIMEOUT_SECONDS": 30}
+    during_call: list = []
+
+    def look(request):
+        run = Run.objects.get(pk=request.metadata["run_id"])
+        during_call.append((run.lease_expires_at - timezone.now(), engine.sweep()))
+
+    script([[tool_use("t_echo", text="a")], [text("done")]], on_call=look)
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    for remaining, swept in during_call:
+        # Held for as long as the model may take (not the 1 s lease that lets a dead
+        # worker's run be found quickly), so no sweep hands a live call to another worker.
+        assert remaining > timedelta(seconds=25) and swept == 0
+
+
+def test_an_unexpected_engine_error_is_recorded_and_the_run_retried(
+    launch, script, monkeypatch, no_enqueue
+):
+    script([[tool_use("t_echo", text="a")], [text("done")]])
+    run = launch()
+    real = engine._record_tool_result
+    failures = iter([RuntimeError("database hiccup")])
+
+    def flaky_record(*args, **kwargs):
+        error = next(failures, None)
+        if error:
+            raise error
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_record_tool_result", flaky_record)
+    no_enqueue.clear()
+    assert engine.advance(run.pk) == "requeued"
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED and run.retry_count == 1
+    assert no_enqueue == [str(run.pk)]
+    assert run.steps.get(data__event="error").data["detail"] == "RuntimeError: database hiccup"
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    assert len(tool_steps(run)) == 1
+
+
+# --- Celery -----------------------------------------------------------------------------------
+def test_celery_is_configured_for_durable_io_bound_runs(settings):
+    conf = celery_app.conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert advance_run.acks_late and advance_run.reject_on_worker_lost
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.worker_pool == "threads" and conf.worker_concurrency >= 10
+    # A redelivered message must not overtake a task still running: the longest a task can
+    # take (a time slice, then a step whose model call is retried to the limit) stays far
+    # below the visibility timeout. Celery time limits do not apply on the threads pool;
+    # these deadlines are enforced by the engine itself.
+    agentops = settings.AGENTOPS
+    retries = agentops["LLM_MAX_RETRIES"]
+    longest_task = (
+        agentops["TIME_SLICE_SECONDS"]
+        + (retries + 1) * agentops["LLM_TIMEOUT_SECONDS"]
+        + retries * 30  # backoff cap
+    )
+    assert conf.broker_transport_options["visibility_timeout"] > 2 * longest_task
+    assert agentops["LEASE_SECONDS"] < conf.broker_transport_options["visibility_timeout"]
+    assert "sweep-expired-leases" in conf.beat_schedule
+
+
+def test_the_task_runs_one_slice_of_the_run(launch, script, no_enqueue, settings):
+    settings.AGENTOPS = {**settings.AGENTOPS, "TIME_SLICE_SECONDS": 0}
+    script(three_tool_turns())
+    run = launch()
+    assert advance_run.run(str(run.pk)) == "requeued"
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED and run.step_count == 1
