@@ -35,7 +35,7 @@ INSERT INTO runs_run (
 SELECT
     gen_random_uuid(),
     (ARRAY['sql-analyst', 'refund-desk'])[1 + i %% 2],
-    '{"slug": "bench", "tools": [], "model": "claude-sonnet-4-5", "system_prompt": ""}'::jsonb,
+    '{"slug": "bench", "tools": [], "model": "claude-sonnet-4-6", "system_prompt": ""}'::jsonb,
     'scripted',
     jsonb_build_object('order_id', i, 'reason', 'bench run ' || i, 'question', 'revenue ' || i),
     s.status,
@@ -67,7 +67,7 @@ SELECT r.id, n,
     (ARRAY['llm', 'tool'])[1 + n %% 2],
     CASE WHEN n %% 2 = 1
         THEN jsonb_build_object('content', jsonb_build_array(jsonb_build_object(
-            'type', 'text', 'text', 'Thinking about step ' || n)), 'model', 'claude-sonnet-4-5')
+            'type', 'text', 'text', 'Thinking about step ' || n)), 'model', 'claude-sonnet-4-6')
         ELSE jsonb_build_object('tool', 'lookup_order', 'tool_use_id', 'toolu_' || n,
             'args', jsonb_build_object('order_id', n), 'result', jsonb_build_object('ok', true),
             'is_error', false) END,

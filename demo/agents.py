@@ -80,7 +80,7 @@ register(
         slug="sql-analyst",
         title="SQL analyst",
         description="Answers questions over the shop database and e-mails a report.",
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         system_prompt=(
             "You are a careful data analyst. Explore the schema before querying. Queries are "
             "read-only SQLite. When you have the answer, e-mail a short report to the "
@@ -162,7 +162,7 @@ register(
         slug="refund-desk",
         title="Refund desk",
         description="Looks up an order, refunds it and tells the customer.",
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         system_prompt=(
             "You handle refund requests. Look the order up, refund no more than what is left "
             "on it, then e-mail the customer a short confirmation."

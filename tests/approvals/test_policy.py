@@ -301,7 +301,7 @@ def response(*blocks: dict, extra: dict | None = None) -> LLMResponse:
         content=list(blocks),
         stop_reason="tool_use",
         usage=Usage(),
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         cost_usd=Decimal(0),
         extra=extra or {},
     )
@@ -385,7 +385,7 @@ def make_agent():
             slug=slug,
             title=slug,
             description="test agent",
-            model="claude-sonnet-4-5",
+            model="claude-sonnet-4-6",
             system_prompt="You are a test agent.",
             tools=("t_peek", "t_tag", "t_pay"),
             input_form=NoInput,

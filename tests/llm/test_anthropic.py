@@ -59,7 +59,7 @@ def test_tool_use_is_answered_with_its_tool_result_in_the_next_request(no_enqueu
 
     first, second = fake_api.messages_requests()
     assert first.headers["authorization"] == f"Bearer {API_KEY}"
-    assert first.body["model"] == "claude-sonnet-4-5"
+    assert first.body["model"] == "claude-sonnet-4-6"
     assert first.body["system"].startswith("You are a careful data analyst")
     assert {t["name"] for t in first.body["tools"]} >= {"list_tables", "run_query"}
     assert all("input_schema" in t for t in first.body["tools"])
@@ -92,7 +92,7 @@ def test_tool_use_is_answered_with_its_tool_result_in_the_next_request(no_enqueu
     }
     assert llm_steps[1].data["usage"]["cache_read_input_tokens"] == 800
     # claude-sonnet-4: 3 USD/M in, 15 out, 3.75 cache write, 0.30 cache read.
-    assert llm_steps[0].cost_usd == pricing.cost("claude-sonnet-4-5", Usage(1200, 40, 800))
+    assert llm_steps[0].cost_usd == pricing.cost("claude-sonnet-4-6", Usage(1200, 40, 800))
     assert str(llm_steps[0].cost_usd) == "0.007200"
     assert str(llm_steps[1].cost_usd) == "0.001440"
     assert run.cost_usd == llm_steps[0].cost_usd + llm_steps[1].cost_usd
@@ -212,7 +212,7 @@ def test_a_garbled_response_is_an_error_step_and_is_retried(no_enqueue, fake_api
 def test_a_response_that_is_not_a_usable_message_is_a_transient_error(fake_api, fault):
     fake_api.push(fault)
     request = LLMRequest(
-        model="claude-sonnet-4-5", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
+        model="claude-sonnet-4-6", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
     )
     with pytest.raises(LLMTransientError, match="malformed response") as garbage:
         AnthropicProvider.from_settings().complete(request)
@@ -227,7 +227,7 @@ def test_unknown_block_types_are_kept_as_sent(fake_api):
     ]
     fake_api.push(reply(blocks))
     request = LLMRequest(
-        model="claude-sonnet-4-5", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
+        model="claude-sonnet-4-6", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
     )
     response = AnthropicProvider.from_settings().complete(request)
     # The API wants thinking blocks back unchanged in the next request.
@@ -241,7 +241,7 @@ def test_unknown_block_types_are_kept_as_sent(fake_api):
         bad_request("messages.0.content: text content blocks must be non-empty"),
         Fault(401, "authentication_error", "invalid x-api-key"),
         Fault(403, "permission_error", "Your API key does not have permission"),
-        Fault(404, "not_found_error", "model: claude-sonnet-4-5"),
+        Fault(404, "not_found_error", "model: claude-sonnet-4-6"),
     ],
     ids=lambda f: str(f.status),
 )
@@ -346,7 +346,7 @@ def test_errors_carry_status_and_retry_after(fake_api):
     fake_api.push(rate_limited(retry_after=7), overloaded(), bad_request())
     provider = AnthropicProvider.from_settings()
     request = LLMRequest(
-        model="claude-sonnet-4-5", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
+        model="claude-sonnet-4-6", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
     )
     with pytest.raises(LLMTransientError) as limited:
         provider.complete(request)
@@ -368,7 +368,7 @@ def test_connection_refused_is_transient(settings):
     settings.ANTHROPIC_BASE_URL = base_url
     provider = AnthropicProvider.from_settings()
     request = LLMRequest(
-        model="claude-sonnet-4-5", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
+        model="claude-sonnet-4-6", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
     )
     with pytest.raises(LLMTransientError) as refused:
         provider.complete(request)
@@ -379,7 +379,7 @@ def test_without_a_key_the_call_fails_clearly(settings):
     settings.ANTHROPIC_API_KEY = ""
     provider = AnthropicProvider.from_settings()
     request = LLMRequest(
-        model="claude-sonnet-4-5", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
+        model="claude-sonnet-4-6", system="", messages=[{"role": "user", "content": "hi"}], tools=[]
     )
     with pytest.raises(LLMError, match="ANTHROPIC_API_KEY is not set") as missing:
         provider.complete(request)

@@ -186,7 +186,7 @@ def register_agent() -> Agent:
             slug=AGENT,
             title="Engine test agent",
             description="Test-only.",
-            model="claude-sonnet-4-5",
+            model="claude-sonnet-4-6",
             system_prompt="You are a test agent.",
             tools=TEST_TOOLS,
             input_form=EngineTestInput,
