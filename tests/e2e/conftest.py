@@ -100,6 +100,11 @@ class LiveServer:
     postgres_url: str = ""
 
     @property
+    def shop_path(self) -> Path:
+        """The demo shop the agents' tools read (SQLite in both topologies); tests may seed it."""
+        return self.up.var_dir / "shop.sqlite3"
+
+    @property
     def url(self) -> str:
         return self.up.url
 

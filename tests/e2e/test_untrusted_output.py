@@ -1,14 +1,17 @@
 """Model text and tool output are data: markup in them is shown as text and does nothing.
 
-The payloads reach every place such text is shown. The refund reason an operator types goes
-into the model's prompt and into the issue_refund arguments (the approval screen, the gate and
-tool steps); the approver's rejection reason comes back to the agent as the tool's output and
-the scripted model repeats it in its final answer (model text). They arrive both live over the
-WebSocket (the htmx WebSocket extension swaps what it receives, out-of-band swaps included)
-and in server-rendered pages.
+The payloads reach every place such text is shown. A customer and a product in the shop
+database carry them, so the lookup_order tool returns them (tool output). The refund reason an
+operator types goes into the model's prompt and into the issue_refund arguments (the approval
+screen, the gate and tool steps); the approver's rejection reason comes back to the agent as
+the tool's error and the scripted model repeats it in its final answer (model text). They
+arrive both live over the WebSocket (the htmx WebSocket extension swaps what it receives,
+out-of-band swaps included) and in server-rendered pages.
 """
 
 import re
+import sqlite3
+from contextlib import closing
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -51,13 +54,37 @@ def expect_shown_as_text(page: Page, text: str) -> None:
         )
 
 
-def test_markup_in_model_text_and_tool_output_executes_nothing(server, login):
+@pytest.fixture
+def hostile_order(server) -> int:
+    """An order whose customer and product names are the payload; returns its id."""
+    order_id = 9001
+    with closing(sqlite3.connect(server.shop_path)) as shop, shop:
+        shop.execute(
+            "INSERT OR REPLACE INTO customers VALUES (?, ?, ?, 'FR', '2025-01-01')",
+            (9001, PAYLOAD, "hostile@example.com"),
+        )
+        shop.execute(
+            "INSERT OR REPLACE INTO products VALUES (?, ?, 'hardware', 99.0)", (9001, PAYLOAD)
+        )
+        shop.execute(
+            "INSERT OR REPLACE INTO orders VALUES (?, 9001, 9001, 1, 99.0, 'delivered', "
+            "'2025-06-01')",
+            (order_id,),
+        )
+    return order_id
+
+
+def test_markup_in_model_text_and_tool_output_executes_nothing(server, login, hostile_order):
     assert len(PAYLOAD) <= 300  # issue_refund accepts a reason of up to 300 characters
 
     operator = login("operator")
-    run_id = launch_refund(operator, order_id=19, amount="2.00", reason=PAYLOAD)
+    run_id = launch_refund(operator, order_id=hostile_order, amount="2.00", reason=PAYLOAD)
     page = operator.page
     expect_status(page, "waiting")
+    # The tool's own output: the order, with the customer's and the product's names.
+    lookup = page.locator("#timeline .step[data-kind=tool]").first
+    expect(lookup).to_contain_text("lookup_order")
+    expect(lookup).to_contain_text(PAYLOAD)
 
     approver = login("approver")
     approval_id = server.pending_approval(run_id)
