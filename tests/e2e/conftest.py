@@ -81,13 +81,14 @@ def chromium_path() -> str:
 def pytest_runtest_makereport(item, call):
     # A failing browser test shows what the server said meanwhile (tracebacks, 4xx/5xx).
     report = yield
-    up = _servers[0].up if _servers else None
+    up = running_servers[0].up if running_servers else None
     if report.failed and up is not None:
         report.sections.append(("agentops server output (tail)", "".join(up.lines[-80:])))
     return report
 
 
-_servers: list["LiveServer"] = []
+# The suite's server, for failure reports and diagnostics.
+running_servers: list["LiveServer"] = []
 
 
 # --- the live server ----------------------------------------------------------------------------
@@ -219,12 +220,12 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
     else:
         up = start_up(var_dir, AGENTOPS_DEMO_PASSWORD=PASSWORD)
         live = LiveServer(up=up, sqlite_path=var_dir / "agentops.sqlite3")
-    _servers.append(live)
+    running_servers.append(live)
     try:
         yield live
         stop_up(up)
     finally:
-        _servers.remove(live)
+        running_servers.remove(live)
         kill_up(up)
         if live.postgres_url:
             drop_postgres_database(live.postgres_url)
@@ -341,7 +342,6 @@ class Session:
     console_errors: list[str] = field(default_factory=list)
     dialogs: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
-    navigations: list[str] = field(default_factory=list)
     sockets: list[WebSocket] = field(default_factory=list)
 
     def sockets_to(self, path: str) -> list[WebSocket]:
@@ -349,12 +349,8 @@ class Session:
         return [ws for ws in self.sockets if path in ws.url]
 
     def on_console(self, message: ConsoleMessage) -> None:
-        if message.type != "error":
-            return
-        # The browser's own favicon probe is not the page's doing.
-        if message.location.get("url", "").endswith("/favicon.ico"):
-            return
-        self.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
+        if message.type == "error":
+            self.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
 
     def goto(self, path: str) -> None:
         response = self.page.goto(path)
@@ -388,10 +384,6 @@ def login(browser, server) -> Iterator[Callable[[str], Session]]:
         page.on("dialog", lambda d: (session.dialogs.append(d.message), d.dismiss()))
         page.on("request", lambda r: session.requests.append(r.url))
         page.on("websocket", lambda ws: session.sockets.append(ws))
-        page.on(
-            "framenavigated",
-            lambda f: f == page.main_frame and session.navigations.append(f.url),
-        )
         session.goto("/accounts/login/")
         page.fill("#id_username", username)
         page.fill("#id_password", PASSWORD)

@@ -4,7 +4,7 @@ import re
 
 from playwright.sync_api import Page, expect
 
-from .conftest import LiveServer, Session, _servers, screenshot
+from .conftest import LiveServer, Session, running_servers, screenshot
 
 RUN_URL = re.compile(r"/runs/(?P<id>[0-9a-f-]{36})/$")
 
@@ -42,7 +42,7 @@ def expect_status(page: Page, status: str) -> None:
     except AssertionError as exc:
         # Tell a page that missed an update from a run that really is stuck.
         run = RUN_URL.search(page.url)
-        stored = _servers[0].run_status(run["id"]) if run and _servers else "?"
+        stored = running_servers[0].run_status(run["id"]) if run and running_servers else "?"
         raise AssertionError(f"{exc}\n(the database says the run is {stored!r})") from None
 
 
