@@ -173,6 +173,8 @@ AGENTOPS = {
     # HMAC-SHA256 key for X-Agentops-Signature; generic webhooks are not sent without it.
     "WEBHOOK_SECRET": env.str("AGENTOPS_WEBHOOK_SECRET", default=""),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("AGENTOPS_WEBHOOK_TIMEOUT_SECONDS", default=5.0),
+    # Rubber-stamp guard: decisions made faster than this after opening are flagged.
+    "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")

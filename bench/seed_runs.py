@@ -35,7 +35,8 @@ INSERT INTO runs_run (
 SELECT
     gen_random_uuid(),
     (ARRAY['sql-analyst', 'refund-desk'])[1 + i %% 2],
-    '{"slug": "bench", "tools": [], "model": "claude-sonnet-4-6", "system_prompt": ""}'::jsonb,
+    '{"slug": "bench", "title": "Bench agent", "tools": [], "model": "claude-sonnet-4-6",
+      "system_prompt": ""}'::jsonb,
     'scripted',
     jsonb_build_object('order_id', i, 'reason', 'bench run ' || i, 'question', 'revenue ' || i),
     s.status,

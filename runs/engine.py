@@ -58,6 +58,7 @@ log = logging.getLogger("agentops.engine")
 NO_PROGRESS_REPEATS = 3  # the same tool call with the same arguments, this many times
 TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
 ASK_OPERATOR = "ask_operator"
+LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to record its result
 
 
 def _cfg(name: str) -> Any:
@@ -404,7 +405,8 @@ def _still_mine(work: Work, *, lease_for: float | None = None) -> None:
     here would cost a commit (a WAL flush on Postgres) on every step.
     """
     now = timezone.now()
-    seconds = max(lease_seconds(), lease_for or 0)
+    # A call that runs to its timeout still needs time to record its result under the lease.
+    seconds = max(lease_seconds(), (lease_for or 0) * LEASE_MARGIN)
     row = (
         Run.objects.filter(pk=work.run.pk)
         .values_list("status", "lease_owner", "lease_expires_at")

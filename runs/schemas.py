@@ -114,10 +114,10 @@ class RunOut(Schema):
     @staticmethod
     def resolve_agent_title(run: Run) -> str:
         # The list annotates the title so it can leave the snapshot unloaded.
-        title = getattr(run, "snapshot_title", None)
-        if title is None:
-            title = run.agent_config.get("title")
-        return title or run.agent
+        if "snapshot_title" in run.__dict__:
+            # Annotated (the list): never touch the deferred snapshot, one query per row.
+            return run.snapshot_title or run.agent
+        return run.agent_config.get("title") or run.agent
 
     @staticmethod
     def resolve_termination_label(run: Run) -> str:
