@@ -41,7 +41,13 @@ from psycopg import sql as pgsql
 from tests.livesupport import ROOT, UpServer, kill_up, start_up, stop_up
 
 PASSWORD = "e2e-demo-password"
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+# Every run saves its screenshots under var/ (ignored by git); with
+# AGENTOPS_UPDATE_SCREENSHOTS=1 they replace the README's pictures in docs/screenshots.
+SCREENSHOTS = (
+    ROOT / "docs" / "screenshots"
+    if os.environ.get("AGENTOPS_UPDATE_SCREENSHOTS")
+    else ROOT / "var" / "screenshots"
+)
 # Debian's chromium; override with AGENTOPS_CHROMIUM for another system browser.
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser")
 CHROMIUM_ARGS = [
@@ -397,6 +403,6 @@ def login(browser, server) -> Iterator[Callable[[str], Session]]:
 
 
 def screenshot(page: Page, name: str) -> None:
-    """docs/screenshots/<name>.png, the README's pictures of the product."""
+    """<name>.png in SCREENSHOTS: a picture of each page the suite visits."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
