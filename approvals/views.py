@@ -17,8 +17,9 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import rendering
 from runs.models import Step
 
-from . import arg_form, listing
-from .models import Approval
+from . import arg_form, decisions, listing
+from . import stats as approval_stats
+from .models import Approval, ApprovalVote
 
 QUEUE_TEMPLATE = "approvals/queue.html"
 DETAIL_TEMPLATE = "approvals/detail.html"
@@ -42,9 +43,6 @@ def _get_approval_for_user(request: HttpRequest, pk, decide: bool = False) -> Ap
 def assigned_to(user, rows: list[Approval]) -> list[Approval]:
     """The queue's "assigned to me": what this user may decide and has not voted on yet.
     The decision service's own rule, in two queries for the whole list."""
-    from . import decisions
-    from .models import ApprovalVote
-
     voted = set(
         ApprovalVote.objects.filter(user=user, approval__in=rows).values_list(
             "approval_id", flat=True
@@ -142,8 +140,6 @@ def detail(request: HttpRequest, pk) -> HttpResponse:
 def opened(request: HttpRequest, pk) -> HttpResponse:
     """The decision screen reports that a decider opened it (htmx, on load): time to decide
     is measured from here. A POST, because it writes; the page's GET stays read-only."""
-    from . import decisions
-
     approval = _get_approval_for_user(request, pk, decide=True)
     decisions.record_open(approval, request.user)
     return HttpResponse(status=204)
@@ -160,8 +156,6 @@ def _opened_at(request: HttpRequest) -> datetime | None:
 @require_POST
 @login_required
 def decide(request: HttpRequest, pk) -> HttpResponse:
-    from . import decisions  # the decision service (approvals helper)
-
     approval = _get_approval_for_user(request, pk, decide=True)
     decision = request.POST.get("decision", "")
     result: dict = {"decision": decision}
@@ -229,8 +223,6 @@ def _success_message(decision: str, approval: Approval) -> str:
 def stats(request: HttpRequest) -> HttpResponse:
     if not request.user.is_admin:
         raise PermissionDenied
-    from . import stats as approval_stats
-
     try:
         days = min(max(int(request.GET.get("days", 30)), 1), 365)
     except ValueError:

@@ -102,6 +102,10 @@ class _GroupConsumer(AsyncJsonWebsocketConsumer):
         self.as_json = b"format=json" in self.scope.get("query_string", b"")
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        await self.send_current_state()
+
+    async def send_current_state(self) -> None:
+        """After subscribing: what changed between the page render and the subscription."""
 
     async def disconnect(self, code):
         await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -126,6 +130,14 @@ class ApprovalsConsumer(_GroupConsumer):
     """Approvals queue rows and the pending count in the navigation."""
 
     group = events.APPROVALS_GROUP
+
+    async def send_current_state(self) -> None:
+        # A page rendered just before an approval was opened would miss its push and show a
+        # stale count until the next change (a run launched from the form gates within ms).
+        if not self.as_json:
+            from .rendering import render_approval_event
+
+            await self.forward(await database_sync_to_async(render_approval_event)(None))
 
     async def approvals_changed(self, event):
         await self.forward(event)

@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import Count
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 
 from .models import Run, Step
 
@@ -146,7 +147,7 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         view.facts = [
             ("risk", str(d.get("risk", ""))),
             ("why", str(d.get("explanation", ""))),
-            ("expires", str(d.get("expires_at", ""))),
+            ("expires", _when(d.get("expires_at"))),
         ]
         if d.get("tool"):
             view.tool_uses.append(
@@ -313,3 +314,9 @@ def install() -> None:
     events.set_step_renderer(render_step_event)
     events.set_run_renderer(render_run_event)
     events.set_approval_renderer(render_approval_event)
+
+
+def _when(iso: Any) -> str:
+    """A timestamp stored in step data (ISO 8601), as the rest of the page shows times."""
+    parsed = parse_datetime(str(iso or ""))
+    return f"{parsed:%Y-%m-%d %H:%M} UTC" if parsed else str(iso or "")

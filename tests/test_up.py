@@ -8,116 +8,25 @@ database, then stops the server with SIGTERM.
 
 import http.cookiejar
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from websockets.sync.client import connect as ws_connect
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.livesupport import kill_up, opener, start_up, stop_up
+
 PASSWORD = "demo-password-for-tests"
-# Settings that would take `up` out of embedded mode or out of DEBUG.
-NOT_INHERITED = ("DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS")
 LIVE_LATENCY_LIMIT = 0.5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class UpServer:
-    proc: subprocess.Popen
-    url: str
-    var_dir: Path
-    env: dict
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def manage(self, code: str) -> str:
-        """Run Python in a second process against the same database."""
-        proc = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", code],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
-
-
-def start_up(var_dir: Path, **extra_env: str) -> UpServer:
-    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
-    env.update(AGENTOPS_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1", **extra_env)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "up", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    server = UpServer(proc=proc, url=f"http://127.0.0.1:{port}", var_dir=var_dir, env=env)
-    # Drain the pipe continuously: a full pipe would block the server.
-    threading.Thread(target=lambda: server.lines.extend(proc.stdout), daemon=True).start()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"up exited with {proc.returncode}:\n{server.output}")
-        try:
-            with _opener().open(server.url + "/healthz", timeout=2) as response:
-                if response.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    pytest.fail(f"up did not serve /healthz within 90 s:\n{server.output}")
-
-
-def stop_up(server: UpServer) -> float:
-    started = time.monotonic()
-    server.proc.send_signal(signal.SIGTERM)
-    try:
-        server.proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
-        server.proc.wait()
-        pytest.fail(f"up did not exit within 10 s of SIGTERM:\n{server.output}")
-    return time.monotonic() - started
 
 
 @pytest.fixture
 def up_server(tmp_path):
     server = start_up(tmp_path, AGENTOPS_DEMO_PASSWORD=PASSWORD)
     yield server
-    if server.proc.poll() is None:
-        server.proc.kill()
-        server.proc.wait()
-
-
-def _opener(jar: http.cookiejar.CookieJar | None = None) -> urllib.request.OpenerDirector:
-    handlers: list = [urllib.request.ProxyHandler({})]
-    if jar is not None:
-        handlers.append(urllib.request.HTTPCookieProcessor(jar))
-    return urllib.request.build_opener(*handlers)
+    kill_up(server)
 
 
 class Browser:
@@ -126,7 +35,7 @@ class Browser:
     def __init__(self, base: str) -> None:
         self.base = base
         self.jar = http.cookiejar.CookieJar()
-        self.opener = _opener(self.jar)
+        self.opener = opener(self.jar)
 
     def cookie(self, name: str) -> str:
         return next((c.value for c in self.jar if c.name == name), "")

@@ -1,0 +1,54 @@
+"""A dropped WebSocket, re-opened mid-run, leaves the timeline with every step exactly once."""
+
+import time
+
+import pytest
+
+from .pages import decide, expect_status, expect_timeline_complete, launch_refund, timeline_seqs
+
+pytestmark = pytest.mark.e2e
+
+
+def test_steps_made_while_the_socket_was_down_appear_once_after_it_reconnects(server, login, proxy):
+    # The operator's browser reaches the server through a relay that can cut the network.
+    operator = login("operator", via=proxy.url)
+    run_id = launch_refund(operator, order_id=17, amount="8.00", reason="Broken seal")
+    page = operator.page
+    stream = f"/ws/runs/{run_id}/"
+    expect_status(page, "waiting")
+    before = expect_timeline_complete(page, server, run_id)
+    operator.mark_document()
+    assert len(operator.sockets_to(stream)) == 1
+
+    proxy.down()
+    assert proxy.dropped, "the page had no open connection to drop"
+    approver = login("approver")
+    # The rest of the run happens while the operator's socket is down: the refund, then the
+    # customer e-mail (gated too).
+    decide(approver, server.pending_approval(run_id), "approve")
+    decide(approver, server.pending_approval(run_id, tool="send_customer_email"), "approve")
+    server.wait_for_status(run_id, "succeeded")
+    assert timeline_seqs(page) == before, "steps arrived while the network was down"
+
+    proxy.up()
+    # The WebSocket extension reconnects by itself (close code 1006 -> retry with backoff)
+    # and gets exactly what the page missed.
+    expect_status(page, "succeeded")
+    seqs = expect_timeline_complete(page, server, run_id)
+    assert len(seqs) > len(before)
+    reopened = len(operator.sockets_to(stream))
+    assert reopened >= 2
+
+    # Once more, now that the page has steps it got live: a re-opened socket must not replay
+    # them (the page asks for what comes after its newest step, not after the first render).
+    proxy.down()
+    proxy.up()
+    deadline = time.monotonic() + 20
+    while len(operator.sockets_to(stream)) == reopened and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    latest = operator.sockets_to(stream)[-1]
+    assert len(operator.sockets_to(stream)) > reopened, "the socket was not re-opened"
+    page.wait_for_timeout(1000)  # the server sends its catch-up right after accepting
+    assert not latest.is_closed()
+    assert expect_timeline_complete(page, server, run_id) == seqs
+    operator.assert_same_document()
