@@ -134,3 +134,15 @@ def test_api_dates_with_offsets_postgres_refuses_are_converted_to_utc(as_viewer,
     response = as_viewer.get("/api/runs", {"created_after": "0001-01-01T00:00:00+14:00"})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"][-1] == "created_after"
+
+
+def test_api_timeline_with_numbers_beyond_any_seq(as_viewer, operator, no_enqueue):
+    run = make_run(operator)
+    url = f"/api/runs/{run.pk}/steps"
+    response = as_viewer.get(url, {"after": str(2**70)})
+    assert response.status_code == 200
+    assert response.json()["items"] == []
+    response = as_viewer.get(url, {"limit": "9" * 30})
+    assert response.status_code == 200
+    assert [s["seq"] for s in response.json()["items"]] == list(range(1, run.last_seq + 1))
+    assert as_viewer.get(url, {"after": "-1"}).status_code == 422
