@@ -111,6 +111,12 @@ def main() -> int:
     from runs.models import Run, SideEffect
 
     base, op, ap = args.base, args.operator_token, args.approver_token
+    # Effects are counted per order: an order a previous soak touched would count twice.
+    orders = [args.first_order + i for i in range(0, args.runs, 2)]
+    if Refund.objects.filter(order_id__in=orders).exists() or max(orders) > 400:
+        print(f"orders {orders[0]}..{orders[-1]} were refunded before (or beyond the shop's 400)")
+        print("pass a fresh --first-order, or use a fresh database")
+        return 2
     started = time.monotonic()
     runs: dict[str, dict] = {}
     for i in range(args.runs):
