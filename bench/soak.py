@@ -1,8 +1,10 @@
 """Soak the production topology: N runs through daphne + Celery workers + beat, decided over
 the API like an operator would, then the exactly-once and integrity checks.
 
-Start the topology yourself (README "Production topology"), then, with the same environment
-(DATABASE_URL, REDIS_URL, SECRET_KEY...) so the checks read the same database:
+Start the topology yourself (README "Production topology"; `manage.py seed_demo` for the
+operator and approver users, `manage.py issue_token operator|approver` for the tokens), then,
+with the same environment (DATABASE_URL, REDIS_URL, SECRET_KEY...) so the checks read the same
+database:
 
     uv run python bench/soak.py --base http://127.0.0.1:8611 --runs 30 \\
         --operator-token "$(cat op.tok)" --approver-token "$(cat ap.tok)"
