@@ -10,6 +10,10 @@ from . import events
 from .models import Run, Step
 
 CATCH_UP_MAX = 500
+# Live events are best effort: one sent while the worker could not reach Redis is lost, and a
+# lost *last* event (the run finished) is never followed by one that reveals the gap. So an
+# open timeline also re-reads the database this often (one indexed query when nothing is new).
+CATCH_UP_POLL_SECONDS = 10.0
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -29,20 +33,33 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # seq check below drops its duplicate.
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await self._catch_up()
+        # Live events and the poll both deliver; one at a time keeps seqs in order.
+        self.delivering = asyncio.Lock()
+        async with self.delivering:
+            await self._catch_up()
+        self.poller = asyncio.create_task(self._poll())
 
     async def disconnect(self, code):
+        if hasattr(self, "poller"):
+            self.poller.cancel()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def run_step(self, event):
-        if event["seq"] <= self.last_seq:
-            return
-        if event["seq"] > self.last_seq + 1:
-            # A gap (a lost event): fill it from the database, in order.
-            await self._catch_up()
-            return
-        await self._deliver(event)
+        async with self.delivering:
+            if event["seq"] <= self.last_seq:
+                return
+            if event["seq"] > self.last_seq + 1:
+                # A gap (a lost event): fill it from the database, in order.
+                await self._catch_up()
+                return
+            await self._deliver(event)
+
+    async def _poll(self):
+        while True:
+            await asyncio.sleep(CATCH_UP_POLL_SECONDS)
+            async with self.delivering:
+                await self._catch_up()
 
     async def _catch_up(self):
         """Everything after last_seq, from the database, in bounded batches."""

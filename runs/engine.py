@@ -36,6 +36,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from agentops import llm
 from agentops.agents import Agent, Limits
@@ -119,10 +120,21 @@ def launch(
     return run
 
 
-def enqueue(run_id, *, countdown: float | None = None) -> None:
+def enqueue(run_id, *, countdown: float | None = None) -> bool:
+    """Send the run to a worker; False when the broker is unreachable.
+
+    Called after the run's state is committed (launch, a decision, a yielded slice), so a
+    broker outage must not turn a done deed into an error for the caller (a 500 on a launch
+    or a decision that did happen): the run stays queued and the sweep re-sends it.
+    """
     from .tasks import advance_run
 
-    advance_run.apply_async(args=[str(run_id)], countdown=countdown)
+    try:
+        advance_run.apply_async(args=[str(run_id)], countdown=countdown)
+    except OperationalError as exc:
+        log.warning("run %s: not sent to a worker (%s); the sweep will re-send it", run_id, exc)
+        return False
+    return True
 
 
 def _initial_state() -> dict:

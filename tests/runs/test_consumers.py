@@ -125,6 +125,18 @@ async def test_a_gap_in_live_events_is_filled_from_the_database(run, viewer):
     await communicator.disconnect()
 
 
+async def test_steps_whose_events_were_all_lost_still_arrive(run, viewer, monkeypatch):
+    # The run's last steps commit while the worker cannot reach Redis: no later event ever
+    # reveals the gap, so the open timeline must find them in the database by itself.
+    monkeypatch.setattr("runs.consumers.CATCH_UP_POLL_SECONDS", 0.1)
+    communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
+    assert await communicator.receive_nothing(timeout=0.3)
+    await sync_to_async(_append_quietly)(run, 3)
+    got = [s for m in await receive_all(communicator) for s in seqs(m)]
+    assert got == [6, 7, 8]
+    await communicator.disconnect()
+
+
 def _append_quietly(run, n):
     from unittest import mock
 
