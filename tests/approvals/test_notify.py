@@ -80,10 +80,12 @@ def endpoint():
 @pytest.fixture
 def eager():
     """Run Celery tasks inline (retries too, without their countdown) so a test sees them."""
-    before = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
+    # The app reads Django settings under the CELERY_ namespace; Celery 5.6 looks the
+    # setting up by its prefixed name, so that is the one to change.
+    before = celery_app.conf.CELERY_TASK_ALWAYS_EAGER
+    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = True
     yield
-    celery_app.conf.task_always_eager = before
+    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = before
 
 
 def configure(settings, *urls: str, secret: str = SECRET, email: bool = False) -> None:
