@@ -1,0 +1,507 @@
+"""Engine throughput: M concurrent runs x K steps on one real Celery worker, vs LangGraph.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentops_benchmark \
+    REDIS_URL=redis://127.0.0.1:6379/12 \
+        uv run --group bench python bench/engine_throughput.py --runs 10 --ks 5,20,100 \
+            --concurrency 10 --repeat 3
+
+A "step" is one agent iteration: one model turn that asks for a tool, plus that tool call
+(K steps = K such iterations, then a final turn that ends the run). The model is scripted
+(instant) and the tool is an instant no-op registered below, so what is measured is the
+engine itself: row lock + lease, hash-chained timeline steps, checkpoint, ledger, publish
+after commit over Redis, re-enqueue per time slice.
+
+Ours: a real `celery -A bench.engine_throughput worker --pool threads -c N` subprocess (this
+module is its app: it registers the bench agent and tool), Redis broker, Postgres. Started
+here, stopped by its PID at the end. The LangGraph baseline (optional `bench` dependency
+group) is a 2-node ReAct loop (model node with an instant fake model, tool node) with the
+sync PostgresSaver on a connection pool, the same M runs as M threads, same K.
+
+Figures per K (median of --repeat rounds): steps/s (all steps of all runs / wall time from
+enqueue to the last run finished), per-step time p50/p99 (deltas between a run's consecutive
+model steps for ours, between consecutive model-node calls for LangGraph), commits per step
+(pg_stat_database of this database), WAL bytes per step (pg_current_wal_lsn diff: the whole
+cluster, so other databases' writes on a shared server add noise), table growth per step
+(pg_total_relation_size of the tables each side writes).
+
+Use --profile to run the engine in-process under cProfile instead (N threads calling
+runs.engine.advance): prints where the time goes.
+"""
+
+import argparse
+import itertools
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django import forms  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+
+from agentops.agents import Agent, Limits, get_agent, register  # noqa: E402
+from agentops.celery import app  # noqa: E402
+from agentops.llm.scripted import text, tool_use  # noqa: E402
+from agentops.tools import Blast, tool  # noqa: E402
+
+AGENT = "bench-loop"
+OUR_TABLES = ("runs_run", "runs_step", "runs_checkpoint", "runs_sideeffect")
+LG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+
+
+@tool(reversible=True, blast=Blast.NONE, name="bench_noop")
+def bench_noop(n: int) -> dict:
+    """Instantly returns its argument (benchmark only)."""
+    return {"n": n}
+
+
+class BenchInput(forms.Form):
+    k = forms.IntegerField(min_value=1, max_value=1000)
+
+
+def _script(data: dict) -> list:
+    # Distinct arguments each turn, or the engine's no-progress check would stop the run.
+    return [[tool_use("bench_noop", n=i)] for i in range(int(data["k"]))] + [[text("Done.")]]
+
+
+def register_bench_agent() -> Agent:
+    return get_agent(AGENT) or register(
+        Agent(
+            slug=AGENT,
+            title="Benchmark loop",
+            description="Calls an instant tool K times (benchmark only).",
+            model="claude-sonnet-4-6",
+            system_prompt="Call bench_noop until told to stop.",
+            tools=("bench_noop",),
+            input_form=BenchInput,
+            prompt=lambda d: f"Call bench_noop {d['k']} times.",
+            script=_script,
+            limits=Limits(1001, Decimal("1000"), 3600, 3),
+            max_limits=Limits(1001, Decimal("1000"), 3600, 3),
+        )
+    )
+
+
+register_bench_agent()
+__all__ = ["app"]
+
+
+# --- measuring ---------------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def pg_counters(tables: tuple[str, ...]) -> dict:
+    with connection.cursor() as cur:
+        cur.execute("select pg_stat_clear_snapshot()")
+        cur.execute("select pg_current_wal_lsn()::text")
+        (lsn,) = cur.fetchone()
+        cur.execute("select xact_commit from pg_stat_database where datname = current_database()")
+        (commits,) = cur.fetchone()
+        size = 0
+        for table in tables:
+            cur.execute("select coalesce(pg_total_relation_size(to_regclass(%s)), 0)", [table])
+            size += cur.fetchone()[0]
+    return {"lsn": lsn, "commits": commits, "size": size}
+
+
+def pg_delta(before: dict, after: dict) -> dict:
+    with connection.cursor() as cur:
+        cur.execute("select pg_wal_lsn_diff(%s, %s)", [after["lsn"], before["lsn"]])
+        (wal,) = cur.fetchone()
+    return {
+        "wal": float(wal),
+        "commits": after["commits"] - before["commits"],
+        "size": after["size"] - before["size"],
+    }
+
+
+def settle_stats() -> None:
+    # Backends flush their commit counters to pg_stat_database at most once a second.
+    time.sleep(1.5)
+
+
+# --- ours: a real worker -----------------------------------------------------------------------
+def start_worker(concurrency: int, extra_env: dict | None = None) -> subprocess.Popen:
+    from celery.app.control import Control  # noqa: F401  (import check before we spawn)
+
+    app.control.purge()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "bench.engine_throughput",
+            "worker",
+            "--pool",
+            "threads",
+            "-c",
+            str(concurrency),
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-n",
+            f"bench-{os.getpid()}@%h",
+        ],
+        cwd=ROOT,
+        env={**os.environ, **(extra_env or {})},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"worker exited early with {proc.returncode}")
+        if app.control.ping(destination=[f"bench-{os.getpid()}@{os.uname().nodename}"], timeout=1):
+            return proc
+        time.sleep(0.5)
+    stop_worker(proc)
+    raise SystemExit("worker did not answer a ping within 60 s")
+
+
+def stop_worker(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def worker_rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def launch_runs(m: int, k: int, provider: str = "scripted") -> list:
+    from runs import engine
+
+    agent = get_agent(AGENT)
+    limits = Limits(k + 1, Decimal("1000"), 3600, 3)
+    # One transaction: every run is enqueued at the same commit, so they start together.
+    with transaction.atomic():
+        runs = [
+            engine.launch(agent=agent, input={"k": k}, limits=limits, provider=provider)
+            for _ in range(m)
+        ]
+    return [r.pk for r in runs]
+
+
+def wait_finished(run_ids: list, timeout: float) -> None:
+    from runs.models import Run
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = Run.objects.filter(pk__in=run_ids).exclude(status__in=Run.TERMINAL_STATUSES).count()
+        if not left:
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"runs not finished within {timeout:.0f} s")
+
+
+def our_figures(run_ids: list, k: int, started: float) -> dict:
+    from runs.models import Run, Step
+
+    runs = list(Run.objects.filter(pk__in=run_ids))
+    bad = [r for r in runs if r.status != Run.Status.SUCCEEDED]
+    if bad:
+        raise SystemExit(f"{len(bad)} runs did not succeed: {bad[0].status} {bad[0].status_detail}")
+    end = max(r.finished_at for r in runs).timestamp()
+    deltas: list[float] = []
+    for run_id in run_ids:
+        times = list(
+            Step.objects.filter(run_id=run_id, kind=Step.Kind.LLM)
+            .order_by("seq")
+            .values_list("created_at", flat=True)
+        )
+        deltas += [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(times)]
+    steps = len(run_ids) * k
+    return {
+        "steps": steps,
+        "rows": Step.objects.filter(run_id__in=run_ids).count(),
+        "seconds": end - started,
+        "p50": percentile(deltas, 0.5),
+        "p99": percentile(deltas, 0.99),
+    }
+
+
+def run_ours(m: int, k: int) -> dict:
+    before = pg_counters(OUR_TABLES)
+    started = time.time()
+    run_ids = launch_runs(m, k)
+    wait_finished(run_ids, timeout=600)
+    figures = our_figures(run_ids, k, started)
+    settle_stats()
+    figures.update(pg_delta(before, pg_counters(OUR_TABLES)))
+    return figures
+
+
+# --- LangGraph + PostgresSaver baseline ----------------------------------------------------------
+def build_langgraph():
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    class State(MessagesState):
+        k: int
+        turn: int
+        model_times: list[float]
+
+    def model(state: State) -> dict:
+        turn = state.get("turn", 0)
+        now = time.time()
+        if turn < state["k"]:
+            call = {"name": "bench_noop", "args": {"n": turn}, "id": f"call_{turn}"}
+            message = AIMessage(content="", tool_calls=[call])
+        else:
+            message = AIMessage(content="Done.")
+        return {
+            "messages": [message],
+            "turn": turn + 1,
+            "model_times": [*state.get("model_times", []), now],
+        }
+
+    def tools(state: State) -> dict:
+        last = state["messages"][-1]
+        return {
+            "messages": [
+                ToolMessage(content=str(bench_noop(**c["args"])), tool_call_id=c["id"])
+                for c in last.tool_calls
+            ]
+        }
+
+    def route(state: State) -> str:
+        return "tools" if state["messages"][-1].tool_calls else END
+
+    graph = StateGraph(State)
+    graph.add_node("model", model)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph
+
+
+class LangGraph:
+    def __init__(self, threads: int):
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        db = settings.DATABASES["default"]
+        conninfo = (
+            f"host={db['HOST']} port={db['PORT'] or 5432} dbname={db['NAME']} "
+            f"user={db['USER']} password={db['PASSWORD']}"
+        )
+        self.pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max(2, threads),
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            open=True,
+        )
+        saver = PostgresSaver(self.pool)
+        saver.setup()
+        self.graph = build_langgraph().compile(checkpointer=saver)
+        self.round = 0
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def run(self, m: int, k: int) -> dict:
+        from langchain_core.messages import HumanMessage
+
+        self.round += 1
+        results: list[list[float]] = [[] for _ in range(m)]
+        errors: list[BaseException] = []
+
+        def one(i: int) -> None:
+            try:
+                config = {
+                    "configurable": {"thread_id": f"bench-{os.getpid()}-{self.round}-{k}-{i}"},
+                    "recursion_limit": 2 * k + 10,
+                }
+                out = self.graph.invoke(
+                    {"messages": [HumanMessage(f"Call bench_noop {k} times.")], "k": k},
+                    config,
+                )
+                results[i] = out["model_times"]
+            except BaseException as exc:
+                errors.append(exc)
+
+        before = pg_counters(LG_TABLES)
+        started = time.time()
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(m)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        seconds = time.time() - started
+        if errors:
+            raise errors[0]
+        deltas = [(b - a) * 1000 for times in results for a, b in itertools.pairwise(times)]
+        settle_stats()
+        figures = {
+            "steps": m * k,
+            "rows": 0,
+            "seconds": seconds,
+            "p50": percentile(deltas, 0.5),
+            "p99": percentile(deltas, 0.99),
+        }
+        figures.update(pg_delta(before, pg_counters(LG_TABLES)))
+        return figures
+
+
+# --- report ---------------------------------------------------------------------------------
+def summarise(rounds: list[dict]) -> dict:
+    steps = rounds[0]["steps"]
+    med = lambda key: statistics.median(r[key] for r in rounds)  # noqa: E731
+    return {
+        "steps/s": statistics.median(r["steps"] / r["seconds"] for r in rounds),
+        "p50 ms": med("p50"),
+        "p99 ms": med("p99"),
+        "commits/step": statistics.median(r["commits"] / steps for r in rounds),
+        "WAL B/step": statistics.median(r["wal"] / steps for r in rounds),
+        "table B/step": statistics.median(r["size"] / steps for r in rounds),
+        "all steps/s": [round(r["steps"] / r["seconds"]) for r in rounds],
+    }
+
+
+def print_table(results: dict) -> None:
+    cols = ["steps/s", "p50 ms", "p99 ms", "commits/step", "WAL B/step", "table B/step"]
+    print(f"\n{'':<12}{'K':>5}" + "".join(f"{c:>14}" for c in cols) + "   rounds (steps/s)")
+    for (side, k), s in results.items():
+        print(
+            f"{side:<12}{k:>5}" + "".join(f"{s[c]:>14.1f}" for c in cols) + f"   {s['all steps/s']}"
+        )
+
+
+def profile(m: int, k: int, threads: int) -> None:
+    """The engine in-process (threads calling advance) under cProfile: where the time goes."""
+    import cProfile
+    import pstats
+
+    from runs import engine
+
+    app.conf.task_always_eager = False
+    run_ids = []
+    # Launch without the broker: advance is called here directly.
+    with transaction.atomic():
+        run_ids = [
+            engine.launch(
+                agent=get_agent(AGENT),
+                input={"k": k},
+                limits=Limits(k + 1, Decimal("1000"), 3600, 3),
+                provider="scripted",
+            ).pk
+            for _ in range(m)
+        ]
+        transaction.get_connection().run_on_commit = []  # no enqueue: we drive them here
+    queue = list(run_ids)
+    lock = threading.Lock()
+
+    def drive() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                run_id = queue.pop()
+            while engine.advance(run_id, time_slice=3600) == "requeued":
+                pass
+
+    profiler = cProfile.Profile()
+    started = time.time()
+    profiler.enable()
+    # cProfile sees the thread it was enabled in: with one thread, drive right here.
+    workers = [threading.Thread(target=drive) for _ in range(threads - 1)]
+    for w in workers:
+        w.start()
+    drive()
+    for w in workers:
+        w.join()
+    profiler.disable()
+    seconds = time.time() - started
+    print(
+        f"profile: {m * k} steps in {seconds:.2f} s = {m * k / seconds:.0f} steps/s (cProfile on)"
+    )
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats("runs/|agentops/|channels|asgiref", 40)
+    stats.print_callers("builtins.compile|update_wrapper")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=10, help="M concurrent runs")
+    parser.add_argument("--ks", default="5,20,100", help="K steps per run, comma-separated")
+    parser.add_argument("--concurrency", type=int, default=10, help="worker threads")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip-langgraph", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if not (settings.IS_POSTGRES and settings.REDIS_URL):
+        raise SystemExit("set DATABASE_URL (Postgres) and REDIS_URL; see the docstring")
+    ks = [int(k) for k in args.ks.split(",")]
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    if args.profile:
+        profile(args.runs, ks[-1], args.concurrency)
+        return
+
+    print(
+        f"M={args.runs} runs, K={ks}, worker threads={args.concurrency}, "
+        f"repeat={args.repeat}; cores={os.cpu_count()}, load={os.getloadavg()}"
+    )
+    raw: dict = {}
+    proc = start_worker(args.concurrency)
+    try:
+        print(f"worker pid {proc.pid}, RSS {worker_rss_kb(proc.pid)} kB")
+        launch_runs(2, 3)  # warm-up: imports, pool connections
+        time.sleep(3)
+        for _ in range(args.repeat):
+            for k in ks:
+                r = run_ours(args.runs, k)
+                raw.setdefault(("agentops", k), []).append(r)
+                print(
+                    f"  agentops K={k}: {r['steps'] / r['seconds']:.0f} steps/s ({r['rows']} rows)"
+                )
+        print(f"worker RSS {worker_rss_kb(proc.pid)} kB")
+    finally:
+        stop_worker(proc)
+    if not args.skip_langgraph:
+        lg = LangGraph(args.runs)
+        try:
+            lg.run(2, 3)  # warm-up
+            for _ in range(args.repeat):
+                for k in ks:
+                    r = lg.run(args.runs, k)
+                    raw.setdefault(("langgraph", k), []).append(r)
+                    print(f"  langgraph K={k}: {r['steps'] / r['seconds']:.0f} steps/s")
+        finally:
+            lg.close()
+    print_table({key: summarise(rounds) for key, rounds in raw.items()})
+    print(f"load after: {os.getloadavg()} (shared 2-core machine, other jobs running)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Concurrency under model latency: N runs against the fake Messages API (1 s per call).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentops_benchmark \
+    REDIS_URL=redis://127.0.0.1:6379/12 \
+        uv run --group bench python bench/model_latency.py --runs 200 --turns 3 \
+            --concurrency 200 --pool-max 20 --repeat 3
+
+Starts the fake server (agentops/llm/fake_server.py) in this process with --latency seconds
+per call, and one real `celery -A bench.engine_throughput worker --pool threads -c C`
+subprocess with ANTHROPIC_API_KEY=fake ANTHROPIC_BASE_URL=<fake url> (and DATABASE_POOL_MAX
+when --pool-max is given), so runs launched with provider="anthropic" go through the real
+SDK provider. Each run makes --turns tool-calling model calls (the bench agent's instant
+bench_noop) and one final answer. Ideal throughput is N model calls per latency; achieved
+is all model calls / wall time from enqueue to the last run finished. Median of --repeat.
+Stops the worker (by PID) and the server at the end.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import engine_throughput as et
+
+from agentops.llm.fake_server import FakeMessagesServer, Reply, text, tool_use
+
+
+class LoopServer(FakeMessagesServer):
+    """The default policy, with distinct arguments each turn (bench_noop takes `n`)."""
+
+    def __init__(self, *, turns: int, **kwargs):
+        super().__init__(**kwargs)
+        self.turns = turns
+
+    def _default_reply(self, body: dict) -> Reply:
+        done = sum(1 for m in body["messages"] if m.get("role") == "assistant")
+        if done < self.turns:
+            return Reply([tool_use("bench_noop", n=done)])
+        return Reply([text("Done.")])
+
+
+def one_round(n: int, turns: int, latency: float) -> dict:
+    from runs.models import Run
+
+    started = time.time()
+    run_ids = et.launch_runs(n, turns, provider="anthropic")
+    et.wait_finished(run_ids, timeout=max(120, 20 * (turns + 1) * latency * n / 50))
+    runs = list(Run.objects.filter(pk__in=run_ids))
+    failed = [r for r in runs if r.status != Run.Status.SUCCEEDED]
+    if failed:
+        raise SystemExit(f"{len(failed)} runs failed: {failed[0].status_detail}")
+    seconds = max(r.finished_at for r in runs).timestamp() - started
+    calls = n * (turns + 1)
+    achieved = calls / seconds
+    ideal = n / latency
+    return {"seconds": seconds, "achieved": achieved, "ideal": ideal, "ratio": achieved / ideal}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", default="200", help="N concurrent runs, comma-separated")
+    parser.add_argument("--turns", type=int, default=3, help="tool-calling turns per run")
+    parser.add_argument("--latency", type=float, default=1.0)
+    parser.add_argument("--concurrency", type=int, default=0, help="worker threads (0: default)")
+    parser.add_argument("--pool-max", type=int, default=0, help="DATABASE_POOL_MAX (0: default)")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    from django.conf import settings
+
+    if not (settings.IS_POSTGRES and settings.REDIS_URL):
+        raise SystemExit("set DATABASE_URL (Postgres) and REDIS_URL; see the docstring")
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    server = LoopServer(turns=args.turns, latency=args.latency).start()
+    env = {"ANTHROPIC_API_KEY": "fake", "ANTHROPIC_BASE_URL": server.base_url}
+    if args.pool_max:
+        env["DATABASE_POOL_MAX"] = str(args.pool_max)
+    concurrency = args.concurrency or settings.CELERY_WORKER_CONCURRENCY
+    print(
+        f"turns={args.turns}, latency={args.latency}s, worker -c {concurrency}, "
+        f"DATABASE_POOL_MAX={env.get('DATABASE_POOL_MAX', 'default')}; "
+        f"cores={os.cpu_count()}, load={os.getloadavg()}"
+    )
+    proc = et.start_worker(concurrency, extra_env=env)
+    results: dict[int, list[dict]] = {}
+    try:
+        et.launch_runs(2, 1, provider="anthropic")  # warm-up: imports, connections
+        time.sleep(args.latency * 2 + 2)
+        for _ in range(args.repeat):
+            for n in [int(x) for x in args.runs.split(",")]:
+                r = one_round(n, args.turns, args.latency)
+                results.setdefault(n, []).append(r)
+                print(
+                    f"  N={n}: {r['achieved']:.1f} calls/s of ideal {r['ideal']:.0f} "
+                    f"({100 * r['ratio']:.0f} %) in {r['seconds']:.1f} s"
+                )
+        print(f"worker RSS {et.worker_rss_kb(proc.pid)} kB")
+    finally:
+        et.stop_worker(proc)
+        server.stop()
+    print(f"\n{'N':>5}{'calls/s':>10}{'ideal':>8}{'% ideal':>9}   rounds (% ideal)")
+    for n, rounds in results.items():
+        print(
+            f"{n:>5}{statistics.median(r['achieved'] for r in rounds):>10.1f}"
+            f"{rounds[0]['ideal']:>8.0f}"
+            f"{100 * statistics.median(r['ratio'] for r in rounds):>9.0f}"
+            f"   {[round(100 * r['ratio']) for r in rounds]}"
+        )
+    print(f"load after: {os.getloadavg()} (shared 2-core machine, other jobs running)")
+
+
+if __name__ == "__main__":
+    main()
