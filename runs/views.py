@@ -11,7 +11,7 @@ from datetime import datetime, time, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, F, Q, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
@@ -148,19 +148,26 @@ def filtered_runs(request: HttpRequest, form: RunFilterForm):
     return runs
 
 
-@require_GET
-@login_required
-def run_list(request: HttpRequest) -> HttpResponse:
-    _require(request, request.user.can_view)
+def _filtered_page(request: HttpRequest) -> tuple[RunFilterForm, Page, str]:
+    """The runs list and the audit search share filters and paging: the form, the page of
+    runs, and the query string without `page` for the pagination links."""
     form = RunFilterForm(request.GET)
     page = Paginator(filtered_runs(request, form), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
+    return form, page, query.urlencode()
+
+
+@require_GET
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    _require(request, request.user.can_view)
+    form, page, query = _filtered_page(request)
     filtered = form.is_valid() and any(form.cleaned_data.values())
     context = {
         "form": form,
         "page": page,
-        "query": query.urlencode(),
+        "query": query,
         # New runs are pushed into the table only where they belong: the unfiltered first page.
         "live_insert": page.number == 1 and not filtered,
     }
@@ -361,13 +368,8 @@ def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
 @login_required
 def audit(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_view)
-    form = RunFilterForm(request.GET)
-    page = Paginator(filtered_runs(request, form), RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
-    return render(
-        request, "runs/audit.html", {"form": form, "page": page, "query": query.urlencode()}
-    )
+    form, page, query = _filtered_page(request)
+    return render(request, "runs/audit.html", {"form": form, "page": page, "query": query})
 
 
 @require_GET
