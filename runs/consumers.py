@@ -6,7 +6,7 @@ import asyncio
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from . import events
+from . import events, live, rendering
 from .models import Run, Step
 
 CATCH_UP_MAX = 500
@@ -53,7 +53,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
                 # A gap (a lost event): fill it from the database, in order.
                 await self._catch_up()
                 return
-            await self._deliver(event)
+            await self._deliver(await live.step_payload(event))
 
     async def _poll(self):
         while True:
@@ -97,7 +97,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         out = []
         for step in steps:
             # The header reflects the run now; sending it once, with the last step, is enough.
-            payload = events.render_step(step, run=run, with_header=step is steps[-1])
+            payload = rendering.render_step_event(step, run, with_header=step is steps[-1])
             out.append({"seq": step.seq, "kind": step.kind, "run_id": str(step.run_id), **payload})
         return out
 
@@ -131,13 +131,20 @@ class _GroupConsumer(AsyncJsonWebsocketConsumer):
         if self.as_json:
             await self.send_json({k: v for k, v in event.items() if k not in ("type", "html")})
         else:
-            await _send_html_or_json(self, event)
+            await _send_html_or_json(self, await self.rendered(event))
+
+    async def rendered(self, event: dict) -> dict:
+        """The event with its HTML (runs/live.py renders it once per process)."""
+        return event
 
 
 class DashboardConsumer(_GroupConsumer):
     """Runs list and dashboard rows."""
 
     group = events.DASHBOARD_GROUP
+
+    async def rendered(self, event: dict) -> dict:
+        return await live.run_payload(event)
 
     async def run_changed(self, event):
         await self.forward(event)
@@ -152,17 +159,19 @@ class ApprovalsConsumer(_GroupConsumer):
         # A page rendered just before an approval was opened would miss its push and show a
         # stale count until the next change (a run launched from the form gates within ms).
         if not self.as_json:
-            from .rendering import render_approval_event
+            state = await database_sync_to_async(rendering.render_approval_event)(None)
+            await _send_html_or_json(self, state)
 
-            await self.forward(await database_sync_to_async(render_approval_event)(None))
+    async def rendered(self, event: dict) -> dict:
+        return await live.approval_payload(event)
 
     async def approvals_changed(self, event):
         await self.forward(event)
 
 
 async def _send_html_or_json(consumer: AsyncJsonWebsocketConsumer, event: dict) -> None:
-    """The fragment(s) rendered once by runs/events.py, one WebSocket message each; every
-    viewer gets the same bytes. Without a renderer, the event itself as JSON."""
+    """The fragment(s) rendered once per process by runs/live.py, one WebSocket message
+    each; every viewer gets the same bytes. Without HTML, the event itself as JSON."""
     html = event.get("html")
     if html is None:
         await consumer.send_json({k: v for k, v in event.items() if k != "type"})

@@ -1,5 +1,7 @@
 """The only code that talks to the channel layer. Events are sent after commit, once each.
 
+Events carry ids, not HTML: the web process renders them (runs/live.py).
+
 Worker threads do not own an event loop, and `async_to_sync(group_send)` per event would open
 a loop and a Redis connection every time (~3.6 ms). Instead:
 - with Redis, a single background thread runs one long-lived loop and layer connection;
@@ -11,8 +13,7 @@ a loop and a Redis connection every time (~3.6 ms). Instead:
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+import uuid
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -24,13 +25,6 @@ _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
 _server_loop: asyncio.AbstractEventLoop | None = None
 
-# Renderers turn a step into the payload viewers get (HTML fragment + seq); the UI module
-# installs one. Rendering happens once per event, not once per viewer.
-_step_renderer: Callable[..., dict] | None = None
-_run_renderer: Callable[[Any, int], dict] | None = None
-_approval_renderer: Callable[[Any], dict] | None = None
-_listeners: list[Callable[[str, dict], None]] = []
-
 
 def run_group(run_id) -> str:
     return f"run.{run_id}"
@@ -38,43 +32,6 @@ def run_group(run_id) -> str:
 
 DASHBOARD_GROUP = "runs.all"
 APPROVALS_GROUP = "approvals.all"
-
-
-def set_step_renderer(fn: Callable[..., dict]) -> None:
-    global _step_renderer
-    _step_renderer = fn
-
-
-def set_run_renderer(fn: Callable[[Any, int], dict]) -> None:
-    """Renders a run's summary (list row, dashboard row) for the runs group."""
-    global _run_renderer
-    _run_renderer = fn
-
-
-def set_approval_renderer(fn: Callable[[Any], dict]) -> None:
-    """Renders an approval's queue row and the pending count for the approvals group."""
-    global _approval_renderer
-    _approval_renderer = fn
-
-
-def render_step(step, **kwargs: Any) -> dict:
-    return _render(_step_renderer, step, **kwargs)
-
-
-def _render(renderer: Callable[..., dict] | None, *args: Any, **kwargs: Any) -> dict:
-    # Called after commit, often from the engine: a template error must not break a run.
-    if renderer is None:
-        return {}
-    try:
-        return renderer(*args, **kwargs)
-    except Exception:
-        log.exception("rendering a live event failed")
-        return {}
-
-
-def add_listener(fn: Callable[[str, dict], None]) -> None:
-    """Tests and benchmarks observe sent events without a channel layer round trip."""
-    _listeners.append(fn)
 
 
 def remember_server_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -97,8 +54,6 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 def send(group: str, message: dict) -> None:
     """Send now (the caller is already after commit). Never raises: live views are a
     convenience, the timeline is the record."""
-    for listener in _listeners:
-        listener(group, message)
     layer = get_channel_layer()
     if layer is None:
         return
@@ -125,27 +80,10 @@ def publish_step_on_commit(step) -> None:
 
 
 def publish_step(step) -> None:
-    payload = render_step(step)
-    send(
-        run_group(step.run_id),
-        {
-            "type": "run.step",
-            "run_id": str(step.run_id),
-            "seq": step.seq,
-            "kind": step.kind,
-            **payload,
-        },
-    )
-    send(
-        DASHBOARD_GROUP,
-        {
-            "type": "run.changed",
-            "run_id": str(step.run_id),
-            "seq": step.seq,
-            "kind": step.kind,
-            **_render(_run_renderer, step.run_id, step.seq),
-        },
-    )
+    # Ids only: the web process renders what viewers see (runs/live.py), once per event.
+    event = {"run_id": str(step.run_id), "seq": step.seq, "kind": step.kind}
+    send(run_group(step.run_id), {"type": "run.step", **event})
+    send(DASHBOARD_GROUP, {"type": "run.changed", **event})
 
 
 def publish_approvals_changed(approval_id) -> None:
@@ -153,11 +91,9 @@ def publish_approvals_changed(approval_id) -> None:
 
 
 def publish_approval(approval_id) -> None:
+    # An approval changes several times (opened, decided): the event id tells the web
+    # process's render cache one change from the next.
     send(
         APPROVALS_GROUP,
-        {
-            "type": "approvals.changed",
-            "approval_id": str(approval_id),
-            **_render(_approval_renderer, approval_id),
-        },
+        {"type": "approvals.changed", "approval_id": str(approval_id), "event": uuid.uuid4().hex},
     )

@@ -1,8 +1,8 @@
 """What viewers see of runs, steps and approvals, rendered once per event.
 
 The page templates define the fragments (`{% partialdef %}`); this module builds their
-context and renders them for WebSocket pushes. `install()` hands the renderers to
-`runs/events.py`, so an event is rendered once however many browsers watch it.
+context and renders them for WebSocket pushes (runs/live.py calls it once per event per web
+process, however many browsers watch).
 
 Model and tool output is untrusted: it is only ever passed to templates as plain strings
 (auto-escaped) inside `.untrusted[hx-disable]` containers, never marked safe.
@@ -306,14 +306,6 @@ def status_counts() -> dict[str, int]:
     for row in Run.objects.values("status").annotate(n=Count("pk")).order_by():
         counts[row["status"]] = row["n"]
     return counts
-
-
-def install() -> None:
-    from . import events
-
-    events.set_step_renderer(render_step_event)
-    events.set_run_renderer(render_run_event)
-    events.set_approval_renderer(render_approval_event)
 
 
 def _when(iso: Any) -> str:
