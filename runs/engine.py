@@ -60,6 +60,11 @@ NO_PROGRESS_REPEATS = 3  # the same tool call with the same arguments, this many
 TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
 ASK_OPERATOR = "ask_operator"
 LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to record its result
+# Ownership confirmed by this worker's own write less than this long ago is not read again
+# before a model call or a tool without side effects: a cancel landing in that window is
+# seen when the step is recorded (the same as a cancel landing just after the read). Calls
+# with side effects always read first.
+RECHECK_AFTER_SECONDS = 1.0
 
 
 def _cfg(name: str) -> Any:
@@ -163,6 +168,9 @@ class Work:
     # Seconds the run spent waiting for people, left out of its max_seconds (read once per
     # claim: a run that waits again is parked, and the next claim reads it afresh).
     waited: float = 0.0
+    # When this worker last saw (monotonic) that it owns the run, and the lease it wrote.
+    confirmed_at: float = 0.0
+    lease_until: Any = None
 
     @property
     def active_seconds(self) -> float:
@@ -246,6 +254,8 @@ def _load(run: Run, worker: str) -> Work:
         worker=worker,
         provider=llm.provider_for_run(run),
         waited=run.seconds_waiting_for_humans(),
+        confirmed_at=time.monotonic(),
+        lease_until=run.lease_expires_at,
     )
 
 
@@ -374,10 +384,28 @@ def _locked_owned(work: Work) -> Run:
     return run
 
 
-def _renew(run: Run, **fields: Any) -> None:
+def _append_owned(work: Work, kind: str, data: dict, update: dict, **columns: Any) -> Step:
+    """Append a step to the run this worker holds, writing the run's new counters and a
+    renewed lease in the same UPDATE (one compare-and-set, no locked read first). Stop if
+    the run is no longer ours."""
+    step = work.run.append_step_if_owned(work.worker, kind, data, update=update, **columns)
+    if step is None:
+        # Someone else wrote to the run: a cancel, a takeover, or a decision's step.
+        work.run = _locked_owned(work)
+        step = work.run.append_step(kind, data, update=update, **columns)
+    work.confirmed_at = time.monotonic()
+    work.lease_until = work.run.lease_expires_at
+    return step
+
+
+def _renewal(*, model_call_next: bool) -> dict:
+    """Lease fields for a step's write: long enough for the next call to finish and be
+    recorded under it (a model call may take its whole timeout)."""
+    seconds = lease_seconds()
+    if model_call_next:
+        seconds = max(seconds, _cfg("LLM_TIMEOUT_SECONDS") * LEASE_MARGIN)
     now = timezone.now()
-    fields.update(lease_expires_at=now + timedelta(seconds=lease_seconds()), updated_at=now)
-    Run.objects.filter(pk=run.pk).update(**fields)
+    return {"lease_expires_at": now + timedelta(seconds=seconds), "updated_at": now}
 
 
 # --- periodic "continue?" checkpoint (rules and question in approvals/gates.py) ------------------
@@ -408,17 +436,35 @@ def _continue_checkpoint(work: Work) -> None:
     _terminate(work, Run.Termination.APPROVAL_EXPIRED, detail)
 
 
-def _still_mine(work: Work, *, lease_for: float | None = None) -> None:
+def _still_mine(work: Work, *, lease_for: float | None = None, must_read: bool = False) -> None:
     """At a step boundary: Stop if the run was cancelled or taken over; make sure the lease
     covers the call about to be made (so a slow but live call is not taken over); stop at
     max_seconds.
 
-    Usually one plain SELECT: the lease was renewed by the step just recorded, and a write
-    here would cost a commit (a WAL flush on Postgres) on every step.
+    Usually nothing, or one plain SELECT: the step just recorded renewed the lease and
+    confirmed ownership (RECHECK_AFTER_SECONDS), and a write here would cost a commit (a WAL
+    flush on Postgres) on every step.
     """
     now = timezone.now()
     # A call that runs to its timeout still needs time to record its result under the lease.
     seconds = max(lease_seconds(), (lease_for or 0) * LEASE_MARGIN)
+    lease_needed = now + timedelta(seconds=seconds * 0.9)
+    fresh = (
+        not must_read
+        and time.monotonic() - work.confirmed_at < RECHECK_AFTER_SECONDS
+        and work.lease_until is not None
+        and work.lease_until >= lease_needed
+    )
+    if not fresh:
+        _confirm_ownership(work, now, seconds, lease_needed)
+    if work.active_seconds >= work.run.max_seconds:
+        detail = f"{work.active_seconds:.0f}s of {work.run.max_seconds}s"
+        if work.waited:
+            detail += f" (not counting {work.waited:.0f}s waiting for people)"
+        _terminate(work, Run.Termination.MAX_SECONDS, detail)
+
+
+def _confirm_ownership(work: Work, now, seconds: float, lease_needed) -> None:
     row = (
         Run.objects.filter(pk=work.run.pk)
         .values_list("status", "lease_owner", "lease_expires_at")
@@ -426,17 +472,16 @@ def _still_mine(work: Work, *, lease_for: float | None = None) -> None:
     )
     if row is None or row[:2] != (Run.Status.RUNNING, work.worker):
         raise Stop
-    if row[2] is None or row[2] < now + timedelta(seconds=seconds * 0.9):
+    lease_until = row[2]
+    if lease_until is None or lease_until < lease_needed:
+        lease_until = now + timedelta(seconds=seconds)
         renewed = Run.objects.filter(
             pk=work.run.pk, status=Run.Status.RUNNING, lease_owner=work.worker
-        ).update(lease_expires_at=now + timedelta(seconds=seconds), updated_at=now)
+        ).update(lease_expires_at=lease_until, updated_at=now)
         if not renewed:
             raise Stop
-    if work.active_seconds >= work.run.max_seconds:
-        detail = f"{work.active_seconds:.0f}s of {work.run.max_seconds}s"
-        if work.waited:
-            detail += f" (not counting {work.waited:.0f}s waiting for people)"
-        _terminate(work, Run.Termination.MAX_SECONDS, detail)
+    work.confirmed_at = time.monotonic()
+    work.lease_until = lease_until
 
 
 # --- model call ----------------------------------------------------------------------------------
@@ -527,9 +572,10 @@ def _release_db_connection() -> None:
 
 
 def _record_model_error(work: Work, exc: llm.LLMError, attempt: int, *, will_retry: bool) -> None:
+    run = work.run
     with transaction.atomic():
-        run = _locked_owned(work)
-        run.append_step(
+        _append_owned(
+            work,
             Step.Kind.LLM_ERROR,
             {
                 "error": str(exc)[:2000],
@@ -538,19 +584,21 @@ def _record_model_error(work: Work, exc: llm.LLMError, attempt: int, *, will_ret
                 "retryable": exc.retryable,
                 "will_retry": will_retry,
             },
+            {
+                "retry_count": run.retry_count + 1,
+                "error_count": run.error_count + 1,
+                **_renewal(model_call_next=will_retry),
+            },
         )
-        run.retry_count += 1
-        run.error_count += 1
-        _renew(run, retry_count=run.retry_count, error_count=run.error_count)
-        work.run = run
 
 
 def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
     tool_uses = response.tool_uses
+    run = work.run
     try:
         with transaction.atomic():
-            run = _locked_owned(work)
-            step = run.append_step(
+            step = _append_owned(
+                work,
                 Step.Kind.LLM,
                 {
                     "model": response.model,
@@ -561,23 +609,18 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
                     "trimmed_turns": trimmed,
                     "provider": work.provider.name,
                 },
+                {
+                    "step_count": run.step_count + 1,
+                    "tokens_in": run.tokens_in + response.usage.total_input_tokens,
+                    "tokens_out": run.tokens_out + response.usage.output_tokens,
+                    "cost_usd": run.cost_usd + response.cost_usd,
+                    **_renewal(model_call_next=False),
+                },
                 cost_usd=response.cost_usd,
                 tokens_in=response.usage.total_input_tokens,
                 tokens_out=response.usage.output_tokens,
                 latency_ms=response.latency_ms,
             )
-            run.step_count += 1
-            run.tokens_in += response.usage.total_input_tokens
-            run.tokens_out += response.usage.output_tokens
-            run.cost_usd += response.cost_usd
-            _renew(
-                run,
-                step_count=run.step_count,
-                tokens_in=run.tokens_in,
-                tokens_out=run.tokens_out,
-                cost_usd=run.cost_usd,
-            )
-            work.run = run
             work.messages.append({"role": "assistant", "content": response.content})
 
             if not tool_uses:
@@ -733,7 +776,7 @@ def _run_pending_tools(work: Work) -> None:
     tool = get_tool(item["name"])
     # The step boundary: stop if cancelled, renew the lease. Tool timeouts are seconds, well
     # within a lease, so a dead worker's run is picked up one lease after its last renewal.
-    _still_mine(work)
+    _still_mine(work, must_read=tool is None or tool.has_side_effects)
     approval = approvals.get(item.get("approval") or "")
     if item["error"] or tool is None:
         _record_tool_result(work, item, error=item["error"] or "unknown tool", attempts=0)
@@ -963,26 +1006,26 @@ def _record_tool_result(
         "status": SideEffect.Status.FAILED if is_error else SideEffect.Status.COMMITTED,
         "result": {"error": error} if is_error else {"result": result},
     }
+    run = work.run
+    counters = {"retry_count": run.retry_count + max(0, attempts - 1)}
+    if is_error and counts_as_error:
+        counters["error_count"] = run.error_count + 1
+        counters["consecutive_errors"] = run.consecutive_errors + 1
+    elif not is_error:
+        counters["consecutive_errors"] = 0
+    pending = work.state["pending"][1:]
     try:
         with transaction.atomic():
-            run = _locked_owned(work)
-            run.append_step(Step.Kind.TOOL, data, latency_ms=duration_ms)
+            _append_owned(
+                work,
+                Step.Kind.TOOL,
+                data,
+                {**counters, **_renewal(model_call_next=not pending)},
+                latency_ms=duration_ms,
+            )
             if ledger is not None:
                 SideEffect.objects.filter(pk=ledger.pk).update(**outcome)
-            if is_error and counts_as_error:
-                run.error_count += 1
-                run.consecutive_errors += 1
-            elif not is_error:
-                run.consecutive_errors = 0
-            run.retry_count += max(0, attempts - 1)
-            _renew(
-                run,
-                error_count=run.error_count,
-                consecutive_errors=run.consecutive_errors,
-                retry_count=run.retry_count,
-            )
-            work.run = run
-            work.state["pending"] = work.state["pending"][1:]
+            work.state["pending"] = pending
             _checkpoint(work)
     except Stop:
         # Cancelled (or taken over) while the call was in flight: the effect happened all

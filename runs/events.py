@@ -32,6 +32,9 @@ def run_group(run_id) -> str:
 
 DASHBOARD_GROUP = "runs.all"
 APPROVALS_GROUP = "approvals.all"
+# The step kinds that change a run's row in the runs list and dashboard (status, model
+# calls, cost); tool calls, gates and decisions do not, and would only add traffic.
+SUMMARY_KINDS = frozenset({"status", "llm"})
 
 
 def remember_server_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -83,7 +86,8 @@ def publish_step(step) -> None:
     # Ids only: the web process renders what viewers see (runs/live.py), once per event.
     event = {"run_id": str(step.run_id), "seq": step.seq, "kind": step.kind}
     send(run_group(step.run_id), {"type": "run.step", **event})
-    send(DASHBOARD_GROUP, {"type": "run.changed", **event})
+    if step.kind in SUMMARY_KINDS:
+        send(DASHBOARD_GROUP, {"type": "run.changed", **event})
 
 
 def publish_approvals_changed(approval_id) -> None:

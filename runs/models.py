@@ -234,20 +234,56 @@ class Run(models.Model):
         return bool(updated)
 
     # --- timeline -------------------------------------------------------------------------
-    def append_step(self, kind: str, data: dict, **columns: Any) -> "Step":
-        """Append one step, hash-chained to the previous one.
+    def append_step(
+        self, kind: str, data: dict, *, update: dict | None = None, **columns: Any
+    ) -> "Step":
+        """Append one step, hash-chained to the previous one; `update` sets more of the
+        run's fields in the same UPDATE.
 
         Must run inside a transaction that holds this run's row lock (see `locked`), so
         seq stays contiguous and the chain has one head.
         """
-        seq = self.last_seq + 1
-        created_at = timezone.now()
-        step = Step(run=self, seq=seq, kind=kind, data=data, created_at=created_at, **columns)
-        step.prev_hash = self.last_hash
+        step = self._next_step(kind, data, columns)
+        Run.objects.filter(pk=self.pk).update(
+            last_seq=step.seq, last_hash=step.hash, **(update or {})
+        )
+        return self._saved(step, update)
+
+    def append_step_if_owned(
+        self, owner: str, kind: str, data: dict, *, update: dict | None = None, **columns: Any
+    ) -> "Step | None":
+        """`append_step` without a prior locked read, for the engine's hot path.
+
+        One compare-and-set UPDATE both takes the row lock and checks that the run is still
+        running under `owner`'s lease with its timeline head where this copy last saw it.
+        None (nothing written) when any of that changed: re-read it under `locked`.
+        """
+        step = self._next_step(kind, data, columns)
+        updated = Run.objects.filter(
+            pk=self.pk, status=Run.Status.RUNNING, lease_owner=owner, last_seq=self.last_seq
+        ).update(last_seq=step.seq, last_hash=step.hash, **(update or {}))
+        if not updated:
+            return None
+        return self._saved(step, update)
+
+    def _next_step(self, kind: str, data: dict, columns: dict) -> "Step":
+        step = Step(
+            run=self,
+            seq=self.last_seq + 1,
+            kind=kind,
+            data=data,
+            created_at=timezone.now(),
+            prev_hash=self.last_hash,
+            **columns,
+        )
         step.hash = step.compute_hash()
+        return step
+
+    def _saved(self, step: "Step", update: dict | None) -> "Step":
         step.save(force_insert=True)
-        Run.objects.filter(pk=self.pk).update(last_seq=seq, last_hash=step.hash)
-        self.last_seq, self.last_hash = seq, step.hash
+        self.last_seq, self.last_hash = step.seq, step.hash
+        for name, value in (update or {}).items():
+            setattr(self, name, value)
         _publish_on_commit(step)
         return step
 

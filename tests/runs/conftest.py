@@ -1,8 +1,10 @@
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from runs import engine
 from runs.models import Run
@@ -46,6 +48,13 @@ def launch(test_agent, no_enqueue) -> Callable[..., Run]:
         )
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _clock(monkeypatch):
+    # t_age_run moves this clock ahead: time passing during a long tool call.
+    harness.CLOCK.skew = timedelta(0)
+    monkeypatch.setattr(timezone, "now", harness.CLOCK.now)
 
 
 @pytest.fixture(autouse=True)

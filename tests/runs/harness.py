@@ -12,7 +12,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django import forms
-from django.db.models import F
+from django.utils import timezone
 
 from agentops.agents import CATALOGUE, Agent, GateRules, Limits, register
 from agentops.llm import LLMRequest, LLMResponse
@@ -70,15 +70,25 @@ def t_down(n: int) -> dict:
     raise ToolInfraError("connection refused")
 
 
+class Clock:
+    """django.utils.timezone.now, `skew` ahead (tests/runs/conftest.py installs it)."""
+
+    def __init__(self):
+        self.real_now = timezone.now
+        self.skew = timedelta(0)
+
+    def now(self):
+        return self.real_now() + self.skew
+
+
+CLOCK = Clock()
+
+
 @tool(reversible=True, blast=Blast.NONE, name="t_age_run")
 def t_age_run(seconds: int, ctx: ToolContext = None) -> dict:
-    """Makes the run look `seconds` older (time passing during a long tool call)."""
-    from runs.models import Run
-
+    """A long tool call: the clock moves `seconds` ahead while it runs."""
     _count("t_age_run")
-    Run.objects.filter(pk=ctx.run_id).update(
-        started_at=F("started_at") - timedelta(seconds=seconds)
-    )
+    CLOCK.skew += timedelta(seconds=seconds)
     return {"aged": seconds}
 
 

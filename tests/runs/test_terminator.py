@@ -237,7 +237,7 @@ def test_cancel_while_running_stops_at_the_next_step_boundary(launch, script):
     assert_timeline_sound(run)
 
 
-def test_cancel_between_steps_is_seen_before_the_next_model_call(launch, script, monkeypatch):
+def _cancel_after_each_tool_record(monkeypatch):
     real = engine._record_tool_result
 
     def record_then_cancel(work, *args, **kwargs):
@@ -245,11 +245,33 @@ def test_cancel_between_steps_is_seen_before_the_next_model_call(launch, script,
         Run.objects.get(pk=work.run.pk).cancel(reason="operator clicked cancel")
 
     monkeypatch.setattr(engine, "_record_tool_result", record_then_cancel)
+
+
+def test_cancel_between_steps_is_seen_before_the_next_model_call(launch, script, monkeypatch):
+    # Once the worker's last confirmation of ownership is older than the recheck window
+    # (always, at human pace), the next model call is preceded by a read.
+    monkeypatch.setattr(engine, "RECHECK_AFTER_SECONDS", 0)
+    _cancel_after_each_tool_record(monkeypatch)
     provider = script(forever(lambda i: [tool_use("t_echo", text=f"{i}")]))
     run = launch()
     assert drive(run) == [Run.Status.CANCELLED]
     assert provider.calls == 1  # the second call was never paid for
     assert CALLS["t_echo"] == 1
+
+
+def test_cancel_right_after_a_recorded_step_costs_one_discarded_call(launch, script, monkeypatch):
+    # Within the window (the step was recorded a moment ago) the call goes out without a
+    # read; the cancel is seen when its answer is recorded: charged, discarded, no tool run.
+    _cancel_after_each_tool_record(monkeypatch)
+    provider = script(forever(lambda i: [tool_use("t_echo", text=f"{i}")]))
+    run = launch()
+    assert drive(run) == [Run.Status.CANCELLED]
+    assert provider.calls == 2
+    assert CALLS["t_echo"] == 1
+    run.refresh_from_db()
+    assert run.step_count == 1  # the discarded answer is no step of the run...
+    assert run.cost_usd > run.steps.get(kind="llm").cost_usd  # ...but was paid for
+    assert_timeline_sound(run)
 
 
 def test_cancel_during_a_model_call_runs_none_of_its_tools(launch, script):
