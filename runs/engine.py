@@ -171,6 +171,22 @@ class Work:
     # When this worker last saw (monotonic) that it owns the run, and the lease it wrote.
     confirmed_at: float = 0.0
     lease_until: Any = None
+    # The conversation's length as canonical JSON, kept up to date as it grows: the cost
+    # estimate and context trimming need it before every model call, and serialising the
+    # whole conversation each time made a step's cost grow with the run's length.
+    messages_chars: int = 0
+
+    def add_message(self, message: dict) -> None:
+        self.messages.append(message)
+        self.messages_chars += len(canonical_json(message)) + 1
+
+    def add_tool_result(self, block: dict) -> None:
+        last = self.messages[-1]
+        if last["role"] == "user" and isinstance(last["content"], list):
+            last["content"].append(block)
+            self.messages_chars += len(canonical_json(block)) + 1
+        else:
+            self.add_message({"role": "user", "content": [block]})
 
     @property
     def active_seconds(self) -> float:
@@ -246,11 +262,13 @@ def claim(run_id, worker: str) -> Run | None:
 def _load(run: Run, worker: str) -> Work:
     checkpoint = run.checkpoints.order_by("-seq").first()
     state = checkpoint.state if checkpoint else _initial_state()
+    messages = conversation(run)
     return Work(
         run=run,
         agent_config=run.agent_config,
         state=state,
-        messages=conversation(run),
+        messages=messages,
+        messages_chars=len(canonical_json(messages)),
         worker=worker,
         provider=llm.provider_for_run(run),
         waited=run.seconds_waiting_for_humans(),
@@ -344,8 +362,9 @@ def _estimate_next_cost(work: Work) -> Decimal:
     and max_tokens of output. Bytes, not characters, so non-Latin text is not underestimated.
     Scripted runs are priced by the same table, so cost limits behave the same in demos."""
     tools = [_anthropic_tool(t) for t in work.agent_config["tools"]]
-    payload = canonical_json([work.agent_config["system_prompt"], tools, work.messages])
-    tokens = len(payload.encode()) // 3 + 1 + TOOL_USE_OVERHEAD_TOKENS
+    # canonical_json escapes non-ASCII text, so characters here are bytes.
+    chars = len(canonical_json([work.agent_config["system_prompt"], tools])) + work.messages_chars
+    tokens = chars // 3 + 1 + TOOL_USE_OVERHEAD_TOKENS
     return pricing.estimate_max_cost(
         work.agent_config["model"], tokens, work.agent_config.get("max_tokens", 1024)
     )
@@ -487,7 +506,9 @@ def _confirm_ownership(work: Work, now, seconds: float, lease_needed) -> None:
 # --- model call ----------------------------------------------------------------------------------
 def _model_call(work: Work) -> None:
     cfg = work.agent_config
-    messages, trimmed = fit_context(work.messages, _cfg("CONTEXT_TOKEN_BUDGET"))
+    messages, trimmed = fit_context(
+        work.messages, _cfg("CONTEXT_TOKEN_BUDGET"), chars=work.messages_chars
+    )
     request = llm.LLMRequest(
         model=cfg["model"],
         system=cfg["system_prompt"],
@@ -508,13 +529,18 @@ def _anthropic_tool(meta: dict) -> dict:
     }
 
 
-def fit_context(messages: list[dict], budget_tokens: int) -> tuple[list[dict], int]:
+def fit_context(
+    messages: list[dict], budget_tokens: int, *, chars: int | None = None
+) -> tuple[list[dict], int]:
     """Drop the oldest assistant/tool-result turns until the estimate fits the budget.
 
     The first user message (the task) is kept, and a note says what was left out; turns go
     in pairs so every tool_use keeps its tool_result. The timeline keeps everything.
+    `chars`: the conversation's canonical JSON length, when the caller keeps it.
     """
-    if pricing.estimate_tokens(canonical_json(messages)) <= budget_tokens or len(messages) <= 3:
+    if chars is None:
+        chars = len(canonical_json(messages))
+    if chars // 3 + 1 <= budget_tokens or len(messages) <= 3:
         return messages, 0
     head, rest = messages[0], messages[1:]
     dropped = 0
@@ -621,7 +647,7 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
                 tokens_out=response.usage.output_tokens,
                 latency_ms=response.latency_ms,
             )
-            work.messages.append({"role": "assistant", "content": response.content})
+            work.add_message({"role": "assistant", "content": response.content})
 
             if not tool_uses:
                 _checkpoint(work)
@@ -763,12 +789,10 @@ def _checkpoint(work: Work) -> None:
 # --- tool calls ----------------------------------------------------------------------------------
 def _run_pending_tools(work: Work) -> None:
     pending = work.state["pending"]
-    approvals = {
-        str(a.pk): a
-        for a in Approval.objects.filter(
-            pk__in=[p["approval"] for p in pending if p.get("approval")]
-        )
-    }
+    approval_ids = [p["approval"] for p in pending if p.get("approval")]
+    approvals = (
+        {str(a.pk): a for a in Approval.objects.filter(pk__in=approval_ids)} if approval_ids else {}
+    )
     if any(a.status == Approval.Status.PENDING for a in approvals.values()):
         _wait_for_humans(work)
         return  # decided meanwhile: the next step reads the decisions afresh
@@ -1035,12 +1059,7 @@ def _record_tool_result(
                 **outcome
             )
         raise
-    block = _tool_result_block(data)
-    last = work.messages[-1]
-    if last["role"] == "user" and isinstance(last["content"], list):
-        last["content"].append(block)
-    else:
-        work.messages.append({"role": "user", "content": [block]})
+    work.add_tool_result(_tool_result_block(data))
 
 
 # --- slices, crashes, sweep ----------------------------------------------------------------------

@@ -4,13 +4,15 @@ Events carry ids, not HTML: the web process renders them (runs/live.py).
 
 Worker threads do not own an event loop, and `async_to_sync(group_send)` per event would open
 a loop and a Redis connection every time (~3.6 ms). Instead:
-- with Redis, a single background thread runs one long-lived loop and layer connection;
+- with Redis, a single background thread runs one long-lived loop that sends them in order
+  over one connection (_Outbox);
 - embedded (in-memory layer), the layer's queues live on the server's loop, so sends are
   handed to that loop (captured when the first WebSocket connects); without it there is no
   listener to miss the event.
 """
 
 import asyncio
+import collections
 import logging
 import threading
 import uuid
@@ -21,8 +23,7 @@ from django.db import transaction
 
 log = logging.getLogger("agentops.events")
 
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
+_outbox_lock = threading.Lock()
 _server_loop: asyncio.AbstractEventLoop | None = None
 
 
@@ -43,15 +44,62 @@ def remember_server_loop(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
-def _background_loop() -> asyncio.AbstractEventLoop:
-    global _loop
-    with _loop_lock:
-        if _loop is None or _loop.is_closed():
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="events-loop", daemon=True)
-            thread.start()
-            _loop = loop
-        return _loop
+class _Outbox:
+    """Events from worker threads, sent in order by one task on one long-lived loop.
+
+    Fire-and-forget sends would run concurrently and each take a Redis connection from the
+    pool (a burst of 3 000 events opened 1 361 connections); one sender keeps one. Bounded:
+    while Redis is unreachable the oldest events are dropped (consumers re-read the
+    database, runs/consumers.py).
+    """
+
+    MAX_QUEUED = 10_000
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.queue: collections.deque = collections.deque()
+        self.ready = asyncio.Event()
+        self.dropped = 0
+        threading.Thread(target=self._run, name="events-outbox", daemon=True).start()
+
+    def put(self, group: str, message: dict) -> None:
+        self.loop.call_soon_threadsafe(self._append, (group, message))
+
+    def _append(self, item: tuple[str, dict]) -> None:
+        if len(self.queue) >= self.MAX_QUEUED:
+            self.queue.popleft()
+            self.dropped += 1
+            if self.dropped % 1000 == 1:
+                log.warning("channel layer unreachable: %d live events dropped", self.dropped)
+        self.queue.append(item)
+        self.ready.set()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._drain())
+
+    async def _drain(self) -> None:
+        layer = get_channel_layer()
+        while True:
+            await self.ready.wait()
+            self.ready.clear()
+            while self.queue:
+                group, message = self.queue.popleft()
+                try:
+                    await layer.group_send(group, message)
+                except Exception as exc:
+                    log.warning("channel layer send failed: %s", exc)
+
+
+_outbox: _Outbox | None = None
+
+
+def _get_outbox() -> _Outbox:
+    global _outbox
+    with _outbox_lock:
+        if _outbox is None:
+            _outbox = _Outbox()
+        return _outbox
 
 
 def send(group: str, message: dict) -> None:
@@ -60,12 +108,12 @@ def send(group: str, message: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    if settings.EMBEDDED:
-        loop = _server_loop
-        if loop is None or loop.is_closed():
-            return
-    else:
-        loop = _background_loop()
+    if not settings.EMBEDDED:
+        _get_outbox().put(group, message)
+        return
+    loop = _server_loop
+    if loop is None or loop.is_closed():
+        return
     future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
     future.add_done_callback(_log_failure)
 
