@@ -22,7 +22,8 @@ enqueue to the last run finished), per-step time p50/p99 (deltas between a run's
 model steps for ours, between consecutive model-node calls for LangGraph), commits per step
 (pg_stat_database of this database), WAL bytes per step (pg_current_wal_lsn diff: the whole
 cluster, so other databases' writes on a shared server add noise), table growth per step
-(pg_total_relation_size of the tables each side writes).
+(pg_total_relation_size of the tables each side writes), CPU ms per step of the process doing
+the work (our worker; the LangGraph threads' own process) and of all Postgres processes.
 
 Use --profile to run the engine in-process under cProfile instead (N threads calling
 runs.engine.advance): prints where the time goes.
@@ -130,6 +131,28 @@ def pg_delta(before: dict, after: dict) -> dict:
         "commits": after["commits"] - before["commits"],
         "size": after["size"] - before["size"],
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time of every postgres process on this machine (the server is local)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
+                    total += cpu_seconds(int(entry.name))
+            except OSError:
+                continue
+    return total
 
 
 def settle_stats() -> None:
@@ -245,12 +268,16 @@ def our_figures(run_ids: list, k: int, started: float) -> dict:
     }
 
 
-def run_ours(m: int, k: int) -> dict:
+def run_ours(m: int, k: int, worker_pid: int) -> dict:
     before = pg_counters(OUR_TABLES)
+    cpu_before = cpu_seconds(worker_pid), postgres_cpu_seconds()
     started = time.time()
     run_ids = launch_runs(m, k)
     wait_finished(run_ids, timeout=600)
+    cpu_after = cpu_seconds(worker_pid), postgres_cpu_seconds()
     figures = our_figures(run_ids, k, started)
+    figures["cpu"] = cpu_after[0] - cpu_before[0]
+    figures["pg_cpu"] = cpu_after[1] - cpu_before[1]
     settle_stats()
     figures.update(pg_delta(before, pg_counters(OUR_TABLES)))
     return figures
@@ -349,6 +376,7 @@ class LangGraph:
                 errors.append(exc)
 
         before = pg_counters(LG_TABLES)
+        cpu_before = time.process_time(), postgres_cpu_seconds()
         started = time.time()
         threads = [threading.Thread(target=one, args=(i,)) for i in range(m)]
         for t in threads:
@@ -356,6 +384,7 @@ class LangGraph:
         for t in threads:
             t.join(timeout=600)
         seconds = time.time() - started
+        cpu_after = time.process_time(), postgres_cpu_seconds()
         if errors:
             raise errors[0]
         deltas = [(b - a) * 1000 for times in results for a, b in itertools.pairwise(times)]
@@ -366,6 +395,8 @@ class LangGraph:
             "seconds": seconds,
             "p50": percentile(deltas, 0.5),
             "p99": percentile(deltas, 0.99),
+            "cpu": cpu_after[0] - cpu_before[0],
+            "pg_cpu": cpu_after[1] - cpu_before[1],
         }
         figures.update(pg_delta(before, pg_counters(LG_TABLES)))
         return figures
@@ -382,12 +413,23 @@ def summarise(rounds: list[dict]) -> dict:
         "commits/step": statistics.median(r["commits"] / steps for r in rounds),
         "WAL B/step": statistics.median(r["wal"] / steps for r in rounds),
         "table B/step": statistics.median(r["size"] / steps for r in rounds),
+        "CPU ms/step": statistics.median(r["cpu"] * 1000 / steps for r in rounds),
+        "pg CPU ms/step": statistics.median(r["pg_cpu"] * 1000 / steps for r in rounds),
         "all steps/s": [round(r["steps"] / r["seconds"]) for r in rounds],
     }
 
 
 def print_table(results: dict) -> None:
-    cols = ["steps/s", "p50 ms", "p99 ms", "commits/step", "WAL B/step", "table B/step"]
+    cols = [
+        "steps/s",
+        "p50 ms",
+        "p99 ms",
+        "commits/step",
+        "WAL B/step",
+        "table B/step",
+        "CPU ms/step",
+        "pg CPU ms/step",
+    ]
     print(f"\n{'':<12}{'K':>5}" + "".join(f"{c:>14}" for c in cols) + "   rounds (steps/s)")
     for (side, k), s in results.items():
         print(
@@ -480,7 +522,7 @@ def main() -> None:
         time.sleep(3)
         for _ in range(args.repeat):
             for k in ks:
-                r = run_ours(args.runs, k)
+                r = run_ours(args.runs, k, proc.pid)
                 raw.setdefault(("agentops", k), []).append(r)
                 print(
                     f"  agentops K={k}: {r['steps'] / r['seconds']:.0f} steps/s ({r['rows']} rows)"
