@@ -43,9 +43,10 @@ class LoopServer(FakeMessagesServer):
         return Reply([text("Done.")])
 
 
-def one_round(n: int, turns: int, latency: float) -> dict:
+def one_round(n: int, turns: int, latency: float, worker_pid: int) -> dict:
     from runs.models import Run
 
+    cpu_before = et.cpu_seconds(worker_pid), time.process_time(), et.postgres_cpu_seconds()
     started = time.time()
     run_ids = et.launch_runs(n, turns, provider="anthropic")
     et.wait_finished(run_ids, timeout=max(120, 20 * (turns + 1) * latency * n / 50))
@@ -54,10 +55,18 @@ def one_round(n: int, turns: int, latency: float) -> dict:
     if failed:
         raise SystemExit(f"{len(failed)} runs failed: {failed[0].status_detail}")
     seconds = max(r.finished_at for r in runs).timestamp() - started
+    cpu_after = et.cpu_seconds(worker_pid), time.process_time(), et.postgres_cpu_seconds()
     calls = n * (turns + 1)
+    cpu = [(b - a) * 1000 / calls for a, b in zip(cpu_before, cpu_after, strict=True)]
     achieved = calls / seconds
     ideal = n / latency
-    return {"seconds": seconds, "achieved": achieved, "ideal": ideal, "ratio": achieved / ideal}
+    return {
+        "seconds": seconds,
+        "achieved": achieved,
+        "ideal": ideal,
+        "ratio": achieved / ideal,
+        "cpu": cpu,
+    }
 
 
 def main() -> None:
@@ -93,11 +102,14 @@ def main() -> None:
         time.sleep(args.latency * 2 + 2)
         for _ in range(args.repeat):
             for n in [int(x) for x in args.runs.split(",")]:
-                r = one_round(n, args.turns, args.latency)
+                r = one_round(n, args.turns, args.latency, proc.pid)
                 results.setdefault(n, []).append(r)
+                worker, server_side, pg = r["cpu"]
                 print(
                     f"  N={n}: {r['achieved']:.1f} calls/s of ideal {r['ideal']:.0f} "
-                    f"({100 * r['ratio']:.0f} %) in {r['seconds']:.1f} s"
+                    f"({100 * r['ratio']:.0f} %) in {r['seconds']:.1f} s; CPU ms per call: "
+                    f"worker {worker:.1f}, fake server + this script {server_side:.1f}, "
+                    f"Postgres {pg:.1f}"
                 )
         print(f"worker RSS {et.worker_rss_kb(proc.pid)} kB")
     finally:

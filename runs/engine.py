@@ -34,7 +34,6 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -230,15 +229,18 @@ def claim(run_id, worker: str) -> Run | None:
             return None
         first = run.started_at is None
         previous_owner = run.lease_owner
-        Run.objects.filter(pk=run.pk).update(
-            status=Run.Status.RUNNING,
-            lease_owner=worker,
-            lease_expires_at=now + timedelta(seconds=lease_seconds()),
-            started_at=Coalesce(F("started_at"), now),
-            version=F("version") + 1,
-            updated_at=now,
-        )
-        run.refresh_from_db()
+        claimed = {
+            "status": Run.Status.RUNNING,
+            "lease_owner": worker,
+            "lease_expires_at": now + timedelta(seconds=lease_seconds()),
+            "started_at": run.started_at or now,
+            "version": run.version + 1,
+            "updated_at": now,
+        }
+        # Under the row lock, so the values read above are current: no re-read needed.
+        Run.objects.filter(pk=run.pk).update(**claimed)
+        for name, value in claimed.items():
+            setattr(run, name, value)
         # Re-claims after an ordinary time slice leave no step (they would only be noise);
         # the first start and a takeover from a dead worker are part of the record.
         if first:
@@ -259,10 +261,21 @@ def claim(run_id, worker: str) -> Run | None:
     return run
 
 
+# The steps the model's conversation is rebuilt from.
+CONVERSATION_KINDS = [Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS]
+
+
 def _load(run: Run, worker: str) -> Work:
     checkpoint = run.checkpoints.order_by("-seq").first()
     state = checkpoint.state if checkpoint else _initial_state()
-    messages = conversation(run)
+    # One read of the timeline for both the conversation and the time spent waiting.
+    rows = list(
+        run.steps.filter(kind__in=CONVERSATION_KINDS)
+        .order_by("seq")
+        .values_list("kind", "data", "created_at")
+    )
+    messages = _messages(rows)
+    status_steps = [(data, at) for kind, data, at in rows if kind == Step.Kind.STATUS]
     return Work(
         run=run,
         agent_config=run.agent_config,
@@ -271,7 +284,7 @@ def _load(run: Run, worker: str) -> Work:
         messages_chars=len(canonical_json(messages)),
         worker=worker,
         provider=llm.provider_for_run(run),
-        waited=run.seconds_waiting_for_humans(),
+        waited=run.seconds_waiting_for_humans(status_steps),
         confirmed_at=time.monotonic(),
         lease_until=run.lease_expires_at,
     )
@@ -279,12 +292,17 @@ def _load(run: Run, worker: str) -> Work:
 
 def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
     """The Messages API conversation, rebuilt from the timeline (the single record)."""
-    steps = run.steps.filter(kind__in=[Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS])
+    steps = run.steps.filter(kind__in=CONVERSATION_KINDS)
     if upto_seq is not None:
         steps = steps.filter(seq__lte=upto_seq)
+    return _messages(steps.order_by("seq").values_list("kind", "data", "created_at"))
+
+
+def _messages(rows) -> list[dict]:
+    """Messages from (kind, data, created_at) timeline rows in seq order."""
     messages: list[dict] = []
     results: list[dict] = []
-    for kind, data in steps.order_by("seq").values_list("kind", "data"):
+    for kind, data, _ in rows:
         if kind == Step.Kind.STATUS:
             if data.get("event") == "launched":
                 messages.append({"role": "user", "content": data["prompt"]})

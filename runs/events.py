@@ -12,10 +12,10 @@ a loop and a Redis connection every time (~3.6 ms). Instead:
 """
 
 import asyncio
-import collections
 import logging
 import threading
 import uuid
+from collections.abc import Hashable
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -48,31 +48,38 @@ class _Outbox:
     """Events from worker threads, sent in order by one task on one long-lived loop.
 
     Fire-and-forget sends would run concurrently and each take a Redis connection from the
-    pool (a burst of 3 000 events opened 1 361 connections); one sender keeps one. Bounded:
-    while Redis is unreachable the oldest events are dropped (consumers re-read the
-    database, runs/consumers.py).
+    pool (a burst of 3 000 events opened 1 361 connections); one sender keeps one. While it
+    is busy, a run's events that wait to be sent merge into one that carries the newest seq
+    and `first`, the oldest one it stands for: consumers read the steps in between from
+    the database (runs/consumers.py), so a busy worker sends less instead of falling
+    behind. Bounded: while Redis is unreachable the oldest events are dropped.
     """
 
     MAX_QUEUED = 10_000
 
     def __init__(self):
         self.loop = asyncio.new_event_loop()
-        self.queue: collections.deque = collections.deque()
+        self.lock = threading.Lock()
+        self.pending: dict[Hashable, tuple[str, dict]] = {}  # insertion order = send order
+        self.awake = False  # the sender will look at `pending` again without a wake-up
         self.ready = asyncio.Event()
         self.dropped = 0
         threading.Thread(target=self._run, name="events-outbox", daemon=True).start()
 
-    def put(self, group: str, message: dict) -> None:
-        self.loop.call_soon_threadsafe(self._append, (group, message))
-
-    def _append(self, item: tuple[str, dict]) -> None:
-        if len(self.queue) >= self.MAX_QUEUED:
-            self.queue.popleft()
-            self.dropped += 1
-            if self.dropped % 1000 == 1:
-                log.warning("channel layer unreachable: %d live events dropped", self.dropped)
-        self.queue.append(item)
-        self.ready.set()
+    def put(self, group: str, message: dict, key: Hashable) -> None:
+        with self.lock:
+            waiting = self.pending.get(key)
+            if waiting is not None:
+                message = {**message, "first": waiting[1].get("first", waiting[1]["seq"])}
+            elif len(self.pending) >= self.MAX_QUEUED:
+                self.pending.pop(next(iter(self.pending)))
+                self.dropped += 1
+                if self.dropped % 1000 == 1:
+                    log.warning("channel layer unreachable: %d live events dropped", self.dropped)
+            self.pending[key] = (group, message)
+            wake, self.awake = not self.awake, True
+        if wake:
+            self.loop.call_soon_threadsafe(self.ready.set)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -83,12 +90,18 @@ class _Outbox:
         while True:
             await self.ready.wait()
             self.ready.clear()
-            while self.queue:
-                group, message = self.queue.popleft()
-                try:
-                    await layer.group_send(group, message)
-                except Exception as exc:
-                    log.warning("channel layer send failed: %s", exc)
+            while True:
+                with self.lock:
+                    batch = list(self.pending.values())
+                    self.pending.clear()
+                    self.awake = bool(batch)
+                if not batch:
+                    break
+                for group, message in batch:
+                    try:
+                        await layer.group_send(group, message)
+                    except Exception as exc:
+                        log.warning("channel layer send failed: %s", exc)
 
 
 _outbox: _Outbox | None = None
@@ -102,14 +115,17 @@ def _get_outbox() -> _Outbox:
         return _outbox
 
 
-def send(group: str, message: dict) -> None:
+def send(group: str, message: dict, *, merge_key: Hashable | None = None) -> None:
     """Send now (the caller is already after commit). Never raises: live views are a
-    convenience, the timeline is the record."""
+    convenience, the timeline is the record.
+
+    Events with the same merge_key (and a `seq`) may be merged while they wait (_Outbox).
+    """
     layer = get_channel_layer()
     if layer is None:
         return
     if not settings.EMBEDDED:
-        _get_outbox().put(group, message)
+        _get_outbox().put(group, message, merge_key or object())
         return
     loop = _server_loop
     if loop is None or loop.is_closed():
@@ -133,9 +149,13 @@ def publish_step_on_commit(step) -> None:
 def publish_step(step) -> None:
     # Ids only: the web process renders what viewers see (runs/live.py), once per event.
     event = {"run_id": str(step.run_id), "seq": step.seq, "kind": step.kind}
-    send(run_group(step.run_id), {"type": "run.step", **event})
+    send(run_group(step.run_id), {"type": "run.step", **event}, merge_key=("step", step.run_id))
     if step.kind in SUMMARY_KINDS:
-        send(DASHBOARD_GROUP, {"type": "run.changed", **event})
+        send(
+            DASHBOARD_GROUP,
+            {"type": "run.changed", **event},
+            merge_key=("changed", step.run_id),
+        )
 
 
 def publish_approvals_changed(approval_id) -> None:

@@ -77,8 +77,10 @@ async def step_payload(event: dict) -> dict:
 async def run_payload(event: dict) -> dict:
     """A runs group event with its HTML: the run's rows in the runs list and dashboard."""
     run_id, seq = event["run_id"], event["seq"]
-    key = ("run", run_id, seq)
-    return {**event, **await _cache.get(key, rendering.render_run_event, run_id, seq)}
+    # A merged event (runs/events.py) that includes the launch still inserts the row.
+    launched = event.get("first", seq) == 1
+    key = ("run", run_id, seq, launched)
+    return {**event, **await _cache.get(key, rendering.render_run_event, run_id, launched)}
 
 
 async def approval_payload(event: dict) -> dict:

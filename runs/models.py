@@ -189,15 +189,18 @@ class Run(models.Model):
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
 
-    def seconds_waiting_for_humans(self) -> float:
+    def seconds_waiting_for_humans(self, status_steps=None) -> float:
         """Time spent parked in `waiting`, from the timeline's paused/resumed steps.
 
         A person's time to decide does not count against max_seconds: a run approved after
-        an hour must still get to run the call that was approved.
+        an hour must still get to run the call that was approved. `status_steps`: the
+        status steps' (data, created_at) in seq order, when the caller has them already.
         """
         total, since = 0.0, None
-        steps = self.steps.filter(kind=Step.Kind.STATUS).order_by("seq")
-        for data, created_at in steps.values_list("data", "created_at"):
+        if status_steps is None:
+            steps = self.steps.filter(kind=Step.Kind.STATUS).order_by("seq")
+            status_steps = steps.values_list("data", "created_at")
+        for data, created_at in status_steps:
             if data.get("to") == Run.Status.WAITING:
                 since = created_at
             elif since is not None and data.get("from") == Run.Status.WAITING:

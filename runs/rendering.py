@@ -254,7 +254,7 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
     return {"html": html}
 
 
-def render_run_event(run_id: Any, seq: int) -> dict:
+def render_run_event(run_id: Any, launched: bool) -> dict:
     """The runs group's messages: this run's row in the runs list and on the dashboard.
 
     Table rows go as separate messages: htmx parses a message as one fragment, and rows
@@ -264,7 +264,6 @@ def render_run_event(run_id: Any, seq: int) -> dict:
     if run is None:
         return {}
     ctx = {"run": run, "gauges": gauges(run)}
-    launched = seq == 1
     parts = [render_to_string(RUN_LIST + "#run-row", {**ctx, "oob": True})]
     if launched:
         parts.append(render_to_string(RUN_LIST + "#run-row-insert", ctx))

@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -244,4 +245,33 @@ async def test_approvals_stream_sends_the_current_count_on_connect(viewer, opera
     assert connected
     first = await communicator.receive_from(timeout=5)
     assert '<span id="nav-pending-count" class="count" hx-swap-oob="true">1</span>' in first
+    await communicator.disconnect()
+
+
+async def test_a_merged_event_that_includes_the_launch_still_inserts_the_rows(
+    viewer, operator, no_enqueue
+):
+    # A busy worker's outbox merges a run's waiting events into one (runs/events.py).
+    from unittest import mock
+
+    communicator, _ = await connect("/ws/runs/", viewer)
+    with mock.patch("runs.models._publish_on_commit"):
+        run = await sync_to_async(make_run)(operator)
+        await sync_to_async(add_steps)(run, 2)
+    await get_channel_layer().group_send(
+        events.DASHBOARD_GROUP,
+        {"type": "run.changed", "run_id": str(run.pk), "seq": 3, "first": 1, "kind": "llm"},
+    )
+    html = "".join(await receive_all(communicator))
+    assert 'hx-swap-oob="afterbegin:#run-rows-live"' in html
+    assert 'hx-swap-oob="afterbegin:#inflight-rows"' in html
+    await communicator.disconnect()
+
+
+async def test_tool_steps_do_not_push_list_rows(run, viewer):
+    # A tool call changes nothing a runs-list or dashboard row shows; model calls do.
+    communicator, _ = await connect("/ws/runs/?format=json", viewer)
+    await sync_to_async(add_steps)(run, 2)  # seq 6 model call, seq 7 tool call
+    got = [json.loads(m) for m in await receive_all(communicator)]
+    assert [(m["seq"], m["kind"]) for m in got] == [(6, "llm")]
     await communicator.disconnect()
