@@ -51,6 +51,7 @@ from agentops.tools import (
 )
 from approvals.models import Approval, args_hash
 
+from . import sql
 from .models import Checkpoint, Run, SideEffect, Step, canonical_json
 
 log = logging.getLogger("agentops.engine")
@@ -796,11 +797,11 @@ def _wait_for_humans(work: Work) -> None:
 def _checkpoint(work: Work) -> None:
     # One INSERT .. ON CONFLICT DO UPDATE: update_or_create would cost a SELECT, an INSERT
     # and two savepoints, twice per agent step (bench/engine_throughput.py).
-    Checkpoint.objects.bulk_create(
-        [Checkpoint(run=work.run, seq=work.run.last_seq, state=work.state)],
-        update_conflicts=True,
-        unique_fields=["run", "seq"],
-        update_fields=["state"],
+    sql.insert(
+        Checkpoint(run=work.run, seq=work.run.last_seq, state=work.state),
+        ("run", "seq", "state", "created_at"),
+        conflict=("run", "seq"),
+        update_names=("state",),
     )
 
 

@@ -13,6 +13,8 @@ from django.db import models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from . import sql
+
 
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys, no spaces. Hashes and idempotency keys use it."""
@@ -247,8 +249,8 @@ class Run(models.Model):
         seq stays contiguous and the chain has one head.
         """
         step = self._next_step(kind, data, columns)
-        Run.objects.filter(pk=self.pk).update(
-            last_seq=step.seq, last_hash=step.hash, **(update or {})
+        sql.update(
+            Run, {"last_seq": step.seq, "last_hash": step.hash, **(update or {})}, {"id": self.pk}
         )
         return self._saved(step, update)
 
@@ -262,9 +264,16 @@ class Run(models.Model):
         None (nothing written) when any of that changed: re-read it under `locked`.
         """
         step = self._next_step(kind, data, columns)
-        updated = Run.objects.filter(
-            pk=self.pk, status=Run.Status.RUNNING, lease_owner=owner, last_seq=self.last_seq
-        ).update(last_seq=step.seq, last_hash=step.hash, **(update or {}))
+        updated = sql.update(
+            Run,
+            {"last_seq": step.seq, "last_hash": step.hash, **(update or {})},
+            {
+                "id": self.pk,
+                "status": Run.Status.RUNNING,
+                "lease_owner": owner,
+                "last_seq": self.last_seq,
+            },
+        )
         if not updated:
             return None
         return self._saved(step, update)
@@ -283,7 +292,7 @@ class Run(models.Model):
         return step
 
     def _saved(self, step: "Step", update: dict | None) -> "Step":
-        step.save(force_insert=True)
+        sql.insert(step, STEP_COLUMNS)
         self.last_seq, self.last_hash = step.seq, step.hash
         for name, value in (update or {}).items():
             setattr(self, name, value)
@@ -335,6 +344,22 @@ class Run(models.Model):
             prev = step.hash
             expected_seq += 1
         return prev == self.last_hash, None if prev == self.last_hash else expected_seq
+
+
+# Every column of a step but its id (runs/sql.py inserts them).
+STEP_COLUMNS = (
+    "run",
+    "seq",
+    "kind",
+    "data",
+    "cost_usd",
+    "tokens_in",
+    "tokens_out",
+    "latency_ms",
+    "created_at",
+    "prev_hash",
+    "hash",
+)
 
 
 def _publish_on_commit(step: "Step") -> None:
