@@ -391,12 +391,12 @@ def _estimate_next_cost(work: Work) -> Decimal:
 
 def _terminate(work: Work, reason: str, detail: str = "", *, output: str = "") -> None:
     status = Run.Status.SUCCEEDED if reason == Run.Termination.COMPLETED else Run.Status.FAILED
+    now = timezone.now()
     with transaction.atomic():
-        run = _locked_owned(work)
-        run.transition_to(
-            status, termination_reason=reason, status_detail=detail[:500], output=output
-        )
-        run.append_step(
+        # running -> succeeded/failed (Run.TRANSITIONS), set by the same compare-and-set
+        # that appends the step: only while the run is still running under our lease.
+        _append_owned(
+            work,
             Step.Kind.STATUS,
             {
                 "event": "terminated",
@@ -405,8 +405,18 @@ def _terminate(work: Work, reason: str, detail: str = "", *, output: str = "") -
                 "reason": reason,
                 "detail": detail,
             },
+            {
+                "status": status,
+                "termination_reason": reason,
+                "status_detail": detail[:500],
+                "output": output,
+                "finished_at": now,
+                "lease_owner": "",
+                "lease_expires_at": None,
+                "updated_at": now,
+                "version": work.run.version + 1,
+            },
         )
-        work.run = run
     raise Stop
 
 
