@@ -372,6 +372,13 @@ def _terminator_precheck(work: Work) -> None:
         )
 
 
+def _request_chars(work: Work) -> int:
+    """System prompt, tool schemas and the whole conversation, as canonical JSON (which
+    escapes non-ASCII text, so characters here are bytes)."""
+    tools = [_anthropic_tool(t) for t in work.agent_config["tools"]]
+    return len(canonical_json([work.agent_config["system_prompt"], tools])) + work.messages_chars
+
+
 # Anthropic adds a tool-use system prompt of a few hundred tokens when tools are given.
 TOOL_USE_OVERHEAD_TOKENS = 500
 
@@ -380,10 +387,7 @@ def _estimate_next_cost(work: Work) -> Decimal:
     """An upper bound for the next call: the whole untrimmed conversation, the tool schemas,
     and max_tokens of output. Bytes, not characters, so non-Latin text is not underestimated.
     Scripted runs are priced by the same table, so cost limits behave the same in demos."""
-    tools = [_anthropic_tool(t) for t in work.agent_config["tools"]]
-    # canonical_json escapes non-ASCII text, so characters here are bytes.
-    chars = len(canonical_json([work.agent_config["system_prompt"], tools])) + work.messages_chars
-    tokens = chars // 3 + 1 + TOOL_USE_OVERHEAD_TOKENS
+    tokens = _request_chars(work) // 3 + 1 + TOOL_USE_OVERHEAD_TOKENS
     return pricing.estimate_max_cost(
         work.agent_config["model"], tokens, work.agent_config.get("max_tokens", 1024)
     )
@@ -544,7 +548,12 @@ def _model_call(work: Work) -> None:
         messages=messages,
         tools=[_anthropic_tool(t) for t in cfg["tools"]],
         max_tokens=cfg.get("max_tokens", 1024),
-        metadata={"turn": work.run.step_count, "run_id": str(work.run.pk)},
+        metadata={
+            "turn": work.run.step_count,
+            "run_id": str(work.run.pk),
+            # The untrimmed request's size, which the engine keeps anyway (Work).
+            "input_chars": _request_chars(work),
+        },
     )
     response = _call_model_with_retries(work, request)
     _record_model_response(work, response, trimmed)

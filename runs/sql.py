@@ -10,7 +10,7 @@ dates, decimals and JSON are stored exactly as the ORM stores them, on SQLite an
 import functools
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
 
 
@@ -19,10 +19,15 @@ def _column(model: type[Model], name: str) -> str:
 
 
 def _prep(model: type[Model], values: dict[str, Any]) -> list:
-    fields = model._meta
-    return [
-        fields.get_field(name).get_db_prep_save(value, connection) for name, value in values.items()
-    ]
+    # `connection` is a proxy that looks the thread's connection up on every attribute.
+    conn = connections[DEFAULT_DB_ALIAS]
+    fields = _fields(model, tuple(values))
+    return [f.get_db_prep_save(v, conn) for f, v in zip(fields, values.values(), strict=True)]
+
+
+@functools.cache
+def _fields(model: type[Model], names: tuple) -> tuple:
+    return tuple(model._meta.get_field(name) for name in names)
 
 
 @functools.cache

@@ -43,9 +43,13 @@ class ScriptedProvider:
             for b in content
         ]
         stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
-        prompt = request.system + repr(request.messages) + repr(request.tools)
+        # The engine passes the request's size; serialising it again here would make each
+        # call cost more the longer the run.
+        chars = request.metadata.get("input_chars")
+        if chars is None:
+            chars = len(request.system + repr(request.messages) + repr(request.tools))
         usage = Usage(
-            input_tokens=pricing.estimate_tokens(prompt),
+            input_tokens=chars // 3 + 1,
             output_tokens=pricing.estimate_tokens(repr(content)),
         )
         return LLMResponse(
