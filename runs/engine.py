@@ -233,13 +233,13 @@ def claim(run_id, worker: str) -> Run | None:
         claimed = {
             "status": Run.Status.RUNNING,
             "lease_owner": worker,
-            "lease_expires_at": now + timedelta(seconds=lease_seconds()),
             "started_at": run.started_at or now,
             "version": run.version + 1,
-            "updated_at": now,
+            # Long enough for a model call, usually the first thing a claimed run does.
+            **_renewal(model_call_next=True),
         }
         # Under the row lock, so the values read above are current: no re-read needed.
-        Run.objects.filter(pk=run.pk).update(**claimed)
+        sql.update(Run, claimed, {"id": run.pk})
         for name, value in claimed.items():
             setattr(run, name, value)
         # Re-claims after an ordinary time slice leave no step (they would only be noise);
