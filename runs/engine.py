@@ -3,7 +3,8 @@
 advance(run_id) claims a run (row lock + lease, so two workers never execute one run), loads
 its state, and repeats: terminator pre-check -> one executor step (one model call, then the
 tool calls it asked for) -> steps, counters and checkpoint written in one transaction ->
-events published after commit. It keeps going for a short time slice, then re-enqueues.
+events published after commit. It keeps going for a short time slice, then re-enqueues the
+run if other runs wait for a worker thread (otherwise it keeps going).
 
 Side effects go through the ledger (SideEffect): intent committed before the call, outcome
 committed with the step after it. On resume a committed effect is never repeated; an intent
@@ -200,15 +201,18 @@ def advance(run_id, *, worker: str | None = None, time_slice: float | None = Non
     run = claim(run_id, worker)
     if run is None:
         return "busy"
-    slice_end = time.monotonic() + (
-        time_slice if time_slice is not None else _cfg("TIME_SLICE_SECONDS")
-    )
+    slice_seconds = time_slice if time_slice is not None else _cfg("TIME_SLICE_SECONDS")
+    slice_end = time.monotonic() + slice_seconds
     try:
         work = _load(run, worker)
         while True:
             _step(work)
             if time.monotonic() >= slice_end:
-                return _yield_slice(work)
+                if runs_waiting():
+                    return _yield_slice(work)
+                # Nobody waits for a worker: re-queueing would only cost a claim and a
+                # re-read of the timeline.
+                slice_end = time.monotonic() + slice_seconds
     except Stop:
         return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "gone"
     except Exception as exc:
@@ -1101,6 +1105,22 @@ def _record_tool_result(
 
 
 # --- slices, crashes, sweep ----------------------------------------------------------------------
+def runs_waiting() -> bool:
+    """Whether tasks wait in the broker's queue for a worker thread (a run yields its time
+    slice only then). Unknown, with the broker unreachable, counts as yes."""
+    from agentops.celery import app
+
+    try:
+        with app.pool.acquire(block=True, timeout=2) as conn:
+            # Not passive: Redis drops an empty list, and a passive declare then says
+            # "no such queue" where the answer is "empty".
+            queue = conn.default_channel.queue_declare(queue=app.conf.task_default_queue)
+            return queue.message_count > 0
+    except Exception as exc:
+        log.debug("queue length unknown (%s); yielding the slice", exc)
+        return True
+
+
 def _yield_slice(work: Work) -> str:
     """Hand the run back to the queue so other runs get a turn."""
     with transaction.atomic():

@@ -103,7 +103,13 @@ def test_a_short_conversation_is_sent_untouched():
     assert engine.fit_context(messages, 10) == (messages, 0)
 
 
-def test_a_long_run_yields_its_time_slice_and_is_requeued(launch, script, no_enqueue):
+@pytest.fixture
+def backlog(monkeypatch):
+    """Other runs wait in the broker for a worker thread."""
+    monkeypatch.setattr(engine, "runs_waiting", lambda: True)
+
+
+def test_a_long_run_yields_its_time_slice_and_is_requeued(launch, script, no_enqueue, backlog):
     provider = script(three_tool_turns())
     run = launch()
     assert no_enqueue == [str(run.pk)]
@@ -263,7 +269,32 @@ def test_celery_is_configured_for_durable_io_bound_runs(settings):
     assert "sweep-expired-leases" in conf.beat_schedule
 
 
-def test_the_task_runs_one_slice_of_the_run(launch, script, no_enqueue, settings):
+def test_without_a_backlog_a_run_keeps_its_thread_past_the_slice(
+    launch, script, no_enqueue, monkeypatch
+):
+    asked = []
+    monkeypatch.setattr(engine, "runs_waiting", lambda: asked.append(1) or False)
+    provider = script(three_tool_turns())
+    run = launch()
+    assert engine.advance(run.pk, time_slice=0) == Run.Status.SUCCEEDED
+    assert no_enqueue == [str(run.pk)]  # the launch only: never re-queued
+    assert provider.calls == 4 and len(asked) >= 4  # asked at each slice's end
+    assert Run.objects.get(pk=run.pk).steps.filter(data__event="started").count() == 1
+
+
+def test_runs_waiting_reads_the_broker_queue():
+    # The embedded memory transport here; Redis when REDIS_URL is set (CI runs both).
+    celery_app.control.purge()
+    assert engine.runs_waiting() is False
+    celery_app.send_task("runs.tasks.advance_run", args=["00000000-0000-0000-0000-000000000000"])
+    try:
+        assert engine.runs_waiting() is True
+    finally:
+        celery_app.control.purge()
+    assert engine.runs_waiting() is False
+
+
+def test_the_task_runs_one_slice_of_the_run(launch, script, no_enqueue, settings, backlog):
     settings.AGENTOPS = {**settings.AGENTOPS, "TIME_SLICE_SECONDS": 0}
     script(three_tool_turns())
     run = launch()
