@@ -1112,6 +1112,9 @@ def runs_waiting() -> bool:
 
     try:
         with app.pool.acquire(block=True, timeout=2) as conn:
+            # One attempt: with the broker down the answer is "unknown", now, not after
+            # kombu's reconnect loop.
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=1)
             # Not passive: Redis drops an empty list, and a passive declare then says
             # "no such queue" where the answer is "empty".
             queue = conn.default_channel.queue_declare(queue=app.conf.task_default_queue)

@@ -294,6 +294,18 @@ def test_runs_waiting_reads_the_broker_queue():
     assert engine.runs_waiting() is False
 
 
+def test_runs_waiting_answers_yes_at_once_when_the_broker_is_unreachable(monkeypatch):
+    import time
+
+    from kombu import Connection
+
+    with Connection("redis://127.0.0.1:1/0") as unreachable:
+        monkeypatch.setattr(celery_app, "_pool", unreachable.Pool(limit=1))
+        started = time.monotonic()
+        assert engine.runs_waiting() is True  # unknown counts as waiting: yield the slice
+        assert time.monotonic() - started < 2  # one attempt, not kombu's reconnect loop
+
+
 def test_the_task_runs_one_slice_of_the_run(launch, script, no_enqueue, settings, backlog):
     settings.AGENTOPS = {**settings.AGENTOPS, "TIME_SLICE_SECONDS": 0}
     script(three_tool_turns())
