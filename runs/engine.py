@@ -203,6 +203,7 @@ def advance(run_id, *, worker: str | None = None, time_slice: float | None = Non
         return "busy"
     slice_seconds = time_slice if time_slice is not None else _cfg("TIME_SLICE_SECONDS")
     slice_end = time.monotonic() + slice_seconds
+    work = None
     try:
         work = _load(run, worker)
         while True:
@@ -214,6 +215,9 @@ def advance(run_id, *, worker: str | None = None, time_slice: float | None = Non
                 # re-read of the timeline.
                 slice_end = time.monotonic() + slice_seconds
     except Stop:
+        # Our own last write says where it stopped, unless the run was taken from us.
+        if work is not None and work.run.status != Run.Status.RUNNING:
+            return work.run.status
         return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "gone"
     except Exception as exc:
         log.exception("run %s: unexpected error", run_id)
@@ -242,27 +246,25 @@ def claim(run_id, worker: str) -> Run | None:
             # Long enough for a model call, usually the first thing a claimed run does.
             **_renewal(model_call_next=True),
         }
-        # Under the row lock, so the values read above are current: no re-read needed.
-        sql.update(Run, claimed, {"id": run.pk})
-        for name, value in claimed.items():
-            setattr(run, name, value)
         # Re-claims after an ordinary time slice leave no step (they would only be noise);
-        # the first start and a takeover from a dead worker are part of the record.
+        # the first start and a takeover from a dead worker are part of the record, written
+        # with the claim in one UPDATE. Under the row lock, the values read above are
+        # current: no re-read needed.
         if first:
-            run.append_step(
-                Step.Kind.STATUS,
-                {"event": "started", "from": Run.Status.QUEUED, "to": Run.Status.RUNNING},
-            )
+            started = {"event": "started", "from": Run.Status.QUEUED, "to": Run.Status.RUNNING}
+            run.append_step(Step.Kind.STATUS, started, update=claimed)
         elif takeover:
-            run.append_step(
-                Step.Kind.STATUS,
-                {
-                    "event": "resumed",
-                    "from": Run.Status.RUNNING,
-                    "to": Run.Status.RUNNING,
-                    "detail": f"lease of {previous_owner or 'a worker'} expired; resumed",
-                },
-            )
+            resumed = {
+                "event": "resumed",
+                "from": Run.Status.RUNNING,
+                "to": Run.Status.RUNNING,
+                "detail": f"lease of {previous_owner or 'a worker'} expired; resumed",
+            }
+            run.append_step(Step.Kind.STATUS, resumed, update=claimed)
+        else:
+            sql.update(Run, claimed, {"id": run.pk})
+            for name, value in claimed.items():
+                setattr(run, name, value)
     return run
 
 
