@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -171,7 +171,7 @@ class Work:
     waited: float = 0.0
     # When this worker last saw (monotonic) that it owns the run, and the lease it wrote.
     confirmed_at: float = 0.0
-    lease_until: Any = None
+    lease_until: datetime | None = None
     # The conversation's length as canonical JSON, kept up to date as it grows: the cost
     # estimate and context trimming need it before every model call, and serialising the
     # whole conversation each time made a step's cost grow with the run's length.

@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -31,12 +32,11 @@ def layer(monkeypatch):
 
 
 def wait_for(predicate, timeout=5.0):
-    done = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return
-        done.wait(0.01)
-    raise AssertionError("timed out")
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
 
 
 def step(seq: int) -> dict:
