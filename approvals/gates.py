@@ -21,7 +21,7 @@ ASK_OPERATOR = "ask_operator"
 CONTINUE, STOP = "continue", "stop"
 
 # Sampling draws from the OS: the model cannot predict which borderline calls are reviewed.
-# Tests pass a seeded random.Random to open_for_call (or replace this).
+# Tests pass a seeded random.Random to gate_for_call (or replace this).
 sampling_rng: random.Random = random.SystemRandom()
 
 
@@ -40,25 +40,24 @@ def _deadline(run: Run) -> tuple[timedelta, str]:
     )
 
 
-def open_for_call(
+def gate_for_call(
     run: Run, item: dict, tool: Tool, response=None, *, rng: random.Random | None = None
-) -> Approval | None:
-    """Gate the call if policy says so: Approval + gate step. None means it may run.
+) -> dict | None:
+    """What to ask a person about this call if policy gates it (`open_gate`'s `gate`), or
+    None: it may run. Writes nothing; asks the policy once (sampling draws a number).
 
     `response` is the model turn that proposed the call: its stated confidence (see
     policy.model_confidence) can add a gate, and its text is the approver's context.
     """
     if tool.name == ASK_OPERATOR:
-        return _open(
-            run,
-            item,
-            kind=Approval.Kind.QUESTION,
-            tool=tool.name,
-            question=item["args"]["question"],
-            options=item["args"].get("options") or [],
-            explanation="the agent asked the operator a question",
-            risk=Approval.Risk.LOW,
-        )
+        return {
+            "kind": Approval.Kind.QUESTION,
+            "tool": tool.name,
+            "question": item["args"]["question"],
+            "options": item["args"].get("options") or [],
+            "explanation": "the agent asked the operator a question",
+            "risk": Approval.Risk.LOW,
+        }
     verdict = policy.evaluate(
         tool=tool,
         args=item["args"],
@@ -68,16 +67,19 @@ def open_for_call(
     )
     if not verdict.gated:
         return None
-    return _open(
-        run,
-        item,
-        kind=Approval.Kind.ACTION,
-        tool=tool.name,
-        explanation=verdict.explanation,
-        risk=verdict.risk,
-        sampled=verdict.sampled,
-        context=(response.text if response is not None else "")[:4000],
-    )
+    return {
+        "kind": Approval.Kind.ACTION,
+        "tool": tool.name,
+        "explanation": verdict.explanation,
+        "risk": verdict.risk,
+        "sampled": verdict.sampled,
+        "context": (response.text if response is not None else "")[:4000],
+    }
+
+
+def open_gate(run: Run, item: dict, gate: dict) -> Approval:
+    """The Approval and gate step for a gated call (`gate_for_call`)."""
+    return _open(run, item, **gate)
 
 
 def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) -> Approval:

@@ -53,7 +53,7 @@ from agentops.tools import (
 from approvals.models import Approval, args_hash
 
 from . import sql
-from .models import Checkpoint, Run, SideEffect, Step, canonical_json
+from .models import CHECKPOINT_COLUMNS, Checkpoint, Run, SideEffect, Step, canonical_json
 
 log = logging.getLogger("agentops.engine")
 
@@ -402,31 +402,30 @@ def _estimate_next_cost(work: Work) -> Decimal:
 def _terminate(work: Work, reason: str, detail: str = "", *, output: str = "") -> None:
     status = Run.Status.SUCCEEDED if reason == Run.Termination.COMPLETED else Run.Status.FAILED
     now = timezone.now()
-    with transaction.atomic():
-        # running -> succeeded/failed (Run.TRANSITIONS), set by the same compare-and-set
-        # that appends the step: only while the run is still running under our lease.
-        _append_owned(
-            work,
-            Step.Kind.STATUS,
-            {
-                "event": "terminated",
-                "from": Run.Status.RUNNING,
-                "to": status,
-                "reason": reason,
-                "detail": detail,
-            },
-            {
-                "status": status,
-                "termination_reason": reason,
-                "status_detail": detail[:500],
-                "output": output,
-                "finished_at": now,
-                "lease_owner": "",
-                "lease_expires_at": None,
-                "updated_at": now,
-                "version": work.run.version + 1,
-            },
-        )
+    # running -> succeeded/failed (Run.TRANSITIONS), set by the same compare-and-set that
+    # appends the step: only while the run is still running under our lease.
+    _append_owned(
+        work,
+        Step.Kind.STATUS,
+        {
+            "event": "terminated",
+            "from": Run.Status.RUNNING,
+            "to": status,
+            "reason": reason,
+            "detail": detail,
+        },
+        {
+            "status": status,
+            "termination_reason": reason,
+            "status_detail": detail[:500],
+            "output": output,
+            "finished_at": now,
+            "lease_owner": "",
+            "lease_expires_at": None,
+            "updated_at": now,
+            "version": work.run.version + 1,
+        },
+    )
     raise Stop
 
 
@@ -442,15 +441,30 @@ def _locked_owned(work: Work) -> Run:
     return run
 
 
-def _append_owned(work: Work, kind: str, data: dict, update: dict, **columns: Any) -> Step:
+def _append_owned(
+    work: Work, kind: str, data: dict, update: dict, *, checkpoint: bool = False, **columns: Any
+) -> Step:
     """Append a step to the run this worker holds, writing the run's new counters and a
-    renewed lease in the same UPDATE (one compare-and-set, no locked read first). Stop if
-    the run is no longer ours."""
-    step = work.run.append_step_if_owned(work.worker, kind, data, update=update, **columns)
+    renewed lease in the same UPDATE (one compare-and-set, no locked read first), and with
+    `checkpoint` the engine state as it is now. Stop if the run is no longer ours.
+
+    Outside `atomic` on Postgres this is one statement: one round trip, its own transaction.
+    """
+    state = work.state if checkpoint else None
+    step = work.run.append_step_if_owned(
+        work.worker, kind, data, update=update, checkpoint=state, **columns
+    )
     if step is None:
         # Someone else wrote to the run: a cancel, a takeover, or a decision's step.
-        work.run = _locked_owned(work)
-        step = work.run.append_step(kind, data, update=update, **columns)
+        with transaction.atomic():
+            work.run = _locked_owned(work)
+            step = work.run.append_step(kind, data, update=update, **columns)
+            if checkpoint:
+                if kind == Step.Kind.LLM:
+                    # Planned as the step after the head we knew; another step came first.
+                    for item in work.state["pending"]:
+                        item["llm_seq"] = step.seq
+                _checkpoint(work)
     work.confirmed_at = time.monotonic()
     work.lease_until = work.run.lease_expires_at
     return step
@@ -643,67 +657,69 @@ def _release_db_connection() -> None:
 
 def _record_model_error(work: Work, exc: llm.LLMError, attempt: int, *, will_retry: bool) -> None:
     run = work.run
-    with transaction.atomic():
-        _append_owned(
-            work,
-            Step.Kind.LLM_ERROR,
-            {
-                "error": str(exc)[:2000],
-                "status": exc.status,
-                "attempt": attempt,
-                "retryable": exc.retryable,
-                "will_retry": will_retry,
-            },
-            {
-                "retry_count": run.retry_count + 1,
-                "error_count": run.error_count + 1,
-                **_renewal(model_call_next=will_retry),
-            },
-        )
+    _append_owned(
+        work,
+        Step.Kind.LLM_ERROR,
+        {
+            "error": str(exc)[:2000],
+            "status": exc.status,
+            "attempt": attempt,
+            "retryable": exc.retryable,
+            "will_retry": will_retry,
+        },
+        {
+            "retry_count": run.retry_count + 1,
+            "error_count": run.error_count + 1,
+            **_renewal(model_call_next=will_retry),
+        },
+    )
 
 
 def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
+    from approvals import gates
+
     tool_uses = response.tool_uses
     run = work.run
+    # Planned before the write, so that step, counters and checkpoint are one statement;
+    # only a gated call (an Approval and a gate step) needs a transaction of several.
+    pending, repeated, gated = _plan_tool_calls(work, run.last_seq + 1, tool_uses, response)
+    work.state["pending"] = pending
+    data = {
+        "model": response.model,
+        "content": response.content,
+        "stop_reason": response.stop_reason,
+        "usage": response.usage.as_dict(),
+        "request_id": response.request_id,
+        "trimmed_turns": trimmed,
+        "provider": work.provider.name,
+    }
+    counters = {
+        "step_count": run.step_count + 1,
+        "tokens_in": run.tokens_in + response.usage.total_input_tokens,
+        "tokens_out": run.tokens_out + response.usage.output_tokens,
+        "cost_usd": run.cost_usd + response.cost_usd,
+        **_renewal(model_call_next=False),
+    }
+    columns = {
+        "cost_usd": response.cost_usd,
+        "tokens_in": response.usage.total_input_tokens,
+        "tokens_out": response.usage.output_tokens,
+        "latency_ms": response.latency_ms,
+    }
     try:
-        with transaction.atomic():
-            step = _append_owned(
-                work,
-                Step.Kind.LLM,
-                {
-                    "model": response.model,
-                    "content": response.content,
-                    "stop_reason": response.stop_reason,
-                    "usage": response.usage.as_dict(),
-                    "request_id": response.request_id,
-                    "trimmed_turns": trimmed,
-                    "provider": work.provider.name,
-                },
-                {
-                    "step_count": run.step_count + 1,
-                    "tokens_in": run.tokens_in + response.usage.total_input_tokens,
-                    "tokens_out": run.tokens_out + response.usage.output_tokens,
-                    "cost_usd": run.cost_usd + response.cost_usd,
-                    **_renewal(model_call_next=False),
-                },
-                cost_usd=response.cost_usd,
-                tokens_in=response.usage.total_input_tokens,
-                tokens_out=response.usage.output_tokens,
-                latency_ms=response.latency_ms,
-            )
-            work.add_message({"role": "assistant", "content": response.content})
-
-            if not tool_uses:
-                _checkpoint(work)
-                pending, repeated = [], ""
-            else:
-                pending, repeated = _plan_tool_calls(work, step.seq, tool_uses, response)
-                work.state["pending"] = pending
+        if not gated:
+            _append_owned(work, Step.Kind.LLM, data, counters, checkpoint=True, **columns)
+        else:
+            with transaction.atomic():
+                _append_owned(work, Step.Kind.LLM, data, counters, **columns)
+                for item, gate in gated:
+                    item["approval"] = str(gates.open_gate(work.run, item, gate).pk)
                 _checkpoint(work)
     except Stop:
         # Only the ownership check raises Stop in there: cancelled or taken over meanwhile.
         _charge_discarded_response(work, response)
         raise
+    work.add_message({"role": "assistant", "content": response.content})
     if not tool_uses:
         _terminate(work, Run.Termination.COMPLETED, output=response.text)
     if repeated:
@@ -712,7 +728,7 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
             Run.Termination.NO_PROGRESS,
             f"{repeated} was called {NO_PROGRESS_REPEATS} times with the same arguments",
         )
-    if any(p.get("approval") for p in pending):
+    if gated:
         _wait_for_humans(work)
 
 
@@ -731,12 +747,14 @@ def _charge_discarded_response(work: Work, response: llm.LLMResponse) -> None:
 
 def _plan_tool_calls(
     work: Work, llm_seq: int, tool_uses: list[dict], response
-) -> tuple[list[dict], str]:
-    """Validate every proposed call and ask the gate policy about each, before running any.
-
-    Gated calls get an Approval and a gate step now, so parallel calls are decided together
-    and nothing runs until all are decided.
+) -> tuple[list[dict], str, list[tuple[dict, dict]]]:
+    """Validate every proposed call and ask the gate policy about each, before running any:
+    (pending calls, the tool repeated without progress or "", the gated calls with what to
+    ask). No writes: the caller opens the gates with the model step, so parallel calls are
+    decided together and nothing runs until all are decided.
     """
+    from approvals import gates
+
     allowed = {t["name"] for t in work.agent_config["tools"]}
     counts: dict[str, int] = work.state.setdefault("call_counts", {})
     pending: list[dict] = []
@@ -768,20 +786,15 @@ def _plan_tool_calls(
             if counts[call_key] >= NO_PROGRESS_REPEATS and not repeated:
                 repeated = tool.name
         pending.append(item)
+    gated = []
     if not repeated:
         # Only now: a run about to stop for no progress must not leave approvals behind.
         for item in pending:
             if item["args"] is not None:
-                _gate_if_needed(work, item, get_tool(item["name"]), response)
-    return pending, repeated
-
-
-def _gate_if_needed(work: Work, item: dict, tool: Tool, response) -> None:
-    from approvals import gates
-
-    approval = gates.open_for_call(work.run, item, tool, response)
-    if approval is not None:
-        item["approval"] = str(approval.pk)
+                gate = gates.gate_for_call(work.run, item, get_tool(item["name"]), response)
+                if gate is not None:
+                    gated.append((item, gate))
+    return pending, repeated, gated
 
 
 def _wait_for_humans(work: Work) -> None:
@@ -821,10 +834,11 @@ def _wait_for_humans(work: Work) -> None:
 
 def _checkpoint(work: Work) -> None:
     # One INSERT .. ON CONFLICT DO UPDATE: update_or_create would cost a SELECT, an INSERT
-    # and two savepoints, twice per agent step (bench/engine_throughput.py).
+    # and two savepoints (bench/engine_throughput.py). The hot path writes it with its step
+    # (_append_owned); this is for the transactions that open approvals.
     sql.insert(
         Checkpoint(run=work.run, seq=work.run.last_seq, state=work.state),
-        ("run", "seq", "state", "created_at"),
+        CHECKPOINT_COLUMNS,
         conflict=("run", "seq"),
         update_names=("state",),
     )
@@ -1081,20 +1095,19 @@ def _record_tool_result(
         counters["consecutive_errors"] = run.consecutive_errors + 1
     elif not is_error:
         counters["consecutive_errors"] = 0
-    pending = work.state["pending"][1:]
+    work.state["pending"] = pending = work.state["pending"][1:]
+    update = {**counters, **_renewal(model_call_next=not pending)}
     try:
-        with transaction.atomic():
+        if ledger is None:
             _append_owned(
-                work,
-                Step.Kind.TOOL,
-                data,
-                {**counters, **_renewal(model_call_next=not pending)},
-                latency_ms=duration_ms,
+                work, Step.Kind.TOOL, data, update, checkpoint=True, latency_ms=duration_ms
             )
-            if ledger is not None:
+        else:
+            with transaction.atomic():
+                _append_owned(
+                    work, Step.Kind.TOOL, data, update, checkpoint=True, latency_ms=duration_ms
+                )
                 SideEffect.objects.filter(pk=ledger.pk).update(**outcome)
-            work.state["pending"] = pending
-            _checkpoint(work)
     except Stop:
         # Cancelled (or taken over) while the call was in flight: the effect happened all
         # the same, so the ledger must say so, or a resume would doubt or repeat it.

@@ -255,16 +255,29 @@ class Run(models.Model):
         return self._saved(step, update)
 
     def append_step_if_owned(
-        self, owner: str, kind: str, data: dict, *, update: dict | None = None, **columns: Any
+        self,
+        owner: str,
+        kind: str,
+        data: dict,
+        *,
+        update: dict | None = None,
+        checkpoint: dict | None = None,
+        **columns: Any,
     ) -> "Step | None":
-        """`append_step` without a prior locked read, for the engine's hot path.
+        """`append_step` without a prior locked read, for the engine's hot path; with
+        `checkpoint`, also the engine state after this step.
 
         One compare-and-set UPDATE both takes the row lock and checks that the run is still
-        running under `owner`'s lease with its timeline head where this copy last saw it.
-        None (nothing written) when any of that changed: re-read it under `locked`.
+        running under `owner`'s lease with its timeline head where this copy last saw it;
+        on Postgres the step and checkpoint go in the same statement (runs/sql.py). None
+        (nothing written) when any of that changed: re-read it under `locked`.
         """
         step = self._next_step(kind, data, columns)
-        updated = sql.update(
+        inserts = [(step, STEP_COLUMNS, (), ())]
+        if checkpoint is not None:
+            row = Checkpoint(run=self, seq=step.seq, state=checkpoint)
+            inserts.append((row, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",)))
+        written = sql.update_then_insert(
             Run,
             {"last_seq": step.seq, "last_hash": step.hash, **(update or {})},
             {
@@ -273,10 +286,11 @@ class Run(models.Model):
                 "lease_owner": owner,
                 "last_seq": self.last_seq,
             },
+            inserts,
         )
-        if not updated:
+        if not written:
             return None
-        return self._saved(step, update)
+        return self._applied(step, update)
 
     def _next_step(self, kind: str, data: dict, columns: dict) -> "Step":
         step = Step(
@@ -293,6 +307,9 @@ class Run(models.Model):
 
     def _saved(self, step: "Step", update: dict | None) -> "Step":
         sql.insert(step, STEP_COLUMNS)
+        return self._applied(step, update)
+
+    def _applied(self, step: "Step", update: dict | None) -> "Step":
         self.last_seq, self.last_hash = step.seq, step.hash
         for name, value in (update or {}).items():
             setattr(self, name, value)
@@ -360,6 +377,10 @@ STEP_COLUMNS = (
     "prev_hash",
     "hash",
 )
+
+
+# A checkpoint's columns but its id (the state is upserted per run and seq).
+CHECKPOINT_COLUMNS = ("run", "seq", "state", "created_at")
 
 
 def _publish_on_commit(step: "Step") -> None:

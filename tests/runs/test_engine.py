@@ -5,12 +5,13 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from agentops.celery import app as celery_app
 from agentops.llm.scripted import text, tool_use
 from runs import engine
-from runs.models import Checkpoint, Run, Step
+from runs.models import Checkpoint, Run, SideEffect, Step
 from runs.tasks import advance_run
 
 from .harness import CALLS, assert_timeline_sound, drive, tool_steps, worker_thread
@@ -198,6 +199,36 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(launch, script):
     run.refresh_from_db()
     assert provider.calls == 3
     assert run.steps.filter(kind=Step.Kind.LLM).count() == 2
+    assert CALLS["t_charge"] == 1
+    assert_timeline_sound(run)
+
+
+def test_a_step_written_by_someone_else_during_the_call_moves_the_model_step_after_it(
+    launch, script
+):
+    # The model step, its planned tool calls and their checkpoint go in one compare-and-set
+    # statement that expects the timeline head the worker knew; here a decision service
+    # appends a step meanwhile (the run stays ours), so the step is written after it and the
+    # planned calls must name the seq it really got (the idempotency key derives from it).
+    def someone_appends(request):
+        if request.metadata["turn"] == 0:
+            with transaction.atomic():
+                Run.locked(request.metadata["run_id"]).append_step(
+                    Step.Kind.DECISION, {"event": "noted", "by": "operator"}
+                )
+
+    script([[tool_use("t_charge", amount=1)], [text("done")]], on_call=someone_appends)
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    kinds = list(run.steps.order_by("seq").values_list("kind", flat=True))
+    assert kinds[2:6] == ["decision", "llm", "tool", "llm"]
+    llm_seq = run.steps.filter(kind=Step.Kind.LLM).order_by("seq").first().seq
+    effect = SideEffect.objects.get(run=run)
+    assert effect.step_seq == llm_seq
+    assert effect.key == engine.idempotency_key(run.pk, llm_seq, 0, "t_charge", {"amount": 1})
+    planned = Checkpoint.objects.get(run=run, seq=llm_seq).state["pending"]
+    assert [item["llm_seq"] for item in planned] == [llm_seq]
     assert CALLS["t_charge"] == 1
     assert_timeline_sound(run)
 

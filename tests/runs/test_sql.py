@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from runs import sql
-from runs.models import Checkpoint, Run
+from runs.models import CHECKPOINT_COLUMNS, STEP_COLUMNS, Checkpoint, Run, Step
 
 from .ui_factories import make_run
 
@@ -41,3 +41,56 @@ def test_insert_upserts_on_conflict_and_sets_the_new_id(operator, no_enqueue):
     stored = Checkpoint.objects.get(run=run, seq=40)
     assert stored.pk == first.pk
     assert stored.state == {"pending": [1]}
+
+
+def _step_and_checkpoint(run: Run, seq: int) -> list:
+    step = Step(
+        run=run,
+        seq=seq,
+        kind=Step.Kind.TOOL,
+        data={"tool": "t", "result": {"ü": [1, 2]}},
+        cost_usd=Decimal("0.000123"),
+        created_at=timezone.now(),
+        prev_hash=run.last_hash,
+        hash="h" * 64,
+    )
+    checkpoint = Checkpoint(run=run, seq=seq, state={"pending": []})
+    return [
+        (step, STEP_COLUMNS, (), ()),
+        (checkpoint, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",)),
+    ]
+
+
+def test_update_then_insert_writes_nothing_unless_the_update_matches(operator, no_enqueue):
+    run = make_run(operator, status=Run.Status.RUNNING)
+    seq = run.last_seq + 1
+    inserts = _step_and_checkpoint(run, seq)
+    where = {"id": run.pk, "last_seq": run.last_seq + 5}
+    assert not sql.update_then_insert(Run, {"last_seq": seq}, where, inserts)
+    assert not run.steps.filter(seq=seq).exists()
+    assert not run.checkpoints.filter(seq=seq).exists()
+    run.refresh_from_db()
+    assert run.last_seq == seq - 1
+
+
+def test_update_then_insert_writes_all_and_sets_the_new_ids(operator, no_enqueue):
+    run = make_run(operator, status=Run.Status.RUNNING)
+    seq = run.last_seq + 1
+    inserts = _step_and_checkpoint(run, seq)
+    where = {"id": run.pk, "last_seq": run.last_seq}
+    values = {"last_seq": seq, "cost_usd": Decimal("2.5")}
+    assert sql.update_then_insert(Run, values, where, inserts)
+    (step, *_), (checkpoint, *_) = inserts
+    stored = Step.objects.get(run=run, seq=seq)
+    assert stored.pk == step.pk and not step._state.adding
+    assert (stored.data, stored.cost_usd) == ({"tool": "t", "result": {"ü": [1, 2]}}, step.cost_usd)
+    assert Checkpoint.objects.get(run=run, seq=seq).pk == checkpoint.pk
+    run.refresh_from_db()
+    assert (run.last_seq, run.cost_usd) == (seq, Decimal("2.5"))
+    # The checkpoint half is an upsert: the same (run, seq) again replaces the state.
+    again = Checkpoint(run=run, seq=seq, state={"pending": [{"id": "x"}]})
+    where = {"id": run.pk, "last_seq": seq}
+    upsert = [(again, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",))]
+    assert sql.update_then_insert(Run, {"last_seq": seq}, where, upsert)
+    assert again.pk == checkpoint.pk
+    assert Checkpoint.objects.get(pk=checkpoint.pk).state == {"pending": [{"id": "x"}]}
