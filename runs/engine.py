@@ -52,8 +52,17 @@ from agentops.tools import (
 )
 from approvals.models import Approval, args_hash
 
-from . import sql
-from .models import CHECKPOINT_COLUMNS, Checkpoint, Run, SideEffect, Step, canonical_json
+from . import events, sql
+from .models import (
+    CHECKPOINT_COLUMNS,
+    RUN_COLUMNS,
+    STEP_COLUMNS,
+    Checkpoint,
+    Run,
+    SideEffect,
+    Step,
+    canonical_json,
+)
 
 log = logging.getLogger("agentops.engine")
 
@@ -93,36 +102,47 @@ def launch(
 ) -> Run:
     """Create a queued run from already validated input and enqueue it after commit."""
     limits = limits or agent.limits
-    with transaction.atomic():
-        run = Run.objects.create(
-            agent=agent.slug,
-            agent_config=agent.snapshot(),
-            provider=provider or llm.default_provider_name(),
-            input=input,
-            trigger=trigger,
-            launched_by=launched_by,
-            parent=parent,
-            max_steps=limits.max_steps,
-            max_cost_usd=limits.max_cost_usd,
-            max_seconds=limits.max_seconds,
-            max_consecutive_errors=limits.max_consecutive_errors,
-        )
-        step = run.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "launched",
-                "from": None,
-                "to": Run.Status.QUEUED,
-                "trigger": trigger,
-                "by": launched_by.get_username() if launched_by else None,
-                "input": input,
-                "prompt": agent.prompt(input),
-                "limits": limits.as_dict(),
-                "provider": run.provider,
-            },
-        )
-        Checkpoint.objects.create(run=run, seq=step.seq, state=_initial_state())
-        transaction.on_commit(lambda: enqueue(run.pk))
+    now = timezone.now()
+    run = Run(
+        agent=agent.slug,
+        agent_config=agent.snapshot(),
+        provider=provider or llm.default_provider_name(),
+        input=input,
+        trigger=trigger,
+        launched_by=launched_by,
+        parent=parent,
+        max_steps=limits.max_steps,
+        max_cost_usd=limits.max_cost_usd,
+        max_seconds=limits.max_seconds,
+        max_consecutive_errors=limits.max_consecutive_errors,
+        created_at=now,
+        updated_at=now,
+    )
+    step = run.first_step(
+        {
+            "event": "launched",
+            "from": None,
+            "to": Run.Status.QUEUED,
+            "trigger": trigger,
+            "by": launched_by.get_username() if launched_by else None,
+            "input": input,
+            "prompt": agent.prompt(input),
+            "limits": limits.as_dict(),
+            "provider": run.provider,
+        }
+    )
+    checkpoint = Checkpoint(run=run, seq=step.seq, state=_initial_state(), created_at=now)
+    # Run, launched step and first checkpoint in one statement (runs/sql.py): a launch of many
+    # runs at once (a batch, the benchmark) is mostly these round trips.
+    sql.insert_all(
+        [
+            (run, RUN_COLUMNS, (), ()),
+            (step, STEP_COLUMNS, (), ()),
+            (checkpoint, CHECKPOINT_COLUMNS, (), ()),
+        ]
+    )
+    events.publish_step_on_commit(step)
+    transaction.on_commit(lambda: enqueue(run.pk))
     return run
 
 
@@ -226,46 +246,60 @@ def advance(run_id, *, worker: str | None = None, time_slice: float | None = Non
 
 def claim(run_id, worker: str) -> Run | None:
     """Take the run's lease if it is queued, or running under an expired lease."""
-    now = timezone.now()
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
+    # A plain read, then a compare-and-set on what was read (status, version, lease holder,
+    # timeline head): one statement with the started/resumed step, instead of a transaction
+    # around a locked read. Another worker's claim, a cancel or a step in between changes
+    # one of those, and the set matches nothing.
+    for _ in range(3):
+        run = sql.get(Run, run_id)
         if run is None:
             return None
+        now = timezone.now()
         takeover = run.status == Run.Status.RUNNING and (
             run.lease_expires_at is None or run.lease_expires_at < now
         )
         if run.status != Run.Status.QUEUED and not takeover:
             return None
-        first = run.started_at is None
-        previous_owner = run.lease_owner
-        claimed = {
-            "status": Run.Status.RUNNING,
-            "lease_owner": worker,
-            "started_at": run.started_at or now,
-            "version": run.version + 1,
-            # Long enough for a model call, usually the first thing a claimed run does.
-            **_renewal(model_call_next=True),
+        if _claimed(run, worker, now, takeover):
+            return run
+    return None
+
+
+def _claimed(run: Run, worker: str, now: datetime, takeover: bool) -> bool:
+    seen = {
+        "id": run.pk,
+        "status": run.status,
+        "version": run.version,
+        "lease_owner": run.lease_owner,
+        "last_seq": run.last_seq,
+    }
+    claimed = {
+        "status": Run.Status.RUNNING,
+        "lease_owner": worker,
+        "started_at": run.started_at or now,
+        "version": run.version + 1,
+        # Long enough for a model call, usually the first thing a claimed run does.
+        **_renewal(model_call_next=True),
+    }
+    # Re-claims after an ordinary time slice leave no step (they would only be noise); the
+    # first start and a takeover from a dead worker are part of the record.
+    if run.started_at is None:
+        event = {"event": "started", "from": Run.Status.QUEUED, "to": Run.Status.RUNNING}
+    elif takeover:
+        event = {
+            "event": "resumed",
+            "from": Run.Status.RUNNING,
+            "to": Run.Status.RUNNING,
+            "detail": f"lease of {run.lease_owner or 'a worker'} expired; resumed",
         }
-        # Re-claims after an ordinary time slice leave no step (they would only be noise);
-        # the first start and a takeover from a dead worker are part of the record, written
-        # with the claim in one UPDATE. Under the row lock, the values read above are
-        # current: no re-read needed.
-        if first:
-            started = {"event": "started", "from": Run.Status.QUEUED, "to": Run.Status.RUNNING}
-            run.append_step(Step.Kind.STATUS, started, update=claimed)
-        elif takeover:
-            resumed = {
-                "event": "resumed",
-                "from": Run.Status.RUNNING,
-                "to": Run.Status.RUNNING,
-                "detail": f"lease of {previous_owner or 'a worker'} expired; resumed",
-            }
-            run.append_step(Step.Kind.STATUS, resumed, update=claimed)
-        else:
-            sql.update(Run, claimed, {"id": run.pk})
-            for name, value in claimed.items():
-                setattr(run, name, value)
-    return run
+    else:
+        if not sql.update(Run, claimed, seen):
+            return False
+        for name, value in claimed.items():
+            setattr(run, name, value)
+        return True
+    step = run.append_step_if_expected(Step.Kind.STATUS, event, expect=seen, update=claimed)
+    return step is not None
 
 
 # The steps the model's conversation is rebuilt from.
@@ -273,13 +307,14 @@ CONVERSATION_KINDS = [Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS]
 
 
 def _load(run: Run, worker: str) -> Work:
-    checkpoint = run.checkpoints.order_by("-seq").first()
-    state = checkpoint.state if checkpoint else _initial_state()
+    latest = sql.select(Checkpoint, ("state",), {"run": run.pk}, order_by=("-seq",), limit=1)
+    state = latest[0][0] if latest else _initial_state()
     # One read of the timeline for both the conversation and the time spent waiting.
-    rows = list(
-        run.steps.filter(kind__in=CONVERSATION_KINDS)
-        .order_by("seq")
-        .values_list("kind", "data", "created_at")
+    rows = sql.select(
+        Step,
+        ("kind", "data", "created_at"),
+        {"run": run.pk, "kind": tuple(CONVERSATION_KINDS)},
+        order_by=("seq",),
     )
     messages = _messages(rows)
     status_steps = [(data, at) for kind, data, at in rows if kind == Step.Kind.STATUS]

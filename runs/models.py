@@ -264,13 +264,30 @@ class Run(models.Model):
         checkpoint: dict | None = None,
         **columns: Any,
     ) -> "Step | None":
-        """`append_step` without a prior locked read, for the engine's hot path; with
-        `checkpoint`, also the engine state after this step.
+        """`append_step` without a prior locked read, for the engine's hot path: only if
+        the run is still running under `owner`'s lease with its timeline head where this
+        copy last saw it. None (nothing written) when any of that changed: re-read it under
+        `locked`."""
+        expect = {"status": Run.Status.RUNNING, "lease_owner": owner}
+        return self.append_step_if_expected(
+            kind, data, expect=expect, update=update, checkpoint=checkpoint, **columns
+        )
 
-        One compare-and-set UPDATE both takes the row lock and checks that the run is still
-        running under `owner`'s lease with its timeline head where this copy last saw it;
-        on Postgres the step and checkpoint go in the same statement (runs/sql.py). None
-        (nothing written) when any of that changed: re-read it under `locked`.
+    def append_step_if_expected(
+        self,
+        kind: str,
+        data: dict,
+        *,
+        expect: dict,
+        update: dict | None = None,
+        checkpoint: dict | None = None,
+        **columns: Any,
+    ) -> "Step | None":
+        """Append a step if the run's row still holds the `expect`ed values and the timeline
+        head this copy knows; with `checkpoint`, also the engine state after this step.
+
+        One compare-and-set UPDATE both takes the row lock and checks; on Postgres the step
+        and checkpoint go in the same statement (runs/sql.py). None: nothing was written.
         """
         step = self._next_step(kind, data, columns)
         inserts = [(step, STEP_COLUMNS, (), ())]
@@ -280,12 +297,7 @@ class Run(models.Model):
         written = sql.update_then_insert(
             Run,
             {"last_seq": step.seq, "last_hash": step.hash, **(update or {})},
-            {
-                "id": self.pk,
-                "status": Run.Status.RUNNING,
-                "lease_owner": owner,
-                "last_seq": self.last_seq,
-            },
+            {**expect, "id": self.pk, "last_seq": self.last_seq},
             inserts,
         )
         if not written:
@@ -293,16 +305,23 @@ class Run(models.Model):
         return self._applied(step, update)
 
     def _next_step(self, kind: str, data: dict, columns: dict) -> "Step":
+        columns.setdefault("created_at", timezone.now())
         step = Step(
             run=self,
             seq=self.last_seq + 1,
             kind=kind,
             data=data,
-            created_at=timezone.now(),
             prev_hash=self.last_hash,
             **columns,
         )
         step.hash = step.compute_hash()
+        return step
+
+    def first_step(self, data: dict) -> "Step":
+        """The launched step of a run not saved yet; the run's head points at it, so the
+        caller inserts both (and a checkpoint) in one go, then publishes the step."""
+        step = self._next_step(Step.Kind.STATUS, data, {"created_at": self.created_at})
+        self.last_seq, self.last_hash = step.seq, step.hash
         return step
 
     def _saved(self, step: "Step", update: dict | None) -> "Step":
@@ -378,6 +397,9 @@ STEP_COLUMNS = (
     "hash",
 )
 
+
+# Every column of a run, its id included (generated here, not by the database).
+RUN_COLUMNS = tuple(f.name for f in Run._meta.concrete_fields)
 
 # A checkpoint's columns but its id (the state is upserted per run and seq).
 CHECKPOINT_COLUMNS = ("run", "seq", "state", "created_at")

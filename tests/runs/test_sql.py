@@ -1,5 +1,6 @@
 """runs/sql.py: hand-built statements must store what the ORM would, on either database."""
 
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 
@@ -9,7 +10,7 @@ from django.utils import timezone
 from runs import sql
 from runs.models import CHECKPOINT_COLUMNS, STEP_COLUMNS, Checkpoint, Run, Step
 
-from .ui_factories import make_run
+from .ui_factories import add_steps, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -94,3 +95,32 @@ def test_update_then_insert_writes_all_and_sets_the_new_ids(operator, no_enqueue
     assert sql.update_then_insert(Run, {"last_seq": seq}, where, upsert)
     assert again.pk == checkpoint.pk
     assert Checkpoint.objects.get(pk=checkpoint.pk).state == {"pending": [{"id": "x"}]}
+
+
+def test_get_loads_a_run_as_the_orm_does(operator, no_enqueue):
+    run = make_run(operator, status=Run.Status.RUNNING, cost_usd=Decimal("0.123456"))
+    loaded = sql.get(Run, run.pk)
+    expected = Run.objects.get(pk=run.pk)
+    for field in Run._meta.concrete_fields:
+        assert getattr(loaded, field.attname) == getattr(expected, field.attname), field.name
+    assert loaded.agent_config["slug"] == "sql-analyst" and not loaded._state.adding
+    assert sql.get(Run, uuid.uuid4()) is None
+
+
+def test_select_filters_orders_and_limits(operator, no_enqueue):
+    run = make_run(operator)
+    add_steps(run, 4)
+    rows = sql.select(
+        Step,
+        ("seq", "kind", "data"),
+        {"run": run.pk, "kind": ("llm", "status")},
+        order_by=("-seq",),
+    )
+    expected = list(
+        run.steps.filter(kind__in=["llm", "status"])
+        .order_by("-seq")
+        .values_list("seq", "kind", "data")
+    )
+    assert rows == expected and len(rows) >= 3
+    assert sql.select(Step, ("seq",), {"run": run.pk}, order_by=("seq",), limit=2) == [(1,), (2,)]
+    assert sql.select(Step, ("seq",), {"run": run.pk, "kind": ("gate",)}) == []
