@@ -7,10 +7,13 @@ itself is wrong, retrying would give the same answer).
 
 import email.utils
 import functools
+import ssl
+import threading
 import time
 from typing import Any
 
 import anthropic
+import httpx
 from django.conf import settings
 
 from . import pricing
@@ -20,29 +23,53 @@ from .base import LLMError, LLMRequest, LLMResponse, LLMTransientError, Usage
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 
-@functools.lru_cache(maxsize=8)
+_per_thread = threading.local()
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # Built once and shared: each client would otherwise load the CA bundle into an SSL
+    # context of its own (~28 ms and ~0.8 MB each, times a worker's threads).
+    return httpx.create_ssl_context()
+
+
 def _client(api_key: str, base_url: str, timeout: float) -> anthropic.Anthropic:
-    # One client per configuration per process: it holds the connection pool, which is
-    # thread-safe and is what keeps many concurrent runs from opening a connection per call.
-    return anthropic.Anthropic(
-        api_key=api_key,
-        base_url=base_url or None,  # None: the SDK's default (api.anthropic.com)
-        timeout=timeout,
-        # The engine retries with backoff and records every failed attempt as an llm_error
-        # step (runs/engine.py, _call_model_with_retries); SDK retries on top of that would be
-        # invisible in the timeline and multiply the wait.
-        max_retries=0,
-    )
+    """This thread's client for this configuration.
+
+    A client holds a connection pool that keeps a connection open between calls. One per
+    worker thread (a thread makes one call at a time), not one shared by all of them: the
+    pool looks at every connection it holds on each request and each response's close, so
+    a shared pool of 200 connections made a call cost O(200) checks (bench/model_latency.py).
+    """
+    clients = _per_thread.__dict__.setdefault("clients", {})
+    key = (api_key, base_url, timeout)
+    if key not in clients:
+        clients[key] = anthropic.Anthropic(
+            api_key=api_key,
+            base_url=base_url or None,  # None: the SDK's default (api.anthropic.com)
+            timeout=timeout,
+            # The engine retries with backoff and records every failed attempt as an
+            # llm_error step (runs/engine.py, _call_model_with_retries); SDK retries on top of
+            # that would be invisible in the timeline and multiply the wait.
+            max_retries=0,
+            http_client=anthropic.DefaultHttpxClient(verify=_tls()),
+        )
+    return clients[key]
 
 
 class AnthropicProvider:
     name = "anthropic"
 
     def __init__(self, *, api_key: str, base_url: str = "", timeout: float = 60.0):
-        self.timeout = timeout
+        self.api_key, self.base_url, self.timeout = api_key, base_url, float(timeout)
+
+    @property
+    def client(self) -> anthropic.Anthropic | None:
         # Without a key the SDK would fall back to credentials found on the machine; a run
         # launched for Anthropic without a key fails its first call with a clear message.
-        self.client = _client(api_key, base_url, float(timeout)) if api_key else None
+        if not self.api_key:
+            return None
+        return _client(self.api_key, self.base_url, self.timeout)
 
     @classmethod
     def from_settings(cls) -> "AnthropicProvider":
@@ -53,7 +80,8 @@ class AnthropicProvider:
         )
 
     def complete(self, request: LLMRequest) -> LLMResponse:
-        if self.client is None:
+        client = self.client
+        if client is None:
             raise LLMError("ANTHROPIC_API_KEY is not set")
         params: dict[str, Any] = {
             "model": request.model,
@@ -66,7 +94,7 @@ class AnthropicProvider:
             params["tools"] = request.tools
         started = time.monotonic()
         try:
-            message = self.client.messages.create(**params)
+            message = client.messages.create(**params)
         except anthropic.APITimeoutError as exc:
             raise LLMTransientError(f"model call timed out after {self.timeout:g}s") from exc
         except anthropic.APIConnectionError as exc:

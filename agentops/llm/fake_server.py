@@ -180,6 +180,7 @@ class FakeMessagesServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
+        self.connections_opened = 0
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.fake = self
         self._thread: threading.Thread | None = None
@@ -408,6 +409,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.fake._lock:
             self.server.fake._connections.add(self.connection)
+            self.server.fake.connections_opened += 1
 
     def finish(self) -> None:
         with self.server.fake._lock:

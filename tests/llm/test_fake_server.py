@@ -174,6 +174,27 @@ def test_it_serves_many_clients_at_once(fake_api):
     assert elapsed < 1.5, f"30 calls of 0.3 s took {elapsed:.2f} s: they were not concurrent"
 
 
+def test_each_worker_thread_keeps_its_own_connection_between_calls(fake_api):
+    provider = AnthropicProvider.from_settings()
+    clients: dict[str, set[int]] = {}
+
+    def three_calls(name: str) -> None:
+        for i in range(3):
+            assert provider.complete(ask([{"role": "user", "content": f"{name}{i}"}]))
+            clients.setdefault(name, set()).add(id(provider.client))
+
+    threads = [threading.Thread(target=three_calls, args=(name,)) for name in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    # One client per thread (no pool shared by every thread), and it keeps its connection.
+    assert [len(ids) for ids in clients.values()] == [1, 1]
+    assert clients["a"] != clients["b"]
+    assert len(fake_api.messages_requests()) == 6
+    assert fake_api.connections_opened == 2
+
+
 def test_stop_releases_a_hanging_request():
     server = FakeMessagesServer(hang_seconds=60).start()
     server.push(hang())
