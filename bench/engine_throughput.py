@@ -520,32 +520,38 @@ def main() -> None:
     )
     raw: dict = {}
     proc = start_worker(args.concurrency)
+    lg = None if args.skip_langgraph else LangGraph(args.runs)
     try:
         print(f"worker pid {proc.pid}, RSS {worker_rss_kb(proc.pid)} kB")
         launch_runs(2, 3)  # warm-up: imports, pool connections
+        if lg:
+            lg.run(2, 3)
         time.sleep(3)
+        # Each of our rounds is followed by LangGraph's at the same K, so both see the same
+        # machine (a shared machine's speed drifts by 2x over minutes); the ratio is taken
+        # per pair of rounds.
         for _ in range(args.repeat):
             for k in ks:
                 r = run_ours(args.runs, k, proc.pid)
                 raw.setdefault(("agentops", k), []).append(r)
-                print(
-                    f"  agentops K={k}: {r['steps'] / r['seconds']:.0f} steps/s ({r['rows']} rows)"
-                )
+                line = f"  K={k}: agentops {r['steps'] / r['seconds']:.0f} steps/s"
+                if lg:
+                    b = lg.run(args.runs, k)
+                    raw.setdefault(("langgraph", k), []).append(b)
+                    line += f", langgraph {b['steps'] / b['seconds']:.0f} steps/s"
+                print(line)
         print(f"worker RSS {worker_rss_kb(proc.pid)} kB")
     finally:
         stop_worker(proc)
-    if not args.skip_langgraph:
-        lg = LangGraph(args.runs)
-        try:
-            lg.run(2, 3)  # warm-up
-            for _ in range(args.repeat):
-                for k in ks:
-                    r = lg.run(args.runs, k)
-                    raw.setdefault(("langgraph", k), []).append(r)
-                    print(f"  langgraph K={k}: {r['steps'] / r['seconds']:.0f} steps/s")
-        finally:
+        if lg:
             lg.close()
     print_table({key: summarise(rounds) for key, rounds in raw.items()})
+    if lg:
+        print("\nagentops / langgraph, per pair of rounds (median):")
+        for k in ks:
+            pairs = zip(raw[("agentops", k)], raw[("langgraph", k)], strict=True)
+            ratios = [(a["steps"] / a["seconds"]) / (b["steps"] / b["seconds"]) for a, b in pairs]
+            print(f"  K={k}: {statistics.median(ratios):.2f}x  {[round(x, 2) for x in ratios]}")
     print(f"load after: {os.getloadavg()} (shared 2-core machine, other jobs running)")
 
 

@@ -67,6 +67,9 @@ from .models import (
 log = logging.getLogger("agentops.engine")
 
 NO_PROGRESS_REPEATS = 3  # the same tool call with the same arguments, this many times
+# ... among the run's last this many calls. A bounded window keeps the checkpointed state
+# the same size at step 5 and at step 500; a loop longer than this is max_steps' to stop.
+NO_PROGRESS_WINDOW = 30
 TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
 ASK_OPERATOR = "ask_operator"
 LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to record its result
@@ -164,7 +167,7 @@ def enqueue(run_id, *, countdown: float | None = None) -> bool:
 
 
 def _initial_state() -> dict:
-    return {"pending": [], "call_counts": {}}
+    return {"pending": [], "recent_calls": []}
 
 
 # --- the loop -----------------------------------------------------------------------------------
@@ -791,7 +794,7 @@ def _plan_tool_calls(
     from approvals import gates
 
     allowed = {t["name"] for t in work.agent_config["tools"]}
-    counts: dict[str, int] = work.state.setdefault("call_counts", {})
+    recent: list[str] = work.state.setdefault("recent_calls", [])
     pending: list[dict] = []
     repeated = ""
     for index, use in enumerate(tool_uses):
@@ -817,8 +820,9 @@ def _plan_tool_calls(
             call_key = hashlib.sha256(
                 canonical_json([tool.name, item["args"]]).encode()
             ).hexdigest()[:16]
-            counts[call_key] = counts.get(call_key, 0) + 1
-            if counts[call_key] >= NO_PROGRESS_REPEATS and not repeated:
+            recent.append(call_key)
+            del recent[:-NO_PROGRESS_WINDOW]
+            if recent.count(call_key) >= NO_PROGRESS_REPEATS and not repeated:
                 repeated = tool.name
         pending.append(item)
     gated = []

@@ -156,7 +156,9 @@ class Run(models.Model):
             models.Index(fields=["trigger", "-created_at"]),
             models.Index(fields=["launched_by", "-created_at"]),
             models.Index(fields=["-created_at"]),
-            models.Index(fields=["status", "lease_expires_at"]),
+            # No index may hold a column every step writes (lease_expires_at, counters):
+            # Postgres can then update the row in place (HOT) instead of adding an entry to
+            # each index per step. The sweep finds running runs through (status, created_at).
         ]
         constraints = [
             models.CheckConstraint(condition=Q(status__in=_STATUSES), name="run_status_valid"),

@@ -11,7 +11,7 @@ from agentops.llm import LLMError, LLMTransientError
 from agentops.llm.scripted import text, tool_use
 from approvals.models import Approval
 from runs import engine
-from runs.models import Run, Step
+from runs.models import Checkpoint, Run, Step
 
 from .harness import CALLS, assert_timeline_sound, drive, forever, tool_steps
 
@@ -213,6 +213,20 @@ def test_same_tool_with_different_arguments_is_progress(launch, script):
     drive(run)
     assert run.termination_reason == Run.Termination.COMPLETED
     assert CALLS["t_echo"] == 5
+
+
+def test_repeats_count_within_the_recent_calls_only(launch, script, monkeypatch):
+    monkeypatch.setattr(engine, "NO_PROGRESS_WINDOW", 4)
+    same = tool_use("t_echo", text="same")
+    others = lambda tag: [[tool_use("t_echo", text=f"{tag}{i}")] for i in range(3)]  # noqa: E731
+    # "same" three times, but never three times among four consecutive calls.
+    script([[same], *others("a"), [same], *others("b"), [same], [text("done")]])
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    assert CALLS["t_echo"] == 9
+    # The state carries the window, not every call the run made.
+    assert len(Checkpoint.objects.filter(run=run).latest("seq").state["recent_calls"]) == 4
 
 
 def test_no_progress_leaves_no_pending_approval_behind(launch, script):
