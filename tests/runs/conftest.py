@@ -69,3 +69,9 @@ def plain_user(django_user_model):
     # Transactional tests flush the role groups the data migration made; a plain user is
     # all the engine needs to see as the one who decided.
     return django_user_model.objects.create_user(username="olivia", password="pw-olivia")
+
+
+@pytest.fixture
+def backlog(monkeypatch):
+    """Other runs wait in the broker for a worker thread (so every slice is handed back)."""
+    monkeypatch.setattr(engine, "runs_waiting", lambda: True)

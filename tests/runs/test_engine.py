@@ -104,12 +104,6 @@ def test_a_short_conversation_is_sent_untouched():
     assert engine.fit_context(messages, 10) == (messages, 0)
 
 
-@pytest.fixture
-def backlog(monkeypatch):
-    """Other runs wait in the broker for a worker thread."""
-    monkeypatch.setattr(engine, "runs_waiting", lambda: True)
-
-
 def test_a_long_run_yields_its_time_slice_and_is_requeued(launch, script, no_enqueue, backlog):
     provider = script(three_tool_turns())
     run = launch()

@@ -74,7 +74,7 @@ def test_two_workers_started_together_run_it_once(launch, script):
     assert run.steps.filter(data__event="started").count() == 1
 
 
-def test_workers_competing_for_every_slice_never_repeat_a_step(launch, script):
+def test_workers_competing_for_every_slice_never_repeat_a_step(launch, script, backlog):
     provider = script(charging_turns(), latency=0.002)
     run = launch()
 
