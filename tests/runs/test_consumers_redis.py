@@ -43,3 +43,19 @@ async def test_an_idle_websocket_still_gets_the_next_step(operator, viewer, no_e
     live = await communicator.receive_from(timeout=5)
     assert seqs(live) == [6]
     await communicator.disconnect()
+
+
+async def test_the_outbox_asks_which_groups_have_members_in_one_go():
+    from runs import events
+
+    layer = get_channel_layer()
+    watched, unwatched, left = "run.watched-test", "run.unwatched-test", "run.left-test"
+    await layer.group_add(watched, "specific.watcher!1")
+    await layer.group_add(left, "specific.watcher!2")
+    await layer.group_discard(left, "specific.watcher!2")
+    try:
+        listened = await events._groups_listened_to(layer, {watched, unwatched, left})
+        assert listened == {watched}
+    finally:
+        await layer.group_discard(watched, "specific.watcher!1")
+    assert await events._groups_listened_to(layer, {watched}) == set()
