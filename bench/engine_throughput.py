@@ -15,7 +15,9 @@ Ours: a real `celery -A bench.engine_throughput worker --pool threads -c N` subp
 module is its app: it registers the bench agent and tool), Redis broker, Postgres. Started
 here, stopped by its PID at the end. The LangGraph baseline (optional `bench` dependency
 group) is a 2-node ReAct loop (model node with an instant fake model, tool node) with the
-sync PostgresSaver on a connection pool, the same M runs as M threads, same K.
+sync PostgresSaver on a connection pool, the same M runs as M threads, same K. Each of our
+rounds is followed by LangGraph's at the same K, and the ratio is reported per pair: a
+shared machine's speed drifts more between minutes than the two sides differ.
 
 Figures per K (median of --repeat rounds): steps/s (all steps of all runs / wall time from
 enqueue to the last run finished), per-step time p50/p99 (deltas between a run's consecutive

@@ -1,10 +1,12 @@
 """The durable agent loop.
 
-advance(run_id) claims a run (row lock + lease, so two workers never execute one run), loads
-its state, and repeats: terminator pre-check -> one executor step (one model call, then the
-tool calls it asked for) -> steps, counters and checkpoint written in one transaction ->
-events published after commit. It keeps going for a short time slice, then re-enqueues the
-run if other runs wait for a worker thread (otherwise it keeps going).
+advance(run_id) claims a run (a compare-and-set lease, so two workers never execute one run),
+loads its state, and repeats: terminator pre-check -> one executor step (one model call, then
+the tool calls it asked for) -> each step, the run's counters and the checkpoint written
+together (one statement on Postgres, runs/sql.py; a transaction where approvals open or the
+ledger records an outcome) -> events published after commit. It keeps going for a short time
+slice, then re-enqueues the run if other runs wait for a worker thread (otherwise it keeps
+going).
 
 Side effects go through the ledger (SideEffect): intent committed before the call, outcome
 committed with the step after it. On resume a committed effect is never repeated; an intent
