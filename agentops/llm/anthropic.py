@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import anthropic
-import httpx
+import httpx2
 from django.conf import settings
 
 from . import pricing
@@ -30,7 +30,7 @@ _per_thread = threading.local()
 def _tls() -> ssl.SSLContext:
     # Built once and shared: each client would otherwise load the CA bundle into an SSL
     # context of its own (~28 ms and ~0.8 MB each, times a worker's threads).
-    return httpx.create_ssl_context()
+    return httpx2.create_ssl_context()
 
 
 def _client(api_key: str, base_url: str, timeout: float) -> anthropic.Anthropic:

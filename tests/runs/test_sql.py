@@ -5,10 +5,11 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs import sql
-from runs.models import CHECKPOINT_COLUMNS, STEP_COLUMNS, Checkpoint, Run, Step
+from runs.models import CHECKPOINT_COLUMNS, RUN_COLUMNS, STEP_COLUMNS, Checkpoint, Run, Step
 
 from .ui_factories import add_steps, make_run
 
@@ -124,3 +125,16 @@ def test_select_filters_orders_and_limits(operator, no_enqueue):
     assert rows == expected and len(rows) >= 3
     assert sql.select(Step, ("seq",), {"run": run.pk}, order_by=("seq",), limit=2) == [(1,), (2,)]
     assert sql.select(Step, ("seq",), {"run": run.pk, "kind": ("gate",)}) == []
+
+
+def test_insert_all_is_all_or_nothing(operator, no_enqueue):
+    template = make_run(operator)
+    run = Run(**{f.attname: getattr(template, f.attname) for f in Run._meta.concrete_fields})
+    run.pk = uuid.uuid4()
+    bad = Step(run=run, seq=0, kind=Step.Kind.STATUS, data={}, hash="h" * 64)  # seq must be >= 1
+    with pytest.raises(IntegrityError), transaction.atomic():
+        sql.insert_all([(run, RUN_COLUMNS, (), ()), (bad, STEP_COLUMNS, (), ())])
+    assert not Run.objects.filter(pk=run.pk).exists()
+    good = Step(run=run, seq=1, kind=Step.Kind.STATUS, data={"ü": 1}, hash="h" * 64)
+    sql.insert_all([(run, RUN_COLUMNS, (), ()), (good, STEP_COLUMNS, (), ())])
+    assert Step.objects.get(run_id=run.pk, seq=1).data == {"ü": 1} and good.pk is not None
