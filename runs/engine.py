@@ -440,33 +440,38 @@ def _estimate_next_cost(work: Work) -> Decimal:
 
 
 def _terminate(work: Work, reason: str, detail: str = "", *, output: str = "") -> None:
-    status = Run.Status.SUCCEEDED if reason == Run.Termination.COMPLETED else Run.Status.FAILED
-    now = timezone.now()
     # running -> succeeded/failed (Run.TRANSITIONS), set by the same compare-and-set that
     # appends the step: only while the run is still running under our lease.
-    _append_owned(
-        work,
-        Step.Kind.STATUS,
-        {
-            "event": "terminated",
-            "from": Run.Status.RUNNING,
-            "to": status,
-            "reason": reason,
-            "detail": detail,
-        },
-        {
-            "status": status,
-            "termination_reason": reason,
-            "status_detail": detail[:500],
-            "output": output,
-            "finished_at": now,
-            "lease_owner": "",
-            "lease_expires_at": None,
-            "updated_at": now,
-            "version": work.run.version + 1,
-        },
-    )
+    step, update = _termination(work, reason, detail, output=output)
+    _append_owned(work, Step.Kind.STATUS, step, update)
     raise Stop
+
+
+def _termination(
+    work: Work, reason: str, detail: str = "", *, output: str = ""
+) -> tuple[dict, dict]:
+    """The terminated step's data and the run's fields for it."""
+    status = Run.Status.SUCCEEDED if reason == Run.Termination.COMPLETED else Run.Status.FAILED
+    now = timezone.now()
+    step = {
+        "event": "terminated",
+        "from": Run.Status.RUNNING,
+        "to": status,
+        "reason": reason,
+        "detail": detail,
+    }
+    update = {
+        "status": status,
+        "termination_reason": reason,
+        "status_detail": detail[:500],
+        "output": output,
+        "finished_at": now,
+        "lease_owner": "",
+        "lease_expires_at": None,
+        "updated_at": now,
+        "version": work.run.version + 1,
+    }
+    return step, update
 
 
 def _locked_owned(work: Work) -> Run:
@@ -482,17 +487,25 @@ def _locked_owned(work: Work) -> Run:
 
 
 def _append_owned(
-    work: Work, kind: str, data: dict, update: dict, *, checkpoint: bool = False, **columns: Any
+    work: Work,
+    kind: str,
+    data: dict,
+    update: dict,
+    *,
+    checkpoint: bool = False,
+    then: tuple[tuple[str, dict], ...] = (),
+    **columns: Any,
 ) -> Step:
     """Append a step to the run this worker holds, writing the run's new counters and a
-    renewed lease in the same UPDATE (one compare-and-set, no locked read first), and with
-    `checkpoint` the engine state as it is now. Stop if the run is no longer ours.
+    renewed lease in the same UPDATE (one compare-and-set, no locked read first), with
+    `checkpoint` the engine state as it is now, and the `then` steps after it. Stop if the
+    run is no longer ours.
 
     Outside `atomic` on Postgres this is one statement: one round trip, its own transaction.
     """
     state = work.state if checkpoint else None
     step = work.run.append_step_if_owned(
-        work.worker, kind, data, update=update, checkpoint=state, **columns
+        work.worker, kind, data, update=update, checkpoint=state, then=then, **columns
     )
     if step is None:
         # Someone else wrote to the run: a cancel, a takeover, or a decision's step.
@@ -505,6 +518,8 @@ def _append_owned(
                     for item in work.state["pending"]:
                         item["llm_seq"] = step.seq
                 _checkpoint(work)
+            for then_kind, then_data in then:
+                work.run.append_step(then_kind, then_data)
     work.confirmed_at = time.monotonic()
     work.lease_until = work.run.lease_expires_at
     return step
@@ -746,9 +761,18 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
         "tokens_out": response.usage.output_tokens,
         "latency_ms": response.latency_ms,
     }
+    then = ()
+    if not tool_uses:
+        # The final answer and the run's end in one write: a crash between the two would
+        # leave a finished conversation that a resume sends to the model again.
+        ended, end_update = _termination(work, Run.Termination.COMPLETED, output=response.text)
+        counters.update(end_update)
+        then = ((Step.Kind.STATUS, ended),)
     try:
         if not gated:
-            _append_owned(work, Step.Kind.LLM, data, counters, checkpoint=True, **columns)
+            _append_owned(
+                work, Step.Kind.LLM, data, counters, checkpoint=True, then=then, **columns
+            )
         else:
             with transaction.atomic():
                 _append_owned(work, Step.Kind.LLM, data, counters, **columns)
@@ -761,7 +785,7 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
         raise
     work.add_message({"role": "assistant", "content": response.content})
     if not tool_uses:
-        _terminate(work, Run.Termination.COMPLETED, output=response.text)
+        raise Stop
     if repeated:
         _terminate(
             work,

@@ -264,6 +264,7 @@ class Run(models.Model):
         *,
         update: dict | None = None,
         checkpoint: dict | None = None,
+        then: tuple[tuple[str, dict], ...] = (),
         **columns: Any,
     ) -> "Step | None":
         """`append_step` without a prior locked read, for the engine's hot path: only if
@@ -272,7 +273,7 @@ class Run(models.Model):
         `locked`."""
         expect = {"status": Run.Status.RUNNING, "lease_owner": owner}
         return self.append_step_if_expected(
-            kind, data, expect=expect, update=update, checkpoint=checkpoint, **columns
+            kind, data, expect=expect, update=update, checkpoint=checkpoint, then=then, **columns
         )
 
     def append_step_if_expected(
@@ -283,37 +284,47 @@ class Run(models.Model):
         expect: dict,
         update: dict | None = None,
         checkpoint: dict | None = None,
+        then: tuple[tuple[str, dict], ...] = (),
         **columns: Any,
     ) -> "Step | None":
         """Append a step if the run's row still holds the `expect`ed values and the timeline
-        head this copy knows; with `checkpoint`, also the engine state after this step.
+        head this copy knows; with `checkpoint`, also the engine state after this step;
+        with `then`, (kind, data) steps that follow it in the same write (a final answer and
+        the run's termination: one is never recorded without the other).
 
-        One compare-and-set UPDATE both takes the row lock and checks; on Postgres the step
+        One compare-and-set UPDATE both takes the row lock and checks; on Postgres the steps
         and checkpoint go in the same statement (runs/sql.py). None: nothing was written.
+        Returns the first step.
         """
-        step = self._next_step(kind, data, columns)
-        inserts = [(step, STEP_COLUMNS, (), ())]
+        steps = [self._next_step(kind, data, columns)]
+        for then_kind, then_data in then:
+            steps.append(self._next_step(then_kind, then_data, {}, after=steps[-1]))
+        inserts = [(step, STEP_COLUMNS, (), ()) for step in steps]
         if checkpoint is not None:
-            row = Checkpoint(run=self, seq=step.seq, state=checkpoint)
+            row = Checkpoint(run=self, seq=steps[0].seq, state=checkpoint)
             inserts.append((row, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",)))
         written = sql.update_then_insert(
             Run,
-            {"last_seq": step.seq, "last_hash": step.hash, **(update or {})},
+            {"last_seq": steps[-1].seq, "last_hash": steps[-1].hash, **(update or {})},
             {**expect, "id": self.pk, "last_seq": self.last_seq},
             inserts,
         )
         if not written:
             return None
-        return self._applied(step, update)
+        for step in steps:
+            self._applied(step, update)
+        return steps[0]
 
-    def _next_step(self, kind: str, data: dict, columns: dict) -> "Step":
+    def _next_step(
+        self, kind: str, data: dict, columns: dict, *, after: "Step | None" = None
+    ) -> "Step":
         columns.setdefault("created_at", timezone.now())
         step = Step(
             run=self,
-            seq=self.last_seq + 1,
+            seq=(after.seq if after else self.last_seq) + 1,
             kind=kind,
             data=data,
-            prev_hash=self.last_hash,
+            prev_hash=after.hash if after else self.last_hash,
             **columns,
         )
         step.hash = step.compute_hash()

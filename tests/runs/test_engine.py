@@ -227,6 +227,33 @@ def test_a_step_written_by_someone_else_during_the_call_moves_the_model_step_aft
     assert_timeline_sound(run)
 
 
+def test_the_final_answer_and_the_runs_end_are_one_write(launch, script, monkeypatch, no_enqueue):
+    # Were they two, a crash between them would leave a finished conversation that a resume
+    # sends to the model once more. Here the second half of the write is made to fail.
+    provider = script([[text("done")]])
+    run = launch()
+    next_step = Run._next_step
+
+    def invalid_end(self, kind, data, columns, **kwargs):
+        step = next_step(self, kind, data, columns, **kwargs)
+        if data.get("event") == "terminated":
+            step.kind = "bogus"  # refused by the step_kind_valid constraint
+        return step
+
+    monkeypatch.setattr(Run, "_next_step", invalid_end)
+    engine.advance(run.pk, worker="w")
+    assert provider.calls == 1
+    assert not run.steps.filter(kind=Step.Kind.LLM).exists()
+    assert not run.steps.filter(data__event="terminated").exists()
+    monkeypatch.setattr(Run, "_next_step", next_step)
+    run.refresh_from_db()
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now())
+    assert engine.advance(run.pk, worker="w2") == Run.Status.SUCCEEDED
+    assert list(run.steps.order_by("seq").values_list("kind", flat=True))[-2:] == ["llm", "status"]
+    run.refresh_from_db()
+    assert_timeline_sound(run)
+
+
 def test_the_lease_covers_a_slow_model_call(launch, script, settings, no_enqueue):
     settings.AGENTOPS = {**settings.AGENTOPS, "LEASE_SECONDS": 1, "LLM_TIMEOUT_SECONDS": 30}
     during_call: list = []
