@@ -11,7 +11,9 @@ subprocess with ANTHROPIC_API_KEY=fake ANTHROPIC_BASE_URL=<fake url> (and DATABA
 when --pool-max is given), so runs launched with provider="anthropic" go through the real
 SDK provider. Each run makes --turns tool-calling model calls (the bench agent's instant
 bench_noop) and one final answer. Ideal throughput is N model calls per latency; achieved
-is all model calls / wall time from enqueue to the last run finished. Median of --repeat.
+is all model calls / wall time from enqueue to the last run finished. Median of --repeat,
+after one warm-up round at the largest N (shown, not counted: a cold worker's threads open
+their connections and clients then).
 Stops the worker (by PID) and the server at the end.
 """
 
@@ -69,6 +71,16 @@ def one_round(n: int, turns: int, latency: float, worker_pid: int) -> dict:
     }
 
 
+def report(label: str, n: int, r: dict, worker_pid: int) -> None:
+    worker, server_side, pg = r["cpu"]
+    print(
+        f"  N={n}{f' ({label})' if label else ''}: {r['achieved']:.1f} calls/s of ideal "
+        f"{r['ideal']:.0f} ({100 * r['ratio']:.0f} %) in {r['seconds']:.1f} s; CPU ms per call: "
+        f"worker {worker:.1f}, fake server + this script {server_side:.1f}, Postgres {pg:.1f}; "
+        f"worker RSS {et.worker_rss_kb(worker_pid) // 1024} MB"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", default="200", help="N concurrent runs, comma-separated")
@@ -98,19 +110,16 @@ def main() -> None:
     proc = et.start_worker(concurrency, extra_env=env)
     results: dict[int, list[dict]] = {}
     try:
-        et.launch_runs(2, 1, provider="anthropic")  # warm-up: imports, connections
-        time.sleep(args.latency * 2 + 2)
+        ns = [int(x) for x in args.runs.split(",")]
+        # A cold worker opens a database connection, an HTTP client and its connection per
+        # thread during its first round; that round is shown but not counted.
+        warm_up = one_round(max(ns), args.turns, args.latency, proc.pid)
+        report("warm-up, not counted", max(ns), warm_up, proc.pid)
         for _ in range(args.repeat):
-            for n in [int(x) for x in args.runs.split(",")]:
+            for n in ns:
                 r = one_round(n, args.turns, args.latency, proc.pid)
                 results.setdefault(n, []).append(r)
-                worker, server_side, pg = r["cpu"]
-                print(
-                    f"  N={n}: {r['achieved']:.1f} calls/s of ideal {r['ideal']:.0f} "
-                    f"({100 * r['ratio']:.0f} %) in {r['seconds']:.1f} s; CPU ms per call: "
-                    f"worker {worker:.1f}, fake server + this script {server_side:.1f}, "
-                    f"Postgres {pg:.1f}"
-                )
+                report("", n, r, proc.pid)
         print(f"worker RSS {et.worker_rss_kb(proc.pid)} kB")
     finally:
         et.stop_worker(proc)

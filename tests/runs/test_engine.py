@@ -1,6 +1,7 @@
 """The loop itself: checkpoints, context budget, time slices, leases and the sweep, Celery."""
 
 import itertools
+import sys
 import threading
 from datetime import timedelta
 
@@ -319,6 +320,25 @@ def test_celery_is_configured_for_durable_io_bound_runs(settings):
     assert conf.broker_transport_options["visibility_timeout"] > 2 * longest_task
     assert agentops["LEASE_SECONDS"] < conf.broker_transport_options["visibility_timeout"]
     assert "sweep-expired-leases" in conf.beat_schedule
+
+
+def test_a_worker_imports_the_model_sdk_when_it_starts():
+    from celery.signals import worker_init
+
+    from agentops.celery import preload_model_sdk
+
+    # Not on first use by hundreds of threads at once (bench/model_latency.py's cold round).
+    assert preload_model_sdk in [ref() for _, ref in worker_init.receivers]
+    import agentops.llm
+
+    saved = sys.modules.pop("agentops.llm.anthropic", None)
+    try:
+        preload_model_sdk()
+        assert "agentops.llm.anthropic" in sys.modules
+    finally:
+        if saved is not None:
+            sys.modules["agentops.llm.anthropic"] = saved
+            agentops.llm.anthropic = saved
 
 
 def test_without_a_backlog_a_run_keeps_its_thread_past_the_slice(
