@@ -512,11 +512,12 @@ def _append_owned(
         with transaction.atomic():
             work.run = _locked_owned(work)
             step = work.run.append_step(kind, data, update=update, **columns)
+            if kind == Step.Kind.LLM:
+                # Its calls were planned as the step after the head we knew (gated or not);
+                # another step came first.
+                for item in work.state["pending"]:
+                    item["llm_seq"] = step.seq
             if checkpoint:
-                if kind == Step.Kind.LLM:
-                    # Planned as the step after the head we knew; another step came first.
-                    for item in work.state["pending"]:
-                        item["llm_seq"] = step.seq
                 _checkpoint(work)
             for then_kind, then_data in then:
                 work.run.append_step(then_kind, then_data)

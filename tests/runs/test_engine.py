@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agentops.celery import app as celery_app
 from agentops.llm.scripted import text, tool_use
+from approvals.models import Approval
 from runs import engine
 from runs.models import Checkpoint, Run, SideEffect, Step
 from runs.tasks import advance_run
@@ -225,6 +226,28 @@ def test_a_step_written_by_someone_else_during_the_call_moves_the_model_step_aft
     planned = Checkpoint.objects.get(run=run, seq=llm_seq).state["pending"]
     assert [item["llm_seq"] for item in planned] == [llm_seq]
     assert CALLS["t_charge"] == 1
+    assert_timeline_sound(run)
+
+
+def test_a_gated_call_names_its_model_step_when_someone_else_wrote_first(launch, script):
+    # The same race on the gated path: the model step, its Approval and gate step are one
+    # transaction, and the Approval must point at the seq the model step really got.
+    def someone_appends(request):
+        if request.metadata["turn"] == 0:
+            with transaction.atomic():
+                Run.locked(request.metadata["run_id"]).append_step(
+                    Step.Kind.DECISION, {"event": "noted", "by": "operator"}
+                )
+
+    script([[tool_use("t_gated", n=1)], [text("done")]], on_call=someone_appends)
+    run = launch()
+    assert drive(run) == [Run.Status.WAITING]
+    llm_seq = run.steps.get(kind=Step.Kind.LLM).seq
+    approval = Approval.objects.get(run=run)
+    assert approval.llm_seq == llm_seq and approval.gate_seq == llm_seq + 1
+    planned = Checkpoint.objects.filter(run=run).latest("seq").state["pending"]
+    assert [item["llm_seq"] for item in planned] == [llm_seq]
+    assert CALLS["t_gated"] == 0
     assert_timeline_sound(run)
 
 
