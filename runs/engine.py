@@ -251,10 +251,10 @@ def advance(run_id, *, worker: str | None = None, time_slice: float | None = Non
 
 def claim(run_id, worker: str) -> Run | None:
     """Take the run's lease if it is queued, or running under an expired lease."""
-    # A plain read, then a compare-and-set on what was read (status, version, lease holder,
-    # timeline head): one statement with the started/resumed step, instead of a transaction
-    # around a locked read. Another worker's claim, a cancel or a step in between changes
-    # one of those, and the set matches nothing.
+    # A plain read, then a compare-and-set on what was read (status, version, lease holder
+    # and expiry, timeline head): one statement with the started/resumed step, instead of a
+    # transaction around a locked read. Another worker's claim, a cancel, a step or a lease
+    # renewal in between changes one of those, and the set matches nothing.
     for _ in range(3):
         run = sql.get(Run, run_id)
         if run is None:
@@ -276,6 +276,8 @@ def _claimed(run: Run, worker: str, now: datetime, takeover: bool) -> bool:
         "status": run.status,
         "version": run.version,
         "lease_owner": run.lease_owner,
+        # A live holder renewing its lease changes only this: its run is not up for takeover.
+        "lease_expires_at": run.lease_expires_at,
         "last_seq": run.last_seq,
     }
     claimed = {

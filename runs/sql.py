@@ -44,20 +44,30 @@ def _attnames(obj: Model, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 @functools.cache
-def _update_sql(model: type[Model], set_names: tuple, where_names: tuple) -> str:
+def _update_sql(model: type[Model], set_names: tuple, where_shape: tuple) -> str:
     sets = ", ".join(f"{_column(model, n)} = %s" for n in set_names)
-    where = " AND ".join(f"{_column(model, n)} = %s" for n in where_names)
+    where = " AND ".join(
+        f"{_column(model, n)} {'IS NULL' if is_null else '= %s'}" for n, is_null in where_shape
+    )
     return f"UPDATE {connection.ops.quote_name(model._meta.db_table)} SET {sets} WHERE {where}"
 
 
+def _where(model: type[Model], where: dict[str, Any]) -> tuple[tuple, list]:
+    """The WHERE's shape ((name, is None) pairs: None matches NULL) and its parameters."""
+    shape = tuple((name, value is None) for name, value in where.items())
+    return shape, _prep(model, {n: v for n, v in where.items() if v is not None})
+
+
 def update(model: type[Model], values: dict[str, Any], where: dict[str, Any]) -> int:
-    """UPDATE model SET values WHERE every `where` field equals its value; rows changed.
+    """UPDATE model SET values WHERE every `where` field equals its value (None: IS NULL);
+    rows changed.
 
     Plain values only (no F expressions); `auto_now` fields are not filled in.
     """
-    sql = _update_sql(model, tuple(values), tuple(where))
+    shape, where_params = _where(model, where)
+    sql = _update_sql(model, tuple(values), shape)
     with connection.cursor() as cursor:
-        cursor.execute(sql, _prep(model, values) + _prep(model, where))
+        cursor.execute(sql, _prep(model, values) + where_params)
         return cursor.rowcount
 
 
@@ -106,9 +116,9 @@ def _cast(model: type[Model], name: str) -> str:
 
 @functools.cache
 def _update_then_insert_sql(
-    model: type[Model], set_names: tuple, where_names: tuple, inserts: tuple
+    model: type[Model], set_names: tuple, where_shape: tuple, inserts: tuple
 ) -> str:
-    parts = [f"u AS ({_update_sql(model, set_names, where_names)} RETURNING 1)"]
+    parts = [f"u AS ({_update_sql(model, set_names, where_shape)} RETURNING 1)"]
     for i, (target, names, conflict, update_names) in enumerate(inserts):
         insert = _insert_sql(target, names, conflict, update_names, returning=True)
         values = f"VALUES ({', '.join(['%s'] * len(names))})"
@@ -142,8 +152,9 @@ def update_then_insert(
     shapes = tuple(
         (type(obj), names, conflict, update_names) for obj, names, conflict, update_names in inserts
     )
-    sql = _update_then_insert_sql(model, tuple(values), tuple(where), shapes)
-    params = _prep(model, values) + _prep(model, where)
+    where_shape, where_params = _where(model, where)
+    sql = _update_then_insert_sql(model, tuple(values), where_shape, shapes)
+    params = _prep(model, values) + where_params
     for obj, names, *_ in inserts:
         params += _prep(type(obj), _attnames(obj, names))
     with connection.cursor() as cursor:

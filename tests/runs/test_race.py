@@ -111,6 +111,27 @@ def test_two_workers_taking_over_an_expired_lease_only_one_wins(launch, script):
     assert_timeline_sound(run)
 
 
+def test_a_takeover_loses_to_a_holder_that_renewed_after_it_looked(launch, script, monkeypatch):
+    script(charging_turns())
+    run = launch()
+    assert engine.claim(run.pk, "slow") is not None
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    read = engine.sql.get
+
+    def holder_renews_right_after_the_read(model, pk):
+        seen = read(model, pk)  # expired, as far as the would-be taker can tell
+        Run.objects.filter(pk=pk, lease_owner="slow").update(
+            lease_expires_at=timezone.now() + timedelta(seconds=60)
+        )
+        return seen
+
+    monkeypatch.setattr(engine.sql, "get", holder_renews_right_after_the_read)
+    assert engine.claim(run.pk, "taker") is None
+    run.refresh_from_db()
+    assert run.lease_owner == "slow"
+    assert not run.steps.filter(data__event="resumed").exists()
+
+
 # --- a decision racing the worker that is about to park the run --------------------------------
 @pytest.fixture
 def quick_decider(monkeypatch, plain_user):

@@ -23,6 +23,10 @@ def test_update_writes_typed_values_only_where_everything_matches(operator, no_e
     assert sql.update(Run, values, {"id": run.pk, "status": Run.Status.QUEUED}) == 0
     run.refresh_from_db()
     assert run.step_count == 0
+    # None in the WHERE matches NULL (a claim compares the lease it read, which may be none).
+    assert run.lease_expires_at is None
+    assert sql.update(Run, {"step_count": 3}, {"id": run.pk, "lease_expires_at": None}) == 1
+    assert sql.update(Run, {"step_count": 4}, {"id": run.pk, "lease_expires_at": until}) == 0
     assert sql.update(Run, values, {"id": run.pk, "status": Run.Status.RUNNING}) == 1
     run.refresh_from_db()
     assert (run.cost_usd, run.lease_expires_at, run.step_count) == (
