@@ -505,9 +505,14 @@ def _append_owned(
 
     Outside `atomic` on Postgres this is one statement: one round trip, its own transaction.
     """
-    state = work.state if checkpoint else None
-    step = work.run.append_step_if_owned(
-        work.worker, kind, data, update=update, checkpoint=state, then=then, **columns
+    step = work.run.append_step_if_expected(
+        kind,
+        data,
+        expect={"status": Run.Status.RUNNING, "lease_owner": work.worker},
+        update=update,
+        checkpoint=work.state if checkpoint else None,
+        then=then,
+        **columns,
     )
     if step is None:
         # Someone else wrote to the run: a cancel, a takeover, or a decision's step.

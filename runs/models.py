@@ -256,26 +256,6 @@ class Run(models.Model):
         )
         return self._saved(step, update)
 
-    def append_step_if_owned(
-        self,
-        owner: str,
-        kind: str,
-        data: dict,
-        *,
-        update: dict | None = None,
-        checkpoint: dict | None = None,
-        then: tuple[tuple[str, dict], ...] = (),
-        **columns: Any,
-    ) -> "Step | None":
-        """`append_step` without a prior locked read, for the engine's hot path: only if
-        the run is still running under `owner`'s lease with its timeline head where this
-        copy last saw it. None (nothing written) when any of that changed: re-read it under
-        `locked`."""
-        expect = {"status": Run.Status.RUNNING, "lease_owner": owner}
-        return self.append_step_if_expected(
-            kind, data, expect=expect, update=update, checkpoint=checkpoint, then=then, **columns
-        )
-
     def append_step_if_expected(
         self,
         kind: str,

@@ -73,13 +73,22 @@ def update(model: type[Model], values: dict[str, Any], where: dict[str, Any]) ->
 
 @functools.cache
 def _insert_sql(
-    model: type[Model], names: tuple, conflict: tuple, update_names: tuple, returning: bool
+    model: type[Model],
+    names: tuple,
+    conflict: tuple,
+    update_names: tuple,
+    returning: bool,
+    rows_from: str = "",
 ) -> str:
+    """INSERT of `names`: one row of parameters, or with `rows_from` (a WITH clause's name)
+    a row per row of it, parameters cast to their columns' types (INSERT .. SELECT does not
+    take the types from the target columns the way VALUES does)."""
     table = connection.ops.quote_name(model._meta.db_table)
-    sql = (
-        f"INSERT INTO {table} ({', '.join(_column(model, n) for n in names)}) "
-        f"VALUES ({', '.join(['%s'] * len(names))})"
-    )
+    if rows_from:
+        source = f"SELECT {', '.join(_cast(model, n) for n in names)} FROM {rows_from}"
+    else:
+        source = f"VALUES ({', '.join(['%s'] * len(names))})"
+    sql = f"INSERT INTO {table} ({', '.join(_column(model, n) for n in names)}) {source}"
     if conflict:
         sets = ", ".join(
             f"{_column(model, n)} = EXCLUDED.{_column(model, n)}" for n in update_names
@@ -90,6 +99,11 @@ def _insert_sql(
     if returning:
         sql += f" RETURNING {_column(model, model._meta.pk.name)}"
     return sql
+
+
+@functools.cache
+def _cast(model: type[Model], name: str) -> str:
+    return f"CAST(%s AS {model._meta.get_field(name).db_type(connection)})"
 
 
 def insert(obj: Model, names: tuple[str, ...], *, conflict=(), update_names=()) -> None:
@@ -108,57 +122,37 @@ def insert(obj: Model, names: tuple[str, ...], *, conflict=(), update_names=()) 
     obj._state.adding = False
 
 
-@functools.cache
-def _cast(model: type[Model], name: str) -> str:
-    # INSERT .. SELECT does not type its parameters from the target columns the way VALUES does.
-    return f"CAST(%s AS {model._meta.get_field(name).db_type(connection)})"
+# An insert for update_then_insert / insert_all: (obj, names, conflict, update_names).
+Insert = tuple[Model, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
 @functools.cache
-def _update_then_insert_sql(
-    model: type[Model], set_names: tuple, where_shape: tuple, inserts: tuple
-) -> str:
-    parts = [f"u AS ({_update_sql(model, set_names, where_shape)} RETURNING 1)"]
+def _with_inserts_sql(update: tuple | None, inserts: tuple) -> str:
+    """WITH [u AS (UPDATE .. RETURNING 1),] i0 AS (INSERT ..), ..: each insert's rows come
+    from u when there is an update (so none when it matched nothing); selects u's row count
+    (or 1) and each insert's new pk."""
+    parts, rows_from = [], ""
+    if update is not None:
+        parts.append(f"u AS ({_update_sql(*update)} RETURNING 1)")
+        rows_from = "u"
     for i, (target, names, conflict, update_names) in enumerate(inserts):
-        insert = _insert_sql(target, names, conflict, update_names, returning=True)
-        values = f"VALUES ({', '.join(['%s'] * len(names))})"
-        select = f"SELECT {', '.join(_cast(target, n) for n in names)} FROM u"
-        parts.append(f"i{i} AS ({insert.replace(values, select, 1)})")
+        parts.append(
+            f"i{i} AS ({_insert_sql(target, names, conflict, update_names, True, rows_from)})"
+        )
     pks = "".join(
         f", (SELECT {_column(t, t._meta.pk.name)} FROM i{i})" for i, (t, *_) in enumerate(inserts)
     )
-    return f"WITH {', '.join(parts)} SELECT (SELECT count(*) FROM u){pks}"
+    matched = "(SELECT count(*) FROM u)" if update is not None else "1"
+    return f"WITH {', '.join(parts)} SELECT {matched}{pks}"
 
 
-def update_then_insert(
-    model: type[Model],
-    values: dict[str, Any],
-    where: dict[str, Any],
-    inserts: list[tuple[Model, tuple[str, ...], tuple[str, ...], tuple[str, ...]]],
-) -> bool:
-    """`update`, and only if it changed a row, each `insert` of (obj, names, conflict,
-    update_names): all or nothing. False (nothing written) when the WHERE matched nothing.
-
-    On Postgres one statement (data-modifying WITH clauses), so outside `atomic` it is one
-    round trip and its own transaction; elsewhere the same statements in one transaction.
-    """
-    if connection.vendor != "postgresql":
-        with transaction.atomic():
-            if not update(model, values, where):
-                return False
-            for obj, names, conflict, update_names in inserts:
-                insert(obj, names, conflict=conflict, update_names=update_names)
-        return True
-    shapes = tuple(
-        (type(obj), names, conflict, update_names) for obj, names, conflict, update_names in inserts
-    )
-    where_shape, where_params = _where(model, where)
-    sql = _update_then_insert_sql(model, tuple(values), where_shape, shapes)
-    params = _prep(model, values) + where_params
+def _write(update: tuple | None, params: list, inserts: list[Insert]) -> bool:
+    """Postgres: the update (its SQL shape) and the inserts as one statement; sets the new pks."""
+    shapes = tuple((type(obj), *rest) for obj, *rest in inserts)
     for obj, names, *_ in inserts:
         params += _prep(type(obj), _attnames(obj, names))
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_with_inserts_sql(update, shapes), params)
         matched, *pks = cursor.fetchone()
     if not matched:
         return False
@@ -168,37 +162,40 @@ def update_then_insert(
     return True
 
 
-@functools.cache
-def _insert_all_sql(inserts: tuple) -> str:
-    parts = [
-        f"i{i} AS ({_insert_sql(target, names, conflict, update_names, returning=True)})"
-        for i, (target, names, conflict, update_names) in enumerate(inserts)
-    ]
-    pks = ", ".join(
-        f"(SELECT {_column(t, t._meta.pk.name)} FROM i{i})" for i, (t, *_) in enumerate(inserts)
-    )
-    return f"WITH {', '.join(parts)} SELECT {pks}"
+def _insert_each(inserts: list[Insert]) -> None:
+    for obj, names, conflict, update_names in inserts:
+        insert(obj, names, conflict=conflict, update_names=update_names)
 
 
-def insert_all(inserts: list[tuple[Model, tuple[str, ...], tuple[str, ...], tuple[str, ...]]]):
-    """Each `insert` of (obj, names, conflict, update_names), all or nothing: one statement
-    on Postgres (a row may reference one inserted before it: foreign keys are checked at the
-    end of the statement), one transaction elsewhere."""
+def update_then_insert(
+    model: type[Model], values: dict[str, Any], where: dict[str, Any], inserts: list[Insert]
+) -> bool:
+    """`update`, and only if it changed a row, each insert: all or nothing. False (nothing
+    written) when the WHERE matched nothing.
+
+    On Postgres one statement (data-modifying WITH clauses), so outside `atomic` it is one
+    round trip and its own transaction; elsewhere the same statements in one transaction.
+    """
     if connection.vendor != "postgresql":
         with transaction.atomic():
-            for obj, names, conflict, update_names in inserts:
-                insert(obj, names, conflict=conflict, update_names=update_names)
+            if not update(model, values, where):
+                return False
+            _insert_each(inserts)
+        return True
+    where_shape, where_params = _where(model, where)
+    shape = (model, tuple(values), where_shape)
+    return _write(shape, _prep(model, values) + where_params, inserts)
+
+
+def insert_all(inserts: list[Insert]) -> None:
+    """Each insert, all or nothing: one statement on Postgres (a row may reference one
+    inserted before it: foreign keys are checked at the end of the statement), one
+    transaction elsewhere."""
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            _insert_each(inserts)
         return
-    shapes = tuple((type(obj), *rest) for obj, *rest in inserts)
-    params = []
-    for obj, names, *_ in inserts:
-        params += _prep(type(obj), _attnames(obj, names))
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_all_sql(shapes), params)
-        pks = cursor.fetchone()
-    for (obj, *_), pk in zip(inserts, pks, strict=True):
-        obj.pk = pk
-        obj._state.adding = False
+    _write(None, [], inserts)
 
 
 @functools.cache

@@ -199,6 +199,15 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(launch, script):
     assert_timeline_sound(run)
 
 
+def someone_appends_during_the_first_call(request):
+    """A decision service appends a step while the run's first model call is in flight."""
+    if request.metadata["turn"] == 0:
+        with transaction.atomic():
+            Run.locked(request.metadata["run_id"]).append_step(
+                Step.Kind.DECISION, {"event": "noted", "by": "operator"}
+            )
+
+
 def test_a_step_written_by_someone_else_during_the_call_moves_the_model_step_after_it(
     launch, script
 ):
@@ -206,14 +215,10 @@ def test_a_step_written_by_someone_else_during_the_call_moves_the_model_step_aft
     # statement that expects the timeline head the worker knew; here a decision service
     # appends a step meanwhile (the run stays ours), so the step is written after it and the
     # planned calls must name the seq it really got (the idempotency key derives from it).
-    def someone_appends(request):
-        if request.metadata["turn"] == 0:
-            with transaction.atomic():
-                Run.locked(request.metadata["run_id"]).append_step(
-                    Step.Kind.DECISION, {"event": "noted", "by": "operator"}
-                )
-
-    script([[tool_use("t_charge", amount=1)], [text("done")]], on_call=someone_appends)
+    script(
+        [[tool_use("t_charge", amount=1)], [text("done")]],
+        on_call=someone_appends_during_the_first_call,
+    )
     run = launch()
     drive(run)
     assert run.termination_reason == Run.Termination.COMPLETED
@@ -232,14 +237,9 @@ def test_a_step_written_by_someone_else_during_the_call_moves_the_model_step_aft
 def test_a_gated_call_names_its_model_step_when_someone_else_wrote_first(launch, script):
     # The same race on the gated path: the model step, its Approval and gate step are one
     # transaction, and the Approval must point at the seq the model step really got.
-    def someone_appends(request):
-        if request.metadata["turn"] == 0:
-            with transaction.atomic():
-                Run.locked(request.metadata["run_id"]).append_step(
-                    Step.Kind.DECISION, {"event": "noted", "by": "operator"}
-                )
-
-    script([[tool_use("t_gated", n=1)], [text("done")]], on_call=someone_appends)
+    script(
+        [[tool_use("t_gated", n=1)], [text("done")]], on_call=someone_appends_during_the_first_call
+    )
     run = launch()
     assert drive(run) == [Run.Status.WAITING]
     llm_seq = run.steps.get(kind=Step.Kind.LLM).seq
