@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentops_benchmark \
     REDIS_URL=redis://127.0.0.1:6379/12 \
         uv run --group bench python bench/model_latency.py --runs 200 --turns 3 \
-            --concurrency 200 --pool-max 20 --repeat 3
+            --concurrency 200 --pool-max 20 --repeat 3 [--sustain 30]
 
 Starts the fake server (agentops/llm/fake_server.py) in this process with --latency seconds
 per call, and one real `celery -A bench.engine_throughput worker --pool threads -c C`
@@ -14,6 +14,12 @@ bench_noop) and one final answer. Ideal throughput is N model calls per latency;
 is all model calls / wall time from enqueue to the last run finished. Median of --repeat,
 after one warm-up round at the largest N (shown, not counted: a cold worker's threads open
 their connections and clients then).
+With --sustain SECONDS, each round keeps N runs in flight instead: a run that finishes is
+replaced by a new one at once, for SECONDS. Achieved is then the model calls completed per
+second within a window that opens one run's length ((turns + 1) x latency) after the start,
+when the launch burst is over and runs start and finish all the time, and closes at SECONDS:
+steady concurrency, with each run's start and end still in it, without the burst of N runs
+launched in one instant and their staggered start.
 Stops the worker (by PID) and the server at the end.
 """
 
@@ -71,11 +77,61 @@ def one_round(n: int, turns: int, latency: float, worker_pid: int) -> dict:
     }
 
 
+def sustained_round(n: int, turns: int, latency: float, seconds: float, worker_pid: int) -> dict:
+    from datetime import UTC, datetime
+
+    from runs.models import Run, Step
+
+    cpu_before = et.cpu_seconds(worker_pid), time.process_time(), et.postgres_cpu_seconds()
+    started = time.time()
+    inflight = set(et.launch_runs(n, turns, provider="anthropic"))
+    launched = set(inflight)
+    while time.time() < started + seconds:
+        done = dict(
+            Run.objects.filter(pk__in=inflight, status__in=Run.TERMINAL_STATUSES).values_list(
+                "pk", "status"
+            )
+        )
+        if any(status != Run.Status.SUCCEEDED for status in done.values()):
+            raise SystemExit(f"a run ended {set(done.values())}")
+        if done:
+            inflight -= done.keys()
+            fresh = et.launch_runs(len(done), turns, provider="anthropic")
+            inflight.update(fresh)
+            launched.update(fresh)
+        time.sleep(0.02)
+    et.wait_finished(list(inflight), timeout=120)
+    cpu_after = et.cpu_seconds(worker_pid), time.process_time(), et.postgres_cpu_seconds()
+    window = (started + (turns + 1) * latency, started + seconds)
+    calls_in_window = Step.objects.filter(
+        run__in=launched,
+        kind=Step.Kind.LLM,
+        created_at__gte=datetime.fromtimestamp(window[0], UTC),
+        created_at__lt=datetime.fromtimestamp(window[1], UTC),
+    ).count()
+    calls = Step.objects.filter(run__in=launched, kind=Step.Kind.LLM).count()
+    cpu = [(b - a) * 1000 / calls for a, b in zip(cpu_before, cpu_after, strict=True)]
+    achieved = calls_in_window / (window[1] - window[0])
+    ideal = n / latency
+    return {
+        "seconds": window[1] - window[0],
+        "achieved": achieved,
+        "ideal": ideal,
+        "ratio": achieved / ideal,
+        "cpu": cpu,
+        "runs": len(launched),
+    }
+
+
 def report(label: str, n: int, r: dict, worker_pid: int) -> None:
     worker, server_side, pg = r["cpu"]
+    if "runs" in r:
+        span = f"over a {r['seconds']:.1f} s window ({r['runs']} runs in the round)"
+    else:
+        span = f"in {r['seconds']:.1f} s"
     print(
         f"  N={n}{f' ({label})' if label else ''}: {r['achieved']:.1f} calls/s of ideal "
-        f"{r['ideal']:.0f} ({100 * r['ratio']:.0f} %) in {r['seconds']:.1f} s; CPU ms per call: "
+        f"{r['ideal']:.0f} ({100 * r['ratio']:.0f} %) {span}; CPU ms per call: "
         f"worker {worker:.1f}, fake server + this script {server_side:.1f}, Postgres {pg:.1f}; "
         f"worker RSS {et.worker_rss_kb(worker_pid) // 1024} MB"
     )
@@ -89,6 +145,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=0, help="worker threads (0: default)")
     parser.add_argument("--pool-max", type=int, default=0, help="DATABASE_POOL_MAX (0: default)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--sustain", type=float, default=0, help="keep N runs in flight for this many seconds"
+    )
     args = parser.parse_args()
     from django.conf import settings
 
@@ -115,9 +174,14 @@ def main() -> None:
         # thread during its first round; that round is shown but not counted.
         warm_up = one_round(max(ns), args.turns, args.latency, proc.pid)
         report("warm-up, not counted", max(ns), warm_up, proc.pid)
+        if args.sustain and args.sustain < 2 * (args.turns + 1) * args.latency:
+            raise SystemExit("--sustain: at least two runs' length, (turns + 1) x latency each")
         for _ in range(args.repeat):
             for n in ns:
-                r = one_round(n, args.turns, args.latency, proc.pid)
+                if args.sustain:
+                    r = sustained_round(n, args.turns, args.latency, args.sustain, proc.pid)
+                else:
+                    r = one_round(n, args.turns, args.latency, proc.pid)
                 results.setdefault(n, []).append(r)
                 report("", n, r, proc.pid)
         print(f"worker RSS {et.worker_rss_kb(proc.pid)} kB")
