@@ -7,6 +7,7 @@ itself is wrong, retrying would give the same answer).
 
 import email.utils
 import functools
+import json
 import ssl
 import threading
 import time
@@ -94,7 +95,11 @@ class AnthropicProvider:
             params["tools"] = request.tools
         started = time.monotonic()
         try:
-            message = client.messages.create(**params)
+            # The body as JSON, not as the SDK's typed Message: the timeline stores plain dicts,
+            # and building the typed models first was a sixth of the SDK's CPU per call
+            # (bench/model_latency.py). Errors, timeouts and status codes are the SDK's as ever.
+            raw = client.messages.with_raw_response.create(**params)
+            message = json.loads(raw.http_response.content)
         except anthropic.APITimeoutError as exc:
             raise LLMTransientError(f"model call timed out after {self.timeout:g}s") from exc
         except anthropic.APIConnectionError as exc:
@@ -106,20 +111,18 @@ class AnthropicProvider:
         except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
             raise _malformed(f"body is not JSON ({exc})") from exc
         latency_ms = int((time.monotonic() - started) * 1000)
-        return _response(message, latency_ms)
+        return _response(message, raw.request_id or "", latency_ms)
 
 
-def _response(message: Any, latency_ms: int) -> LLMResponse:
-    # The SDK does not validate response bodies (non-strict mode), so a proxy's HTML page or
-    # a truncated body arrives here as a str, a list or a half-empty Message.
-    if not isinstance(message, anthropic.types.Message):
+def _response(message: Any, request_id: str, latency_ms: int) -> LLMResponse:
+    # A proxy's page or a truncated body parses as something else, or not at all (above).
+    if not isinstance(message, dict) or message.get("type", "message") != "message":
         raise _malformed(f"got {type(message).__name__} instead of a message")
-    u = message.usage
-    if u is None or not isinstance(message.content, list) or not message.model:
+    u, content, model = message.get("usage"), message.get("content"), message.get("model")
+    if not (isinstance(u, dict) and isinstance(content, list) and isinstance(model, str) and model):
         raise _malformed("usage, content or model missing")
-    content = [_block(b) for b in message.content]
     for block in content:
-        if not isinstance(block.get("type"), str):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise _malformed("a content block without a type")
         if block["type"] == "tool_use" and not (
             isinstance(block.get("id"), str) and block["id"] and isinstance(block.get("name"), str)
@@ -128,23 +131,23 @@ def _response(message: Any, latency_ms: int) -> LLMResponse:
         if block["type"] == "text" and not isinstance(block.get("text"), str):
             raise _malformed("a text block without text")
     counts = [
-        u.input_tokens,
-        u.output_tokens,
-        u.cache_creation_input_tokens,
-        u.cache_read_input_tokens,
+        u.get("input_tokens"),
+        u.get("output_tokens"),
+        u.get("cache_creation_input_tokens"),
+        u.get("cache_read_input_tokens"),
     ]
-    if not all(c is None or (isinstance(c, int) and c >= 0) for c in counts):
+    if not all(c is None or (type(c) is int and c >= 0) for c in counts):
         raise _malformed("token counts are not counts")
     usage = Usage(*(c or 0 for c in counts))
     return LLMResponse(
-        content=content,
-        stop_reason=message.stop_reason or "",
+        content=[_block(b) for b in content],
+        stop_reason=message.get("stop_reason") or "",
         usage=usage,
-        model=message.model,
-        cost_usd=pricing.cost(message.model, usage),
+        model=model,
+        cost_usd=pricing.cost(model, usage),
         latency_ms=latency_ms,
-        request_id=message._request_id or "",
-        extra={"message_id": message.id},
+        request_id=request_id,
+        extra={"message_id": message.get("id")},
     )
 
 
@@ -153,22 +156,22 @@ def _malformed(detail: str) -> LLMTransientError:
     return LLMTransientError(f"the model API sent a malformed response: {detail}", status=200)
 
 
-def _block(block: Any) -> dict:
-    """A response content block as the plain dict the timeline stores and the next request
-    sends back."""
-    if isinstance(block, dict):  # a block type this SDK version does not know
-        return block
-    if not isinstance(block, anthropic.BaseModel):
-        return {"type": None}
-    if block.type == "text":
-        return {"type": "text", "text": block.text}
-    if block.type == "tool_use":
+def _block(block: dict) -> dict:
+    """A response content block as the timeline stores it and the next request sends back."""
+    if block["type"] == "text":
+        return {"type": "text", "text": block["text"]}
+    if block["type"] == "tool_use":
         # The input is kept as the model sent it, valid or not: the engine validates it
         # against the tool's schema and answers the model with an error tool_result.
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    # thinking (with its signature), redacted_thinking, server tool blocks...: as received,
-    # because the API wants them back unchanged in the next request.
-    return block.to_dict(mode="json")
+        return {
+            "type": "tool_use",
+            "id": block["id"],
+            "name": block["name"],
+            "input": block.get("input"),
+        }
+    # thinking (with its signature), redacted_thinking, server tool blocks, types newer than
+    # this code...: as received, because the API wants them back unchanged.
+    return block
 
 
 def api_messages(messages: list[dict]) -> list[dict]:
