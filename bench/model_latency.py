@@ -87,11 +87,7 @@ def sustained_round(n: int, turns: int, latency: float, seconds: float, worker_p
     inflight = set(et.launch_runs(n, turns, provider="anthropic"))
     launched = set(inflight)
     while time.time() < started + seconds:
-        done = dict(
-            Run.objects.filter(pk__in=inflight, status__in=Run.TERMINAL_STATUSES).values_list(
-                "pk", "status"
-            )
-        )
+        done = et.finished(inflight)
         if any(status != Run.Status.SUCCEEDED for status in done.values()):
             raise SystemExit(f"a run ended {set(done.values())}")
         if done:
@@ -99,7 +95,7 @@ def sustained_round(n: int, turns: int, latency: float, seconds: float, worker_p
             fresh = et.launch_runs(len(done), turns, provider="anthropic")
             inflight.update(fresh)
             launched.update(fresh)
-        time.sleep(0.02)
+        time.sleep(0.05)
     et.wait_finished(list(inflight), timeout=120)
     cpu_after = et.cpu_seconds(worker_pid), time.process_time(), et.postgres_cpu_seconds()
     window = (started + (turns + 1) * latency, started + seconds)
