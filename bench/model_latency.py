@@ -80,6 +80,8 @@ def one_round(n: int, turns: int, latency: float, worker_pid: int) -> dict:
 def sustained_round(n: int, turns: int, latency: float, seconds: float, worker_pid: int) -> dict:
     from datetime import UTC, datetime
 
+    from django.db.models import Count, Q
+
     from runs.models import Run, Step
 
     cpu_before = et.cpu_seconds(worker_pid), time.process_time(), et.postgres_cpu_seconds()
@@ -99,13 +101,14 @@ def sustained_round(n: int, turns: int, latency: float, seconds: float, worker_p
     et.wait_finished(list(inflight), timeout=120)
     cpu_after = et.cpu_seconds(worker_pid), time.process_time(), et.postgres_cpu_seconds()
     window = (started + (turns + 1) * latency, started + seconds)
-    calls_in_window = Step.objects.filter(
-        run__in=launched,
-        kind=Step.Kind.LLM,
+    in_window = Q(
         created_at__gte=datetime.fromtimestamp(window[0], UTC),
         created_at__lt=datetime.fromtimestamp(window[1], UTC),
-    ).count()
-    calls = Step.objects.filter(run__in=launched, kind=Step.Kind.LLM).count()
+    )
+    counts = Step.objects.filter(run__in=launched, kind=Step.Kind.LLM).aggregate(
+        calls=Count("pk"), in_window=Count("pk", filter=in_window)
+    )
+    calls, calls_in_window = counts["calls"], counts["in_window"]
     cpu = [(b - a) * 1000 / calls for a, b in zip(cpu_before, cpu_after, strict=True)]
     achieved = calls_in_window / (window[1] - window[0])
     ideal = n / latency
@@ -145,6 +148,8 @@ def main() -> None:
         "--sustain", type=float, default=0, help="keep N runs in flight for this many seconds"
     )
     args = parser.parse_args()
+    if args.sustain and args.sustain < 2 * (args.turns + 1) * args.latency:
+        parser.error("--sustain: at least two runs' length, (turns + 1) x latency each")
     from django.conf import settings
 
     if not (settings.IS_POSTGRES and settings.REDIS_URL):
@@ -170,8 +175,6 @@ def main() -> None:
         # thread during its first round; that round is shown but not counted.
         warm_up = one_round(max(ns), args.turns, args.latency, proc.pid)
         report("warm-up, not counted", max(ns), warm_up, proc.pid)
-        if args.sustain and args.sustain < 2 * (args.turns + 1) * args.latency:
-            raise SystemExit("--sustain: at least two runs' length, (turns + 1) x latency each")
         for _ in range(args.repeat):
             for n in ns:
                 if args.sustain:

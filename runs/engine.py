@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -1171,15 +1172,13 @@ def _record_tool_result(
     work.state["pending"] = pending = work.state["pending"][1:]
     update = {**counters, **_renewal(model_call_next=not pending)}
     try:
-        if ledger is None:
+        # With a ledger entry, its outcome commits with the step; without, the step is one
+        # statement of its own (no transaction around it).
+        with transaction.atomic() if ledger is not None else nullcontext():
             _append_owned(
                 work, Step.Kind.TOOL, data, update, checkpoint=True, latency_ms=duration_ms
             )
-        else:
-            with transaction.atomic():
-                _append_owned(
-                    work, Step.Kind.TOOL, data, update, checkpoint=True, latency_ms=duration_ms
-                )
+            if ledger is not None:
                 SideEffect.objects.filter(pk=ledger.pk).update(**outcome)
     except Stop:
         # Cancelled (or taken over) while the call was in flight: the effect happened all
