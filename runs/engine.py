@@ -4,9 +4,10 @@ advance(run_id) claims a run (a compare-and-set lease, so two workers never exec
 loads its state, and repeats: terminator pre-check -> one executor step (one model call, then
 the tool calls it asked for) -> each step, the run's counters and the checkpoint written
 together (one statement on Postgres, runs/sql.py; a transaction where approvals open or the
-ledger records an outcome) -> events published after commit. It keeps going for a short time
-slice, then re-enqueues the run if other runs wait for a worker thread (otherwise it keeps
-going).
+ledger records an outcome) -> events published after commit. Calls without side effects run
+as soon as the model asks for them and are written with its step: one write per iteration.
+It keeps going for a short time slice, then re-enqueues the run if other runs wait for a
+worker thread (otherwise it keeps going).
 
 Side effects go through the ledger (SideEffect): intent committed before the call, outcome
 committed with the step after it. On resume a committed effect is never repeated; an intent
@@ -76,10 +77,11 @@ NO_PROGRESS_WINDOW = 30
 TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
 ASK_OPERATOR = "ask_operator"
 LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to record its result
-# Ownership confirmed by this worker's own write less than this long ago is not read again
-# before a model call or a tool without side effects: a cancel landing in that window is
-# seen when the step is recorded (the same as a cancel landing just after the read). Calls
-# with side effects always read first.
+# Ownership confirmed by this worker's own write or read less than this long ago is not
+# read again before a model call or a tool without side effects: a cancel landing in that
+# window is seen when the step is recorded (the same as a cancel landing just after the
+# read), and what the call returned is discarded then. Calls with side effects always read
+# first.
 RECHECK_AFTER_SECONDS = 1.0
 
 
@@ -496,7 +498,7 @@ def _append_owned(
     update: dict,
     *,
     checkpoint: bool = False,
-    then: tuple[tuple[str, dict], ...] = (),
+    then: tuple[tuple, ...] = (),
     **columns: Any,
 ) -> Step:
     """Append a step to the run this worker holds, writing the run's new counters and a
@@ -525,10 +527,12 @@ def _append_owned(
                 # another step came first.
                 for item in work.state["pending"]:
                     item["llm_seq"] = step.seq
+            for then_kind, then_data, *then_columns in then:
+                work.run.append_step(
+                    then_kind, then_data, **(then_columns[0] if then_columns else {})
+                )
             if checkpoint:
                 _checkpoint(work)
-            for then_kind, then_data in then:
-                work.run.append_step(then_kind, then_data)
     work.confirmed_at = time.monotonic()
     work.lease_until = work.run.lease_expires_at
     return step
@@ -572,10 +576,12 @@ def _continue_checkpoint(work: Work) -> None:
     _terminate(work, Run.Termination.APPROVAL_EXPIRED, detail)
 
 
-def _still_mine(work: Work, *, lease_for: float | None = None, must_read: bool = False) -> None:
+def _still_mine(
+    work: Work, *, lease_for: float | None = None, must_read: bool = False, deadline: bool = True
+) -> None:
     """At a step boundary: Stop if the run was cancelled or taken over; make sure the lease
     covers the call about to be made (so a slow but live call is not taken over); stop at
-    max_seconds.
+    max_seconds (with `deadline`).
 
     Usually nothing, or one plain SELECT: the step just recorded renewed the lease and
     confirmed ownership (RECHECK_AFTER_SECONDS), and a write here would cost a commit (a WAL
@@ -593,7 +599,7 @@ def _still_mine(work: Work, *, lease_for: float | None = None, must_read: bool =
     )
     if not fresh:
         _confirm_ownership(work, now, seconds, lease_needed)
-    if work.active_seconds >= work.run.max_seconds:
+    if deadline and work.active_seconds >= work.run.max_seconds:
         detail = f"{work.active_seconds:.0f}s of {work.run.max_seconds}s"
         if work.waited:
             detail += f" (not counting {work.waited:.0f}s waiting for people)"
@@ -601,11 +607,8 @@ def _still_mine(work: Work, *, lease_for: float | None = None, must_read: bool =
 
 
 def _confirm_ownership(work: Work, now, seconds: float, lease_needed) -> None:
-    row = (
-        Run.objects.filter(pk=work.run.pk)
-        .values_list("status", "lease_owner", "lease_expires_at")
-        .first()
-    )
+    rows = sql.select(Run, ("status", "lease_owner", "lease_expires_at"), {"id": work.run.pk})
+    row = rows[0] if rows else None
     if row is None or row[:2] != (Run.Status.RUNNING, work.worker):
         raise Stop
     lease_until = row[2]
@@ -770,7 +773,7 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
         "tokens_out": response.usage.output_tokens,
         "latency_ms": response.latency_ms,
     }
-    then = ()
+    then: tuple = ()
     if not tool_uses:
         # The final answer and the run's end in one write: a crash between the two would
         # leave a finished conversation that a resume sends to the model again.
@@ -778,6 +781,8 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
         counters.update(end_update)
         then = ((Step.Kind.STATUS, ended),)
     try:
+        if tool_uses and not (gated or repeated):
+            then = _run_inline(work, pending, counters)
         if not gated:
             _append_owned(
                 work, Step.Kind.LLM, data, counters, checkpoint=True, then=then, **columns
@@ -789,12 +794,14 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
                     item["approval"] = str(gates.open_gate(work.run, item, gate).pk)
                 _checkpoint(work)
     except Stop:
-        # Only the ownership check raises Stop in there: cancelled or taken over meanwhile.
+        # Only the ownership checks raise Stop in there: cancelled or taken over meanwhile.
         _charge_discarded_response(work, response)
         raise
     work.add_message({"role": "assistant", "content": response.content})
     if not tool_uses:
         raise Stop
+    for _, tool_data, _ in then:
+        work.add_tool_result(_tool_result_block(tool_data))
     if repeated:
         _terminate(
             work,
@@ -869,6 +876,57 @@ def _plan_tool_calls(
                 if gate is not None:
                     gated.append((item, gate))
     return pending, repeated, gated
+
+
+def _run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
+    """Run the calls at the head of `pending` that have no side effects now, before the
+    model step is written, and return their tool steps to go in the same write: one commit
+    per iteration instead of one per step. A crash before that write costs calling them
+    again, and nothing else. `counters` (the model step's update) takes in theirs; the
+    calls from the first with side effects on stay pending, for the ledger's way.
+
+    Each call is preceded by the checks a step boundary makes for a call without side
+    effects (_still_mine): is the run still ours (read unless confirmed less than
+    RECHECK_AFTER_SECONDS ago: a model call that took longer is followed by a read, so a
+    cancel during it runs none of its calls), the lease, max_seconds (past it, the calls
+    left stay pending and the next step stops the run before them).
+    """
+    errors = _error_counters(work.run)
+    steps = []
+    left = list(pending)
+    while left:
+        item = left[0]
+        if item["error"]:
+            data = _tool_step(errors, item, error=item["error"], attempts=0)
+            steps.append((Step.Kind.TOOL, data, {}))
+            left.pop(0)
+            continue
+        tool = get_tool(item["name"])
+        if tool.has_side_effects or tool.name == ASK_OPERATOR:
+            break
+        if work.active_seconds >= work.run.max_seconds:
+            break
+        _still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
+        key = idempotency_key(work.run.pk, item["llm_seq"], item["index"], tool.name, item["args"])
+        result, error, attempts, duration_ms = _call_tool(
+            work, item, tool, item["args"], key, None, errors["retry_count"]
+        )
+        _fault_point(tool.name)
+        data = _tool_step(
+            errors,
+            item,
+            result=result,
+            error=error,
+            attempts=attempts,
+            duration_ms=duration_ms,
+            args=item["args"],
+        )
+        steps.append((Step.Kind.TOOL, data, {"latency_ms": duration_ms}))
+        left.pop(0)
+    counters.update(errors)
+    counters.update(_renewal(model_call_next=not left))
+    work.state["pending"] = left
+    return tuple(steps)
 
 
 def _wait_for_humans(work: Work) -> None:
@@ -1056,6 +1114,36 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
             )
             effect.attempts += 1
 
+    result, error, attempts, duration_ms = _call_tool(
+        work, item, tool, args, key, effect, run.retry_count
+    )
+    _fault_point(tool.name)
+    _record_tool_result(
+        work,
+        item,
+        result=result,
+        error=error,
+        attempts=attempts,
+        key=key if effect else "",
+        ledger=effect,
+        duration_ms=duration_ms,
+        args=args,
+    )
+
+
+def _call_tool(
+    work: Work,
+    item: dict,
+    tool: Tool,
+    args: dict,
+    key: str,
+    effect: SideEffect | None,
+    retry_count: int,
+) -> tuple[Any, str | None, int, int]:
+    """Call the tool under its circuit breaker, retrying infrastructure errors as its policy
+    and the run's retries so far (`retry_count`) allow: (result, error, attempts, duration
+    in ms)."""
+    run = work.run
     result, error, attempts, started = None, None, 0, time.monotonic()
     while True:
         attempts += 1
@@ -1083,7 +1171,7 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
                 log.warning("run %s: %s failed with %s; outcome unknown", run.pk, tool.name, exc)
                 _outcome_unknown(work, item, tool, effect)
             # Capped per call by the tool's policy and per run by RUN_MAX_RETRIES.
-            run_budget_left = run.retry_count + attempts - 1 < _cfg("RUN_MAX_RETRIES")
+            run_budget_left = retry_count + attempts - 1 < _cfg("RUN_MAX_RETRIES")
             if attempts >= tool.retry.max_attempts or not run_budget_left:
                 error = f"{exc} (after {attempts} attempts)"
                 break
@@ -1093,18 +1181,7 @@ def _execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
             breaker.record(tool.name, ok=False)
             error = f"{tool.name} failed: {type(exc).__name__}: {exc}"
             break
-    _fault_point(tool.name)
-    _record_tool_result(
-        work,
-        item,
-        result=result,
-        error=error,
-        attempts=attempts,
-        key=key if effect else "",
-        ledger=effect,
-        duration_ms=int((time.monotonic() - started) * 1000),
-        args=args,
-    )
+    return result, error, attempts, int((time.monotonic() - started) * 1000)
 
 
 def _fault_point(tool_name: str) -> None:
@@ -1141,34 +1218,22 @@ def _record_tool_result(
     counts_as_error: bool = True,
     args: dict | None = None,
 ) -> None:
-    is_error = error is not None
-    data = {
-        "tool_use_id": item["id"],
-        "tool": item["name"],
-        # What ran (an approver may have edited the model's arguments), else what was asked.
-        "args": args if args is not None else (item["args"] or item.get("input")),
-        "is_error": is_error,
-        "attempts": attempts,
-        "duration_ms": duration_ms,
-        "idempotency_key": key,
-    }
-    if item.get("approval"):
-        data["approval"] = item["approval"]
-    if is_error:
-        data["error"] = error
-    else:
-        data["result"] = result
+    counters = _error_counters(work.run)
+    data = _tool_step(
+        counters,
+        item,
+        result=result,
+        error=error,
+        attempts=attempts,
+        key=key,
+        duration_ms=duration_ms,
+        counts_as_error=counts_as_error,
+        args=args,
+    )
     outcome = {
-        "status": SideEffect.Status.FAILED if is_error else SideEffect.Status.COMMITTED,
-        "result": {"error": error} if is_error else {"result": result},
+        "status": SideEffect.Status.FAILED if data["is_error"] else SideEffect.Status.COMMITTED,
+        "result": {"error": error} if data["is_error"] else {"result": result},
     }
-    run = work.run
-    counters = {"retry_count": run.retry_count + max(0, attempts - 1)}
-    if is_error and counts_as_error:
-        counters["error_count"] = run.error_count + 1
-        counters["consecutive_errors"] = run.consecutive_errors + 1
-    elif not is_error:
-        counters["consecutive_errors"] = 0
     work.state["pending"] = pending = work.state["pending"][1:]
     update = {**counters, **_renewal(model_call_next=not pending)}
     try:
@@ -1189,6 +1254,53 @@ def _record_tool_result(
             )
         raise
     work.add_tool_result(_tool_result_block(data))
+
+
+def _error_counters(run: Run) -> dict:
+    return {
+        "retry_count": run.retry_count,
+        "error_count": run.error_count,
+        "consecutive_errors": run.consecutive_errors,
+    }
+
+
+def _tool_step(
+    counters: dict,
+    item: dict,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    attempts: int,
+    key: str = "",
+    duration_ms: int = 0,
+    counts_as_error: bool = True,
+    args: dict | None = None,
+) -> dict:
+    """A tool step's data; moves `counters` (_error_counters) on to what they are after it."""
+    is_error = error is not None
+    data = {
+        "tool_use_id": item["id"],
+        "tool": item["name"],
+        # What ran (an approver may have edited the model's arguments), else what was asked.
+        "args": args if args is not None else (item["args"] or item.get("input")),
+        "is_error": is_error,
+        "attempts": attempts,
+        "duration_ms": duration_ms,
+        "idempotency_key": key,
+    }
+    if item.get("approval"):
+        data["approval"] = item["approval"]
+    if is_error:
+        data["error"] = error
+    else:
+        data["result"] = result
+    counters["retry_count"] += max(0, attempts - 1)
+    if is_error and counts_as_error:
+        counters["error_count"] += 1
+        counters["consecutive_errors"] += 1
+    elif not is_error:
+        counters["consecutive_errors"] = 0
+    return data
 
 
 # --- slices, crashes, sweep ----------------------------------------------------------------------

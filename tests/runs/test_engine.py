@@ -49,10 +49,12 @@ def test_every_step_is_persisted_with_a_checkpoint(launch, script):
         "llm",
         "status",  # terminated
     ]
-    # Each model and tool step is followed by the state to resume from, at its seq.
+    # Each write is followed by the state to resume from, at the seq of its last step: a
+    # model step and the results of its calls without side effects are one write (3-4,
+    # 6-7; the final answer and the end, 10-11); a call with side effects (t_charge) is a
+    # step of its own, after its ledger intent (5, 9).
     checkpointed = set(Checkpoint.objects.filter(run=run).values_list("seq", flat=True))
-    work_seqs = set(run.steps.filter(kind__in=["llm", "tool"]).values_list("seq", flat=True))
-    assert work_seqs <= checkpointed
+    assert checkpointed == {1, 4, 5, 7, 8, 9, 11}
     assert Checkpoint.objects.filter(run=run).latest("seq").state["pending"] == []
     assert run.step_count == 4 and run.tokens_in > 0 and run.cost_usd > 0
     assert_timeline_sound(run)
@@ -301,7 +303,7 @@ def test_an_unexpected_engine_error_is_recorded_and_the_run_retried(
 ):
     script([[tool_use("t_echo", text="a")], [text("done")]])
     run = launch()
-    real = engine._record_tool_result
+    real = engine._append_owned
     failures = iter([RuntimeError("database hiccup")])
 
     def flaky_record(*args, **kwargs):
@@ -310,7 +312,7 @@ def test_an_unexpected_engine_error_is_recorded_and_the_run_retried(
             raise error
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "_record_tool_result", flaky_record)
+    monkeypatch.setattr(engine, "_append_owned", flaky_record)
     no_enqueue.clear()
     assert engine.advance(run.pk) == "requeued"
     run.refresh_from_db()

@@ -11,7 +11,7 @@ from agentops.llm import LLMError, LLMTransientError
 from agentops.llm.scripted import text, tool_use
 from approvals.models import Approval
 from runs import engine
-from runs.models import Checkpoint, Run, Step
+from runs.models import Checkpoint, Run, SideEffect, Step
 
 from .harness import CALLS, assert_timeline_sound, drive, forever, tool_steps
 
@@ -238,7 +238,9 @@ def test_no_progress_leaves_no_pending_approval_behind(launch, script):
     assert not Approval.objects.filter(run=run).exists()
 
 
-def test_cancel_while_running_stops_at_the_next_step_boundary(launch, script):
+def test_cancel_while_running_stops_at_the_next_step_boundary(launch, script, monkeypatch):
+    # A call that takes longer than the recheck window (any real one) is followed by a read.
+    monkeypatch.setattr(engine, "RECHECK_AFTER_SECONDS", 0)
     provider = script(forever(lambda i: [tool_use("t_cancel_run"), tool_use("t_echo", text="x")]))
     run = launch()
     assert drive(run) == [Run.Status.CANCELLED]
@@ -251,14 +253,40 @@ def test_cancel_while_running_stops_at_the_next_step_boundary(launch, script):
     assert_timeline_sound(run)
 
 
+def test_a_cancel_within_the_recheck_window_runs_no_call_with_side_effects(launch, script):
+    # Within the window after the worker's last read or write, a call without side effects
+    # may still run; the turn is discarded when it is recorded. A call with side effects
+    # always reads first.
+    provider = script(
+        forever(
+            lambda i: [
+                tool_use("t_cancel_run"),
+                tool_use("t_echo", text="x"),
+                tool_use("t_charge", amount=1),
+            ]
+        )
+    )
+    run = launch()
+    assert drive(run) == [Run.Status.CANCELLED]
+    assert provider.calls == 1
+    assert CALLS["t_charge"] == 0 and not SideEffect.objects.filter(run=run).exists()
+    assert not run.steps.filter(kind__in=[Step.Kind.LLM, Step.Kind.TOOL]).exists()
+    assert run.cost_usd > 0  # the discarded answer was paid for
+    assert_timeline_sound(run)
+
+
 def _cancel_after_each_tool_record(monkeypatch):
-    real = engine._record_tool_result
+    """An operator cancels right after each write that records a tool result (a tool step
+    of its own, or the ones written with the model step that asked for them)."""
+    real = engine._append_owned
 
-    def record_then_cancel(work, *args, **kwargs):
-        real(work, *args, **kwargs)
-        Run.objects.get(pk=work.run.pk).cancel(reason="operator clicked cancel")
+    def record_then_cancel(work, kind, *args, then=(), **kwargs):
+        step = real(work, kind, *args, then=then, **kwargs)
+        if Step.Kind.TOOL in (kind, *(t[0] for t in then)):
+            Run.objects.get(pk=work.run.pk).cancel(reason="operator clicked cancel")
+        return step
 
-    monkeypatch.setattr(engine, "_record_tool_result", record_then_cancel)
+    monkeypatch.setattr(engine, "_append_owned", record_then_cancel)
 
 
 def test_cancel_between_steps_is_seen_before_the_next_model_call(launch, script, monkeypatch):
@@ -281,14 +309,18 @@ def test_cancel_right_after_a_recorded_step_costs_one_discarded_call(launch, scr
     run = launch()
     assert drive(run) == [Run.Status.CANCELLED]
     assert provider.calls == 2
-    assert CALLS["t_echo"] == 1
+    # Its call without side effects ran (nothing read within the window), not recorded.
+    assert CALLS["t_echo"] == 2 and len(tool_steps(run)) == 1
     run.refresh_from_db()
     assert run.step_count == 1  # the discarded answer is no step of the run...
     assert run.cost_usd > run.steps.get(kind="llm").cost_usd  # ...but was paid for
     assert_timeline_sound(run)
 
 
-def test_cancel_during_a_model_call_runs_none_of_its_tools(launch, script):
+def test_cancel_during_a_model_call_runs_none_of_its_tools(launch, script, monkeypatch):
+    # A real model call takes longer than the recheck window: its calls are preceded by a read.
+    monkeypatch.setattr(engine, "RECHECK_AFTER_SECONDS", 0)
+
     def cancel_now(request):
         Run.objects.get(pk=request.metadata["run_id"]).cancel(reason="stop")
 
