@@ -1206,33 +1206,15 @@ def _outcome_unknown(work: Work, item: dict, tool: Tool, effect: SideEffect) -> 
 
 
 def _record_tool_result(
-    work: Work,
-    item: dict,
-    *,
-    result: Any = None,
-    error: str | None = None,
-    attempts: int,
-    key: str = "",
-    ledger: SideEffect | None = None,
-    duration_ms: int = 0,
-    counts_as_error: bool = True,
-    args: dict | None = None,
+    work: Work, item: dict, *, ledger: SideEffect | None = None, **call: Any
 ) -> None:
+    """Record a call (_tool_step's keywords) as a step of its own, with its ledger outcome
+    when it has an entry there."""
     counters = _error_counters(work.run)
-    data = _tool_step(
-        counters,
-        item,
-        result=result,
-        error=error,
-        attempts=attempts,
-        key=key,
-        duration_ms=duration_ms,
-        counts_as_error=counts_as_error,
-        args=args,
-    )
+    data = _tool_step(counters, item, **call)
     outcome = {
         "status": SideEffect.Status.FAILED if data["is_error"] else SideEffect.Status.COMMITTED,
-        "result": {"error": error} if data["is_error"] else {"result": result},
+        "result": {"error": data["error"]} if data["is_error"] else {"result": data["result"]},
     }
     work.state["pending"] = pending = work.state["pending"][1:]
     update = {**counters, **_renewal(model_call_next=not pending)}
@@ -1241,7 +1223,7 @@ def _record_tool_result(
         # statement of its own (no transaction around it).
         with transaction.atomic() if ledger is not None else nullcontext():
             _append_owned(
-                work, Step.Kind.TOOL, data, update, checkpoint=True, latency_ms=duration_ms
+                work, Step.Kind.TOOL, data, update, checkpoint=True, latency_ms=data["duration_ms"]
             )
             if ledger is not None:
                 SideEffect.objects.filter(pk=ledger.pk).update(**outcome)
