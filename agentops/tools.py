@@ -4,7 +4,9 @@ A tool's JSON schema comes from its signature (via pydantic). Arguments from the
 validated before anything runs; bad arguments become an error result the model sees.
 """
 
+import copy
 import enum
+import functools
 import inspect
 import threading
 import time
@@ -83,9 +85,8 @@ class Tool:
         return not (self.reversible and self.blast == Blast.NONE)
 
     def input_schema(self) -> dict:
-        schema = self.args_model.model_json_schema()
-        schema.pop("title", None)
-        return schema
+        # A copy: the caller may change it (the snapshot each launch stores is built on it).
+        return copy.deepcopy(_json_schema(self.args_model))
 
     def anthropic_schema(self) -> dict:
         return {
@@ -128,6 +129,14 @@ class Tool:
             "on_reject": self.on_reject,
             "input_schema": self.input_schema(),
         }
+
+
+@functools.cache
+def _json_schema(args_model: type[pydantic.BaseModel]) -> dict:
+    # Generating it costs more than the rest of a launch's snapshot; the model never changes.
+    schema = args_model.model_json_schema()
+    schema.pop("title", None)
+    return schema
 
 
 REGISTRY: dict[str, Tool] = {}
