@@ -502,9 +502,9 @@ def _append_owned(
     **columns: Any,
 ) -> Step:
     """Append a step to the run this worker holds, writing the run's new counters and a
-    renewed lease in the same UPDATE (one compare-and-set, no locked read first), with
-    `checkpoint` the engine state as it is now, and the `then` steps after it. Stop if the
-    run is no longer ours.
+    renewed lease in the same UPDATE (one compare-and-set, no locked read first), the
+    `then` steps after it, and with `checkpoint` the engine state as it is now, at the last
+    of them. Stop if the run is no longer ours.
 
     Outside `atomic` on Postgres this is one statement: one round trip, its own transaction.
     """
@@ -782,7 +782,15 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
         then = ((Step.Kind.STATUS, ended),)
     try:
         if tool_uses and not (gated or repeated):
-            then = _run_inline(work, pending, counters)
+            try:
+                then = _run_inline(work, pending, counters)
+            except Stop:
+                raise
+            except Exception:
+                # Nothing is written yet: the run is retried from its checkpoint and asks
+                # the model again, but this answer was paid for.
+                _charge_discarded_response(work, response)
+                raise
         if not gated:
             _append_owned(
                 work, Step.Kind.LLM, data, counters, checkpoint=True, then=then, **columns
@@ -881,9 +889,11 @@ def _plan_tool_calls(
 def _run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
     """Run the calls at the head of `pending` that have no side effects now, before the
     model step is written, and return their tool steps to go in the same write: one commit
-    per iteration instead of one per step. A crash before that write costs calling them
-    again, and nothing else. `counters` (the model step's update) takes in theirs; the
-    calls from the first with side effects on stay pending, for the ledger's way.
+    per iteration instead of one per step. A worker that dies before that write loses the
+    model's answer (the resumed run asks again) and runs these calls again, which changes
+    nothing; the answer, its calls and their results appear together once written.
+    `counters` (the model step's update) takes in theirs; the calls from the first with
+    side effects on stay pending, for the ledger's way.
 
     Each call is preceded by the checks a step boundary makes for a call without side
     effects (_still_mine): is the run still ours (read unless confirmed less than

@@ -51,8 +51,8 @@ def test_every_step_is_persisted_with_a_checkpoint(launch, script):
     ]
     # Each write is followed by the state to resume from, at the seq of its last step: a
     # model step and the results of its calls without side effects are one write (3-4,
-    # 6-7; the final answer and the end, 10-11); a call with side effects (t_charge) is a
-    # step of its own, after its ledger intent (5, 9).
+    # 6-7; the final answer and the end, 10-11); a call with side effects (t_charge) waits
+    # for the model step (8 alone) and is a step of its own (5, 9).
     checkpointed = set(Checkpoint.objects.filter(run=run).values_list("seq", flat=True))
     assert checkpointed == {1, 4, 5, 7, 8, 9, 11}
     assert Checkpoint.objects.filter(run=run).latest("seq").state["pending"] == []
@@ -298,21 +298,29 @@ def test_the_lease_covers_a_slow_model_call(launch, script, settings, no_enqueue
         assert remaining > timedelta(seconds=25) and swept == 0
 
 
+def _fail_once(monkeypatch, name: str, at_call: int) -> None:
+    """The engine's `name` raises an unexpected error the at_call-th time it is called."""
+    real = getattr(engine, name)
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(name)
+        if len(calls) == at_call:
+            raise RuntimeError("database hiccup")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, name, flaky)
+
+
 def test_an_unexpected_engine_error_is_recorded_and_the_run_retried(
     launch, script, monkeypatch, no_enqueue
 ):
-    script([[tool_use("t_echo", text="a")], [text("done")]])
+    provider = script(
+        [[tool_use("t_echo", text="a"), tool_use("t_charge", amount=1)], [text("ok")]]
+    )
     run = launch()
-    real = engine._append_owned
-    failures = iter([RuntimeError("database hiccup")])
-
-    def flaky_record(*args, **kwargs):
-        error = next(failures, None)
-        if error:
-            raise error
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "_append_owned", flaky_record)
+    # The model step (with t_echo's result) is written; recording t_charge's result fails.
+    _fail_once(monkeypatch, "_append_owned", at_call=2)
     no_enqueue.clear()
     assert engine.advance(run.pk) == "requeued"
     run.refresh_from_db()
@@ -321,7 +329,28 @@ def test_an_unexpected_engine_error_is_recorded_and_the_run_retried(
     assert run.steps.get(data__event="error").data["detail"] == "RuntimeError: database hiccup"
     drive(run)
     assert run.termination_reason == Run.Termination.COMPLETED
-    assert len(tool_steps(run)) == 1
+    assert provider.calls == 2  # resumed from the checkpoint: the recorded turn is not asked again
+    assert [s["tool"] for s in tool_steps(run)] == ["t_echo", "t_charge"]
+    # The intent without outcome was retried with its key (t_charge honours keys): one entry.
+    assert SideEffect.objects.get(run=run).status == SideEffect.Status.COMMITTED
+
+
+def test_an_engine_error_before_the_model_step_is_written_still_charges_the_answer(
+    launch, script, monkeypatch, no_enqueue
+):
+    provider = script([[tool_use("t_echo", text="a")], [text("ok")]])
+    run = launch()
+    _fail_once(monkeypatch, "_call_tool", at_call=1)  # while t_echo runs, before the write
+    assert engine.advance(run.pk) == "requeued"
+    run.refresh_from_db()
+    assert not run.steps.filter(kind=Step.Kind.LLM).exists()
+    lost = run.cost_usd
+    assert lost > 0 and run.tokens_in > 0
+    drive(run)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    assert provider.calls == 3  # the lost answer was asked for again
+    recorded = sum(s.cost_usd for s in run.steps.filter(kind=Step.Kind.LLM))
+    assert run.cost_usd == recorded + lost
 
 
 # --- Celery -----------------------------------------------------------------------------------

@@ -255,8 +255,8 @@ def test_cancel_while_running_stops_at_the_next_step_boundary(launch, script, mo
 
 def test_a_cancel_within_the_recheck_window_runs_no_call_with_side_effects(launch, script):
     # Within the window after the worker's last read or write, a call without side effects
-    # may still run; the turn is discarded when it is recorded. A call with side effects
-    # always reads first.
+    # may still run; the turn is discarded when it is recorded, the call with side effects
+    # after them never runs.
     provider = script(
         forever(
             lambda i: [
@@ -272,6 +272,25 @@ def test_a_cancel_within_the_recheck_window_runs_no_call_with_side_effects(launc
     assert CALLS["t_charge"] == 0 and not SideEffect.objects.filter(run=run).exists()
     assert not run.steps.filter(kind__in=[Step.Kind.LLM, Step.Kind.TOOL]).exists()
     assert run.cost_usd > 0  # the discarded answer was paid for
+    assert_timeline_sound(run)
+
+
+def test_a_call_with_side_effects_reads_first_even_within_the_window(launch, script, monkeypatch):
+    # The cancel lands just after the model step that asked for it was written.
+    real = engine._append_owned
+
+    def record_then_cancel(work, kind, *args, **kwargs):
+        step = real(work, kind, *args, **kwargs)
+        if kind == Step.Kind.LLM:
+            Run.objects.get(pk=work.run.pk).cancel(reason="operator clicked cancel")
+        return step
+
+    monkeypatch.setattr(engine, "_append_owned", record_then_cancel)
+    script(forever(lambda i: [tool_use("t_charge", amount=1)]))
+    run = launch()
+    assert drive(run) == [Run.Status.CANCELLED]
+    assert CALLS["t_charge"] == 0 and not SideEffect.objects.filter(run=run).exists()
+    assert run.steps.filter(kind=Step.Kind.LLM).count() == 1
     assert_timeline_sound(run)
 
 
@@ -303,7 +322,8 @@ def test_cancel_between_steps_is_seen_before_the_next_model_call(launch, script,
 
 def test_cancel_right_after_a_recorded_step_costs_one_discarded_call(launch, script, monkeypatch):
     # Within the window (the step was recorded a moment ago) the call goes out without a
-    # read; the cancel is seen when its answer is recorded: charged, discarded, no tool run.
+    # read; the cancel is seen when its answer is recorded: charged and discarded, with
+    # what its call without side effects returned.
     _cancel_after_each_tool_record(monkeypatch)
     provider = script(forever(lambda i: [tool_use("t_echo", text=f"{i}")]))
     run = launch()
