@@ -8,8 +8,10 @@
 A "step" is one agent iteration: one model turn that asks for a tool, plus that tool call
 (K steps = K such iterations, then a final turn that ends the run). The model is scripted
 (instant) and the tool is an instant no-op registered below, so what is measured is the
-engine itself: row lock + lease, hash-chained timeline steps, checkpoint, ledger, publish
-after commit over Redis, re-enqueue per time slice.
+engine itself: lease, hash-chained timeline steps, checkpoint, publish after commit over
+Redis, re-enqueue per time slice. The tool has no side effects, so its result is written with
+the model step that asked for it (one write per iteration; a tool with side effects adds the
+ledger's intent and a write of its own).
 
 Ours: a real `celery -A bench.engine_throughput worker --pool threads -c N` subprocess (this
 module is its app: it registers the bench agent and tool), Redis broker, Postgres. Started
