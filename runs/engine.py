@@ -498,7 +498,7 @@ def _append_owned(
     update: dict,
     *,
     checkpoint: bool = False,
-    then: tuple[tuple, ...] = (),
+    then: tuple[tuple[str, dict, dict], ...] = (),
     **columns: Any,
 ) -> Step:
     """Append a step to the run this worker holds, writing the run's new counters and a
@@ -527,10 +527,8 @@ def _append_owned(
                 # another step came first.
                 for item in work.state["pending"]:
                     item["llm_seq"] = step.seq
-            for then_kind, then_data, *then_columns in then:
-                work.run.append_step(
-                    then_kind, then_data, **(then_columns[0] if then_columns else {})
-                )
+            for then_kind, then_data, then_columns in then:
+                work.run.append_step(then_kind, then_data, **then_columns)
             if checkpoint:
                 _checkpoint(work)
     work.confirmed_at = time.monotonic()
@@ -779,7 +777,7 @@ def _record_model_response(work: Work, response: llm.LLMResponse, trimmed: int) 
         # leave a finished conversation that a resume sends to the model again.
         ended, end_update = _termination(work, Run.Termination.COMPLETED, output=response.text)
         counters.update(end_update)
-        then = ((Step.Kind.STATUS, ended),)
+        then = ((Step.Kind.STATUS, ended, {}),)
     try:
         if tool_uses and not (gated or repeated):
             try:

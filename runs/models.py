@@ -264,11 +264,11 @@ class Run(models.Model):
         expect: dict,
         update: dict | None = None,
         checkpoint: dict | None = None,
-        then: tuple[tuple, ...] = (),
+        then: tuple[tuple[str, dict, dict], ...] = (),
         **columns: Any,
     ) -> "Step | None":
         """Append a step if the run's row still holds the `expect`ed values and the timeline
-        head this copy knows; with `then`, (kind, data[, columns]) steps that follow it in
+        head this copy knows; with `then`, (kind, data, columns) steps that follow it in
         the same write (a final answer and the run's termination: one is never recorded
         without the other); with `checkpoint`, also the engine state after the last of them.
 
@@ -277,9 +277,8 @@ class Run(models.Model):
         Returns the first step.
         """
         steps = [self._next_step(kind, data, columns)]
-        for then_kind, then_data, *then_columns in then:
-            extra = dict(then_columns[0]) if then_columns else {}
-            steps.append(self._next_step(then_kind, then_data, extra, after=steps[-1]))
+        for then_kind, then_data, then_columns in then:
+            steps.append(self._next_step(then_kind, then_data, dict(then_columns), after=steps[-1]))
         inserts = [(step, STEP_COLUMNS, (), ()) for step in steps]
         if checkpoint is not None:
             row = Checkpoint(run=self, seq=steps[-1].seq, state=checkpoint)
