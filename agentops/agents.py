@@ -12,6 +12,7 @@ from typing import Any
 
 from django import forms
 
+from agentops.llm.base import Provider
 from agentops.llm.scripted import ScriptedProvider, Turn
 from agentops.tools import REGISTRY, Tool
 
@@ -168,6 +169,17 @@ def register(agent: Agent) -> Agent:
 
 def get_agent(slug: str) -> Agent | None:
     return CATALOGUE.get(slug)
+
+
+def provider_for_run(run) -> Provider:
+    """The provider a run was launched with (stored on the run, so a resume never switches)."""
+    if run.provider == "anthropic":
+        # Imported on first use, not to break a cycle: a web process never needs the SDK
+        # (its import time and memory); workers import it when they start (agentops/celery.py).
+        from agentops.llm.anthropic import AnthropicProvider
+
+        return AnthropicProvider.from_settings()
+    return get_agent(run.agent).scripted_provider(run.input)
 
 
 def _jsonable(data: dict) -> dict:

@@ -16,6 +16,11 @@ from celery.worker import WorkController, state
 from django.conf import settings
 from django.db import connections
 
+from agentops.celery import app as default_app
+from approvals import decisions
+from runs import engine, queue
+from runs.models import Run
+
 log = logging.getLogger("agentops.embedded")
 
 SWEEP_INTERVAL_SECONDS = 15.0
@@ -74,8 +79,6 @@ def stop(*, grace: float = 5.0) -> bool:
 def start_worker(
     *, concurrency: int, app: Celery | None = None
 ) -> tuple[WorkController, threading.Thread]:
-    from agentops.celery import app as default_app
-
     app = app or default_app
     app.finalize()
     ready = threading.Event()
@@ -105,13 +108,10 @@ def start_worker(
 def recover_lost_messages() -> int:
     """Embedded only: the memory transport's queue died with the previous process, so every
     queued run lost its message. (Runs left `running` resume when their lease expires.)"""
-    from runs import engine
-    from runs.models import Run
-
     try:
         ids = list(Run.objects.filter(status=Run.Status.QUEUED).values_list("pk", flat=True))
         for run_id in ids:
-            engine.enqueue(run_id)
+            queue.enqueue(run_id)
         return len(ids)
     finally:
         connections.close_all()
@@ -124,34 +124,21 @@ class Sweeps(threading.Thread):
         super().__init__(name="embedded-sweeps", daemon=True)
         self.interval = interval
         self.stop_event = threading.Event()
-        self._warned_no_expiry = False
 
     def run(self) -> None:
         while not self.stop_event.wait(self.interval):
             self.sweep_once()
 
     def sweep_once(self) -> None:
-        from runs import engine
-
         try:
             requeued = engine.sweep()
             if requeued:
                 log.info("sweep re-enqueued %d run(s)", requeued)
-            self._expire_approvals()
+            expired = decisions.expire_due()
+            if expired:
+                log.info("expired %d approval(s)", expired)
         except Exception:
             log.exception("embedded sweep failed")
         finally:
             # This thread is not a request: give back its connection between sweeps.
             connections.close_all()
-
-    def _expire_approvals(self) -> None:
-        try:
-            from approvals import decisions
-        except ImportError:
-            if not self._warned_no_expiry:
-                log.warning("approvals.decisions is missing: approvals will not expire")
-                self._warned_no_expiry = True
-            return
-        expired = decisions.expire_due()
-        if expired:
-            log.info("expired %d approval(s)", expired)

@@ -3,11 +3,14 @@ and its broker? No auth, no session, no CSRF; 200 when both answer, 503 naming w
 
 import logging
 
+import redis
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+
+from agentops.celery import app
 
 log = logging.getLogger("agentops.health")
 
@@ -24,8 +27,6 @@ def check_broker() -> None:
     """Redis answers PING and Celery's own connection opens; the memory transport of the
     embedded mode lives in this process, so opening it is the whole check."""
     if settings.REDIS_URL:
-        import redis
-
         client = redis.Redis.from_url(
             settings.REDIS_URL,
             socket_timeout=BROKER_TIMEOUT_SECONDS,
@@ -35,8 +36,6 @@ def check_broker() -> None:
             client.ping()
         finally:
             client.close()
-
-    from agentops.celery import app
 
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT_SECONDS)

@@ -33,11 +33,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.tools import Blast, Tool, ToolArgsError, get_tool
-from runs import engine, events
-from runs.models import Run, Step
+from runs import events
+from runs.models import Run, Step, args_hash
 
 from . import policy
-from .models import Approval, ApprovalView, ApprovalVote, args_hash
+from .models import Approval, ApprovalView, ApprovalVote
 
 DECISIONS = ("approve", "reject", "answer")
 OUTCOME_ANSWERS = ("happened", "did_not_happen")
@@ -290,9 +290,16 @@ def decide(
         step["status"] = plan.status
         run.append_step(Step.Kind.DECISION, step)
         events.publish_approvals_changed(approval.pk)
-        engine.resume_after_decision(run)
+        _resume_when_decided(run)
     approval.refresh_from_db()
     return approval
+
+
+def _resume_when_decided(run: Run) -> None:
+    """The run goes on once nothing of it waits for a person any more (a second gated call
+    of the same model turn may still). Under the run's row lock, so the count is exact."""
+    if not Approval.objects.filter(run=run, status=Approval.Status.PENDING).exists():
+        run.resume("all decisions made")
 
 
 def _check_still_open(approval: Approval, run: Run) -> None:
@@ -528,5 +535,5 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
                     "detail": f"no decision by {_when(approval.expires_at)}: {outcome}",
                 },
             )
-            engine.resume_after_decision(run)
+            _resume_when_decided(run)
     return expired

@@ -1,7 +1,9 @@
-"""Opening approvals from the engine: a gated call, or a question to the operator.
+"""The gate policy as the engine sees it (runs.engine.gates.Gates): what needs a person,
+opening approvals for gated calls and questions, and what people decided.
 
-Runs inside the engine's transaction (the run row is locked by the caller). Approvers are
-notified (approvals/notify.py) once that transaction commits.
+approvals/apps.py hands this module to the engine at start-up (`use_gates`); the engine never
+imports approvals. The writes run inside the engine's transaction (the run row is locked by
+the caller). Approvers are notified (approvals/tasks.py) once that transaction commits.
 """
 
 import random
@@ -12,13 +14,13 @@ from django.utils import timezone
 
 from agentops.tools import Blast, Tool, ToolError, tool
 from runs import events
-from runs.models import Run, SideEffect, Step
+from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, Decision
+from runs.models import Run, SideEffect, Step, args_hash
 
-from . import notify, policy
-from .models import Approval, args_hash
+from . import policy, tasks
+from .models import Approval
 
 ASK_OPERATOR = "ask_operator"
-CONTINUE, STOP = "continue", "stop"
 
 # Sampling draws from the OS: the model cannot predict which borderline calls are reviewed.
 # Tests pass a seeded random.Random to gate_for_call (or replace this).
@@ -77,13 +79,14 @@ def gate_for_call(
     }
 
 
-def open_gate(run: Run, item: dict, gate: dict) -> Approval:
-    """The Approval and gate step for a gated call (`gate_for_call`)."""
-    return _open(run, item, **gate)
+def open_gate(run: Run, item: dict, gate: dict) -> str:
+    """The Approval and gate step for a gated call (`gate_for_call`); the approval's id."""
+    return str(_open(run, item, **gate).pk)
 
 
-def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) -> Approval:
-    return _open(
+def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) -> str:
+    """Ask whether a call whose outcome was never recorded took effect; the approval's id."""
+    approval = _open(
         run,
         item,
         kind=Approval.Kind.QUESTION,
@@ -98,12 +101,38 @@ def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) 
         side_effect=effect,
         suffix=f":unknown:{effect.attempts}",
     )
+    return str(approval.pk)
+
+
+def pending_count(run: Run) -> int:
+    return Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
+
+
+def decisions(ids: list[str]) -> dict[str, Decision]:
+    """The engine's view of these approvals: what was decided, by whom, what to execute."""
+    approvals = Approval.objects.filter(pk__in=ids).select_related("decided_by")
+    return {str(a.pk): _decision(a) for a in approvals}
+
+
+def _decision(approval: Approval) -> Decision:
+    return Decision(
+        id=str(approval.pk),
+        status=approval.status,
+        args=approval.final_args,
+        args_hash=approval.approved_args_hash or approval.args_hash,
+        by=approval.decided_by.get_username() if approval.decided_by else None,
+        answer=approval.answer,
+        reason=approval.reason,
+        on_expiry=approval.on_expiry,
+        decided_at=approval.decided_at,
+        side_effect_id=approval.side_effect_id,
+    )
 
 
 # --- periodic "continue?" checkpoint -----------------------------------------------------------
 # Every N model steps (GateRules.continue_every_n_steps, 0 = off) the run asks the operator
 # whether to go on, before its next model call. The engine calls these from
-# runs.engine._continue_checkpoint. One question per checkpoint: its tool_use_id names the
+# runs.engine.humans.continue_checkpoint. One question per checkpoint: its tool_use_id names the
 # step count, so re-entering the check after a resume finds the answered question.
 
 
@@ -143,21 +172,27 @@ def open_continue_question(run: Run) -> Approval:
     )
 
 
-def continue_outcome(approval: Approval) -> tuple[str, str]:
-    """(CONTINUE | STOP | "expired", detail in plain words) for a decided continue question.
-
-    Only an explicit "continue" goes on; "stop", any other answer, or a rejection stops.
-    """
-    who = approval.decided_by.get_username() if approval.decided_by else "the system"
+def continue_answer(run: Run) -> ContinueAnswer | None:
+    """The due checkpoint's state: None when not asked yet, else pending, continue, stop or
+    expired, with the detail in plain words. Only an explicit "continue" goes on; "stop",
+    any other answer, or a rejection stops."""
+    approval = continue_question(run)
+    if approval is None:
+        return None
+    if approval.status == Approval.Status.PENDING:
+        return ContinueAnswer(PENDING)
     if approval.status == Approval.Status.EXPIRED:
-        return "expired", "nobody answered the continue? checkpoint before it expired"
+        return ContinueAnswer(EXPIRE, "nobody answered the continue? checkpoint before it expired")
     if (
         approval.status == Approval.Status.ANSWERED
         and approval.answer.strip().casefold() == CONTINUE
     ):
-        return CONTINUE, ""
+        return ContinueAnswer(CONTINUE)
+    who = approval.decided_by.get_username() if approval.decided_by else "the system"
     why = f": {approval.reason}" if approval.reason else ""
-    return STOP, f"stopped by {who} at the continue? checkpoint{why}"
+    return ContinueAnswer(
+        STOP, f"stopped by {who} at the continue? checkpoint{why}", by=approval.decided_by
+    )
 
 
 def _text(content: list[dict]) -> str:
@@ -219,5 +254,5 @@ def _open(
         },
     )
     events.publish_approvals_changed(approval.pk)
-    transaction.on_commit(lambda: notify.approval_requested(approval.pk))
+    transaction.on_commit(lambda: tasks.approval_requested(approval.pk))
     return approval

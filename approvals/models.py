@@ -1,18 +1,11 @@
 """Approval: a gated action or a question waiting for a person's decision."""
 
-import hashlib
 import uuid
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
-
-from runs.models import canonical_json
-
-
-def args_hash(tool: str, args: dict) -> str:
-    return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
 
 
 class ApprovalQuerySet(models.QuerySet):

@@ -1,10 +1,10 @@
 """Tell approvers that an approval is waiting: an e-mail and signed JSON webhooks.
 
-gates._open -> (after commit) approval_requested(id) -> Celery task notify_approval_requested
--> one task per channel (the e-mail, each webhook URL), each retried with exponential backoff
-on its own, so a dead endpoint neither repeats the e-mail nor delays the other URLs. Nothing
-here blocks or fails a run: enqueueing errors are logged and swallowed, delivery happens in
-workers, and the run never waits for it.
+gates._open -> (after commit) tasks.approval_requested(id) -> Celery task
+notify_approval_requested -> one task per channel (the e-mail, each webhook URL), each
+retried with exponential backoff on its own, so a dead endpoint neither repeats the e-mail
+nor delays the other URLs. Nothing here blocks or fails a run: enqueueing errors are logged
+and swallowed, delivery happens in workers, and the run never waits for it.
 
 Settings (settings.AGENTOPS, from the environment):
 - NOTIFY_EMAIL (AGENTOPS_NOTIFY_EMAIL, default on): e-mail the approvers through Django's
@@ -69,35 +69,6 @@ class DeliveryRefused(Exception):
 
 def _cfg(name: str) -> Any:
     return settings.AGENTOPS[name]
-
-
-# --- entry point (called after commit) ------------------------------------------------------
-def approval_requested(approval_id) -> None:
-    """Queue the notifications for a new approval. Never raises: a broker hiccup must not
-    turn into an error in the engine's on-commit callbacks."""
-    from .tasks import notify_approval_requested
-
-    try:
-        notify_approval_requested.delay(str(approval_id))
-    except Exception:
-        log.exception("approval %s: could not queue notifications", approval_id)
-
-
-def fan_out(approval_id: str) -> int:
-    """Queue one delivery task per channel; returns how many were queued."""
-    from .tasks import deliver_approval_webhook, send_approval_email
-
-    approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
-    if approval is None:
-        return 0
-    queued = 0
-    if _cfg("NOTIFY_EMAIL") and approver_emails(approval):
-        send_approval_email.delay(str(approval.pk))
-        queued += 1
-    for url in _cfg("WEBHOOK_URLS"):
-        deliver_approval_webhook.delay(str(approval.pk), url)
-        queued += 1
-    return queued
 
 
 # --- what is said --------------------------------------------------------------------------

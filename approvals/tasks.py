@@ -1,20 +1,18 @@
+"""Approvals' Celery tasks: the expiry sweep, and the notifications of a new approval.
+
+Each notification channel is its own task so one dead endpoint is retried alone. Backoff: up
+to 2, 4, 8 ... 256 s (full jitter), 8 retries (at most ~8.5 minutes in all), then given up
+and logged. What is sent, and how, is approvals/notify.py's.
+"""
+
+import logging
+
 from celery import shared_task
+from django.conf import settings
 
-
-@shared_task(ignore_result=True)
-def expire_approvals() -> int:
-    from . import decisions
-
-    return decisions.expire_due()
-
-
-# --- approval notifications (approvals/notify.py) -----------------------------------------------
-# Each channel is its own task so one dead endpoint is retried alone. Backoff: up to 2, 4, 8 ...
-# 256 s (full jitter), 8 retries (at most ~8.5 minutes in all), then given up and logged.
-import logging  # noqa: E402  (kept with this section: approvals/tasks.py is shared)
-
-from . import notify  # noqa: E402
-from .notify import DeliveryError, DeliveryRefused  # noqa: E402
+from . import decisions, notify
+from .models import Approval
+from .notify import DeliveryError, DeliveryRefused
 
 log = logging.getLogger("agentops.notify")
 
@@ -30,8 +28,33 @@ _DELIVERY = {
 
 
 @shared_task(ignore_result=True)
+def expire_approvals() -> int:
+    return decisions.expire_due()
+
+
+def approval_requested(approval_id) -> None:
+    """Queue the notifications for a new approval (called after commit). Never raises: a
+    broker hiccup must not turn into an error in the engine's on-commit callbacks."""
+    try:
+        notify_approval_requested.delay(str(approval_id))
+    except Exception:
+        log.exception("approval %s: could not queue notifications", approval_id)
+
+
+@shared_task(ignore_result=True)
 def notify_approval_requested(approval_id: str) -> int:
-    return notify.fan_out(approval_id)
+    """Queue one delivery task per channel; returns how many were queued."""
+    approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
+    if approval is None:
+        return 0
+    queued = 0
+    if settings.AGENTOPS["NOTIFY_EMAIL"] and notify.approver_emails(approval):
+        send_approval_email.delay(str(approval.pk))
+        queued += 1
+    for url in settings.AGENTOPS["WEBHOOK_URLS"]:
+        deliver_approval_webhook.delay(str(approval.pk), url)
+        queued += 1
+    return queued
 
 
 @shared_task(**_DELIVERY)

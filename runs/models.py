@@ -13,12 +13,18 @@ from django.db import models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import sql
+from . import events, queue, sql
 
 
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys, no spaces. Hashes and idempotency keys use it."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder)
+
+
+def args_hash(tool: str, args: dict) -> str:
+    """The identity of a tool call: an approval binds to it, and the engine executes only a
+    call whose hash is the one approved."""
+    return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
 
 
 # Literal lists for the CHECK constraints (Meta cannot see the nested choices classes).
@@ -359,6 +365,24 @@ class Run(models.Model):
         self.refresh_from_db()
         return True
 
+    def resume(self, detail: str) -> bool:
+        """Waiting -> queued (a person decided what it waited for), with its step, and sent
+        to a worker once committed. Call under the run's row lock (`locked`); False when it
+        was not waiting (a quick decision found it still running: its worker goes on)."""
+        if not self.transition_to(Run.Status.QUEUED, status_detail="", expect=Run.Status.WAITING):
+            return False
+        self.append_step(
+            Step.Kind.STATUS,
+            {
+                "event": "resumed",
+                "from": Run.Status.WAITING,
+                "to": Run.Status.QUEUED,
+                "detail": detail,
+            },
+        )
+        transaction.on_commit(lambda: queue.enqueue(self.pk))
+        return True
+
     def verify_chain(self) -> tuple[bool, int | None]:
         """Recompute the hash chain; returns (ok, first bad seq)."""
         prev = ""
@@ -399,8 +423,6 @@ CHECKPOINT_COLUMNS = ("run", "seq", "state", "created_at")
 
 
 def _publish_on_commit(step: "Step") -> None:
-    from runs import events
-
     events.publish_step_on_commit(step)
 
 

@@ -1,13 +1,6 @@
-import os
-
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
-
-
-def pytest_configure(config):
-    # Tests and the shop database they query live in a throwaway folder.
-    os.environ.setdefault("AGENTOPS_FAULT_KILL_AFTER_TOOL", "")
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +62,7 @@ def no_enqueue(monkeypatch):
     """Capture enqueues instead of sending them, so tests drive the engine step by step."""
     calls: list[str] = []
     monkeypatch.setattr(
-        "runs.engine.enqueue", lambda run_id, countdown=None: calls.append(str(run_id))
+        "runs.queue.enqueue", lambda run_id, countdown=None: calls.append(str(run_id))
     )
     return calls
 

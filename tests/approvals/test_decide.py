@@ -7,9 +7,9 @@ from django.utils import timezone
 
 from approvals import decisions
 from approvals.decisions import DecisionConflict, DecisionForbidden, DecisionInvalid
-from approvals.models import Approval, ApprovalVote, args_hash
-from runs import engine
-from runs.models import Run, SideEffect, Step
+from approvals.models import Approval, ApprovalVote
+from runs.engine import lease
+from runs.models import Run, SideEffect, Step, args_hash
 from tests.conftest import make_user
 
 from .conftest import EXECUTED, drive, gated, launch
@@ -336,7 +336,7 @@ def test_decision_made_before_the_run_paused_still_resumes_it(
     operator, approver, no_enqueue, monkeypatch
 ):
     """The gate and the pause are two transactions; a decision can land in between."""
-    real_wait = engine._wait_for_humans
+    real_wait = lease.park_for_humans
     decided = []
 
     def decide_first(work):
@@ -345,7 +345,7 @@ def test_decision_made_before_the_run_paused_still_resumes_it(
             decided.append(decisions.decide(approval.pk, user=approver, decision="approve"))
         return real_wait(work)
 
-    monkeypatch.setattr(engine, "_wait_for_humans", decide_first)
+    monkeypatch.setattr(lease, "park_for_humans", decide_first)
     run = launch("test-payer", BIG, by=operator)
 
     assert drive(run) == Run.Status.SUCCEEDED

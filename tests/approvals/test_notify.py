@@ -115,7 +115,7 @@ def approve(approval: Approval, user) -> None:
         Approval.objects.filter(pk=approval.pk).update(
             status=Approval.Status.APPROVED, decided_at=timezone.now(), decided_by=user
         )
-        assert engine.resume_after_decision(run)
+        assert run.resume("all decisions made")
 
 
 # --- webhooks -----------------------------------------------------------------------------------

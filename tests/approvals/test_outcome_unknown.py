@@ -5,7 +5,7 @@ import pytest
 from approvals import decisions
 from approvals.decisions import DecisionInvalid
 from approvals.models import Approval
-from runs import engine
+from runs.engine import ledger
 from runs.models import Run, SideEffect, Step
 
 from .conftest import EXECUTED, drive, launch
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _crash_after_the_call(monkeypatch) -> None:
     """The call happens, then recording its result fails once (as if the worker died)."""
-    real = engine._record_tool_result
+    real = ledger.record_tool_result
     crashed = []
 
     def record(work, item, **kwargs):
@@ -24,7 +24,7 @@ def _crash_after_the_call(monkeypatch) -> None:
             raise RuntimeError("worker lost")
         return real(work, item, **kwargs)
 
-    monkeypatch.setattr(engine, "_record_tool_result", record)
+    monkeypatch.setattr(ledger, "record_tool_result", record)
 
 
 def _asked(operator, monkeypatch) -> tuple[Run, Approval]:

@@ -413,7 +413,7 @@ def answer(approval: Approval, user, value: str, *, status=Approval.Status.ANSWE
         Approval.objects.filter(pk=approval.pk).update(
             status=status, answer=value, decided_at=timezone.now(), decided_by=user
         )
-        assert engine.resume_after_decision(run)
+        assert run.resume("all decisions made")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from runs import engine
+from runs import engine, queue
 from runs.models import Run
 
 from . import harness
@@ -27,7 +27,7 @@ def script(monkeypatch) -> Callable[..., harness.Script]:
 
     def install(turns=(), **kwargs) -> harness.Script:
         provider = harness.Script(turns, **kwargs)
-        monkeypatch.setattr("agentops.llm.provider_for_run", lambda run: provider)
+        monkeypatch.setattr("agentops.agents.provider_for_run", lambda run: provider)
         return provider
 
     return install
@@ -74,4 +74,4 @@ def plain_user(django_user_model):
 @pytest.fixture
 def backlog(monkeypatch):
     """Other runs wait in the broker for a worker thread (so every slice is handed back)."""
-    monkeypatch.setattr(engine, "runs_waiting", lambda: True)
+    monkeypatch.setattr(queue, "runs_waiting", lambda: True)

@@ -5,6 +5,9 @@ Imported by tests/runs/conftest.py and by the worker subprocess of the crash tes
 """
 
 import copy
+import dataclasses
+import os
+import signal
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -17,7 +20,15 @@ from django.utils import timezone
 from agentops.agents import CATALOGUE, Agent, GateRules, Limits, register
 from agentops.llm import LLMRequest, LLMResponse
 from agentops.llm.scripted import ScriptedProvider, Turn, text, tool_use
-from agentops.tools import Blast, RetryPolicy, ToolContext, ToolError, ToolInfraError, tool
+from agentops.tools import (
+    REGISTRY,
+    Blast,
+    RetryPolicy,
+    ToolContext,
+    ToolError,
+    ToolInfraError,
+    tool,
+)
 from runs import engine
 from runs.models import Run
 
@@ -214,6 +225,29 @@ def register_agent() -> Agent:
             ),
         )
     )
+
+
+def die_after(tool_name: str, die: Callable[[], None]) -> Callable[[], None]:
+    """Fault injection through the tool registry (the engine has no hook for it): the tool
+    runs for real, then `die` is called before the engine can record what it did, once.
+    Returns what puts the real tool back."""
+    real = REGISTRY[tool_name]
+
+    def dying(**kwargs):
+        result = real.fn(**kwargs)
+        REGISTRY[tool_name] = real
+        die()
+        return result
+
+    REGISTRY[tool_name] = dataclasses.replace(real, fn=dying)
+    return lambda: REGISTRY.__setitem__(tool_name, real)
+
+
+def kill_process_after(tool_name: str | None) -> None:
+    """In a worker subprocess of the crash tests: SIGKILL this process right after the
+    tool's effect, between the effect and its record (the worst moment)."""
+    if tool_name:
+        die_after(tool_name, lambda: os.kill(os.getpid(), signal.SIGKILL))
 
 
 def unregister_agent() -> None:

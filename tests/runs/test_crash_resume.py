@@ -1,10 +1,11 @@
 """A real worker process is SIGKILLed between a tool's side effect and its checkpoint.
 
-The engine's fault hook (AGENTOPS_FAULT_KILL_AFTER_TOOL) makes the worker kill itself at the
-worst moment: the refund is written, its outcome is not. The sweep then re-enqueues the run
-once its lease has expired, another process resumes it, and the ledger and the refunds table
-show every effect exactly once. Runs on SQLite (a file database both processes open) and on
-Postgres (the shared test database).
+The worker subprocess replaces the tool named in TEST_KILL_AFTER_TOOL with one that kills the
+process right after the real effect (tests/runs/harness.py `die_after`), the worst moment:
+the refund is written, its outcome is not. The sweep then re-enqueues the run once its lease
+has expired, another process resumes it, and the ledger and the refunds table show every
+effect exactly once. Runs on SQLite (a file database both processes open) and on Postgres
+(the shared test database).
 """
 
 import os
@@ -47,7 +48,7 @@ def worker_env(**extra: str) -> dict[str, str]:
         "DATABASE_URL": database_url(),
         "AGENTOPS_SHOP_DB": settings.AGENTOPS["SHOP_DB"],
         "AGENTOPS_LEASE_SECONDS": str(LEASE_SECONDS),
-        "AGENTOPS_FAULT_KILL_AFTER_TOOL": "",
+        "TEST_KILL_AFTER_TOOL": "",
         "CELERY_TASK_ALWAYS_EAGER": "true",
         "LOG_LEVEL": "WARNING",
     }
@@ -69,7 +70,7 @@ def worker(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def kill_worker_after(tool: str, run: Run) -> None:
-    died = worker("advance", str(run.pk), AGENTOPS_FAULT_KILL_AFTER_TOOL=tool)
+    died = worker("advance", str(run.pk), TEST_KILL_AFTER_TOOL=tool)
     assert died.returncode == -signal.SIGKILL, died.stderr[-3000:]
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING and run.lease_owner  # left behind, leased
@@ -147,7 +148,7 @@ def test_a_killed_send_without_key_support_asks_the_operator(launch, plain_user)
             decided_at=timezone.now(),
             decided_by=plain_user,
         )
-        assert engine.resume_after_decision(locked)
+        assert locked.resume("all decisions made")
     result = worker("advance", str(run.pk))
     assert result.returncode == 0, result.stderr[-3000:]
     run.refresh_from_db()
@@ -215,7 +216,7 @@ def test_a_celery_worker_killed_mid_refund_is_resumed_by_another(test_agent):
     from agentops.celery import app
 
     app.control.purge()  # stale messages from earlier tests would only slow the workers down
-    first = celery_worker("doomed", AGENTOPS_FAULT_KILL_AFTER_TOOL="issue_refund")
+    first = celery_worker("doomed", TEST_KILL_AFTER_TOOL="issue_refund")
     second = None
     try:
         run = engine.launch(

@@ -12,7 +12,8 @@ from django.utils import timezone
 from agentops.celery import app as celery_app
 from agentops.llm.scripted import text, tool_use
 from approvals.models import Approval
-from runs import engine
+from runs import engine, queue
+from runs.engine import owned, tools
 from runs.models import Checkpoint, Run, SideEffect, Step
 from runs.tasks import advance_run
 
@@ -298,9 +299,9 @@ def test_the_lease_covers_a_slow_model_call(launch, script, settings, no_enqueue
         assert remaining > timedelta(seconds=25) and swept == 0
 
 
-def _fail_once(monkeypatch, name: str, at_call: int) -> None:
-    """The engine's `name` raises an unexpected error the at_call-th time it is called."""
-    real = getattr(engine, name)
+def _fail_once(monkeypatch, module, name: str, at_call: int) -> None:
+    """The engine part's `name` raises an unexpected error the at_call-th time it is called."""
+    real = getattr(module, name)
     calls = []
 
     def flaky(*args, **kwargs):
@@ -309,7 +310,7 @@ def _fail_once(monkeypatch, name: str, at_call: int) -> None:
             raise RuntimeError("database hiccup")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, name, flaky)
+    monkeypatch.setattr(module, name, flaky)
 
 
 def test_an_unexpected_engine_error_is_recorded_and_the_run_retried(
@@ -320,7 +321,7 @@ def test_an_unexpected_engine_error_is_recorded_and_the_run_retried(
     )
     run = launch()
     # The model step (with t_echo's result) is written; recording t_charge's result fails.
-    _fail_once(monkeypatch, "_append_owned", at_call=2)
+    _fail_once(monkeypatch, owned, "append", at_call=2)
     no_enqueue.clear()
     assert engine.advance(run.pk) == "requeued"
     run.refresh_from_db()
@@ -340,7 +341,7 @@ def test_an_engine_error_before_the_model_step_is_written_still_charges_the_answ
 ):
     provider = script([[tool_use("t_echo", text="a")], [text("ok")]])
     run = launch()
-    _fail_once(monkeypatch, "_call_tool", at_call=1)  # while t_echo runs, before the write
+    _fail_once(monkeypatch, tools, "call_tool", at_call=1)  # while t_echo runs, before the write
     assert engine.advance(run.pk) == "requeued"
     run.refresh_from_db()
     assert not run.steps.filter(kind=Step.Kind.LLM).exists()
@@ -399,7 +400,7 @@ def test_without_a_backlog_a_run_keeps_its_thread_past_the_slice(
     launch, script, no_enqueue, monkeypatch
 ):
     asked = []
-    monkeypatch.setattr(engine, "runs_waiting", lambda: asked.append(1) or False)
+    monkeypatch.setattr(queue, "runs_waiting", lambda: asked.append(1) or False)
     provider = script(three_tool_turns())
     run = launch()
     assert engine.advance(run.pk, time_slice=0) == Run.Status.SUCCEEDED
@@ -411,13 +412,13 @@ def test_without_a_backlog_a_run_keeps_its_thread_past_the_slice(
 def test_runs_waiting_reads_the_broker_queue():
     # The embedded memory transport here; Redis when REDIS_URL is set (CI runs both).
     celery_app.control.purge()
-    assert engine.runs_waiting() is False
+    assert queue.runs_waiting() is False
     celery_app.send_task("runs.tasks.advance_run", args=["00000000-0000-0000-0000-000000000000"])
     try:
-        assert engine.runs_waiting() is True
+        assert queue.runs_waiting() is True
     finally:
         celery_app.control.purge()
-    assert engine.runs_waiting() is False
+    assert queue.runs_waiting() is False
 
 
 def test_runs_waiting_answers_yes_at_once_when_the_broker_is_unreachable(monkeypatch):
@@ -428,7 +429,7 @@ def test_runs_waiting_answers_yes_at_once_when_the_broker_is_unreachable(monkeyp
     with Connection("redis://127.0.0.1:1/0") as unreachable:
         monkeypatch.setattr(celery_app, "_pool", unreachable.Pool(limit=1))
         started = time.monotonic()
-        assert engine.runs_waiting() is True  # unknown counts as waiting: yield the slice
+        assert queue.runs_waiting() is True  # unknown counts as waiting: yield the slice
         assert time.monotonic() - started < 2  # one attempt, not kombu's reconnect loop
 
 

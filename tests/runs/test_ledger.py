@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from agentops.llm.scripted import text, tool_use
 from agentops.tools import breaker
-from approvals.models import Approval, args_hash
+from approvals.models import Approval
 from demo.models import OutboxEmail, Refund
 from runs import engine
-from runs.models import Run, SideEffect, Step
+from runs.engine import retry
+from runs.models import Run, SideEffect, Step, args_hash
 
 from . import harness
 from .harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps
@@ -31,18 +32,19 @@ class WorkerDied(BaseException):
 
 
 @pytest.fixture
-def die_after(monkeypatch):
+def die_after():
     """die_after("tool"): the worker dies right after that tool's effect, once."""
+    restore = []
 
     def arm(tool_name: str) -> None:
-        def fault(name: str) -> None:
-            if name == tool_name:
-                monkeypatch.setattr(engine, "_fault_point", lambda name: None)
-                raise WorkerDied(name)
+        def die() -> None:
+            raise WorkerDied(tool_name)
 
-        monkeypatch.setattr(engine, "_fault_point", fault)
+        restore.append(harness.die_after(tool_name, die))
 
-    return arm
+    yield arm
+    for put_back in restore:
+        put_back()
 
 
 def crash(run: Run) -> None:
@@ -70,7 +72,7 @@ def answer(approval: Approval, value: str, user) -> None:
             decided_by=user,
         )
         run.append_step(Step.Kind.DECISION, {"approval": str(approval.pk), "answer": value})
-        assert engine.resume_after_decision(run)
+        assert run.resume("all decisions made")
 
 
 def test_an_intent_without_outcome_is_retried_with_the_same_key(
@@ -236,7 +238,7 @@ def test_a_re_run_after_did_not_happen_uses_the_approved_edited_arguments(
             decided_at=timezone.now(),
             decided_by=plain_user,
         )
-        assert engine.resume_after_decision(locked)
+        assert locked.resume("all decisions made")
     die_after("t_gated")
     crash(run)
     expire_lease_and_sweep(run, no_enqueue)
@@ -283,14 +285,14 @@ def test_read_only_tools_do_not_touch_the_ledger(launch, script):
 def sleeps(monkeypatch) -> list[float]:
     """The backoff delays the engine chose (it still sleeps them; they are milliseconds)."""
     delays: list[float] = []
-    real = engine.backoff
+    real = retry.backoff
 
     def recording(*args, **kwargs):
         delay = real(*args, **kwargs)
         delays.append(delay)
         return delay
 
-    monkeypatch.setattr(engine, "backoff", recording)
+    monkeypatch.setattr(retry, "backoff", recording)
     return delays
 
 

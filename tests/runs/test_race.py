@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from agentops.llm.scripted import text, tool_use
 from approvals.models import Approval
-from runs import engine
+from runs import engine, sql
+from runs.engine import lease
 from runs.models import Run, SideEffect, Step
 
 from .harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps, worker_thread
@@ -116,7 +117,7 @@ def test_a_takeover_loses_to_a_holder_that_renewed_after_it_looked(launch, scrip
     run = launch()
     assert engine.claim(run.pk, "slow") is not None
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    read = engine.sql.get
+    read = sql.get
 
     def holder_renews_right_after_the_read(model, pk):
         seen = read(model, pk)  # expired, as far as the would-be taker can tell
@@ -125,7 +126,7 @@ def test_a_takeover_loses_to_a_holder_that_renewed_after_it_looked(launch, scrip
         )
         return seen
 
-    monkeypatch.setattr(engine.sql, "get", holder_renews_right_after_the_read)
+    monkeypatch.setattr(sql, "get", holder_renews_right_after_the_read)
     assert engine.claim(run.pk, "taker") is None
     run.refresh_from_db()
     assert run.lease_owner == "slow"
@@ -139,7 +140,7 @@ def quick_decider(monkeypatch, plain_user):
     `waiting`: the decision service finds the run still running and cannot requeue it."""
 
     def arm(**decision):
-        real = engine._wait_for_humans
+        real = lease.park_for_humans
 
         def decide_first(work):
             for approval in Approval.objects.filter(run_id=work.run.pk, status="pending"):
@@ -148,10 +149,10 @@ def quick_decider(monkeypatch, plain_user):
                     Approval.objects.filter(pk=approval.pk).update(
                         decided_at=timezone.now(), decided_by=plain_user, **decision
                     )
-                    assert not engine.resume_after_decision(locked)
+                    assert not locked.resume("all decisions made")
             return real(work)
 
-        monkeypatch.setattr(engine, "_wait_for_humans", decide_first)
+        monkeypatch.setattr(lease, "park_for_humans", decide_first)
 
     return arm
 

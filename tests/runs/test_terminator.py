@@ -11,6 +11,7 @@ from agentops.llm import LLMError, LLMTransientError
 from agentops.llm.scripted import text, tool_use
 from approvals.models import Approval
 from runs import engine
+from runs.engine import loop, owned, terminator
 from runs.models import Checkpoint, Run, SideEffect, Step
 
 from .harness import CALLS, assert_timeline_sound, drive, forever, tool_steps
@@ -53,7 +54,7 @@ def test_it_stops_at_max_steps_without_another_model_call(launch, script):
 def test_max_cost_is_a_hard_stop_checked_before_the_call(launch, script):
     provider = script(forever(lambda i: [tool_use("t_echo", text=f"turn {i}")]))
     run = launch()
-    first_estimate = engine._estimate_next_cost(engine._load(run, "probe"))
+    first_estimate = terminator.estimate_next_cost(loop._load(run, "probe"))
     # Room for the first call at its worst case; after it, the next worst case cannot fit.
     budget = first_estimate.quantize(Decimal("0.0001"), rounding=ROUND_UP)
     Run.objects.filter(pk=run.pk).update(max_cost_usd=budget)
@@ -112,7 +113,7 @@ def test_time_waiting_for_a_person_does_not_count_against_max_seconds(
         Approval.objects.filter(pk=approval.pk).update(
             status=Approval.Status.APPROVED, decided_at=timezone.now(), decided_by=plain_user
         )
-        assert engine.resume_after_decision(locked)
+        assert locked.resume("all decisions made")
     drive(run)
     assert run.termination_reason == Run.Termination.COMPLETED, run.status_detail
     assert CALLS["t_gated"] == 1 and provider.calls == 2
@@ -127,7 +128,7 @@ def decide(run: Run, user, **decision) -> None:
         Approval.objects.filter(run=run, status=Approval.Status.PENDING).update(
             decided_at=timezone.now(), decided_by=user, **decision
         )
-        assert engine.resume_after_decision(locked)
+        assert locked.resume("all decisions made")
 
 
 def test_a_rejected_call_goes_back_to_the_agent_as_an_error(launch, script, plain_user):
@@ -201,9 +202,9 @@ def test_it_detects_no_progress_when_the_same_call_repeats(launch, script):
     drive(run)
     assert run.status == Run.Status.FAILED
     assert run.termination_reason == Run.Termination.NO_PROGRESS
-    assert provider.calls == engine.NO_PROGRESS_REPEATS
+    assert provider.calls == terminator.NO_PROGRESS_REPEATS
     # The repeated call is refused before it runs.
-    assert CALLS["t_echo"] == engine.NO_PROGRESS_REPEATS - 1
+    assert CALLS["t_echo"] == terminator.NO_PROGRESS_REPEATS - 1
     assert "t_echo was called 3 times" in terminated(run)["detail"]
 
 
@@ -216,7 +217,7 @@ def test_same_tool_with_different_arguments_is_progress(launch, script):
 
 
 def test_repeats_count_within_the_recent_calls_only(launch, script, monkeypatch):
-    monkeypatch.setattr(engine, "NO_PROGRESS_WINDOW", 4)
+    monkeypatch.setattr(terminator, "NO_PROGRESS_WINDOW", 4)
     same = tool_use("t_echo", text="same")
     others = lambda tag: [[tool_use("t_echo", text=f"{tag}{i}")] for i in range(3)]  # noqa: E731
     # "same" three times, but never three times among four consecutive calls.
@@ -240,7 +241,7 @@ def test_no_progress_leaves_no_pending_approval_behind(launch, script):
 
 def test_cancel_while_running_stops_at_the_next_step_boundary(launch, script, monkeypatch):
     # A call that takes longer than the recheck window (any real one) is followed by a read.
-    monkeypatch.setattr(engine, "RECHECK_AFTER_SECONDS", 0)
+    monkeypatch.setattr(owned, "RECHECK_AFTER_SECONDS", 0)
     provider = script(forever(lambda i: [tool_use("t_cancel_run"), tool_use("t_echo", text="x")]))
     run = launch()
     assert drive(run) == [Run.Status.CANCELLED]
@@ -277,7 +278,7 @@ def test_a_cancel_within_the_recheck_window_runs_no_call_with_side_effects(launc
 
 def test_a_call_with_side_effects_reads_first_even_within_the_window(launch, script, monkeypatch):
     # The cancel lands just after the model step that asked for it was written.
-    real = engine._append_owned
+    real = owned.append
 
     def record_then_cancel(work, kind, *args, **kwargs):
         step = real(work, kind, *args, **kwargs)
@@ -285,7 +286,7 @@ def test_a_call_with_side_effects_reads_first_even_within_the_window(launch, scr
             Run.objects.get(pk=work.run.pk).cancel(reason="operator clicked cancel")
         return step
 
-    monkeypatch.setattr(engine, "_append_owned", record_then_cancel)
+    monkeypatch.setattr(owned, "append", record_then_cancel)
     script(forever(lambda i: [tool_use("t_charge", amount=1)]))
     run = launch()
     assert drive(run) == [Run.Status.CANCELLED]
@@ -297,7 +298,7 @@ def test_a_call_with_side_effects_reads_first_even_within_the_window(launch, scr
 def _cancel_after_each_tool_record(monkeypatch):
     """An operator cancels right after each write that records a tool result (a tool step
     of its own, or the ones written with the model step that asked for them)."""
-    real = engine._append_owned
+    real = owned.append
 
     def record_then_cancel(work, kind, *args, then=(), **kwargs):
         step = real(work, kind, *args, then=then, **kwargs)
@@ -305,13 +306,13 @@ def _cancel_after_each_tool_record(monkeypatch):
             Run.objects.get(pk=work.run.pk).cancel(reason="operator clicked cancel")
         return step
 
-    monkeypatch.setattr(engine, "_append_owned", record_then_cancel)
+    monkeypatch.setattr(owned, "append", record_then_cancel)
 
 
 def test_cancel_between_steps_is_seen_before_the_next_model_call(launch, script, monkeypatch):
     # Once the worker's last confirmation of ownership is older than the recheck window
     # (always, at human pace), the next model call is preceded by a read.
-    monkeypatch.setattr(engine, "RECHECK_AFTER_SECONDS", 0)
+    monkeypatch.setattr(owned, "RECHECK_AFTER_SECONDS", 0)
     _cancel_after_each_tool_record(monkeypatch)
     provider = script(forever(lambda i: [tool_use("t_echo", text=f"{i}")]))
     run = launch()
@@ -339,7 +340,7 @@ def test_cancel_right_after_a_recorded_step_costs_one_discarded_call(launch, scr
 
 def test_cancel_during_a_model_call_runs_none_of_its_tools(launch, script, monkeypatch):
     # A real model call takes longer than the recheck window: its calls are preceded by a read.
-    monkeypatch.setattr(engine, "RECHECK_AFTER_SECONDS", 0)
+    monkeypatch.setattr(owned, "RECHECK_AFTER_SECONDS", 0)
 
     def cancel_now(request):
         Run.objects.get(pk=request.metadata["run_id"]).cancel(reason="stop")

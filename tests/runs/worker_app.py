@@ -13,5 +13,6 @@ from agentops.celery import app  # noqa: E402
 from . import harness  # noqa: E402
 
 harness.register_agent()
+harness.kill_process_after(os.environ.get("TEST_KILL_AFTER_TOOL"))
 
 __all__ = ["app"]

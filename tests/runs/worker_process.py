@@ -22,6 +22,7 @@ def main(argv: list[str]) -> None:
     from . import harness
 
     harness.register_agent()
+    harness.kill_process_after(os.environ.get("TEST_KILL_AFTER_TOOL"))
     command = argv[0]
     if command == "advance":
         print(engine.advance(argv[1], time_slice=30), flush=True)

@@ -19,6 +19,7 @@ from django.db import connections
 
 from agentops import embedded
 from demo import shop
+from runs import events
 
 from .seed_demo import describe_logins, ensure_demo_users
 
@@ -86,9 +87,10 @@ class Command(BaseCommand):
         from channels.routing import get_default_application
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
-        from twisted.internet import reactor
 
-        from runs import events
+        # Imported here: importing twisted's reactor installs one, and daphne's Server must
+        # install its own (asyncio) reactor first.
+        from twisted.internet import reactor
 
         if settings.EMBEDDED:
             # The in-memory layer's queues live on this loop; worker threads hand their sends

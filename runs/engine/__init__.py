@@ -1,0 +1,43 @@
+"""The durable agent loop, one file per part:
+
+- loop.py: launch a run; advance it step by step for a time slice (the order of things)
+- lease.py: claim, ownership checks, parking for people, time slices, crashes, the sweep
+- owned.py: the run a worker owns: what it holds, and the writes it makes under its lease
+- model.py: asking the model, with retries, and recording its answer with what follows it
+- conversation.py: the model's conversation rebuilt from the timeline, fitted to the budget
+- tools.py: planning the calls the model asked for, calling a tool, describing the call
+- ledger.py: calls with side effects happen once (intent, outcome, "outcome unknown")
+- humans.py: gated calls, questions and "continue?" checkpoints; applying decisions
+- gates.py: the interface through which the approvals app says what needs a person
+- terminator.py: the explicit decision that a run stops (limits, no progress, completion)
+- retry.py: backoff with jitter for infrastructure errors
+
+Deadlines are enforced here, not by Celery (its time limits do not apply on the threads
+pool): a task works one time slice, a run stops at max_seconds, a model call has the
+provider's timeout, a tool gets a deadline in its context; a worker that hangs or dies stops
+renewing its lease, and the sweep hands the run to another worker.
+
+Tasks, views and tests call the names below; the rest is the parts' own.
+"""
+
+from .conversation import conversation, fit_context
+from .gates import Decision, Gates, use_gates
+from .lease import claim, new_worker_id, sweep
+from .loop import advance, launch
+from .retry import backoff
+from .tools import idempotency_key
+
+__all__ = [
+    "Decision",
+    "Gates",
+    "advance",
+    "backoff",
+    "claim",
+    "conversation",
+    "fit_context",
+    "idempotency_key",
+    "launch",
+    "new_worker_id",
+    "sweep",
+    "use_gates",
+]

@@ -1,0 +1,83 @@
+"""The model's conversation: rebuilt from the timeline, and fitted to the context budget.
+
+The timeline is the single record: a run's Messages API conversation is its launched prompt,
+its model steps' content and its tool steps' results, in seq order. Nothing here writes.
+"""
+
+from agentops.llm import pricing
+
+from ..models import Run, Step, canonical_json
+
+TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
+# The steps the model's conversation is rebuilt from.
+CONVERSATION_KINDS = [Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS]
+
+
+def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
+    """The Messages API conversation, rebuilt from the timeline."""
+    steps = run.steps.filter(kind__in=CONVERSATION_KINDS)
+    if upto_seq is not None:
+        steps = steps.filter(seq__lte=upto_seq)
+    return messages(steps.order_by("seq").values_list("kind", "data", "created_at"))
+
+
+def messages(rows) -> list[dict]:
+    """Messages from (kind, data, created_at) timeline rows in seq order."""
+    out: list[dict] = []
+    results: list[dict] = []
+    for kind, data, _ in rows:
+        if kind == Step.Kind.STATUS:
+            if data.get("event") == "launched":
+                out.append({"role": "user", "content": data["prompt"]})
+        elif kind == Step.Kind.LLM:
+            if results:
+                out.append({"role": "user", "content": results})
+                results = []
+            out.append({"role": "assistant", "content": data["content"]})
+        elif kind == Step.Kind.TOOL:
+            results.append(tool_result_block(data))
+    if results:
+        out.append({"role": "user", "content": results})
+    return out
+
+
+def tool_result_block(data: dict) -> dict:
+    """What the model sees of a tool step: its result or error, as text, cut to a size."""
+    content = data.get("error") if data.get("is_error") else data.get("result")
+    text = content if isinstance(content, str) else canonical_json(content)
+    if len(text) > TOOL_RESULT_MAX_CHARS:
+        text = (
+            text[:TOOL_RESULT_MAX_CHARS]
+            + f"\n[truncated {len(text) - TOOL_RESULT_MAX_CHARS} chars]"
+        )
+    block = {"type": "tool_result", "tool_use_id": data["tool_use_id"], "content": text}
+    if data.get("is_error"):
+        block["is_error"] = True
+    return block
+
+
+def fit_context(
+    messages: list[dict], budget_tokens: int, *, chars: int | None = None
+) -> tuple[list[dict], int]:
+    """Drop the oldest assistant/tool-result turns until the estimate fits the budget.
+
+    The first user message (the task) is kept, and a note says what was left out; turns go
+    in pairs so every tool_use keeps its tool_result. The timeline keeps everything.
+    `chars`: the conversation's canonical JSON length, when the caller keeps it.
+    """
+    if chars is None:
+        chars = len(canonical_json(messages))
+    if chars // 3 + 1 <= budget_tokens or len(messages) <= 3:
+        return messages, 0
+    head, rest = messages[0], messages[1:]
+    dropped = 0
+    while len(rest) > 2 and pricing.estimate_tokens(canonical_json([head, *rest])) > budget_tokens:
+        rest = rest[2:]
+        dropped += 1
+    note = f"\n\n[{dropped} earlier turn(s) were left out to fit the context window.]"
+    content = head["content"]
+    if isinstance(content, str):
+        head = {"role": "user", "content": content + note}
+    else:
+        head = {"role": "user", "content": [*content, {"type": "text", "text": note}]}
+    return [head, *rest], dropped

@@ -1,0 +1,98 @@
+"""What the engine asks of the people who supervise it, and nothing more.
+
+The engine decides *when* to ask (a proposed call, an outcome nobody recorded, every N model
+steps) and applies the answer; the approvals app decides *whether* a call needs a person, opens
+the approval, notifies, and records decisions. This is the narrow interface between the two.
+The engine owns it and never imports `approvals`: the approvals app provides an
+implementation at start-up (`approvals/apps.py` calls `use_gates`), so the dependency runs
+one way, approvals -> runs.
+
+Every method that writes is called inside the engine's transaction, with the run row locked
+and owned by the calling worker.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from agentops.tools import Tool
+
+from ..models import Run, SideEffect
+
+# A decision's status, as the approvals app records it.
+PENDING, APPROVED, REJECTED, EXPIRED, ANSWERED = (
+    "pending",
+    "approved",
+    "rejected",
+    "expired",
+    "answered",
+)
+# What a "continue?" checkpoint came to.
+CONTINUE, STOP, EXPIRE = "continue", "stop", "expired"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a person (or the expiry sweep) decided about one gated call or question."""
+
+    id: str
+    status: str
+    args: dict  # the arguments to execute: the approver's edit, if any, else the proposal
+    args_hash: str  # the hash those arguments must have (args_hash of the approved call)
+    by: str | None  # username; None when the system decided (expiry)
+    answer: str = ""
+    reason: str = ""
+    on_expiry: str = "reject"  # "fail" fails the run; otherwise the agent is told
+    decided_at: datetime | None = None
+    side_effect_id: int | None = None  # set on an "outcome unknown" question
+
+
+@dataclass(frozen=True)
+class ContinueAnswer:
+    """A "continue?" checkpoint: PENDING, CONTINUE, STOP or EXPIRE, in words, and who."""
+
+    outcome: str
+    detail: str = ""
+    by: Any = None  # the user who stopped the run, for the cancelled step
+
+
+class Gates(Protocol):
+    def gate_for_call(self, run: Run, item: dict, tool: Tool, response: Any) -> dict | None:
+        """What to ask a person about this proposed call, or None: it may run. No writes."""
+
+    def open_gate(self, run: Run, item: dict, gate: dict) -> str:
+        """Open the approval `gate_for_call` described (and its gate step); its id."""
+
+    def open_outcome_question(self, run: Run, item: dict, tool: Tool, effect: SideEffect) -> str:
+        """Ask whether a call whose outcome was never recorded took effect; the approval id."""
+
+    def pending_count(self, run: Run) -> int:
+        """How many of the run's approvals wait for a person."""
+
+    def decisions(self, ids: list[str]) -> dict[str, Decision]:
+        """The current state of these approvals, by id."""
+
+    def continue_due(self, run: Run) -> bool:
+        """Whether a "continue?" checkpoint is due before the next model call."""
+
+    def continue_answer(self, run: Run) -> ContinueAnswer | None:
+        """The due checkpoint's state; None when it has not been asked yet."""
+
+    def open_continue_question(self, run: Run) -> None:
+        """Ask "continue?" for the due checkpoint."""
+
+
+_gates: Gates | None = None
+
+
+def use_gates(gates: Gates) -> None:
+    """Called once at start-up by the app that supervises runs (approvals/apps.py)."""
+    global _gates
+    _gates = gates
+
+
+def current() -> Gates:
+    if _gates is None:
+        # Never run ungated: a missing policy is a configuration error, not "allow all".
+        raise RuntimeError("no gate policy registered: is 'approvals' in INSTALLED_APPS?")
+    return _gates

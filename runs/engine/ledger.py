@@ -1,0 +1,167 @@
+"""The idempotency ledger: a call with side effects happens once, whatever crashes.
+
+Its intent (SideEffect) is committed before the call, its outcome with the call's tool step
+after it. On resume a committed effect is never repeated (its recorded outcome is reported
+again); an intent without an outcome is retried with the same key when the tool honours
+keys, otherwise a person is asked whether it happened ("outcome unknown"), and only their
+explicit "did not happen" runs it again, once. An infrastructure error from a tool that
+cannot de-duplicate is the same situation. Also records any call's result as its own step.
+"""
+
+from contextlib import nullcontext
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from agentops.tools import Tool
+
+from ..models import SideEffect, Step
+from . import gates, lease, owned, tools
+from .conversation import tool_result_block
+from .owned import StepAgain, Stop, Work, renewal
+from .tools import OutcomeUnknown, error_counters, idempotency_key, tool_step
+
+_RECORDED = (SideEffect.Status.COMMITTED, SideEffect.Status.FAILED)
+
+
+def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
+    """Run a pending call (through the ledger when it has side effects) and record it."""
+    run = work.run
+    key = idempotency_key(run.pk, item["llm_seq"], item["index"], tool.name, args)
+    effect = None
+    if tool.has_side_effects:
+        effect = SideEffect.objects.filter(key=key).first()
+        if effect is not None and effect.status in _RECORDED:
+            # Recorded before a crash: never run it again; report what happened then.
+            stored = effect.result or {}
+            record_tool_result(
+                work,
+                item,
+                result=stored.get("result"),
+                error=stored.get("error"),
+                attempts=effect.attempts,
+                key=key,
+                args=args,
+            )
+            return
+        effect = _intent(work, item, tool, args, key, effect)
+    try:
+        result, error, attempts, duration_ms = tools.call_tool(
+            work,
+            tool,
+            args,
+            key,
+            run.retry_count,
+            retry_blindly=effect is None or tool.accepts_idempotency_key,
+        )
+    except OutcomeUnknown:
+        outcome_unknown(work, item, tool, effect)
+    record_tool_result(
+        work,
+        item,
+        result=result,
+        error=error,
+        attempts=attempts,
+        key=key if effect else "",
+        ledger=effect,
+        duration_ms=duration_ms,
+        args=args,
+    )
+
+
+def _intent(
+    work: Work, item: dict, tool: Tool, args: dict, key: str, effect: SideEffect | None
+) -> SideEffect:
+    """The ledger entry the call is about to run under, committed before it runs."""
+    if effect is None:
+        return SideEffect.objects.create(
+            key=key, run=work.run, step_seq=item["llm_seq"], tool=tool.name, args=args
+        )
+    # An intent without an outcome: a worker died between the call and its record.
+    cleared = item.get("cleared_at_attempt") == effect.attempts
+    if not (cleared or tool.accepts_idempotency_key):
+        outcome_unknown(work, item, tool, effect)
+    SideEffect.objects.filter(pk=effect.pk).update(
+        status=SideEffect.Status.INTENT, attempts=F("attempts") + 1
+    )
+    effect.attempts += 1
+    return effect
+
+
+def outcome_unknown(work: Work, item: dict, tool: Tool, effect: SideEffect) -> None:
+    """An intent without an outcome, for a tool that cannot de-duplicate: ask a person.
+    Never returns: the run parks (Stop), or, answered already, the step starts again."""
+    with transaction.atomic():
+        run = owned.locked(work)
+        SideEffect.objects.filter(pk=effect.pk).update(status=SideEffect.Status.UNKNOWN)
+        item["approval"] = gates.current().open_outcome_question(run, item, tool, effect)
+        owned.write_checkpoint(work)
+        work.run = run
+    lease.park_for_humans(work)
+    raise StepAgain  # answered already: the next step applies the answer
+
+
+def resolve_unknown_outcome(work: Work, item: dict, decision: gates.Decision) -> dict | None:
+    """Apply a person's answer to "did it happen?": the arguments to run again (only on an
+    explicit "did_not_happen"), or None when the answer itself was recorded as the result."""
+    effect = SideEffect.objects.get(pk=decision.side_effect_id)
+    answer = decision.answer.strip().lower()
+    # Only an explicit "did not happen" repeats an effect that cannot be de-duplicated; any
+    # other answer (including an unclear one) keeps it at most once.
+    if answer != "did_not_happen":
+        result = {
+            "outcome": "confirmed by an operator" if answer == "happened" else "not repeated",
+            "answer": decision.answer,
+            "confirmed_by": decision.by,
+        }
+        with transaction.atomic():
+            SideEffect.objects.filter(pk=effect.pk).update(
+                status=SideEffect.Status.COMMITTED, result=result
+            )
+        record_tool_result(
+            work, item, result=result, attempts=effect.attempts, key=effect.key, args=effect.args
+        )
+        return None
+    # Run it again under the same key, once. If this attempt dies too, the attempt count
+    # moves on and a person is asked again.
+    with transaction.atomic():
+        owned.locked(work)
+        item["approval"] = None
+        item["cleared_at_attempt"] = effect.attempts
+        owned.write_checkpoint(work)
+    # The ledger holds the arguments that really ran (an approver may have edited them).
+    return effect.args
+
+
+def record_tool_result(
+    work: Work, item: dict, *, ledger: SideEffect | None = None, **call: Any
+) -> None:
+    """Record a call (tool_step's keywords) as a step of its own, with its ledger outcome
+    when it has an entry there."""
+    counters = error_counters(work.run)
+    data = tool_step(counters, item, **call)
+    outcome = {
+        "status": SideEffect.Status.FAILED if data["is_error"] else SideEffect.Status.COMMITTED,
+        "result": {"error": data["error"]} if data["is_error"] else {"result": data["result"]},
+    }
+    work.state["pending"] = pending = work.state["pending"][1:]
+    update = {**counters, **renewal(model_call_next=not pending)}
+    try:
+        # With a ledger entry, its outcome commits with the step; without, the step is one
+        # statement of its own (no transaction around it).
+        with transaction.atomic() if ledger is not None else nullcontext():
+            owned.append(
+                work, Step.Kind.TOOL, data, update, checkpoint=True, latency_ms=data["duration_ms"]
+            )
+            if ledger is not None:
+                SideEffect.objects.filter(pk=ledger.pk).update(**outcome)
+    except Stop:
+        # Cancelled (or taken over) while the call was in flight: the effect happened all
+        # the same, so the ledger must say so, or a resume would doubt or repeat it.
+        if ledger is not None:
+            SideEffect.objects.filter(pk=ledger.pk, status=SideEffect.Status.INTENT).update(
+                **outcome
+            )
+        raise
+    work.add_tool_result(tool_result_block(data))

@@ -1,0 +1,196 @@
+"""The loop: launch a run, then advance it one step after another for a time slice.
+
+advance(run_id) claims the run (lease.py), loads its state (the latest checkpoint and the
+conversation rebuilt from the timeline), and repeats `step`: run the next pending tool call,
+or check the terminator and make the next model call. Each step is written before the next
+starts. It keeps going for a short time slice, then re-queues the run if other runs wait
+for a worker (otherwise it keeps going). What a step does is the other files' job; this one
+only says in what order.
+"""
+
+import logging
+import time
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentops import agents, llm
+from agentops.agents import Agent, Limits
+from agentops.tools import get_tool
+
+from .. import events, queue, sql
+from ..models import (
+    CHECKPOINT_COLUMNS,
+    RUN_COLUMNS,
+    STEP_COLUMNS,
+    Checkpoint,
+    Run,
+    Step,
+    canonical_json,
+)
+from . import gates, humans, lease, ledger, model, terminator
+from .conversation import CONVERSATION_KINDS, messages
+from .owned import StepAgain, Stop, Work, cfg, initial_state
+from .tools import ASK_OPERATOR
+
+log = logging.getLogger("agentops.engine")
+
+
+def launch(
+    *,
+    agent: Agent,
+    input: dict,
+    limits: Limits | None = None,
+    trigger: str = Run.Trigger.API,
+    launched_by=None,
+    parent: Run | None = None,
+    provider: str | None = None,
+) -> Run:
+    """Create a queued run from already validated input and enqueue it after commit."""
+    limits = limits or agent.limits
+    now = timezone.now()
+    run = Run(
+        agent=agent.slug,
+        agent_config=agent.snapshot(),
+        provider=provider or llm.default_provider_name(),
+        input=input,
+        trigger=trigger,
+        launched_by=launched_by,
+        parent=parent,
+        max_steps=limits.max_steps,
+        max_cost_usd=limits.max_cost_usd,
+        max_seconds=limits.max_seconds,
+        max_consecutive_errors=limits.max_consecutive_errors,
+        created_at=now,
+        updated_at=now,
+    )
+    step = run.first_step(
+        {
+            "event": "launched",
+            "from": None,
+            "to": Run.Status.QUEUED,
+            "trigger": trigger,
+            "by": launched_by.get_username() if launched_by else None,
+            "input": input,
+            "prompt": agent.prompt(input),
+            "limits": limits.as_dict(),
+            "provider": run.provider,
+        }
+    )
+    checkpoint = Checkpoint(run=run, seq=step.seq, state=initial_state(), created_at=now)
+    # Run, launched step and first checkpoint in one statement (runs/sql.py): a launch of many
+    # runs at once (a batch, the benchmark) is mostly these round trips.
+    sql.insert_all(
+        [
+            (run, RUN_COLUMNS, (), ()),
+            (step, STEP_COLUMNS, (), ()),
+            (checkpoint, CHECKPOINT_COLUMNS, (), ()),
+        ]
+    )
+    events.publish_step_on_commit(step)
+    transaction.on_commit(lambda: queue.enqueue(run.pk))
+    return run
+
+
+def advance(run_id, *, worker: str | None = None, time_slice: float | None = None) -> str:
+    """Work on a run for up to one time slice. Returns what happened, for logs and tests:
+    "busy" (someone else has it or it is not runnable), "requeued", or the run's status."""
+    worker = worker or lease.new_worker_id()
+    run = lease.claim(run_id, worker)
+    if run is None:
+        return "busy"
+    slice_seconds = time_slice if time_slice is not None else cfg("TIME_SLICE_SECONDS")
+    slice_end = time.monotonic() + slice_seconds
+    work = None
+    try:
+        work = _load(run, worker)
+        while True:
+            step(work)
+            if time.monotonic() >= slice_end:
+                if queue.runs_waiting():
+                    return lease.yield_slice(work)
+                # Nobody waits for a worker: re-queueing would only cost a claim and a
+                # re-read of the timeline.
+                slice_end = time.monotonic() + slice_seconds
+    except Stop:
+        # Our own last write says where it stopped, unless the run was taken from us.
+        if work is not None and work.run.status != Run.Status.RUNNING:
+            return work.run.status
+        return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "gone"
+    except Exception as exc:
+        log.exception("run %s: unexpected error", run_id)
+        return lease.on_crash(run_id, worker, exc)
+
+
+def _load(run: Run, worker: str) -> Work:
+    latest = sql.select(Checkpoint, ("state",), {"run": run.pk}, order_by=("-seq",), limit=1)
+    state = latest[0][0] if latest else initial_state()
+    # One read of the timeline for both the conversation and the time spent waiting.
+    rows = sql.select(
+        Step,
+        ("kind", "data", "created_at"),
+        {"run": run.pk, "kind": tuple(CONVERSATION_KINDS)},
+        order_by=("seq",),
+    )
+    conversation = messages(rows)
+    status_steps = [(data, at) for kind, data, at in rows if kind == Step.Kind.STATUS]
+    return Work(
+        run=run,
+        agent_config=run.agent_config,
+        state=state,
+        messages=conversation,
+        messages_chars=len(canonical_json(conversation)),
+        worker=worker,
+        provider=agents.provider_for_run(run),
+        waited=run.seconds_waiting_for_humans(status_steps),
+        confirmed_at=time.monotonic(),
+        lease_until=run.lease_expires_at,
+    )
+
+
+def step(work: Work) -> None:
+    """One unit of progress: run the next pending tool call, or make the next model call."""
+    try:
+        if work.state["pending"]:
+            _next_pending_call(work)
+        else:
+            # An operator may have cancelled the run since our last write: stop before paying
+            # for another model call (and hold the lease for as long as that call may take).
+            lease.still_mine(work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
+            terminator.precheck(work)
+            humans.continue_checkpoint(work)
+            model.ask(work)
+    except StepAgain:
+        pass
+
+
+def _next_pending_call(work: Work) -> None:
+    """The first pending call: wait for its decision, apply it, and run the call."""
+    pending = work.state["pending"]
+    approval_ids = [p["approval"] for p in pending if p.get("approval")]
+    decisions = gates.current().decisions(approval_ids) if approval_ids else {}
+    if any(d.status == gates.PENDING for d in decisions.values()):
+        lease.park_for_humans(work)
+        return  # decided meanwhile: the next step reads the decisions afresh
+    item = pending[0]
+    tool = get_tool(item["name"])
+    # The step boundary: stop if cancelled, renew the lease. Tool timeouts are seconds, well
+    # within a lease, so a dead worker's run is picked up one lease after its last renewal.
+    lease.still_mine(work, must_read=tool is None or tool.has_side_effects)
+    decision = decisions.get(item.get("approval") or "")
+    if item["error"] or tool is None:
+        ledger.record_tool_result(work, item, error=item["error"] or "unknown tool", attempts=0)
+        return
+    args = item["args"]
+    if decision is not None:
+        args = humans.apply_decision(work, item, tool, decision)
+        if args is None:
+            return
+        # From here on the item is the approved call (an approver may have edited it): the
+        # tool step records it, and an "outcome unknown" retry re-runs it, not the proposal.
+        item["args"] = args
+    if tool.name == ASK_OPERATOR:
+        # Answered questions are handled by apply_decision; an un-gated ask cannot happen.
+        ledger.record_tool_result(work, item, error="question was not answered", attempts=0)
+        return
+    ledger.execute(work, item, tool, args)

@@ -1,0 +1,201 @@
+"""Asking the model: one call with its retries, and recording what it answered.
+
+The request is the conversation fitted to the context budget; infrastructure errors are
+retried with backoff (capped per call and per run), each failed attempt a step of its own;
+a valid response is never asked again. The answer is recorded in one write with what it
+leads to: its calls without side effects and their results (tools.run_inline), or the run's
+end when it asked for no tool, or, in one transaction, the approvals its gated calls need.
+An answer that arrives after the run was cancelled or taken over is discarded, but charged.
+"""
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+
+from agentops import llm
+
+from ..models import Run, Step
+from . import gates, lease, owned, retry, terminator, tools
+from .conversation import fit_context, tool_result_block
+from .owned import Stop, Work, cfg, renewal
+
+log = logging.getLogger("agentops.engine")
+
+
+def ask(work: Work) -> None:
+    """One model call for the run's next turn, and its answer recorded."""
+    config = work.agent_config
+    messages, trimmed = fit_context(
+        work.messages, cfg("CONTEXT_TOKEN_BUDGET"), chars=work.messages_chars
+    )
+    request = llm.LLMRequest(
+        model=config["model"],
+        system=config["system_prompt"],
+        messages=messages,
+        tools=work.tool_schemas(),
+        max_tokens=config.get("max_tokens", 1024),
+        metadata={
+            "turn": work.run.step_count,
+            "run_id": str(work.run.pk),
+            # The untrimmed request's size, which the engine keeps anyway (Work).
+            "input_chars": terminator.request_chars(work),
+        },
+    )
+    response = _call_with_retries(work, request)
+    _record_response(work, response, trimmed)
+
+
+def _call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
+    max_retries = cfg("LLM_MAX_RETRIES")
+    attempt = 0
+    while True:
+        attempt += 1
+        if attempt > 1:
+            # After a backoff sleep: cancelled meanwhile, or out of wall time?
+            lease.still_mine(work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
+        _release_db_connection()
+        try:
+            return work.provider.complete(request)
+        except llm.LLMError as exc:
+            will_retry = (
+                exc.retryable
+                and attempt <= max_retries
+                and work.run.retry_count < cfg("RUN_MAX_RETRIES")
+            )
+            _record_error(work, exc, attempt, will_retry=will_retry)
+            if not will_retry:
+                detail = f"model call failed after {attempt} attempt(s): {exc}"
+                terminator.terminate(work, Run.Termination.LLM_ERROR, detail)
+            time.sleep(retry.backoff(attempt, retry_after=exc.retry_after))
+
+
+def _release_db_connection() -> None:
+    # While we wait seconds on the model, the pooled connection serves other runs.
+    if settings.IS_POSTGRES and not connection.in_atomic_block:
+        connection.close()
+
+
+def _record_error(work: Work, exc: llm.LLMError, attempt: int, *, will_retry: bool) -> None:
+    run = work.run
+    owned.append(
+        work,
+        Step.Kind.LLM_ERROR,
+        {
+            "error": str(exc)[:2000],
+            "status": exc.status,
+            "attempt": attempt,
+            "retryable": exc.retryable,
+            "will_retry": will_retry,
+        },
+        {
+            "retry_count": run.retry_count + 1,
+            "error_count": run.error_count + 1,
+            **renewal(model_call_next=will_retry),
+        },
+    )
+
+
+def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
+    tool_uses = response.tool_uses
+    # Planned before the write, so that step, counters and checkpoint are one statement;
+    # only a gated call (an Approval and a gate step) needs a transaction of several.
+    pending, repeated, gated = tools.plan_calls(work, work.run.last_seq + 1, tool_uses, response)
+    work.state["pending"] = pending
+    data, counters, columns = _model_step(work, response, trimmed)
+    try:
+        then = _what_follows(work, response, pending, counters, runs_now=not (gated or repeated))
+        if not gated:
+            owned.append(work, Step.Kind.LLM, data, counters, checkpoint=True, then=then, **columns)
+        else:
+            with transaction.atomic():
+                owned.append(work, Step.Kind.LLM, data, counters, **columns)
+                policy = gates.current()
+                for item, gate in gated:
+                    item["approval"] = policy.open_gate(work.run, item, gate)
+                owned.write_checkpoint(work)
+    except Stop:
+        # Only the ownership checks raise Stop in there: cancelled or taken over meanwhile.
+        _charge_discarded(work, response)
+        raise
+    work.add_message({"role": "assistant", "content": response.content})
+    if not tool_uses:
+        raise Stop
+    for _, tool_data, _ in then:
+        work.add_tool_result(tool_result_block(tool_data))
+    if repeated:
+        terminator.terminate(
+            work,
+            Run.Termination.NO_PROGRESS,
+            f"{repeated} was called {terminator.NO_PROGRESS_REPEATS} times with the same arguments",
+        )
+    if gated:
+        lease.park_for_humans(work)
+
+
+def _model_step(work: Work, response: llm.LLMResponse, trimmed: int) -> tuple[dict, dict, dict]:
+    """The model step's data, the run's counters after it, and the step's own columns."""
+    run = work.run
+    data = {
+        "model": response.model,
+        "content": response.content,
+        "stop_reason": response.stop_reason,
+        "usage": response.usage.as_dict(),
+        "request_id": response.request_id,
+        "trimmed_turns": trimmed,
+        "provider": work.provider.name,
+    }
+    counters = {
+        "step_count": run.step_count + 1,
+        "tokens_in": run.tokens_in + response.usage.total_input_tokens,
+        "tokens_out": run.tokens_out + response.usage.output_tokens,
+        "cost_usd": run.cost_usd + response.cost_usd,
+        **renewal(model_call_next=False),
+    }
+    columns = {
+        "cost_usd": response.cost_usd,
+        "tokens_in": response.usage.total_input_tokens,
+        "tokens_out": response.usage.output_tokens,
+        "latency_ms": response.latency_ms,
+    }
+    return data, counters, columns
+
+
+def _what_follows(
+    work: Work, response: llm.LLMResponse, pending: list[dict], counters: dict, *, runs_now: bool
+) -> tuple:
+    """The steps written with the model's: the run's end when it asked for no tool (a crash
+    between the final answer and the end would leave a finished conversation that a resume
+    sends to the model again), or the results of the calls that run at once."""
+    if not response.tool_uses:
+        ended, end_update = terminator.termination(
+            work, Run.Termination.COMPLETED, output=response.text
+        )
+        counters.update(end_update)
+        return ((Step.Kind.STATUS, ended, {}),)
+    if not runs_now:
+        return ()
+    try:
+        return tools.run_inline(work, pending, counters)
+    except Stop:
+        raise
+    except Exception:
+        # Nothing is written yet: the run is retried from its checkpoint and asks the model
+        # again, but this answer was paid for.
+        _charge_discarded(work, response)
+        raise
+
+
+def _charge_discarded(work: Work, response: llm.LLMResponse) -> None:
+    """The run was cancelled (or taken over) while the model answered: the answer is not
+    used, but it was paid for, so the run's spend says so (no step: the run is not ours)."""
+    log.info("run %s: discarding a %s USD response", work.run.pk, response.cost_usd)
+    Run.objects.filter(pk=work.run.pk).update(
+        cost_usd=F("cost_usd") + response.cost_usd,
+        tokens_in=F("tokens_in")
+        + response.usage.input_tokens
+        + response.usage.cache_read_input_tokens,
+        tokens_out=F("tokens_out") + response.usage.output_tokens,
+    )

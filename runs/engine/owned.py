@@ -1,0 +1,182 @@
+"""The run a worker owns: what it holds in memory, and the writes it makes under its lease.
+
+`Work` is the run as one worker sees it: the row as last written, the checkpointed state,
+the model's conversation. Every write goes through `append`: a compare-and-set on the
+run's row (still running, still ours), the step hash-chained to the timeline, the run's
+counters and a renewed lease, and the checkpoint, in one statement on Postgres. Nothing here
+decides what to do next; it may not call the model or tools.
+"""
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .. import sql
+from ..models import CHECKPOINT_COLUMNS, Checkpoint, Run, Step, canonical_json
+
+LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to record its result
+# Ownership confirmed by this worker's own write or read less than this long ago is not
+# read again before a model call or a tool without side effects: a cancel landing in that
+# window is seen when the step is recorded (the same as a cancel landing just after the
+# read), and what the call returned is discarded then. Calls with side effects always read
+# first.
+RECHECK_AFTER_SECONDS = 1.0
+
+
+def cfg(name: str) -> Any:
+    return settings.AGENTOPS[name]
+
+
+def lease_seconds() -> float:
+    return float(cfg("LEASE_SECONDS"))
+
+
+def initial_state() -> dict:
+    return {"pending": [], "recent_calls": []}
+
+
+class Stop(Exception):
+    """This worker must stop working on the run (it finished, waits, or lost its lease)."""
+
+
+class StepAgain(Exception):
+    """End this step early; the next one starts from the checkpointed state afresh."""
+
+
+@dataclass
+class Work:
+    """What one worker holds in memory while it owns a run's lease."""
+
+    run: Run
+    agent_config: dict
+    state: dict
+    messages: list[dict]
+    worker: str
+    provider: Any
+    # Seconds the run spent waiting for people, left out of its max_seconds (read once per
+    # claim: a run that waits again is parked, and the next claim reads it afresh).
+    waited: float = 0.0
+    # When this worker last saw (monotonic) that it owns the run, and the lease it wrote.
+    confirmed_at: float = 0.0
+    lease_until: datetime | None = None
+    # The conversation's length as canonical JSON, kept up to date as it grows: the cost
+    # estimate and context trimming need it before every model call, and serialising the
+    # whole conversation each time made a step's cost grow with the run's length.
+    messages_chars: int = 0
+
+    def add_message(self, message: dict) -> None:
+        self.messages.append(message)
+        self.messages_chars += len(canonical_json(message)) + 1
+
+    def add_tool_result(self, block: dict) -> None:
+        last = self.messages[-1]
+        if last["role"] == "user" and isinstance(last["content"], list):
+            last["content"].append(block)
+            self.messages_chars += len(canonical_json(block)) + 1
+        else:
+            self.add_message({"role": "user", "content": [block]})
+
+    @property
+    def active_seconds(self) -> float:
+        return self.run.elapsed_seconds - self.waited
+
+    def tool_schemas(self) -> list[dict]:
+        """The agent's tools as the Messages API takes them."""
+        return [
+            {"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]}
+            for t in self.agent_config["tools"]
+        ]
+
+
+def renewal(*, model_call_next: bool) -> dict:
+    """Lease fields for a step's write: long enough for the next call to finish and be
+    recorded under it (a model call may take its whole timeout)."""
+    seconds = lease_seconds()
+    if model_call_next:
+        seconds = max(seconds, cfg("LLM_TIMEOUT_SECONDS") * LEASE_MARGIN)
+    now = timezone.now()
+    return {"lease_expires_at": now + timedelta(seconds=seconds), "updated_at": now}
+
+
+def append(
+    work: Work,
+    kind: str,
+    data: dict,
+    update: dict,
+    *,
+    checkpoint: bool = False,
+    then: tuple[tuple[str, dict, dict], ...] = (),
+    **columns: Any,
+) -> Step:
+    """Append a step to the run this worker holds, writing the run's new counters and a
+    renewed lease in the same UPDATE (one compare-and-set, no locked read first), the
+    `then` steps after it, and with `checkpoint` the engine state as it is now, at the last
+    of them. Stop if the run is no longer ours.
+
+    Outside `atomic` on Postgres this is one statement: one round trip, its own transaction.
+    """
+    step = work.run.append_step_if_expected(
+        kind,
+        data,
+        expect={"status": Run.Status.RUNNING, "lease_owner": work.worker},
+        update=update,
+        checkpoint=work.state if checkpoint else None,
+        then=then,
+        **columns,
+    )
+    if step is None:
+        # Someone else wrote to the run: a cancel, a takeover, or a decision's step.
+        step = _append_after_another_write(work, kind, data, update, checkpoint, then, columns)
+    work.confirmed_at = time.monotonic()
+    work.lease_until = work.run.lease_expires_at
+    return step
+
+
+def _append_after_another_write(
+    work: Work, kind: str, data: dict, update: dict, checkpoint: bool, then: tuple, columns: dict
+) -> Step:
+    with transaction.atomic():
+        work.run = locked(work)
+        step = work.run.append_step(kind, data, update=update, **columns)
+        if kind == Step.Kind.LLM:
+            # Its calls were planned as the step after the head we knew (gated or not);
+            # another step came first.
+            for item in work.state["pending"]:
+                item["llm_seq"] = step.seq
+        for then_kind, then_data, then_columns in then:
+            work.run.append_step(then_kind, then_data, **then_columns)
+        if checkpoint:
+            write_checkpoint(work)
+    return step
+
+
+def locked(work: Work) -> Run:
+    """The run under a row lock, if this worker still owns it and it is still running.
+
+    An operator's cancel (or a sweep takeover) moves the run away from us; we stop then.
+    """
+    run = Run.locked(work.run.pk)
+    if run.lease_owner != work.worker or run.status != Run.Status.RUNNING:
+        work.run = run
+        raise Stop
+    return run
+
+
+def write_checkpoint(work: Work) -> None:
+    """The engine state at the run's head, inside a transaction that wrote steps.
+
+    One INSERT .. ON CONFLICT DO UPDATE: update_or_create would cost a SELECT, an INSERT
+    and two savepoints (bench/engine_throughput.py). The hot path writes the checkpoint with
+    its step (append); this is for the transactions that open approvals.
+    """
+    sql.insert(
+        Checkpoint(run=work.run, seq=work.run.last_seq, state=work.state),
+        CHECKPOINT_COLUMNS,
+        conflict=("run", "seq"),
+        update_names=("state",),
+    )

@@ -1,0 +1,250 @@
+"""Tool calls: planning what the model asked for, calling a tool, and describing the call.
+
+`plan_calls` validates every proposed call and asks the gate policy about each before any
+runs. Calls without side effects run at once (`run_inline`) and are written with the model's
+step; calls with side effects go through the ledger (ledger.py). `call_tool` is the one
+place a tool is called: under its circuit breaker, with its deadline in its context,
+retrying infrastructure errors as the tool's policy and the run's retry budget allow.
+"""
+
+import hashlib
+import logging
+import time
+from typing import Any
+
+from agentops.tools import (
+    Tool,
+    ToolArgsError,
+    ToolContext,
+    ToolError,
+    ToolInfraError,
+    breaker,
+    get_tool,
+)
+
+from ..models import Step, canonical_json
+from . import gates, lease, retry, terminator
+from .owned import Work, cfg, renewal
+
+log = logging.getLogger("agentops.engine")
+
+ASK_OPERATOR = "ask_operator"
+
+
+def idempotency_key(run_id, llm_seq: int, index: int, tool: str, args: dict) -> str:
+    body = canonical_json([str(run_id), llm_seq, index, tool, args])
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def plan_calls(
+    work: Work, llm_seq: int, tool_uses: list[dict], response
+) -> tuple[list[dict], str, list[tuple[dict, dict]]]:
+    """Validate every proposed call and ask the gate policy about each, before running any:
+    (pending calls, the tool repeated without progress or "", the gated calls with what to
+    ask). No writes: the caller opens the gates with the model step, so parallel calls are
+    decided together and nothing runs until all are decided.
+    """
+    allowed = {t["name"] for t in work.agent_config["tools"]}
+    pending = [_planned(work, allowed, llm_seq, index, use) for index, use in enumerate(tool_uses)]
+    repeated = ""
+    for item in pending:
+        if item["args"] is not None and terminator.repeats(work.state, item["name"], item["args"]):
+            repeated = repeated or item["name"]
+    gated = []
+    if not repeated:
+        # Only now: a run about to stop for no progress must not leave approvals behind.
+        policy = gates.current()
+        for item in pending:
+            if item["args"] is not None:
+                gate = policy.gate_for_call(work.run, item, get_tool(item["name"]), response)
+                if gate is not None:
+                    gated.append((item, gate))
+    return pending, repeated, gated
+
+
+def _planned(work: Work, allowed: set[str], llm_seq: int, index: int, use: dict) -> dict:
+    """A proposed call as the run's state keeps it: validated arguments, or why not."""
+    item: dict[str, Any] = {
+        "id": use["id"],
+        "name": use["name"],
+        "input": use.get("input"),
+        "llm_seq": llm_seq,
+        "index": index,
+        "args": None,
+        "error": None,
+        "approval": None,
+    }
+    tool = get_tool(use["name"]) if use["name"] in allowed else None
+    if tool is None:
+        item["error"] = f"unknown tool {use['name']!r}; available: {', '.join(sorted(allowed))}"
+    else:
+        try:
+            item["args"] = tool.validate(use.get("input"))
+        except ToolArgsError as exc:
+            item["error"] = str(exc)
+    return item
+
+
+def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
+    """Run the calls at the head of `pending` that have no side effects now, before the
+    model step is written, and return their tool steps to go in the same write: one commit
+    per iteration instead of one per step. A worker that dies before that write loses the
+    model's answer (the resumed run asks again) and runs these calls again, which changes
+    nothing. `counters` (the model step's update) takes in theirs; the calls from the first
+    with side effects on stay pending, for the ledger's way.
+
+    Each call is preceded by the checks a step boundary makes for a call without side
+    effects (lease.still_mine): is the run still ours (read unless confirmed less than
+    RECHECK_AFTER_SECONDS ago: a model call that took longer is followed by a read, so a
+    cancel during it runs none of its calls), the lease, max_seconds (past it, the calls
+    left stay pending and the next step stops the run before them).
+    """
+    errors = error_counters(work.run)
+    steps = []
+    left = list(pending)
+    while left:
+        item = left[0]
+        tool = get_tool(item["name"]) if not item["error"] else None
+        if item["error"]:
+            data = tool_step(errors, item, error=item["error"], attempts=0)
+            steps.append((Step.Kind.TOOL, data, {}))
+        elif (
+            tool.has_side_effects
+            or tool.name == ASK_OPERATOR
+            or work.active_seconds >= work.run.max_seconds
+        ):
+            break
+        else:
+            steps.append(_inline_call(work, item, tool, errors))
+        left.pop(0)
+    counters.update(errors)
+    counters.update(renewal(model_call_next=not left))
+    work.state["pending"] = left
+    return tuple(steps)
+
+
+def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> tuple[str, dict, dict]:
+    lease.still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
+    key = idempotency_key(work.run.pk, item["llm_seq"], item["index"], tool.name, item["args"])
+    result, error, attempts, duration_ms = call_tool(
+        work, tool, item["args"], key, errors["retry_count"]
+    )
+    data = tool_step(
+        errors,
+        item,
+        result=result,
+        error=error,
+        attempts=attempts,
+        duration_ms=duration_ms,
+        args=item["args"],
+    )
+    return (Step.Kind.TOOL, data, {"latency_ms": duration_ms})
+
+
+class OutcomeUnknown(Exception):
+    """An infrastructure error from a tool with side effects that cannot de-duplicate a
+    retry: whether the effect happened is unknown, and only a person can say (the ledger)."""
+
+
+def call_tool(
+    work: Work,
+    tool: Tool,
+    args: dict,
+    key: str,
+    retry_count: int,
+    *,
+    retry_blindly: bool = True,
+) -> tuple[Any, str | None, int, int]:
+    """Call the tool under its circuit breaker, retrying infrastructure errors as its policy
+    and the run's retries so far (`retry_count`) allow: (result, error, attempts, duration
+    in ms). Without `retry_blindly` an infrastructure error raises OutcomeUnknown instead.
+    """
+    result, error, attempts, started = None, None, 0, time.monotonic()
+    while True:
+        attempts += 1
+        if not breaker.allow(tool.name):
+            error = f"{tool.name} is temporarily unavailable (circuit open after repeated failures)"
+            break
+        ctx = ToolContext(
+            run_id=str(work.run.pk),
+            idempotency_key=key,
+            deadline=time.monotonic() + tool.timeout_seconds,
+        )
+        try:
+            result = tool.call(args, ctx)
+            breaker.record(tool.name, ok=True)
+            break
+        except ToolError as exc:
+            breaker.record(tool.name, ok=True)
+            error = str(exc)
+            break
+        except ToolInfraError as exc:
+            breaker.record(tool.name, ok=False)
+            if not retry_blindly:
+                # A timeout or dropped connection says nothing about whether the effect
+                # happened, and this tool cannot de-duplicate a retry: a person decides.
+                log.warning(
+                    "run %s: %s failed with %s; outcome unknown", work.run.pk, tool.name, exc
+                )
+                raise OutcomeUnknown(str(exc)) from exc
+            # Capped per call by the tool's policy and per run by RUN_MAX_RETRIES.
+            run_budget_left = retry_count + attempts - 1 < cfg("RUN_MAX_RETRIES")
+            if attempts >= tool.retry.max_attempts or not run_budget_left:
+                error = f"{exc} (after {attempts} attempts)"
+                break
+            time.sleep(
+                retry.backoff(attempts, base=tool.retry.base_seconds, cap=tool.retry.max_seconds)
+            )
+        except Exception as exc:  # a bug in a tool must not kill the run
+            log.exception("tool %s crashed", tool.name)
+            breaker.record(tool.name, ok=False)
+            error = f"{tool.name} failed: {type(exc).__name__}: {exc}"
+            break
+    return result, error, attempts, int((time.monotonic() - started) * 1000)
+
+
+def error_counters(run) -> dict:
+    return {
+        "retry_count": run.retry_count,
+        "error_count": run.error_count,
+        "consecutive_errors": run.consecutive_errors,
+    }
+
+
+def tool_step(
+    counters: dict,
+    item: dict,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    attempts: int,
+    key: str = "",
+    duration_ms: int = 0,
+    counts_as_error: bool = True,
+    args: dict | None = None,
+) -> dict:
+    """A tool step's data; moves `counters` (error_counters) on to what they are after it."""
+    is_error = error is not None
+    data = {
+        "tool_use_id": item["id"],
+        "tool": item["name"],
+        # What ran (an approver may have edited the model's arguments), else what was asked.
+        "args": args if args is not None else (item["args"] or item.get("input")),
+        "is_error": is_error,
+        "attempts": attempts,
+        "duration_ms": duration_ms,
+        "idempotency_key": key,
+    }
+    if item.get("approval"):
+        data["approval"] = item["approval"]
+    if is_error:
+        data["error"] = error
+    else:
+        data["result"] = result
+    counters["retry_count"] += max(0, attempts - 1)
+    if is_error and counts_as_error:
+        counters["error_count"] += 1
+        counters["consecutive_errors"] += 1
+    elif not is_error:
+        counters["consecutive_errors"] = 0
+    return data

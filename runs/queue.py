@@ -1,0 +1,49 @@
+"""Sending runs to workers, and asking whether runs wait for one.
+
+The only code that talks to the broker about runs. The task is looked up by name in the Celery
+app (runs/apps.py registers it), so this module, and the engine and models that call it, do
+not import runs/tasks.py, which imports the engine: the dependency runs one way,
+tasks -> engine -> queue. Looked up, not sent by name, so CELERY_TASK_ALWAYS_EAGER holds.
+"""
+
+import logging
+
+from kombu.exceptions import OperationalError
+
+from agentops.celery import app
+
+log = logging.getLogger("agentops.engine")
+
+ADVANCE_TASK = "runs.tasks.advance_run"
+
+
+def enqueue(run_id, *, countdown: float | None = None) -> bool:
+    """Send the run to a worker; False when the broker is unreachable.
+
+    Called after the run's state is committed (launch, a decision, a yielded slice), so a
+    broker outage must not turn a done deed into an error for the caller (a 500 on a launch
+    or a decision that did happen): the run stays queued and the sweep re-sends it.
+    """
+    try:
+        app.tasks[ADVANCE_TASK].apply_async(args=[str(run_id)], countdown=countdown)
+    except OperationalError as exc:
+        log.warning("run %s: not sent to a worker (%s); the sweep will re-send it", run_id, exc)
+        return False
+    return True
+
+
+def runs_waiting() -> bool:
+    """Whether tasks wait in the broker's queue for a worker thread (a run yields its time
+    slice only then). Unknown, with the broker unreachable, counts as yes."""
+    try:
+        with app.pool.acquire(block=True, timeout=2) as conn:
+            # One attempt: with the broker down the answer is "unknown", now, not after
+            # kombu's reconnect loop.
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=1)
+            # Not passive: Redis drops an empty list, and a passive declare then says
+            # "no such queue" where the answer is "empty".
+            queue = conn.default_channel.queue_declare(queue=app.conf.task_default_queue)
+            return queue.message_count > 0
+    except Exception as exc:
+        log.debug("queue length unknown (%s); yielding the slice", exc)
+        return True
