@@ -48,22 +48,8 @@ def launch(
 ) -> Run:
     """Create a queued run from already validated input and enqueue it after commit."""
     limits = limits or agent.limits
-    now = timezone.now()
-    run = Run(
-        agent=agent.slug,
-        agent_config=agent.snapshot(),
-        provider=provider or llm.default_provider_name(),
-        input=input,
-        trigger=trigger,
-        launched_by=launched_by,
-        parent=parent,
-        max_steps=limits.max_steps,
-        max_cost_usd=limits.max_cost_usd,
-        max_seconds=limits.max_seconds,
-        max_consecutive_errors=limits.max_consecutive_errors,
-        created_at=now,
-        updated_at=now,
-    )
+    run = _new_run(agent, input, limits, trigger=trigger, launched_by=launched_by, parent=parent)
+    run.provider = provider or llm.default_provider_name()
     step = run.first_step(
         {
             "event": "launched",
@@ -77,7 +63,7 @@ def launch(
             "provider": run.provider,
         }
     )
-    checkpoint = Checkpoint(run=run, seq=step.seq, state=initial_state(), created_at=now)
+    checkpoint = Checkpoint(run=run, seq=step.seq, state=initial_state(), created_at=run.created_at)
     # Run, launched step and first checkpoint in one statement (runs/sql.py): a launch of many
     # runs at once (a batch, the benchmark) is mostly these round trips.
     sql.insert_all(
@@ -90,6 +76,22 @@ def launch(
     events.publish_step_on_commit(step)
     transaction.on_commit(lambda: queue.enqueue(run.pk))
     return run
+
+
+def _new_run(agent: Agent, input: dict, limits: Limits, **fields) -> Run:
+    now = timezone.now()
+    return Run(
+        agent=agent.slug,
+        agent_config=agent.snapshot(),
+        input=input,
+        max_steps=limits.max_steps,
+        max_cost_usd=limits.max_cost_usd,
+        max_seconds=limits.max_seconds,
+        max_consecutive_errors=limits.max_consecutive_errors,
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
 
 
 def advance(run_id, *, worker: str | None = None, time_slice: float | None = None) -> str:
