@@ -1,4 +1,8 @@
-"""Hand-built statements for the writes every agent step makes.
+"""Hand-built statements for the engine's hot path, and nothing else.
+
+Its one job: the statements every agent step makes (launch, claim, load, a step's write,
+ownership checks, the checkpoint), called from runs/engine/ and the timeline methods of
+runs/models.py. Everything else (views, API, decisions, sweeps) uses the ORM.
 
 The ORM spent more CPU building these three statements (the run's compare-and-set UPDATE,
 the step's INSERT, the checkpoint's upsert) than the rest of a step together
