@@ -8,6 +8,11 @@ from django.contrib.auth.models import Group
 def pytest_configure(config):
     # Tests and the shop database they query live in a throwaway folder.
     os.environ.setdefault("AGENTOPS_FAULT_KILL_AFTER_TOOL", "")
+    # Django's test client and Channels' communicator call the server "testserver", a name
+    # production settings do not allow. Added here, before any test module is imported:
+    # agentops.asgi reads ALLOWED_HOSTS once, when it builds its WebSocket origin check.
+    if "testserver" not in settings.ALLOWED_HOSTS:
+        settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
 
 
 @pytest.fixture(scope="session")
