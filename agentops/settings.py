@@ -22,7 +22,7 @@ SECRET_KEY = env.str("SECRET_KEY", default="") or (
 )
 if not SECRET_KEY:
     raise environ.ImproperlyConfigured("SECRET_KEY must be set when DEBUG is false")
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [

@@ -3,6 +3,14 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 
 
+def pytest_configure(config):
+    # Django's test client and Channels' communicator call the server "testserver", a name
+    # production settings do not allow. Added here, before any test module is imported:
+    # agentops.asgi reads ALLOWED_HOSTS once, when it builds its WebSocket origin check.
+    if "testserver" not in settings.ALLOWED_HOSTS:
+        settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
     """On SQLite, test against a file database (WAL, like the embedded product), not Django's

@@ -71,6 +71,8 @@ def test_nothing_set_means_embedded(tmp_path):
     assert s["transport_options"]["polling_interval"] < 0.5
     assert s["channel_layers"]["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
     assert s["debug"] is True
+    # Local addresses only: the test client's "testserver" is added by the test session.
+    assert s["allowed_hosts"] == ["127.0.0.1", "localhost", "[::1]"]
 
 
 def test_database_url_postgres_uses_a_connection_pool(tmp_path):

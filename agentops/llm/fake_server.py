@@ -17,6 +17,7 @@ In Python (tests, bench)::
         )
         # point settings.ANTHROPIC_BASE_URL at server.base_url, run the client, then:
         server.requests[1].body["messages"]  # what the client sent, headers in .headers
+        server.max_in_flight  # the most requests it was answering at once
 
 Scripted items are used one per accepted request, in order; an item may also be a function
 of the request body returning a Reply or a Fault. Faults: `rate_limited` (429 with
@@ -181,6 +182,8 @@ class FakeMessagesServer:
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self.connections_opened = 0
+        self.in_flight = 0  # requests being answered now
+        self.max_in_flight = 0  # the most answered at once so far
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.fake = self
         self._thread: threading.Thread | None = None
@@ -239,6 +242,18 @@ class FakeMessagesServer:
         self, method: str, path: str, headers: dict[str, str], raw: bytes
     ) -> tuple[int, dict[str, str], dict | bytes] | None:
         """(status, headers, body) for one request, or None to close without answering."""
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return self._handle(method, path, headers, raw)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _handle(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> tuple[int, dict[str, str], dict | bytes] | None:
         try:
             body = json.loads(raw) if raw else None
         except ValueError:

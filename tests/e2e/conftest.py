@@ -349,10 +349,28 @@ class Session:
     dialogs: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
     sockets: list[WebSocket] = field(default_factory=list)
+    frames: list[tuple[WebSocket, str]] = field(default_factory=list)
 
     def sockets_to(self, path: str) -> list[WebSocket]:
         """The WebSockets this page opened to `path` (reconnects included), oldest first."""
         return [ws for ws in self.sockets if path in ws.url]
+
+    def frames_from(self, ws: WebSocket) -> list[str]:
+        """What the server sent on `ws`, in order."""
+        return [payload for socket_, payload in self.frames if socket_ is ws]
+
+    def on_websocket(self, ws: WebSocket) -> None:
+        self.sockets.append(ws)
+        ws.on("framereceived", lambda payload: self.frames.append((ws, str(payload))))
+
+    def settle(self) -> None:
+        """Return once what the page was given has had its effects here: htmx processes
+        swapped content synchronously, so the requests it made (a script's fetch, an image,
+        an htmx trigger) and what it logged came before a marker request the page issues
+        now, and the browser reports them in that order."""
+        marker = f"/healthz?settled={uuid.uuid4().hex}"
+        with self.page.expect_request(lambda request: marker in request.url):
+            self.page.evaluate("url => { fetch(url); }", marker)
 
     def on_console(self, message: ConsoleMessage) -> None:
         if message.type == "error":
@@ -389,7 +407,7 @@ def login(browser, server) -> Iterator[Callable[[str], Session]]:
         page.on("pageerror", lambda exc: session.console_errors.append(f"pageerror: {exc}"))
         page.on("dialog", lambda d: (session.dialogs.append(d.message), d.dismiss()))
         page.on("request", lambda r: session.requests.append(r.url))
-        page.on("websocket", lambda ws: session.sockets.append(ws))
+        page.on("websocket", session.on_websocket)
         session.goto("/accounts/login/")
         page.fill("#id_username", username)
         page.fill("#id_password", PASSWORD)

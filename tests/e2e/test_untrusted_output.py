@@ -101,14 +101,17 @@ def test_markup_in_model_text_and_tool_output_executes_nothing(server, login, ho
     expect(last_answer).to_contain_text(PAYLOAD)
     expect(page.locator("#timeline .step[data-kind=tool]").last).to_contain_text(PAYLOAD)
     expect_shown_as_text(page, PAYLOAD)
-    page.wait_for_timeout(500)  # let anything that was going to fire (load triggers) fire
+    # The last message is in; whatever the payloads would have fired (load triggers, image
+    # errors, scripts) has fired once each page has settled.
+    operator.settle()
+    approver.settle()
     assert_inert(operator, page)
     assert_inert(approver, approver.page)
 
     # Server-rendered: the same run page, the runs list and the audit view.
     for path in (f"/runs/{run_id}/", "/runs/", "/", f"/audit/runs/{run_id}/"):
         operator.goto(path)
-        page.wait_for_timeout(300)
+        operator.settle()
         assert_inert(operator, page)
         if path.startswith("/runs/" + run_id):
             expect_shown_as_text(page, PAYLOAD)

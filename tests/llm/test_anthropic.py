@@ -107,7 +107,19 @@ def test_tool_use_is_answered_with_its_tool_result_in_the_next_request(no_enqueu
     assert tool_step.data["tool_use_id"] == tool_use_id and not tool_step.data["is_error"]
 
 
-def test_rate_limit_and_overload_are_retried_honouring_retry_after(no_enqueue, fake_api):
+def test_rate_limit_and_overload_are_retried_honouring_retry_after(
+    no_enqueue, fake_api, monkeypatch
+):
+    # (retry-after, seconds waited) of each retry, as the engine chose them.
+    waits: list[tuple[float | None, float]] = []
+    real_backoff = engine.backoff
+
+    def recorded_backoff(attempt, **kwargs):
+        delay = real_backoff(attempt, **kwargs)
+        waits.append((kwargs.get("retry_after"), delay))
+        return delay
+
+    monkeypatch.setattr(engine, "backoff", recorded_backoff)
     fake_api.push(
         rate_limited(retry_after=0.4),
         reply([tool_use("list_tables")]),
@@ -122,7 +134,11 @@ def test_rate_limit_and_overload_are_retried_honouring_retry_after(no_enqueue, f
     assert len(requests) == 4
     # RETRY_BASE_SECONDS is 0.01 in tests: only the server's retry-after explains this wait.
     assert requests[1].received_at - requests[0].received_at >= 0.4
-    assert requests[3].received_at - requests[2].received_at < 0.4
+    # The 429's retry-after is the floor of its wait; the 529 had none, so it waited the
+    # jittered backoff of a first attempt (at most RETRY_BASE_SECONDS).
+    [(after_429, wait_429), (after_529, wait_529)] = waits
+    assert after_429 == 0.4 and wait_429 >= 0.4
+    assert after_529 is None and wait_529 <= 0.01
     errors = steps(run, Step.Kind.LLM_ERROR)
     assert [e.data["status"] for e in errors] == [429, 529]
     assert all(e.data["retryable"] and e.data["will_retry"] for e in errors)
@@ -152,7 +168,9 @@ def test_a_hung_call_times_out_and_is_retried(no_enqueue, fake_api, settings):
     started = time.monotonic()
     assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
 
-    assert 0.5 <= time.monotonic() - started < 3
+    assert time.monotonic() - started >= 0.5  # the client waited out its timeout
+    # One hung call, one retry that was answered.
+    assert len(fake_api.messages_requests()) == 2 and fake_api.remaining == 0
     [error] = steps(run, Step.Kind.LLM_ERROR)
     assert "timed out after 0.5s" in error.data["error"]
     assert error.data["status"] is None and error.data["will_retry"]
@@ -166,7 +184,8 @@ def test_it_fails_with_llm_error_when_every_attempt_hangs(no_enqueue, fake_api, 
     started = time.monotonic()
     assert engine.advance(run.pk, time_slice=30) == Run.Status.FAILED
 
-    assert 0.9 <= time.monotonic() - started < 4
+    assert time.monotonic() - started >= 0.9  # three timeouts of 0.3 s were waited out
+    assert len(fake_api.messages_requests()) == 3
     run.refresh_from_db()
     assert run.termination_reason == Run.Termination.LLM_ERROR
     assert "after 3 attempt(s)" in run.status_detail

@@ -1,6 +1,7 @@
 """The fake Messages API itself: it must refuse what the real API refuses, answer many
 clients at once, and run from the command line."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -26,7 +27,9 @@ from .conftest import API_KEY
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def post(url: str, body: dict, headers: dict | None = None) -> tuple[int, dict, dict]:
+def post(
+    url: str, body: dict, headers: dict | None = None, *, timeout: float = 5
+) -> tuple[int, dict, dict]:
     request = urllib.request.Request(
         url + "/v1/messages",
         data=json.dumps(body).encode(),
@@ -34,7 +37,7 @@ def post(url: str, body: dict, headers: dict | None = None) -> tuple[int, dict, 
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, dict(response.headers), json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), json.loads(error.read())
@@ -157,21 +160,32 @@ def test_its_default_policy_drives_a_run_to_completion(no_enqueue, settings):
     assert run.output == "Fake answer after 1 earlier turn(s)."
 
 
-def test_it_serves_many_clients_at_once(fake_api):
-    fake_api.latency = 0.3
+def test_it_serves_many_clients_at_once(fake_api, settings):
+    clients = 30
+    # Each answer waits until every request is in: a server that answered one request at a
+    # time would never get there (the barrier breaks after its deadline, and the count says
+    # how many were in).
+    all_in = threading.Barrier(clients)
+
+    def when_all_are_in(body: dict):
+        with contextlib.suppress(threading.BrokenBarrierError):
+            all_in.wait(timeout=30)
+        return reply([text("Done.")])
+
+    fake_api.push(*[when_all_are_in] * clients)
+    settings.AGENTOPS = {**settings.AGENTOPS, "LLM_TIMEOUT_SECONDS": 60.0}
     provider = AnthropicProvider.from_settings()
-    started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=30) as pool:
+    with ThreadPoolExecutor(max_workers=clients) as pool:
         answers = list(
             pool.map(
                 lambda i: provider.complete(ask([{"role": "user", "content": f"#{i}"}])),
-                range(30),
+                range(clients),
             )
         )
-    elapsed = time.monotonic() - started
-    assert [a.stop_reason for a in answers] == ["end_turn"] * 30
-    assert len(fake_api.messages_requests()) == 30
-    assert elapsed < 1.5, f"30 calls of 0.3 s took {elapsed:.2f} s: they were not concurrent"
+    assert [a.stop_reason for a in answers] == ["end_turn"] * clients
+    assert len(fake_api.messages_requests()) == clients
+    assert fake_api.max_in_flight == clients, "the requests were not answered concurrently"
+    assert fake_api.in_flight == 0
 
 
 def test_each_worker_thread_keeps_its_own_connection_between_calls(fake_api):
@@ -196,7 +210,7 @@ def test_each_worker_thread_keeps_its_own_connection_between_calls(fake_api):
 
 
 def test_stop_releases_a_hanging_request():
-    server = FakeMessagesServer(hang_seconds=60).start()
+    server = FakeMessagesServer(hang_seconds=600).start()
     server.push(hang())
     outcome: list = []
 
@@ -206,21 +220,24 @@ def test_stop_releases_a_hanging_request():
                 server.base_url,
                 {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]},
                 {"x-api-key": "k"},
+                timeout=600,
             )
         except Exception as exc:  # the connection is closed without an answer
             outcome.append(type(exc).__name__)
 
-    caller = threading.Thread(target=call)
+    caller = threading.Thread(target=call, daemon=True)
     caller.start()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while not server.requests and time.monotonic() < deadline:
         time.sleep(0.01)
-    started = time.monotonic()
+    assert server.requests, "the request never reached the server"
     server.stop()
-    caller.join(timeout=5)
-    assert not caller.is_alive()
-    assert time.monotonic() - started < 2
+    # Neither the server (hang_seconds) nor the client (its timeout) gives up by itself
+    # within this deadline: only stop() can have ended the call.
+    caller.join(timeout=30)
+    assert not caller.is_alive(), "stop() left the hung request hanging"
     assert outcome, "a hung request must never get an answer"
+    assert outcome != ["TimeoutError"], "the client gave up; stop() did not release the call"
 
 
 def test_it_runs_from_the_command_line(settings):
