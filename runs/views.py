@@ -13,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, F, Q, Sum, TextField
+from django.db.models import Count, Q, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,8 +22,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agentops.agents import CATALOGUE, Agent, get_agent
-from approvals import listing
-from approvals.models import Approval
 
 from . import charts, engine, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
@@ -64,14 +62,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_view)
     now = timezone.now()
     inflight = list(Run.objects.active().select_related("launched_by")[:50])
-    pending = listing.oldest_riskiest()
     failures = list(
         Run.objects.filter(status=Run.Status.FAILED).order_by("-finished_at", "-created_at")[:10]
     )
     context = {
         "inflight": [rendering.run_context(r) for r in inflight],
         "counts": rendering.status_counts(),
-        "pending": pending,
         "failures": failures,
         "charts": _dashboard_charts(now),
     }
@@ -94,28 +90,12 @@ def _dashboard_charts(now: datetime) -> dict:
     hours = [since + timedelta(hours=i) for i in range(24)]
     runs = [(h, by_hour.get(h, {}).get("runs", 0)) for h in hours]
     cost = [(h, float(by_hour.get(h, {}).get("cost") or 0)) for h in hours]
-    decided = (
-        Approval.objects.filter(decided_at__gte=now - timedelta(days=7), decided_by__isnull=False)
-        .annotate(took=F("decided_at") - F("requested_at"))
-        .aggregate(
-            **{
-                label: Count("pk", filter=Q(took__gte=lo, took__lt=hi))
-                for label, lo, hi in charts.DECISION_BUCKETS
-            }
-        )
-    )
     return {
         "runs": charts.bars(
             [(f"{h:%H}:00", n) for h, n in runs], unit="runs", title="Runs per hour, 24 h"
         ),
         "cost": charts.bars(
             [(f"{h:%H}:00", c) for h, c in cost], unit="USD", title="Cost per hour, 24 h"
-        ),
-        "decisions": charts.bars(
-            [(label, decided[label]) for label, _, _ in charts.DECISION_BUCKETS],
-            unit="decisions",
-            title="Time to decision, 7 days",
-            every_label=True,
         ),
     }
 
@@ -385,8 +365,5 @@ def audit_run(request: HttpRequest, pk) -> HttpResponse:
         "more": run.last_seq > len(steps),
         "chain_ok": ok,
         "bad_seq": bad_seq,
-        "decisions": Approval.objects.filter(run=run)
-        .select_related("decided_by")
-        .order_by("requested_at"),
     }
     return render(request, "runs/audit_run.html", context)
