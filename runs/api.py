@@ -22,7 +22,6 @@ from ninja.pagination import LimitOffsetPagination, paginate
 
 from accounts.auth import api_auth
 from agentops.agents import CATALOGUE, Agent, get_agent
-from approvals.models import Approval
 
 from . import engine
 from .models import Checkpoint, Run, canonical_json
@@ -110,7 +109,8 @@ def _get_run(request: HttpRequest, run_id: UUID) -> Run:
 
 
 def _with_pending_count(run: Run) -> Run:
-    run.pending_approvals = Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
+    # Through the reverse relation: approvals stand above runs, runs never import them.
+    run.pending_approvals = run.approvals.pending().count()
     return run
 
 
