@@ -26,6 +26,7 @@ from agentops.agents import CATALOGUE, Agent, get_agent
 from . import charts, engine, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
 from .models import Run, Step
+from .schemas import RunExportOut, StepOut, with_pending_count
 
 RUNS_PER_PAGE = 50
 
@@ -263,54 +264,16 @@ def run_cancel(request: HttpRequest, pk) -> HttpResponse:
 
 
 # --- export -----------------------------------------------------------------------------------
-def _step_record(step: Step) -> dict:
-    return {
-        "seq": step.seq,
-        "kind": step.kind,
-        "created_at": step.created_at,
-        "data": step.data,
-        "cost_usd": step.cost_usd,
-        "tokens_in": step.tokens_in,
-        "tokens_out": step.tokens_out,
-        "latency_ms": step.latency_ms,
-        "prev_hash": step.prev_hash,
-        "hash": step.hash,
-    }
-
-
 def _run_record(run: Run) -> dict:
-    return {
-        "id": run.pk,
-        "agent": run.agent,
-        "status": run.status,
-        "termination_reason": run.termination_reason,
-        "status_detail": run.status_detail,
-        "trigger": run.trigger,
-        "provider": run.provider,
-        "launched_by": run.launched_by.get_username() if run.launched_by else None,
-        "input": run.input,
-        "output": run.output,
-        "limits": {
-            "max_steps": run.max_steps,
-            "max_cost_usd": run.max_cost_usd,
-            "max_seconds": run.max_seconds,
-            "max_consecutive_errors": run.max_consecutive_errors,
-        },
-        "usage": {
-            "steps": run.step_count,
-            "errors": run.error_count,
-            "tokens_in": run.tokens_in,
-            "tokens_out": run.tokens_out,
-            "cost_usd": run.cost_usd,
-        },
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "agent_config": run.agent_config,
-    }
+    return RunExportOut.from_orm(with_pending_count(run)).model_dump()
+
+
+def _step_record(step: Step) -> dict:
+    return StepOut.from_orm(step).model_dump()
 
 
 def _dumps(value) -> str:
+    # The API's encoder (ninja's is DjangoJSONEncoder too): the same values, the same text.
     return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False)
 
 

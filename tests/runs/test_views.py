@@ -420,6 +420,55 @@ def test_export_json_and_jsonl(client, viewer, run):
     assert client.get(reverse("runs:export", args=[run.pk, "xml"])).status_code == 404
 
 
+def test_export_records_are_the_apis_plus_the_launch_snapshot(client, viewer, run):
+    add_steps(run, 2)
+    client.force_login(viewer)
+    response = client.get(reverse("runs:export", args=[run.pk, "json"]))
+    doc = json.loads(b"".join(response.streaming_content))
+    exported = doc["run"]
+    # Every field the export has always had is still there.
+    assert {
+        "id",
+        "agent",
+        "status",
+        "termination_reason",
+        "status_detail",
+        "trigger",
+        "provider",
+        "launched_by",
+        "input",
+        "output",
+        "limits",
+        "usage",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "agent_config",
+    } <= set(exported)
+    assert set(exported["limits"]) == {
+        "max_steps",
+        "max_cost_usd",
+        "max_seconds",
+        "max_consecutive_errors",
+    }
+    assert exported["usage"] == {
+        "steps": run.step_count,
+        "errors": run.error_count,
+        "tokens_in": run.tokens_in,
+        "tokens_out": run.tokens_out,
+        "cost_usd": str(run.cost_usd),
+    }
+    assert exported["launched_by"] == run.launched_by.username
+    assert exported["agent_config"] == run.agent_config
+    # One serialiser: the API says the same about the run and its steps.
+    api_run = client.get(f"/api/runs/{run.pk}").json()
+    assert {k: v for k, v in exported.items() if k not in ("agent_config", "usage")} == {
+        k: v for k, v in api_run.items() if k != "usage"
+    }
+    api_steps = client.get(f"/api/runs/{run.pk}/steps").json()["items"]
+    assert doc["steps"] == api_steps
+
+
 # --- audit -----------------------------------------------------------------
 def test_audit_verifies_the_chain(client, viewer, run):
     add_steps(run, 3)
