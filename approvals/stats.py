@@ -12,12 +12,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Count, F, Q
 from django.utils import timezone
+
+from runs import charts
 
 from .models import Approval, ApprovalView, ApprovalVote
 
 DEFAULT_FAST_DECISION_SECONDS = 5.0
 LIST_LIMIT = 50
+
+# Time from request to decision, for the dashboard's distribution chart: (label, from, to).
+DECISION_BUCKETS = [
+    ("<1m", timedelta(0), timedelta(minutes=1)),
+    ("1-5m", timedelta(minutes=1), timedelta(minutes=5)),
+    ("5-15m", timedelta(minutes=5), timedelta(minutes=15)),
+    ("15-60m", timedelta(minutes=15), timedelta(hours=1)),
+    ("1-4h", timedelta(hours=1), timedelta(hours=4)),
+    (">4h", timedelta(hours=4), timedelta(days=3650)),
+]
 
 
 def fast_decision_seconds() -> float:
@@ -142,3 +155,26 @@ def approver_stats(*, since: datetime | None = None, fast_seconds: float | None 
             for a in sampled
         ],
     }
+
+
+def time_to_decision_chart(*, now: datetime | None = None, days: int = 7) -> charts.Chart:
+    """How long people took to decide, over the last `days`: one bar per DECISION_BUCKETS
+    range, counted in one query. Decisions by nobody (expiries) are left out."""
+    now = now or timezone.now()
+    since = now - timedelta(days=days)
+    decided = (
+        Approval.objects.filter(decided_at__gte=since, decided_by__isnull=False)
+        .annotate(took=F("decided_at") - F("requested_at"))
+        .aggregate(
+            **{
+                label: Count("pk", filter=Q(took__gte=lo, took__lt=hi))
+                for label, lo, hi in DECISION_BUCKETS
+            }
+        )
+    )
+    return charts.bars(
+        [(label, decided[label]) for label, _, _ in DECISION_BUCKETS],
+        unit="decisions",
+        title=f"Time to decision, {days} days",
+        every_label=True,
+    )

@@ -22,7 +22,6 @@ from ninja.pagination import LimitOffsetPagination, paginate
 
 from accounts.auth import api_auth
 from agentops.agents import CATALOGUE, Agent, get_agent
-from approvals.models import Approval
 
 from . import engine
 from .models import Checkpoint, Run, canonical_json
@@ -35,6 +34,7 @@ from .schemas import (
     RunFilters,
     RunOut,
     StepPage,
+    with_pending_count,
 )
 
 # Roles are checked by the authenticators, before a body is parsed: every endpoint here needs
@@ -106,11 +106,6 @@ def _get_run(request: HttpRequest, run_id: UUID) -> Run:
     run = _runs().visible_to(request.auth).filter(pk=run_id).first()
     if run is None:
         raise HttpError(404, f"run {run_id} not found")
-    return run
-
-
-def _with_pending_count(run: Run) -> Run:
-    run.pending_approvals = Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
     return run
 
 
@@ -228,7 +223,7 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> QuerySet[Run]
 
 @router.get("/runs/{run_id}", response=RunDetailOut, summary="One run")
 def get_run(request: HttpRequest, run_id: UUID) -> Run:
-    return _with_pending_count(_get_run(request, run_id))
+    return with_pending_count(_get_run(request, run_id))
 
 
 @router.get("/runs/{run_id}/steps", response=StepPage, summary="The run's timeline")
@@ -266,4 +261,4 @@ def cancel_run(request: HttpRequest, run_id: UUID, payload: CancelIn | None = No
         raise HttpError(
             409, f"run already finished: {run.status} ({run.get_termination_reason_display()})"
         )
-    return _with_pending_count(run)
+    return with_pending_count(run)

@@ -5,21 +5,10 @@ marked safe and CSP needs no inline style (SVG presentation attributes are not s
 """
 
 from dataclasses import dataclass
-from datetime import timedelta
 
 WIDTH = 480
 HEIGHT = 120
 LABEL_SPACE = 16
-
-# Time from request to decision, for the distribution chart: (label, from, to).
-DECISION_BUCKETS = [
-    ("<1m", timedelta(0), timedelta(minutes=1)),
-    ("1-5m", timedelta(minutes=1), timedelta(minutes=5)),
-    ("5-15m", timedelta(minutes=5), timedelta(minutes=15)),
-    ("15-60m", timedelta(minutes=15), timedelta(hours=1)),
-    ("1-4h", timedelta(hours=1), timedelta(hours=4)),
-    (">4h", timedelta(hours=4), timedelta(days=3650)),
-]
 
 
 @dataclass

@@ -74,7 +74,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if payload["seq"] <= self.last_seq:
             return
         self.last_seq = payload["seq"]
-        await _send_html_or_json(self, payload)
+        await send_html_or_json(self, payload)
 
     def _query(self) -> dict:
         from urllib.parse import parse_qs
@@ -102,7 +102,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return out
 
 
-class _GroupConsumer(AsyncJsonWebsocketConsumer):
+class GroupConsumer(AsyncJsonWebsocketConsumer):
+    """One group's stream for any user with a role; subclasses name the group and render its
+    events (DashboardConsumer here, approvals/consumers.py ApprovalsConsumer)."""
+
     group = ""
 
     async def connect(self):
@@ -131,14 +134,14 @@ class _GroupConsumer(AsyncJsonWebsocketConsumer):
         if self.as_json:
             await self.send_json({k: v for k, v in event.items() if k not in ("type", "html")})
         else:
-            await _send_html_or_json(self, await self.rendered(event))
+            await send_html_or_json(self, await self.rendered(event))
 
     async def rendered(self, event: dict) -> dict:
         """The event with its HTML (runs/live.py renders it once per process)."""
         return event
 
 
-class DashboardConsumer(_GroupConsumer):
+class DashboardConsumer(GroupConsumer):
     """Runs list and dashboard rows."""
 
     group = events.DASHBOARD_GROUP
@@ -150,26 +153,7 @@ class DashboardConsumer(_GroupConsumer):
         await self.forward(event)
 
 
-class ApprovalsConsumer(_GroupConsumer):
-    """Approvals queue rows and the pending count in the navigation."""
-
-    group = events.APPROVALS_GROUP
-
-    async def send_current_state(self) -> None:
-        # A page rendered just before an approval was opened would miss its push and show a
-        # stale count until the next change (a run launched from the form gates within ms).
-        if not self.as_json:
-            state = await database_sync_to_async(rendering.render_approval_event)(None)
-            await _send_html_or_json(self, state)
-
-    async def rendered(self, event: dict) -> dict:
-        return await live.approval_payload(event)
-
-    async def approvals_changed(self, event):
-        await self.forward(event)
-
-
-async def _send_html_or_json(consumer: AsyncJsonWebsocketConsumer, event: dict) -> None:
+async def send_html_or_json(consumer: AsyncJsonWebsocketConsumer, event: dict) -> None:
     """The fragment(s) rendered once per process by runs/live.py, one WebSocket message
     each; every viewer gets the same bytes. Without HTML, the event itself as JSON."""
     html = event.get("html")

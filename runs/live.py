@@ -47,7 +47,8 @@ class RenderCache:
         return await asyncio.shield(future)
 
 
-_cache = RenderCache()
+# Shared by every app's live events (approvals/live.py too): one cache, one loop check.
+cache = RenderCache()
 
 
 def _safely(render: Callable[..., dict], *args: Any) -> dict:
@@ -71,7 +72,7 @@ def _step_html(run_id: str, seq: int) -> dict:
 async def step_payload(event: dict) -> dict:
     """A run group event with its HTML: the step for #timeline plus the run's header."""
     run_id, seq = event["run_id"], event["seq"]
-    return {**event, **await _cache.get(("step", run_id, seq), _step_html, run_id, seq)}
+    return {**event, **await cache.get(("step", run_id, seq), _step_html, run_id, seq)}
 
 
 async def run_payload(event: dict) -> dict:
@@ -80,10 +81,4 @@ async def run_payload(event: dict) -> dict:
     # A merged event (runs/events.py) that includes the launch still inserts the row.
     launched = event.get("first", seq) == 1
     key = ("run", run_id, seq, launched)
-    return {**event, **await _cache.get(key, rendering.render_run_event, run_id, launched)}
-
-
-async def approval_payload(event: dict) -> dict:
-    """An approvals group event with its HTML: the queue, its count, the approval's state."""
-    key = ("approval", event["event"])
-    return {**event, **await _cache.get(key, rendering.render_approval_event, event["approval_id"])}
+    return {**event, **await cache.get(key, rendering.render_run_event, run_id, launched)}

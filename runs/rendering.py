@@ -1,4 +1,4 @@
-"""What viewers see of runs, steps and approvals, rendered once per event.
+"""What viewers see of runs and steps, rendered once per event (approvals: approvals/live.py).
 
 The page templates define the fragments (`{% partialdef %}`); this module builds their
 context and renders them for WebSocket pushes (runs/live.py calls it once per event per web
@@ -27,7 +27,6 @@ TIMELINE_PAGE = 50
 RUN_PAGE = "runs/run_detail.html"
 RUN_LIST = "runs/run_list.html"
 DASHBOARD = "runs/dashboard.html"
-QUEUE = "approvals/queue.html"
 
 
 def pretty(value: Any) -> str:
@@ -274,30 +273,6 @@ def render_run_event(run_id: Any, launched: bool) -> dict:
         if launched:
             parts.append(render_to_string(DASHBOARD + "#inflight-insert", ctx))
     return {"html": parts}
-
-
-def render_approval_event(approval_id: Any) -> dict:
-    """The approvals group's messages, rendered once per change: the whole pending queue in
-    its order (approvals change at human pace, so re-sorting beats patching rows), the
-    dashboard's list, the nav count and the changed approval's state for open screens."""
-    from approvals import listing
-    from approvals.models import Approval
-
-    approval = Approval.objects.select_related("decided_by").filter(pk=approval_id).first()
-    ctx = {
-        "approval": approval,
-        "rows": listing.queue(),
-        "pending": listing.oldest_riskiest(),
-        "pending_count": Approval.objects.pending().count(),
-        "oob": True,
-    }
-    return {
-        "html": [
-            render_to_string(QUEUE + "#approval-notices", ctx),
-            # Rows in their own message, so they keep their table context.
-            render_to_string(QUEUE + "#approval-rows-live", ctx),
-        ]
-    }
 
 
 def status_counts() -> dict[str, int]:

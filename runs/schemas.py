@@ -162,8 +162,33 @@ class RunDetailOut(RunOut):
 
     @staticmethod
     def resolve_pending_approvals(run: Run) -> int:
-        # Set by the view (one COUNT), so serialising never queries behind its back.
+        # Set by the caller (with_pending_count), so serialising never queries behind its back.
         return getattr(run, "pending_approvals", 0)
+
+
+def with_pending_count(run: Run) -> Run:
+    """The run with its pending approvals counted (one COUNT), for RunDetailOut."""
+    # Through the reverse relation: approvals stand above runs, runs never import them.
+    run.pending_approvals = run.approvals.pending().count()
+    return run
+
+
+class ExportUsageOut(UsageOut):
+    # Export files have always carried these here too (the same figures as `counters`).
+    steps: int
+    errors: int
+
+
+class RunExportOut(RunDetailOut):
+    """A run in an export file (GET /runs/<id>/export/json|jsonl): the detail plus the
+    agent's configuration as it was at launch."""
+
+    agent_config: dict[str, Any]
+    usage: ExportUsageOut
+
+    @staticmethod
+    def resolve_usage(run: Run) -> dict:
+        return {**RunOut.resolve_usage(run), "steps": run.step_count, "errors": run.error_count}
 
 
 class RunFilters(FilterSchema):

@@ -13,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, F, Q, Sum, TextField
+from django.db.models import Count, Q, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,12 +22,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agentops.agents import CATALOGUE, Agent, get_agent
-from approvals import listing
-from approvals.models import Approval
 
 from . import charts, engine, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
 from .models import Run, Step
+from .schemas import RunExportOut, StepOut, with_pending_count
 
 RUNS_PER_PAGE = 50
 
@@ -64,14 +63,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_view)
     now = timezone.now()
     inflight = list(Run.objects.active().select_related("launched_by")[:50])
-    pending = listing.oldest_riskiest()
     failures = list(
         Run.objects.filter(status=Run.Status.FAILED).order_by("-finished_at", "-created_at")[:10]
     )
     context = {
         "inflight": [rendering.run_context(r) for r in inflight],
         "counts": rendering.status_counts(),
-        "pending": pending,
         "failures": failures,
         "charts": _dashboard_charts(now),
     }
@@ -94,28 +91,12 @@ def _dashboard_charts(now: datetime) -> dict:
     hours = [since + timedelta(hours=i) for i in range(24)]
     runs = [(h, by_hour.get(h, {}).get("runs", 0)) for h in hours]
     cost = [(h, float(by_hour.get(h, {}).get("cost") or 0)) for h in hours]
-    decided = (
-        Approval.objects.filter(decided_at__gte=now - timedelta(days=7), decided_by__isnull=False)
-        .annotate(took=F("decided_at") - F("requested_at"))
-        .aggregate(
-            **{
-                label: Count("pk", filter=Q(took__gte=lo, took__lt=hi))
-                for label, lo, hi in charts.DECISION_BUCKETS
-            }
-        )
-    )
     return {
         "runs": charts.bars(
             [(f"{h:%H}:00", n) for h, n in runs], unit="runs", title="Runs per hour, 24 h"
         ),
         "cost": charts.bars(
             [(f"{h:%H}:00", c) for h, c in cost], unit="USD", title="Cost per hour, 24 h"
-        ),
-        "decisions": charts.bars(
-            [(label, decided[label]) for label, _, _ in charts.DECISION_BUCKETS],
-            unit="decisions",
-            title="Time to decision, 7 days",
-            every_label=True,
         ),
     }
 
@@ -283,54 +264,16 @@ def run_cancel(request: HttpRequest, pk) -> HttpResponse:
 
 
 # --- export -----------------------------------------------------------------------------------
-def _step_record(step: Step) -> dict:
-    return {
-        "seq": step.seq,
-        "kind": step.kind,
-        "created_at": step.created_at,
-        "data": step.data,
-        "cost_usd": step.cost_usd,
-        "tokens_in": step.tokens_in,
-        "tokens_out": step.tokens_out,
-        "latency_ms": step.latency_ms,
-        "prev_hash": step.prev_hash,
-        "hash": step.hash,
-    }
-
-
 def _run_record(run: Run) -> dict:
-    return {
-        "id": run.pk,
-        "agent": run.agent,
-        "status": run.status,
-        "termination_reason": run.termination_reason,
-        "status_detail": run.status_detail,
-        "trigger": run.trigger,
-        "provider": run.provider,
-        "launched_by": run.launched_by.get_username() if run.launched_by else None,
-        "input": run.input,
-        "output": run.output,
-        "limits": {
-            "max_steps": run.max_steps,
-            "max_cost_usd": run.max_cost_usd,
-            "max_seconds": run.max_seconds,
-            "max_consecutive_errors": run.max_consecutive_errors,
-        },
-        "usage": {
-            "steps": run.step_count,
-            "errors": run.error_count,
-            "tokens_in": run.tokens_in,
-            "tokens_out": run.tokens_out,
-            "cost_usd": run.cost_usd,
-        },
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "agent_config": run.agent_config,
-    }
+    return RunExportOut.from_orm(with_pending_count(run)).model_dump()
+
+
+def _step_record(step: Step) -> dict:
+    return StepOut.from_orm(step).model_dump()
 
 
 def _dumps(value) -> str:
+    # The API's encoder (ninja's is DjangoJSONEncoder too): the same values, the same text.
     return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False)
 
 
@@ -385,8 +328,5 @@ def audit_run(request: HttpRequest, pk) -> HttpResponse:
         "more": run.last_seq > len(steps),
         "chain_ok": ok,
         "bad_seq": bad_seq,
-        "decisions": Approval.objects.filter(run=run)
-        .select_related("decided_by")
-        .order_by("requested_at"),
     }
     return render(request, "runs/audit_run.html", context)

@@ -4,9 +4,11 @@ from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from approvals import decisions, stats
 from approvals.models import Approval, ApprovalView
+from runs.models import Run
 from tests.conftest import make_user
 
 from .conftest import gated
@@ -103,3 +105,26 @@ def test_stats_api_is_for_admins(operator, approver, admin_user, no_enqueue):
     assert body["approvers"][0]["approver"] == "arthur"
     assert body["approvers"][0]["decided_without_opening"] == 1
     assert client.get("/api/approvals/stats", {"days": 0}).status_code == 422
+
+
+def test_time_to_decision_chart_counts_decisions_by_time_taken(viewer, operator, no_enqueue):
+    # Drawn on the dashboard (approvals/templatetags/approval_tags.py).
+    from tests.runs.ui_factories import make_run
+
+    now = timezone.now()
+    run = make_run(operator, status=Run.Status.SUCCEEDED)
+    Approval.objects.create(
+        run=run,
+        gate_seq=1,
+        llm_seq=1,
+        tool="email_report",
+        explanation="test",
+        status=Approval.Status.APPROVED,
+        requested_at=now - timedelta(minutes=10),
+        decided_at=now - timedelta(minutes=7),  # 3 minutes to decide
+        decided_by=viewer,
+        expires_at=now + timedelta(hours=1),
+    )
+    chart = stats.time_to_decision_chart(now=now)
+    counts = {b.label: b.value for b in chart.bars}
+    assert counts == {"<1m": 0, "1-5m": 1, "5-15m": 0, "15-60m": 0, "1-4h": 0, ">4h": 0}

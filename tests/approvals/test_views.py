@@ -9,8 +9,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agentops.agents import get_agent
+from approvals import live
 from approvals.models import Approval
-from runs import engine, rendering
+from runs import engine
 from runs.models import Run
 from tests.html_checks import assert_payload_inert
 
@@ -326,7 +327,7 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     _run, approval = gated
     _other_run, other = gated_run(operator)
     Approval.objects.filter(pk=other.pk).update(risk=Approval.Risk.CRITICAL)
-    notices, rows = rendering.render_approval_event(approval.pk)["html"]
+    notices, rows = live.render_approval_event(approval.pk)["html"]
     assert 'id="nav-pending-count" class="count" hx-swap-oob="true">2<' in notices
     assert 'id="dashboard-approval-list" hx-swap-oob="true"' in notices
     assert rows.lstrip().startswith('<tbody id="approval-rows-live" hx-swap-oob="true">')
@@ -335,7 +336,7 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     assert rows.count("hx-swap-oob") == 1
 
     decisions.decide(approval.pk, user=approver, decision="approve")
-    notices, rows = rendering.render_approval_event(approval.pk)["html"]
+    notices, rows = live.render_approval_event(approval.pk)["html"]
     assert 'hx-swap-oob="true">1<' in notices
     assert str(approval.pk) not in rows and str(other.pk) in rows
     assert f'id="approval-state-{approval.pk}" hx-swap-oob="true"' in notices

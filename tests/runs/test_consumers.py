@@ -222,32 +222,6 @@ async def test_group_streams_send_summaries_as_json_on_request(viewer, operator,
     await communicator.disconnect()
 
 
-async def test_approvals_stream_sends_the_current_count_on_connect(viewer, operator, no_enqueue):
-    # A page rendered just before an approval opened must not keep showing the old count.
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from approvals.models import Approval
-
-    run = await sync_to_async(make_run)(operator, status=Run.Status.WAITING)
-    await sync_to_async(Approval.objects.create)(
-        run=run,
-        gate_seq=1,
-        llm_seq=1,
-        kind=Approval.Kind.QUESTION,
-        tool="ask_operator",
-        question="Which region?",
-        explanation="the agent asked",
-        expires_at=timezone.now() + timedelta(hours=1),
-    )
-    communicator, connected = await connect("/ws/approvals/", viewer)
-    assert connected
-    first = await communicator.receive_from(timeout=5)
-    assert '<span id="nav-pending-count" class="count" hx-swap-oob="true">1</span>' in first
-    await communicator.disconnect()
-
-
 async def test_a_merged_event_that_includes_the_launch_still_inserts_the_rows(
     viewer, operator, no_enqueue
 ):
