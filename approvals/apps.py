@@ -5,10 +5,16 @@ class ApprovalsConfig(AppConfig):
     name = "approvals"
 
     def ready(self) -> None:
-        # The engine asks the gate policy through an interface it owns (runs.engine.gates);
-        # this app provides it. Imported here, once the models are loaded, as Django intends.
+        # Wiring to runs, which never imports approvals. Imported here, once the models are
+        # loaded, as Django intends.
         from runs import engine
+        from runs.models import Run, run_cancelled
 
-        from . import gates
+        from . import decisions, gates
 
+        # The engine asks the gate policy through an interface it owns (runs.engine.gates).
         engine.use_gates(gates)
+        # What a cancelled run waited for is cancelled with it.
+        run_cancelled.connect(
+            decisions.on_run_cancelled, sender=Run, dispatch_uid="approvals.on_run_cancelled"
+        )

@@ -316,6 +316,8 @@ def _conflict(approval: Approval) -> DecisionConflict:
     who = approval.decided_by.get_username() if approval.decided_by else None
     if approval.status == Approval.Status.EXPIRED:
         message = f"already expired at {_when(approval.decided_at)}"
+    elif approval.status == Approval.Status.CANCELLED:
+        message = f"its run was cancelled at {_when(approval.decided_at)}; nothing to decide"
     else:
         by = who or "the system"
         message = f"already {approval.status} by {by} at {_when(approval.decided_at)}"
@@ -489,6 +491,21 @@ def _number(value: Any) -> Decimal | None:
         return Decimal(str(value))
     except (InvalidOperation, ValueError):
         return None
+
+
+# --- a cancelled run ---------------------------------------------------------------------------
+def on_run_cancelled(sender, run: Run, **kwargs) -> int:
+    """Its run was cancelled: nothing it waited for can be decided any more (the
+    runs.models.run_cancelled signal, inside the cancel's transaction, the run locked).
+    Returns how many were cancelled."""
+    now = timezone.now()
+    ids = list(Approval.objects.pending().filter(run=run).values_list("pk", flat=True))
+    Approval.objects.filter(pk__in=ids, status=Approval.Status.PENDING).update(
+        status=Approval.Status.CANCELLED, decided_at=now
+    )
+    for approval_id in ids:
+        events.publish_approvals_changed(approval_id)
+    return len(ids)
 
 
 # --- expiry ----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ class Approval(models.Model):
         REJECTED = "rejected"
         EXPIRED = "expired"
         ANSWERED = "answered"
+        CANCELLED = "cancelled"  # its run was cancelled before anyone decided
 
     class Risk(models.TextChoices):
         NONE = "none"
@@ -80,7 +81,16 @@ class Approval(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["pending", "approved", "rejected", "expired", "answered"]),
+                condition=Q(
+                    status__in=[
+                        "pending",
+                        "approved",
+                        "rejected",
+                        "expired",
+                        "answered",
+                        "cancelled",
+                    ]
+                ),
                 name="approval_status_valid",
             ),
             models.CheckConstraint(

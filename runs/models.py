@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 from django.db.models import F, Q
+from django.dispatch import Signal
 from django.utils import timezone
 
 from . import events, queue, sql
@@ -26,6 +27,10 @@ def args_hash(tool: str, args: dict) -> str:
     call whose hash is the one approved."""
     return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
 
+
+# Sent inside the transaction that cancels a run, with the run locked (sender=Run, run=...):
+# what waits on the run ends with it (approvals/apps.py cancels its pending approvals).
+run_cancelled = Signal()
 
 # Literal lists for the CHECK constraints (Meta cannot see the nested choices classes).
 _STATUSES = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
@@ -362,6 +367,7 @@ class Run(models.Model):
                     "by": by.get_username() if by else None,
                 },
             )
+            run_cancelled.send(sender=Run, run=run)
         self.refresh_from_db()
         return True
 

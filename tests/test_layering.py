@@ -18,6 +18,8 @@ DEFERRED_IMPORTS = {
     ("runs/apps.py", "runs.tasks"),
     ("approvals/apps.py", "runs.engine"),
     ("approvals/apps.py", "approvals.gates"),
+    ("approvals/apps.py", "approvals.decisions"),
+    ("approvals/apps.py", "runs.models"),
     ("demo/apps.py", "demo.agents"),
     # The Anthropic SDK: a web process never needs its import time and memory.
     ("agentops/agents.py", "agentops.llm.anthropic"),

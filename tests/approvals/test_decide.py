@@ -329,7 +329,11 @@ def test_decision_on_a_cancelled_run_is_a_conflict(operator, approver, no_enqueu
     with pytest.raises(DecisionConflict) as exc:
         decisions.decide(approval.pk, user=approver, decision="approve")
     assert "cancelled" in exc.value.message
-    assert Approval.objects.get(pk=approval.pk).status == Approval.Status.PENDING
+    approval.refresh_from_db()
+    # Cancelled with its run, in the database (not only hidden), and nobody decided it.
+    assert approval.status == Approval.Status.CANCELLED and approval.decided_by is None
+    assert approval.decided_at is not None
+    assert not approval.votes.exists()
 
 
 def test_decision_made_before_the_run_paused_still_resumes_it(
@@ -406,17 +410,15 @@ def test_unknown_approval_id_is_does_not_exist(approver, approval_id):
         decisions.decide(approval_id, user=approver, decision="approve")
 
 
-def test_expiry_on_a_cancelled_run_closes_the_approval_without_touching_the_run(
-    operator, no_enqueue
-):
+def test_expiry_leaves_the_approval_of_a_cancelled_run_cancelled(operator, no_enqueue):
     run, approval = gated("test-payer", BIG, by=operator)
     run.cancel(by=operator)
     steps = run.steps.count()
 
-    assert decisions.expire_due(now=approval.expires_at + timedelta(seconds=1)) == 1
+    assert decisions.expire_due(now=approval.expires_at + timedelta(seconds=1)) == 0
 
     approval.refresh_from_db()
     run.refresh_from_db()
-    assert approval.status == Approval.Status.EXPIRED
+    assert approval.status == Approval.Status.CANCELLED
     assert run.status == Run.Status.CANCELLED and run.steps.count() == steps
     assert no_enqueue == [str(run.pk)]
