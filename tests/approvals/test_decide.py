@@ -9,8 +9,9 @@ from approvals import decisions
 from approvals.decisions import DecisionConflict, DecisionForbidden, DecisionInvalid
 from approvals.models import Approval, ApprovalVote
 from runs.engine import lease
-from runs.models import Run, SideEffect, Step, args_hash
+from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 from tests.conftest import make_user
+from tests.runs.harness import tamper
 
 from .conftest import EXECUTED, drive, gated, launch
 
@@ -179,8 +180,12 @@ def test_engine_refuses_arguments_that_differ_from_the_approved_ones(
 ):
     run, approval = gated("test-payer", BIG, by=operator)
     decisions.decide(approval.pk, user=approver, decision="approve")
-    # Tampering after the decision (e.g. a direct DB write) must not run anything.
-    Approval.objects.filter(pk=approval.pk).update(edited_args={"to": "acme", "amount": "9999"})
+    # Tampering after the decision (a direct DB write, past Postgres' refusal) must not run
+    # anything.
+    forged = canonical_json({"to": "acme", "amount": "9999"})
+    tamper(
+        "UPDATE approvals_approval SET edited_args = %s WHERE id = %s", [forged, approval.pk.hex]
+    )
     drive(run)
     assert EXECUTED == []
     assert "do not match" in run.steps.get(kind=Step.Kind.TOOL).data["error"]

@@ -15,6 +15,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django import forms
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agentops.agents import CATALOGUE, Agent, GateRules, Limits, register
@@ -336,3 +337,12 @@ def worker_thread(target: Callable[[], object], *, name: str, into: list) -> thr
             connections.close_all()
 
     return threading.Thread(target=run, name=name)
+
+
+def tamper(sql: str, params: list) -> None:
+    """Change rows behind the engine's back, as someone with database access would."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # Only a superuser can do this: it turns the append-only triggers off.
+            cursor.execute("SET LOCAL session_replication_role = replica")
+        cursor.execute(sql, params)

@@ -3,9 +3,10 @@ import json
 import pytest
 from django.urls import reverse
 
-from runs.models import Run, Step
+from runs.models import Run, Step, canonical_json
 from tests.html_checks import assert_payload_inert
 
+from .harness import tamper
 from .ui_factories import XSS, add_steps, make_run
 
 pytestmark = pytest.mark.django_db
@@ -480,7 +481,8 @@ def test_audit_verifies_the_chain(client, viewer, run):
 def test_audit_alerts_when_a_step_was_tampered_with(client, viewer, run):
     add_steps(run, 3)
     step = Step.objects.get(run=run, seq=3)
-    Step.objects.filter(pk=step.pk).update(data={**step.data, "result": "forged"})
+    forged = canonical_json({**step.data, "result": "forged"})
+    tamper("UPDATE runs_step SET data = %s WHERE id = %s", [forged, step.pk])
     client.force_login(viewer)
     html = client.get(reverse("runs:audit_run", args=[run.pk])).content.decode()
     assert 'data-ok="false"' in html

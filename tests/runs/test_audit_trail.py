@@ -1,0 +1,100 @@
+"""The audit trail cannot be rewritten: Postgres refuses it, and the hash chain finds it.
+
+Each branch of Run.verify_chain has a test here that fails when that branch is broken. On
+Postgres the tampering itself has to get past the database first (a superuser turning the
+triggers off for its session), which is the point of the first tests.
+"""
+
+import pytest
+from django.db import transaction
+from django.db.utils import DatabaseError
+
+from agentops.llm.scripted import text, tool_use
+from runs.models import Run, Step
+
+from ..conftest import on_postgres
+from .harness import drive, tamper
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def finished_run(launch, script) -> Run:
+    script([[tool_use("t_echo", text="a")], [tool_use("t_echo", text="b")], [text("done")]])
+    run = launch()
+    drive(run)
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.verify_chain() == (True, None)
+    return run
+
+
+# --- the database refuses ------------------------------------------------------------------
+@on_postgres
+def test_postgres_refuses_to_update_or_delete_a_step(launch, script):
+    run = finished_run(launch, script)
+    step = run.steps.get(seq=2)
+    for rewrite in (
+        lambda: Step.objects.filter(pk=step.pk).update(data={"forged": True}),
+        lambda: Step.objects.filter(pk=step.pk).delete(),
+    ):
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            rewrite()
+    assert run.steps.get(seq=2).data == step.data
+    assert run.verify_chain() == (True, None)
+
+
+# --- the chain finds it ------------------------------------------------------------------------
+def test_an_edited_step_breaks_the_chain_at_that_step(launch, script):
+    run = finished_run(launch, script)
+    tamper("UPDATE runs_step SET data = %s WHERE run_id = %s AND seq = 3", ['{"x": 1}', run.pk.hex])
+    assert run.verify_chain() == (False, 3)
+
+
+def test_a_wrong_prev_hash_breaks_the_chain_even_with_a_recomputed_hash(launch, script):
+    run = finished_run(launch, script)
+    step = run.steps.get(seq=4)
+    step.prev_hash = "0" * 64
+    forged_hash = step.compute_hash()  # self-consistent: only the link is wrong
+    tamper(
+        "UPDATE runs_step SET prev_hash = %s, hash = %s WHERE id = %s",
+        [step.prev_hash, forged_hash, step.pk],
+    )
+    assert run.verify_chain() == (False, 4)
+
+
+def test_a_gap_in_seq_breaks_the_chain_even_with_every_hash_recomputed(launch, script):
+    """A forger who deletes a step and re-links the rest (each hash and prev_hash redone, the
+    run's head moved) leaves one trace: the missing number."""
+    run = finished_run(launch, script)
+    tamper("DELETE FROM runs_step WHERE run_id = %s AND seq = 3", [run.pk.hex])
+    prev = run.steps.get(seq=2).hash
+    for step in run.steps.filter(seq__gt=3).order_by("seq"):
+        step.prev_hash = prev
+        step.hash = prev = step.compute_hash()
+        tamper(
+            "UPDATE runs_step SET prev_hash = %s, hash = %s WHERE id = %s",
+            [step.prev_hash, step.hash, step.pk],
+        )
+    tamper("UPDATE runs_run SET last_hash = %s WHERE id = %s", [prev, run.pk.hex])
+    run.refresh_from_db()
+    assert run.verify_chain() == (False, 4)
+
+
+def test_reordered_steps_break_the_chain(launch, script):
+    run = finished_run(launch, script)
+    last = run.last_seq
+    # Swap two steps' places (through a free seq: (run, seq) is unique).
+    for old, new in ((2, 10_000), (3, 2), (10_000, 3)):
+        tamper(
+            "UPDATE runs_step SET seq = %s WHERE run_id = %s AND seq = %s", [new, run.pk.hex, old]
+        )
+    ok, bad = run.verify_chain()
+    assert not ok and bad == 2
+    assert run.last_seq == last
+
+
+def test_a_deleted_last_step_breaks_the_chain_at_its_place(launch, script):
+    run = finished_run(launch, script)
+    last = run.last_seq
+    tamper("DELETE FROM runs_step WHERE run_id = %s AND seq = %s", [run.pk.hex, last])
+    # Every remaining link is sound; only the run's head says a step is missing.
+    assert run.verify_chain() == (False, last)
