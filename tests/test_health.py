@@ -39,9 +39,7 @@ def test_healthz_is_503_when_the_database_fails(monkeypatch):
 
 
 @pytest.mark.django_db
-def test_healthz_is_503_after_one_bounded_attempt_when_redis_is_unreachable(
-    settings, monkeypatch
-):
+def test_healthz_is_503_after_one_bounded_attempt_when_redis_is_unreachable(settings, monkeypatch):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     attempts: list[float | None] = []
     connect = socket.socket.connect
