@@ -6,8 +6,9 @@ SQLite file) by default, or Postgres + Redis when DATABASE_URL and REDIS_URL are
 second pass). The tests read what the server wrote straight from its database.
 
 Each test gets fresh browser contexts (one per user), so sessions never leak between tests.
-`playwright install` is not used: Chromium comes from the system (apt-get install chromium),
-and its absence fails the suite with a clear message instead of skipping it.
+`playwright install` is not used: Chromium comes from the system (apt-get install chromium).
+Without it the browser tests are skipped and the run's summary says so in one loud line;
+with AGENTOPS_REQUIRE_BROWSER=1 (CI) they fail instead.
 """
 
 import os
@@ -66,20 +67,55 @@ LIVE_TIMEOUT_MS = 15_000
 expect.set_options(timeout=LIVE_TIMEOUT_MS)
 
 
-def chromium_path() -> str:
+INSTALL_CHROMIUM = "sudo apt-get install -y chromium"
+# Set in CI (.ci/run): a missing browser fails the browser tests instead of skipping them.
+REQUIRE_BROWSER = "AGENTOPS_REQUIRE_BROWSER"
+missing_browser_key = pytest.StashKey[tuple[int, str, bool]]()
+
+
+def find_chromium() -> tuple[str, str]:
+    """(path, "") of the browser to drive, or ("", what is missing)."""
     explicit = os.environ.get("AGENTOPS_CHROMIUM")
     if explicit:
-        if not Path(explicit).is_file():
-            pytest.fail(f"AGENTOPS_CHROMIUM={explicit} does not exist")
-        return explicit
+        if Path(explicit).is_file():
+            return explicit, ""
+        return "", f"Chromium not found at AGENTOPS_CHROMIUM={explicit}"
     for name in CHROMIUM_CANDIDATES:
         found = shutil.which(name)
         if found:
-            return found
-    pytest.fail(
-        "The browser tests need Debian's Chromium and it is not installed: run "
-        "`apt-get install -y chromium` (CI does it in .ci/run), or point AGENTOPS_CHROMIUM "
-        "at a Chromium binary. `playwright install` is not used."
+            return found, ""
+    return "", f"Chromium not found ({' or '.join(CHROMIUM_CANDIDATES)} on PATH)"
+
+
+def browser_required() -> bool:
+    return os.environ.get(REQUIRE_BROWSER, "").lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection: only the browser tests that run
+def pytest_collection_modifyitems(config, items):
+    browser_tests = [item for item in items if item.get_closest_marker("e2e")]
+    missing = find_chromium()[1] if browser_tests else ""
+    if not missing:
+        return
+    config.stash[missing_browser_key] = (len(browser_tests), missing, browser_required())
+    if browser_required():
+        return  # the browser fixture fails each of them, saying why
+    skip = pytest.mark.skip(reason=f"{missing}; install it: {INSTALL_CHROMIUM}")
+    for item in browser_tests:
+        item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if missing_browser_key not in config.stash:
+        return
+    count, missing, required = config.stash[missing_browser_key]
+    outcome = f"FAILED ({REQUIRE_BROWSER} is set)" if required else "SKIPPED"
+    terminalreporter.write_sep(
+        "!",
+        f"{count} browser tests (tests/e2e) {outcome}: {missing}. "
+        f"Install it with `{INSTALL_CHROMIUM}` (Debian/Ubuntu)",
+        red=True,
+        bold=True,
     )
 
 
@@ -331,7 +367,13 @@ def playwright() -> Iterator[Playwright]:
 
 @pytest.fixture(scope="session")
 def browser(playwright) -> Iterator[Browser]:
-    executable = chromium_path()
+    executable, missing = find_chromium()
+    if not executable:
+        pytest.fail(
+            f"{missing}: the browser tests need Debian's Chromium. Install it with "
+            f"`{INSTALL_CHROMIUM}`, or point AGENTOPS_CHROMIUM at a Chromium binary "
+            "(`playwright install` is not used)."
+        )
     browser = playwright.chromium.launch(
         executable_path=executable, headless=True, args=CHROMIUM_ARGS
     )

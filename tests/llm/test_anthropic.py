@@ -2,6 +2,7 @@
 by the engine as a worker would drive it."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -419,7 +420,13 @@ def test_retry_after_header_parsing(headers, expected):
     assert retry_after(headers) == expected
 
 
-def test_retry_after_as_http_date():
+def test_retry_after_as_http_date(monkeypatch):
     from email.utils import formatdate
 
-    assert 8 <= retry_after({"retry-after": formatdate(time.time() + 10, usegmt=True)}) <= 10
+    from agentops.llm import anthropic as module
+
+    # A fixed clock: the answer does not depend on how long the test takes to get there.
+    now = 1_750_000_000.0
+    monkeypatch.setattr(module, "time", SimpleNamespace(time=lambda: now))
+    assert retry_after({"retry-after": formatdate(now + 10, usegmt=True)}) == 10
+    assert retry_after({"retry-after": formatdate(now - 10, usegmt=True)}) == 0
