@@ -17,7 +17,7 @@ from ninja.responses import NinjaJSONEncoder
 from agentops.agents import get_agent
 from agentops.tools import get_tool
 from runs.api import MAX_OFFSET
-from runs.models import Run, Step, canonical_json
+from runs.models import Run, Step, args_hash, canonical_json
 
 from . import decisions, stats
 from .models import Approval, ApprovalView
@@ -39,6 +39,9 @@ class DecisionIn(Schema):
     arguments: dict | None = None
     reason: str = ""
     answer: str = ""
+    # The `arguments_hash` of the call the client showed its user: an approve of any other
+    # call is 409. Optional, for clients written before it existed.
+    shown_args_hash: str | None = None
 
 
 def _error(http_status: int, detail: str, **extra) -> JsonResponse:
@@ -177,7 +180,8 @@ def open_approval(request: HttpRequest, approval_id: UUID):
 
 @router.post("/{uuid:approval_id}/decision")
 def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
-    """Approve (with `arguments` to edit), reject (with a `reason`) or answer a question."""
+    """Approve (with `arguments` to edit), reject (with a `reason`) or answer a question.
+    With `shown_args_hash` (the detail's `arguments_hash`), an approve of another call is 409."""
     user = _user(request)
     try:
         approval = decisions.decide(
@@ -187,6 +191,7 @@ def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
             arguments=payload.arguments,
             reason=payload.reason,
             answer=payload.answer,
+            shown_args_hash=payload.shown_args_hash,
         )
     except Approval.DoesNotExist:
         return _error(404, "no such approval")
@@ -216,6 +221,9 @@ def _detail(approval: Approval, user, *, opened_at=None) -> dict:
         **_summary(approval, user),
         "why_not": _why_not(approval, user),
         "original_arguments": approval.args,
+        # Send it back as `shown_args_hash` with a decision: the server then approves only
+        # this exact call.
+        "arguments_hash": args_hash(approval.tool, approval.args or {}),
         "edited_arguments": approval.edited_args,
         "reason": approval.reason,
         "answer": approval.answer,

@@ -89,6 +89,25 @@ def fields_for(tool_name: str, args: dict) -> list[ArgField]:
     return out
 
 
+FORM_MARKER = "args_form"  # a hidden field: the POST came from the argument form
+
+
+def _submitted(f: ArgField, post) -> str | None:
+    """What the form says for this field, or None when the POST did not carry it. An unchecked
+    checkbox is absent from a POST, so it counts as "false" only when the form was posted."""
+    if f.kind == "checkbox":
+        if FORM_MARKER not in post:
+            return None
+        return "true" if post.get(f.html_name) else "false"
+    value = post.get(f.html_name)
+    return None if value is None else value.replace("\r\n", "\n")
+
+
+def changed(fields: list[ArgField], post) -> list[str]:
+    """The names of the arguments whose field text differs from the proposed call's."""
+    return [f.name for f in fields if (text := _submitted(f, post)) is not None and text != f.text]
+
+
 def parse(fields: list[ArgField], original: dict, post) -> tuple[dict, dict[str, list[str]]]:
     """The edited arguments from the POST, and per-field errors. Untouched fields keep the
     original value; changed ones are parsed by the field's kind (the decision service then
@@ -96,14 +115,8 @@ def parse(fields: list[ArgField], original: dict, post) -> tuple[dict, dict[str,
     args = dict(original)
     errors: dict[str, list[str]] = {}
     for f in fields:
-        if f.kind == "checkbox":
-            submitted = "true" if post.get(f.html_name) else "false"
-        else:
-            submitted = post.get(f.html_name)
-            if submitted is None:
-                continue
-            submitted = submitted.replace("\r\n", "\n")
-        if submitted == f.text:
+        submitted = _submitted(f, post)
+        if submitted is None or submitted == f.text:
             continue
         if f.kind == "checkbox":
             args[f.name] = submitted == "true"
@@ -120,3 +133,26 @@ def parse(fields: list[ArgField], original: dict, post) -> tuple[dict, dict[str,
         else:
             args[f.name] = submitted
     return args, errors
+
+
+@dataclass
+class ArgChange:
+    name: str
+    before: str
+    after: str
+
+
+def changes(fields: list[ArgField], original: dict, final: dict) -> list[ArgChange]:
+    """How `final` (the server-parsed, validated call) differs from the proposed one, as the
+    fields would show each value. Values that read the same are not listed."""
+    kinds = {f.name: f.kind for f in fields}
+    out = []
+    for name in [*kinds, *(n for n in final if n not in kinds)]:
+        if name not in final and name not in original:
+            continue
+        kind = kinds.get(name, "json")
+        before = as_text(original.get(name), kind) if name in original else "(absent)"
+        after = as_text(final.get(name), kind) if name in final else "(absent)"
+        if before != after:
+            out.append(ArgChange(name=name, before=before, after=after))
+    return out

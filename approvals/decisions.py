@@ -184,13 +184,15 @@ def decide(
     reason: str = "",
     answer: str = "",
     opened_at: datetime | None = None,
+    shown_args_hash: str | None = None,
 ) -> Approval:
     """Record `user`'s decision and, once the approval is decided, resume the run.
 
     `decision` is approve (with `arguments` for edit-and-approve), reject (with a reason) or
     answer (questions). `opened_at` is used only when the server has no record of this user
-    opening the approval. Raises Approval.DoesNotExist, DecisionForbidden, DecisionConflict
-    or DecisionInvalid; on any of them nothing was changed.
+    opening the approval. `shown_args_hash` is the `args_hash` of the call the approver was
+    shown: an approval of any other call is a DecisionConflict. Raises Approval.DoesNotExist,
+    DecisionForbidden, DecisionConflict or DecisionInvalid; on any of them nothing was changed.
     """
     decision = (decision or "").strip().lower()
     reason = (reason or "").strip()
@@ -214,6 +216,8 @@ def decide(
         run = Run.locked(run_id)
         approval = Approval.objects.select_for_update().get(pk=approval_id)
         _check_still_open(approval, run)
+        if decision == "approve" and shown_args_hash is not None:
+            _check_shown(approval, shown_args_hash)
         why = forbidden_reason(approval, run, user, decision)
         if why:
             raise DecisionForbidden(why)
@@ -312,6 +316,17 @@ def _check_still_open(approval: Approval, run: Run) -> None:
         )
 
 
+def _check_shown(approval: Approval, shown_args_hash: str) -> None:
+    # An approval is consent to one call: the one on the approver's screen. A hash of anything
+    # else (another approval's call, a stale or forged page) approves nothing.
+    if shown_args_hash != args_hash(approval.tool, approval.args):
+        raise DecisionConflict(
+            "the call you were shown is not the call waiting for approval; nothing was "
+            "approved. Reload the approval and decide on the call it shows.",
+            approval_status=approval.status,
+        )
+
+
 def _conflict(approval: Approval) -> DecisionConflict:
     who = approval.decided_by.get_username() if approval.decided_by else None
     if approval.status == Approval.Status.EXPIRED:
@@ -395,9 +410,20 @@ def _plan(
         _require_reason(reason)
         return _Plan(Approval.Status.REJECTED)
 
-    current = approval.args
     if arguments is None:
-        return _Plan(Approval.Status.APPROVED, final_args=current)
+        return _Plan(Approval.Status.APPROVED, final_args=approval.args)
+    edited = validated_edit(approval, arguments, rules)
+    return _Plan(Approval.Status.APPROVED, final_args=edited, edited=edited != approval.args)
+
+
+def validated_edit(approval: Approval, arguments: Any, rules: dict) -> dict:
+    """The arguments an edit-and-approve of `arguments` would execute, or DecisionInvalid.
+
+    Validated against the tool's schema and the agent's gate policy; an edit that changes
+    nothing returns the proposed arguments themselves. Reads only: the decision and the
+    approval screen's preview of the edit both call it, so the preview shows what would run.
+    """
+    current = approval.args
     tool = get_tool(approval.tool)
     if tool is None:
         raise DecisionInvalid(
@@ -413,7 +439,7 @@ def _plan(
             errors.setdefault(key, []).append(err["msg"])
         raise DecisionInvalid(str(exc), errors or {"arguments": [str(exc)]}) from None
     if args_hash(tool.name, edited) == args_hash(tool.name, current):
-        return _Plan(Approval.Status.APPROVED, final_args=current)
+        return current
     if votes_needed(approval, rules) > 1:
         # Every voter must approve the call they were shown; an edit midway would have the
         # others approve something they never saw.
@@ -431,7 +457,7 @@ def _plan(
             "reason so the agent can propose it itself.",
             {"arguments": problems},
         )
-    return _Plan(Approval.Status.APPROVED, final_args=edited, edited=edited != approval.args)
+    return edited
 
 
 def _require_reason(reason: str) -> None:

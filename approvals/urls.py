@@ -9,4 +9,5 @@ urlpatterns = [
     path("<uuid:pk>/", views.detail, name="detail"),
     path("<uuid:pk>/opened/", views.opened, name="opened"),
     path("<uuid:pk>/decide/", views.decide, name="decide"),
+    path("<uuid:pk>/edit-preview/", views.edit_preview, name="edit_preview"),
 ]

@@ -11,11 +11,12 @@ from django.core import signing
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from runs import rendering
-from runs.models import Step
+from runs.models import Step, args_hash
 
 from . import arg_form, decisions, listing
 from . import stats as approval_stats
@@ -98,6 +99,7 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
     original = approval.args or {}
     fields = arg_form.fields_for(approval.tool, original) if approval.kind == "action" else []
     submitted = extra.pop("submitted", None)
+    result = extra.get("result")
     if submitted is not None:
         for f in fields:
             if f.kind == "checkbox":
@@ -117,13 +119,48 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "input_text": rendering.pretty(run.input),
         "args_text": rendering.pretty(original),
         "fields": fields,
+        "shown_args_hash": args_hash(approval.tool, original),
+        "has_fields": bool(fields),
+        "diff": _edit_preview(approval, submitted or {}) if fields else None,
         "steps": [rendering.step_view(s) for s in recent],
         "can_decide": request.user.can_approve and approval.status == Approval.Status.PENDING,
+        "decided": _decided(result),
         "opened_token": signing.dumps(timezone.now().isoformat(), salt=OPENED_SALT),
         "field_errors": {},
         "result": None,
         **extra,
     }
+
+
+def _decided(result: dict | None) -> bool:
+    """Whether the screen's buttons are done: after a decision, and after any answer but
+    "fix your input" (422), pressing again could only be a mistake or a conflict."""
+    return result is not None and result.get("status") != 422
+
+
+def _edit_preview(approval: Approval, post) -> dict:
+    """What an edit-and-approve of the posted fields would execute, shown before it is pressed:
+    the fields are parsed and validated by the code the decision itself uses, so the diff on
+    screen is the server's reading of the edit, not the browser's."""
+    original = approval.args or {}
+    fields = arg_form.fields_for(approval.tool, original)
+    edited_names = arg_form.changed(fields, post)
+    preview: dict = {"edited": bool(edited_names), "changes": [], "errors": {}, "message": ""}
+    if not edited_names:
+        return preview
+    arguments, errors = arg_form.parse(fields, original, post)
+    if errors:
+        preview["errors"] = {k.removeprefix("arg_"): v for k, v in errors.items()}
+        preview["message"] = "Some arguments could not be read."
+        return preview
+    try:
+        final = decisions.validated_edit(approval, arguments, decisions.gate_rules(approval.run))
+    except decisions.DecisionInvalid as exc:
+        preview["errors"] = exc.errors
+        preview["message"] = exc.message
+        return preview
+    preview["changes"] = arg_form.changes(fields, original, final)
+    return preview
 
 
 @require_GET
@@ -155,6 +192,38 @@ def _opened_at(request: HttpRequest) -> datetime | None:
 
 @require_POST
 @login_required
+def edit_preview(request: HttpRequest, pk) -> HttpResponse:
+    """The diff of the edited fields against the proposed call (htmx, as the approver types).
+    A POST so argument values stay out of URLs and logs; it writes nothing."""
+    approval = _get_approval_for_user(request, pk, decide=True)
+    if approval.kind != Approval.Kind.ACTION:
+        return HttpResponse("Only an action's arguments can be edited.", status=422)
+    context = {"approval": approval, "diff": _edit_preview(approval, request.POST)}
+    return render(request, DETAIL_TEMPLATE + "#arg-diff", context)
+
+
+def _refusal(approval: Approval, decision: str, post) -> tuple[str, dict[str, list[str]]]:
+    """Why the form's approve must not go through (and per-field errors), or ("", {})."""
+    if approval.kind != Approval.Kind.ACTION or decision not in ("approve", "edit_approve"):
+        return "", {}
+    if not post.get("shown_args_hash"):
+        return "The decision does not say which call you were shown; reload the approval.", {}
+    if decision == "approve":
+        edited = arg_form.changed(arg_form.fields_for(approval.tool, approval.args or {}), post)
+        if edited:
+            # Approve means the call as proposed; a changed field says the approver wanted
+            # something else. Neither call is approved: they must say which one they mean.
+            return (
+                f"Not approved: you changed {', '.join(edited)} but pressed Approve, which "
+                "approves the call as proposed. Nothing was executed. Press Edit and approve "
+                "to approve your edit, or undo your changes to approve the proposed call.",
+                {f"arg_{name}": ["changed: use Edit and approve"] for name in edited},
+            )
+    return "", {}
+
+
+@require_POST
+@login_required
 def decide(request: HttpRequest, pk) -> HttpResponse:
     approval = _get_approval_for_user(request, pk, decide=True)
     decision = request.POST.get("decision", "")
@@ -164,7 +233,11 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
     arguments = None
     if decision not in DECISIONS:
         status, result["message"] = 422, "Choose approve, edit and approve, reject or answer."
-    elif decision == "edit_approve":
+    else:
+        refusal, field_errors = _refusal(approval, decision, request.POST)
+        if refusal:
+            status, result["message"] = 422, refusal
+    if status == 200 and decision == "edit_approve":
         fields = arg_form.fields_for(approval.tool, approval.args or {})
         arguments, field_errors = arg_form.parse(fields, approval.args or {}, request.POST)
         if field_errors:
@@ -180,6 +253,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
                 reason=request.POST.get("reason", "").strip(),
                 answer=request.POST.get("answer", "").strip(),
                 opened_at=_opened_at(request),
+                shown_args_hash=request.POST.get("shown_args_hash") or None,
             )
         except decisions.DecisionConflict as exc:
             status, result["message"] = 409, str(exc)
@@ -196,8 +270,20 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
     result["status"] = status
     approval.refresh_from_db()
     if request.htmx:
-        context = {"approval": approval, "result": result, "field_errors": field_errors}
-        return render(request, DETAIL_TEMPLATE + "#decision-result", context, status=status)
+        # The outcome goes next to the buttons (in the page's live region), and the buttons
+        # come back disabled once there is nothing left to press.
+        context = {
+            "approval": approval,
+            "result": result,
+            "field_errors": field_errors,
+            "decided": _decided(result),
+            "has_fields": approval.kind == Approval.Kind.ACTION
+            and bool(arg_form.fields_for(approval.tool, approval.args or {})),
+            "oob": True,
+        }
+        html = render_to_string(DETAIL_TEMPLATE + "#decision-result", context, request)
+        html += render_to_string(DETAIL_TEMPLATE + "#decision-buttons", context, request)
+        return HttpResponse(html, status=status)
     context = _detail_context(
         request, approval, result=result, field_errors=field_errors, submitted=request.POST
     )

@@ -85,6 +85,7 @@ PAGES = {
     "approvals:detail": ("GET", "view"),
     "approvals:opened": ("POST", "approve"),
     "approvals:decide": ("POST", "approve"),
+    "approvals:edit_preview": ("POST", "approve"),
 }
 ALLOWED = {
     "view": {"viewer", "operator", "approver", "admin"},
@@ -106,6 +107,7 @@ def url_of(name: str, world) -> str:
         "approvals:detail": [approval.pk],
         "approvals:opened": [approval.pk],
         "approvals:decide": [approval.pk],
+        "approvals:edit_preview": [approval.pk],
     }.get(name, [])
     url = reverse(name, args=args)
     return url + "?before=99" if name == "runs:steps" else url
@@ -163,6 +165,7 @@ POSTS = {
     "runs:new": {"agent": "sql-analyst", "question": "Revenue?", "report_to": "a@example.com"},
     "approvals:opened": {},
     "approvals:decide": {"decision": "reject", "reason": "no"},
+    "approvals:edit_preview": {},
     "logout": {},
 }
 

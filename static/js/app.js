@@ -79,35 +79,65 @@
     }
   }
 
-  /* 5. Edited arguments: mark changed fields and list the diff against the original. */
-  function diffArgs() {
-    var list = document.getElementById("arg-diff");
-    if (!list) return;
-    while (list.firstChild) list.removeChild(list.firstChild);
-    var changed = 0;
-    document.querySelectorAll("[data-original]").forEach(function (input) {
-      var now = input.type === "checkbox" ? String(input.checked) : input.value;
-      var was = input.getAttribute("data-original");
-      var differs = now !== was;
-      input.classList.toggle("changed", differs);
-      if (!differs) return;
-      changed += 1;
-      var li = document.createElement("li");
-      var name = document.createElement("code");
-      name.textContent = input.name.replace(/^arg_/, "");
-      var del = document.createElement("del");
-      del.textContent = was;
-      var ins = document.createElement("ins");
-      ins.textContent = now;
-      li.appendChild(name);
-      li.appendChild(document.createTextNode(": "));
-      li.appendChild(del);
-      li.appendChild(document.createTextNode(" → "));
-      li.appendChild(ins);
-      list.appendChild(li);
+  /* 5. The decision buttons follow the argument fields. While a field differs from the proposed
+   * call, Approve (which approves the call as proposed) is off and Edit and approve is the
+   * primary action; the server refuses a mismatched Approve anyway. Edit and approve waits for
+   * the server's preview of the edit (#arg-diff), so what was on screen is what runs. After a
+   * decision the server sends the buttons back disabled (data-decided) and they stay so. */
+  var previewPending = false;
+
+  function fieldsDiffer() {
+    var differs = false;
+    document.querySelectorAll("#decision-form [data-original]").forEach(function (input) {
+      var now = input.type === "checkbox" ? String(input.checked) : input.value.replace(/\r\n/g, "\n");
+      var changed = now !== input.getAttribute("data-original");
+      input.classList.toggle("changed", changed);
+      if (changed) differs = true;
     });
-    var none = document.getElementById("arg-diff-none");
-    if (none) none.hidden = changed > 0;
+    return differs;
+  }
+
+  function syncDecision() {
+    var box = document.getElementById("decision-buttons");
+    if (!box) return;
+    var form = document.getElementById("decision-form");
+    var busy = !!form && form.classList.contains("htmx-request");
+    var decided = box.hasAttribute("data-decided");
+    var differs = fieldsDiffer();
+    var diff = document.getElementById("arg-diff");
+    var previewOk = !!diff && diff.getAttribute("data-valid") === "true";
+    box.querySelectorAll("button").forEach(function (b) {
+      b.disabled = decided || busy;
+    });
+    var approve = document.getElementById("approve");
+    var edit = document.getElementById("edit-approve");
+    if (approve) {
+      if (differs) approve.disabled = true;
+      approve.classList.toggle("approve", !differs);
+    }
+    if (edit) {
+      if (differs && (previewPending || !previewOk)) edit.disabled = true;
+      edit.classList.toggle("approve", differs);
+    }
+    var hint = document.getElementById("approve-blocked");
+    if (hint) hint.hidden = !differs || decided;
+  }
+
+  function onFieldEdit(evt) {
+    var t = evt.target;
+    if (!(t && t.hasAttribute && t.hasAttribute("data-original"))) return;
+    previewPending = true; // until the server's preview of this edit is on screen
+    syncDecision();
+  }
+
+  function onRequestDone(evt) {
+    var elt = evt.detail && evt.detail.elt;
+    if (elt && elt.id === "arg-fields" && evt.detail.successful) previewPending = false;
+    syncDecision();
+    if (elt && elt.id === "decision-form") {
+      var outcome = document.getElementById("decision-outcome");
+      if (outcome) outcome.scrollIntoView({ block: "nearest" });
+    }
   }
 
   /* 3b. Live pushes are broadcast: one message serves every page that shows the thing. Pieces
@@ -139,12 +169,11 @@
     tick();
     setInterval(tick, 1000);
     document.addEventListener("keydown", onKey);
-    document.addEventListener("input", function (evt) {
-      if (evt.target && evt.target.hasAttribute && evt.target.hasAttribute("data-original")) diffArgs();
-    });
-    document.addEventListener("change", function (evt) {
-      if (evt.target && evt.target.hasAttribute && evt.target.hasAttribute("data-original")) diffArgs();
-    });
-    diffArgs();
+    document.addEventListener("input", onFieldEdit);
+    document.addEventListener("change", onFieldEdit);
+    document.body.addEventListener("htmx:beforeSend", syncDecision);
+    document.body.addEventListener("htmx:afterRequest", onRequestDone);
+    document.body.addEventListener("htmx:afterSettle", syncDecision);
+    syncDecision();
   });
 })();

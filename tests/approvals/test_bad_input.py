@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from accounts.models import ApiToken
 from approvals.models import Approval, ApprovalView
-from runs.models import Run
+from runs.models import Run, args_hash
 from tests.html_checks import assert_payload_inert
 from tests.runs.ui_factories import XSS
 
@@ -114,6 +114,7 @@ def test_decision_messages_quoting_argument_values_are_inside_hx_disable(as_appr
         reverse("approvals:decide", args=[approval.pk]),
         {
             "decision": "edit_approve",
+            "shown_args_hash": args_hash(approval.tool, approval.args),
             "arg_to": "__pwned@evil.example",
             "arg_subject": approval.args["subject"],
             "arg_body": approval.args["body"],

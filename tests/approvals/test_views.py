@@ -12,7 +12,7 @@ from agentops.agents import get_agent
 from approvals import live
 from approvals.models import Approval
 from runs import engine
-from runs.models import Run
+from runs.models import Run, args_hash
 from tests.html_checks import assert_payload_inert
 
 pytestmark = pytest.mark.django_db
@@ -57,7 +57,10 @@ def question(run: Run, **fields) -> Approval:
 
 
 def decide(client, approval, hx=True, **data):
+    """POST the decision form as the screen does: with the hash of the call it showed."""
     headers = {"HTTP_HX_REQUEST": "true"} if hx else {}
+    if approval.kind == Approval.Kind.ACTION:
+        data.setdefault("shown_args_hash", args_hash(approval.tool, approval.args))
     return client.post(reverse("approvals:decide", args=[approval.pk]), data, **headers)
 
 
