@@ -6,15 +6,18 @@ from `request.auth`; an endpoint may require a role up front (`auth=api_auth("ca
 or check it itself (`user.can_approve`, ...).
 
 Errors are JSON `{"detail": ...}`: 401 without a user, 403 for a missing role or CSRF token,
-404, 409, 413 for oversized bodies, 422 with field errors for invalid input.
+404, 409, 413 for oversized bodies, 422 with field errors for invalid input, 503 with
+Retry-After while the database is unavailable.
 """
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError
 
 from accounts.auth import api_auth
+from agentops.middleware import database_unavailable
 from approvals.api import router as approvals_router
 from runs.api import router as runs_router
 
@@ -42,3 +45,9 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 @api.exception_handler(RequestDataTooBig)
 def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return api.create_response(request, {"detail": "request body too large"}, status=413)
+
+
+# Ninja answers unhandled errors itself when DEBUG is on (a 500 with the traceback), before
+# DatabaseUnavailableMiddleware would see them: the same 503 in every mode.
+api.add_exception_handler(OperationalError, database_unavailable)
+api.add_exception_handler(InterfaceError, database_unavailable)

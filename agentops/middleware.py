@@ -1,9 +1,11 @@
-"""Request checks that apply to every view, HTML and API alike."""
+"""Request checks and error answers that apply to every view, HTML and API alike."""
 
 import json
+import logging
 from collections.abc import Callable
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -59,3 +61,37 @@ def reject_nul_characters(get_response: Callable[[HttpRequest], HttpResponse]):
         return get_response(request)
 
     return middleware
+
+
+DATABASE_DOWN_MESSAGE = "the database is unavailable; retry in a few seconds"
+DATABASE_RETRY_AFTER_SECONDS = 5
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+logger = logging.getLogger(__name__)
+
+
+def database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """503 with Retry-After: the request was fine, the database was not (down, restarting,
+    the pool timed out). A client should retry, not report a bug."""
+    logger.error("database unavailable for %s %s: %s", request.method, request.path, exc)
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": DATABASE_DOWN_MESSAGE}, status=503)
+    else:
+        response = HttpResponse(DATABASE_DOWN_MESSAGE, status=503, content_type="text/plain")
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+    return response
+
+
+class DatabaseUnavailableMiddleware:
+    """A view that fails on a database connection error answers 503, never 500."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if isinstance(exc, DATABASE_ERRORS):
+            return database_unavailable(request, exc)
+        return None

@@ -53,6 +53,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "agentops.middleware.reject_nul_characters",
+    "agentops.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -94,6 +95,12 @@ if IS_POSTGRES:
             "max_size": env.int("DATABASE_POOL_MAX", default=20),
             "timeout": 30,
         }
+        # After a Postgres restart every pooled connection is dead, and without a check each
+        # is handed out once: a 500 per connection, a failed task per worker. With the pool,
+        # Django turns this into psycopg_pool's `check=ConnectionPool.check_connection` (an
+        # empty query on each checkout; it refuses a "check" in the pool options). Cost per
+        # request: bench/pool_check.py.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
     DATABASES["default"]["OPTIONS"] = {

@@ -31,6 +31,7 @@ print(json.dumps({
     "host": db.get("HOST"),
     "options": db.get("OPTIONS", {}),
     "conn_max_age": db.get("CONN_MAX_AGE"),
+    "conn_health_checks": db.get("CONN_HEALTH_CHECKS"),
     "embedded": s.EMBEDDED,
     "broker": s.CELERY_BROKER_URL,
     "transport_options": s.CELERY_BROKER_TRANSPORT_OPTIONS,
@@ -88,6 +89,8 @@ def test_database_url_postgres_uses_a_connection_pool(tmp_path):
     assert s["options"]["pool"]["min_size"] >= 1
     # With a pool, Django must not also keep persistent connections.
     assert s["conn_max_age"] == 0
+    # The pool checks each connection before handing it out (tests/test_database.py).
+    assert s["conn_health_checks"] is True
 
 
 def test_database_pool_can_be_turned_off(tmp_path):
