@@ -23,6 +23,7 @@ from agentops.llm.fake_server import (
     tool_use,
 )
 from runs import engine
+from runs.engine import retry
 from runs.models import Run, Step
 
 from .conftest import API_KEY
@@ -113,14 +114,14 @@ def test_rate_limit_and_overload_are_retried_honouring_retry_after(
 ):
     # (retry-after, seconds waited) of each retry, as the engine chose them.
     waits: list[tuple[float | None, float]] = []
-    real_backoff = engine.backoff
+    real_backoff = retry.backoff
 
     def recorded_backoff(attempt, **kwargs):
         delay = real_backoff(attempt, **kwargs)
         waits.append((kwargs.get("retry_after"), delay))
         return delay
 
-    monkeypatch.setattr(engine, "backoff", recorded_backoff)
+    monkeypatch.setattr(retry, "backoff", recorded_backoff)
     fake_api.push(
         rate_limited(retry_after=0.4),
         reply([tool_use("list_tables")]),
