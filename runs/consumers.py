@@ -132,7 +132,8 @@ class GroupConsumer(AsyncJsonWebsocketConsumer):
 
     async def forward(self, event):
         if self.as_json:
-            await self.send_json({k: v for k, v in event.items() if k not in ("type", "html")})
+            summary = live.summary(event)
+            await self.send_json({k: v for k, v in summary.items() if k not in ("type", "html")})
         else:
             await send_html_or_json(self, await self.rendered(event))
 

@@ -1,6 +1,10 @@
 """The only code that talks to the channel layer. Events are sent after commit, once each.
 
-Events carry ids, not HTML: the web process renders them (runs/live.py).
+Events carry data, not HTML: a step event carries the step and its run as the API serialises
+them (runs/schemas.py), and the web process renders them once (runs/live.py) without reading
+the database again. The serialising happens where it costs the worker least: the run is
+copied when its step commits (it keeps changing), both are serialised by the sender only for
+groups someone listens to (most runs have no one watching).
 
 Worker threads do not own an event loop, and `async_to_sync(group_send)` per event would open
 a loop and a Redis connection every time (~3.6 ms). Instead:
@@ -12,17 +16,20 @@ a loop and a Redis connection every time (~3.6 ms). Instead:
 """
 
 import asyncio
+import copy
 import logging
 import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import transaction
+
+from .schemas import RunLiveOut, StepOut
 
 log = logging.getLogger("agentops.events")
 
@@ -39,6 +46,11 @@ APPROVALS_GROUP = "approvals.all"
 # The step kinds that change a run's row in the runs list and dashboard (status, model
 # calls, cost); tool calls, gates and decisions do not, and would only add traffic.
 SUMMARY_KINDS = frozenset({"status", "llm"})
+# An event's data for rendering (the serialised step and run), beside its summary fields.
+DATA_KEYS = ("step", "run")
+
+# Extra fields of a message, computed when (and only if) it is sent.
+Later = Callable[[], dict]
 
 
 def remember_server_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -63,13 +75,14 @@ class _Outbox:
     def __init__(self):
         self.loop = asyncio.new_event_loop()
         self.lock = threading.Lock()
-        self.pending: dict[Hashable, tuple[str, dict]] = {}  # insertion order = send order
+        # insertion order = send order
+        self.pending: dict[Hashable, tuple[str, dict, Later | None]] = {}
         self.awake = False  # the sender will look at `pending` again without a wake-up
         self.ready = asyncio.Event()
         self.dropped = 0
         threading.Thread(target=self._run, name="events-outbox", daemon=True).start()
 
-    def put(self, group: str, message: dict, key: Hashable) -> None:
+    def put(self, group: str, message: dict, key: Hashable, later: Later | None = None) -> None:
         with self.lock:
             waiting = self.pending.get(key)
             if waiting is not None:
@@ -79,7 +92,7 @@ class _Outbox:
                 self.dropped += 1
                 if self.dropped % 1000 == 1:
                     log.warning("channel layer unreachable: %d live events dropped", self.dropped)
-            self.pending[key] = (group, message)
+            self.pending[key] = (group, message, later)
             wake, self.awake = not self.awake, True
         if wake:
             self.loop.call_soon_threadsafe(self.ready.set)
@@ -101,13 +114,14 @@ class _Outbox:
                 if not batch:
                     break
                 try:
-                    listened = await _groups_listened_to(layer, {g for g, _ in batch})
+                    listened = await _groups_listened_to(layer, {g for g, _, _ in batch})
                 except Exception as exc:
                     log.warning("channel layer unreachable: %s", exc)
                     continue
-                for group, message in batch:
+                for group, message, later in batch:
                     if group not in listened:
                         continue
+                    message = _completed(message, later)
                     try:
                         await layer.group_send(group, message)
                     except Exception as exc:
@@ -148,21 +162,25 @@ def _get_outbox() -> _Outbox:
         return _outbox
 
 
-def send(group: str, message: dict, *, merge_key: Hashable | None = None) -> None:
+def send(
+    group: str, message: dict, *, merge_key: Hashable | None = None, later: Later | None = None
+) -> None:
     """Send now (the caller is already after commit). Never raises: live views are a
     convenience, the timeline is the record.
 
     Events with the same merge_key (and a `seq`) may be merged while they wait (_Outbox).
+    `later` gives more fields, asked for only if the message is sent to someone.
     """
     layer = get_channel_layer()
     if layer is None:
         return
     if not settings.EMBEDDED:
-        _get_outbox().put(group, message, merge_key or object())
+        _get_outbox().put(group, message, merge_key or object(), later)
         return
     loop = _server_loop
     if loop is None or loop.is_closed():
         return
+    message = _completed(message, later)
     future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
     future.add_done_callback(_log_failure)
 
@@ -175,19 +193,68 @@ def _log_failure(future) -> None:
         log.warning("channel layer send failed: %s", exc)
 
 
+def _completed(message: dict, later: Later | None) -> dict:
+    if later is None:
+        return message
+    try:
+        return {**message, **later()}
+    except Exception:
+        # The event still goes out: without its data, the web process reads the database.
+        log.exception("serialising a live event failed")
+        return message
+
+
+class _StepData:
+    """A committed step and its run as they were at commit, serialised on first use, once
+    for all the groups the step goes to."""
+
+    def __init__(self, step):
+        run = step.run
+        # Loaded now, here, where the database may be used: the copy then serialises without
+        # a query, in the sender's thread. Cached on the run for the steps that follow.
+        run.launched_by  # noqa: B018
+        self.step = step  # never changes once written
+        self.run = copy.copy(run)  # the engine keeps changing its run
+        self._step: dict | None = None
+        self._run: dict | None = None
+
+    def step_and_run(self) -> dict:
+        if self._step is None:
+            self._step = StepOut.from_orm(self.step).model_dump(mode="json")
+        return {"step": self._step, **self.run_only()}
+
+    def run_only(self) -> dict:
+        if self._run is None:
+            self._run = RunLiveOut.from_orm(self.run).model_dump(mode="json")
+        return {"run": self._run}
+
+
 def publish_step_on_commit(step) -> None:
     transaction.on_commit(lambda: publish_step(step))
 
 
 def publish_step(step) -> None:
-    # Ids only: the web process renders what viewers see (runs/live.py), once per event.
+    # The summary now, the data if someone listens: the web process renders what viewers see
+    # from it (runs/live.py), once per event.
     event = {"run_id": str(step.run_id), "seq": step.seq, "kind": step.kind}
-    send(run_group(step.run_id), {"type": "run.step", **event}, merge_key=("step", step.run_id))
+    try:
+        data = _StepData(step)
+    except Exception:
+        # Called after commit: the caller's work is done and must not fail here.
+        log.exception("copying run %s for its live event failed", step.run_id)
+        data = None
+    send(
+        run_group(step.run_id),
+        {"type": "run.step", **event},
+        merge_key=("step", step.run_id),
+        later=data and data.step_and_run,
+    )
     if step.kind in SUMMARY_KINDS:
         send(
             DASHBOARD_GROUP,
             {"type": "run.changed", **event},
             merge_key=("changed", step.run_id),
+            later=data and data.run_only,
         )
 
 

@@ -1,9 +1,11 @@
 """Pushed events rendered in the web process: once per event per process.
 
-Workers publish small events (`{run_id, seq, kind}`, `{approval_id, event}`); rendering them
-there cost more CPU than the agent step itself. Here the first consumer that receives an
-event renders it, and every other consumer of this process receiving the same event awaits
-that same render: a hundred viewers of a run still cost one render per step.
+Workers publish events that carry the step and its run as the API serialises them
+(runs/events.py), not HTML: rendering there cost more CPU than the agent step itself. Here
+the first consumer that receives an event renders it from that data, without reading the
+database, and every other consumer of this process receiving the same event awaits that same
+render: a hundred viewers of a run still cost one render per step. An event without its data
+(it could not be serialised) is rendered from the database.
 
 The cache holds asyncio futures, so it belongs to one event loop (daphne has one; tests
 start a new one per test, which starts a fresh cache).
@@ -16,8 +18,10 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
+from django.db.models import Model
 
-from . import rendering
+from . import events, rendering
 from .models import Run, Step
 
 log = logging.getLogger("agentops.live")
@@ -61,18 +65,88 @@ def _safely(render: Callable[..., dict], *args: Any) -> dict:
         return {}
 
 
-def _step_html(run_id: str, seq: int) -> dict:
-    step = Step.objects.filter(run_id=run_id, seq=seq).first()
-    if step is None:
-        return {}
-    run = Run.objects.select_related("launched_by").get(pk=run_id)
+def summary(event: dict) -> dict:
+    """The event without the data it was rendered from (what JSON subscribers get)."""
+    return {k: v for k, v in event.items() if k not in events.DATA_KEYS}
+
+
+# --- the event's data back into (unsaved) model instances, which the page templates show ------
+def _python(model: type[Model], values: dict[str, Any]) -> dict[str, Any]:
+    return {name: model._meta.get_field(name).to_python(value) for name, value in values.items()}
+
+
+def step_from(run_id: Any, data: dict) -> Step:
+    """A step serialised by StepOut (its fields are the model's own)."""
+    return Step(run_id=run_id, **_python(Step, data))
+
+
+def run_from(data: dict) -> Run:
+    """A run serialised by RunLiveOut, with what its header and rows show."""
+    limits, counters, usage = data["limits"], data["counters"], data["usage"]
+    run = Run(
+        agent_config={"title": data["agent_title"], "model": data["model"]},
+        **_python(
+            Run,
+            {
+                **{
+                    name: data[name]
+                    for name in (
+                        "id",
+                        "agent",
+                        "provider",
+                        "status",
+                        "status_detail",
+                        "termination_reason",
+                        "output",
+                        "trigger",
+                        "parent_id",
+                        "created_at",
+                        "started_at",
+                        "finished_at",
+                        "updated_at",
+                    )
+                },
+                **limits,
+                "step_count": counters["steps"],
+                "error_count": counters["errors"],
+                "consecutive_errors": counters["consecutive_errors"],
+                "retry_count": counters["retries"],
+                "last_seq": counters["last_seq"],
+                **usage,
+            },
+        ),
+    )
+    if data["launched_by"] is not None:
+        run.launched_by = get_user_model()(username=data["launched_by"])
+    return run
+
+
+# --- rendering --------------------------------------------------------------------------------
+def _step_html(event: dict) -> dict:
+    if "step" in event and "run" in event:
+        step, run = step_from(event["run_id"], event["step"]), run_from(event["run"])
+    else:
+        step = Step.objects.filter(run_id=event["run_id"], seq=event["seq"]).first()
+        if step is None:
+            return {}
+        run = Run.objects.select_related("launched_by").get(pk=event["run_id"])
     return rendering.render_step_event(step, run)
+
+
+def _run_html(event: dict, launched: bool) -> dict:
+    if "run" in event:
+        run = run_from(event["run"])
+    else:
+        run = Run.objects.select_related("launched_by").filter(pk=event["run_id"]).first()
+        if run is None:
+            return {}
+    return rendering.render_run_event(run, launched)
 
 
 async def step_payload(event: dict) -> dict:
     """A run group event with its HTML: the step for #timeline plus the run's header."""
-    run_id, seq = event["run_id"], event["seq"]
-    return {**event, **await cache.get(("step", run_id, seq), _step_html, run_id, seq)}
+    key = ("step", event["run_id"], event["seq"])
+    return {**summary(event), **await cache.get(key, _step_html, event)}
 
 
 async def run_payload(event: dict) -> dict:
@@ -81,4 +155,4 @@ async def run_payload(event: dict) -> dict:
     # A merged event (runs/events.py) that includes the launch still inserts the row.
     launched = event.get("first", seq) == 1
     key = ("run", run_id, seq, launched)
-    return {**event, **await cache.get(key, rendering.render_run_event, run_id, launched)}
+    return {**summary(event), **await cache.get(key, _run_html, event, launched)}

@@ -253,15 +253,12 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
     return {"html": html}
 
 
-def render_run_event(run_id: Any, launched: bool) -> dict:
+def render_run_event(run: Run, launched: bool) -> dict:
     """The runs group's messages: this run's row in the runs list and on the dashboard.
 
     Table rows go as separate messages: htmx parses a message as one fragment, and rows
     mixed with other elements would lose their table context.
     """
-    run = Run.objects.select_related("launched_by").filter(pk=run_id).first()
-    if run is None:
-        return {}
     ctx = {"run": run, "gauges": gauges(run)}
     parts = [render_to_string(RUN_LIST + "#run-row", {**ctx, "oob": True})]
     if launched:

@@ -191,6 +191,18 @@ class RunExportOut(RunDetailOut):
         return {**RunOut.resolve_usage(run), "steps": run.step_count, "errors": run.error_count}
 
 
+class RunLiveOut(RunOut):
+    """A run as live pages show it, published with each step (runs/events.py): the summary,
+    plus what the run's header shows beyond it."""
+
+    output: str
+    model: str = Field(description="The model of the agent's launch snapshot.")
+
+    @staticmethod
+    def resolve_model(run: Run) -> str:
+        return str(run.agent_config.get("model", ""))
+
+
 class RunFilters(FilterSchema):
     status: Run.Status | None = None
     agent: str | None = Field(None, max_length=64)

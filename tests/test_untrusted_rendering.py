@@ -107,7 +107,7 @@ def test_every_pushed_fragment_is_inert(poisoned):
     fragments = []
     for step in run.steps.order_by("seq"):
         fragments.append(rendering.render_step_event(step, run)["html"])
-    fragments.extend(rendering.render_run_event(run.pk, launched=True)["html"])
+    fragments.extend(rendering.render_run_event(run, launched=True)["html"])
     approval_event = live.render_approval_event(approval.pk)["html"]
     fragments.extend([approval_event] if isinstance(approval_event, str) else approval_event)
     joined = "".join(fragments)

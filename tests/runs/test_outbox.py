@@ -86,3 +86,37 @@ def test_a_failing_layer_does_not_stop_the_sender(layer, monkeypatch):
     wait_for(lambda: calls == [1])
     outbox.put("run.r1", step(2), object())
     wait_for(lambda: calls == [1, 2])
+
+
+def test_event_data_is_serialised_only_for_groups_someone_listens_to(layer, monkeypatch):
+    async def listened(_layer, groups):
+        return {g for g in groups if g != "run.unwatched"}
+
+    monkeypatch.setattr(events, "_groups_listened_to", listened)
+    asked = []
+
+    def later(name):
+        def data():
+            asked.append(name)
+            return {"step": {"seq": 1}}
+
+        return data
+
+    layer.gate.set()
+    outbox = events._Outbox()
+    outbox.put("run.unwatched", step(1), object(), later("unwatched"))
+    outbox.put("run.r1", step(1), object(), later("watched"))
+    wait_for(lambda: len(layer.sent) == 1)
+    assert asked == ["watched"]
+    assert layer.sent == [("run.r1", {**step(1), "step": {"seq": 1}})]
+
+
+def test_an_event_whose_data_fails_to_serialise_still_goes_out(layer):
+    def broken() -> dict:
+        raise ValueError("not serialisable")
+
+    layer.gate.set()
+    outbox = events._Outbox()
+    outbox.put("run.r1", step(1), object(), broken)
+    wait_for(lambda: len(layer.sent) == 1)
+    assert layer.sent == [("run.r1", step(1))]  # the web process reads the database instead
