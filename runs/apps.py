@@ -5,6 +5,11 @@ class RunsConfig(AppConfig):
     name = "runs"
 
     def ready(self) -> None:
-        # Registers the Celery tasks that runs/queue.py sends by name (a web process never
-        # imports them otherwise). Imported here, once the models are loaded, as Django intends.
-        from . import tasks  # noqa: F401
+        # Wiring imported once the models are loaded, as Django intends.
+        # The Celery tasks that runs/queue.py sends by name (a web process never imports them
+        # otherwise).
+        from . import events, tasks  # noqa: F401
+        from .models import Step, step_appended
+
+        # Every appended step is published once committed.
+        step_appended.connect(events.on_step_appended, sender=Step, dispatch_uid="runs.events")

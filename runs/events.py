@@ -233,6 +233,11 @@ def publish_step_on_commit(step) -> None:
     transaction.on_commit(lambda: publish_step(step))
 
 
+def on_step_appended(sender, step, **kwargs) -> None:
+    """Receiver of runs.models.step_appended (connected in runs/apps.py)."""
+    publish_step_on_commit(step)
+
+
 def publish_step(step) -> None:
     # The summary now, the data if someone listens: the web process renders what viewers see
     # from it (runs/live.py), once per event.

@@ -14,7 +14,7 @@ from django.db.models import F, Q
 from django.dispatch import Signal
 from django.utils import timezone
 
-from . import events, queue, sql
+from . import queue, sql
 
 
 def canonical_json(value: Any) -> str:
@@ -31,6 +31,10 @@ def args_hash(tool: str, args: dict) -> str:
 # Sent inside the transaction that cancels a run, with the run locked (sender=Run, run=...):
 # what waits on the run ends with it (approvals/apps.py cancels its pending approvals).
 run_cancelled = Signal()
+# Sent for every step appended, inside its transaction (sender=Step, step=...): runs/events.py
+# publishes it once committed (connected in runs/apps.py; models do not import the live path,
+# whose payloads are built from the API's schemas of these models).
+step_appended = Signal()
 
 # Literal lists for the CHECK constraints (Meta cannot see the nested choices classes).
 _STATUSES = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
@@ -429,7 +433,7 @@ CHECKPOINT_COLUMNS = ("run", "seq", "state", "created_at")
 
 
 def _publish_on_commit(step: "Step") -> None:
-    events.publish_step_on_commit(step)
+    step_appended.send(sender=Step, step=step)
 
 
 class Step(models.Model):

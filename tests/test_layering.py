@@ -16,6 +16,8 @@ PACKAGES = ("runs", "approvals", "agentops", "accounts", "demo")
 DEFERRED_IMPORTS = {
     # AppConfig.ready(): Django's place for registering things once the models are loaded.
     ("runs/apps.py", "runs.tasks"),
+    ("runs/apps.py", "runs.events"),
+    ("runs/apps.py", "runs.models"),
     ("approvals/apps.py", "runs.engine"),
     ("approvals/apps.py", "approvals.gates"),
     ("approvals/apps.py", "approvals.decisions"),
