@@ -1,5 +1,6 @@
 import json
 import re
+from collections.abc import Callable
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -39,12 +40,26 @@ def seqs(html: str) -> list[int]:
     return [int(s) for s in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', html)]
 
 
-async def receive_all(communicator, timeout=0.5) -> list[str]:
-    # receive_from's timeout cancels the application; receive_nothing only peeks.
+async def receive_until(communicator, done: Callable[[str], bool]) -> list[str]:
+    """The messages up to and including the first one `done` accepts: a positive signal that
+    everything sent before it has arrived, instead of waiting for a quiet moment. (The
+    deadline only fails a test whose signal never comes.)"""
     out = []
-    while not await communicator.receive_nothing(timeout=timeout):
-        out.append(await communicator.receive_from())
+    while not out or not done(out[-1]):
+        out.append(await communicator.receive_from(timeout=10))
     return out
+
+
+async def receive_through(communicator, seq: int) -> list[int]:
+    """The step seqs received up to and including step `seq`."""
+    messages = await receive_until(communicator, lambda m: seq in seqs(m))
+    return [s for m in messages for s in seqs(m)]
+
+
+async def launch_marker(operator) -> str:
+    """A run launched after what a test checks: its row arrives after everything before it
+    (a consumer handles its group's events in order). Returns its id, to wait for."""
+    return str((await sync_to_async(make_run)(operator)).pk)
 
 
 @pytest.fixture
@@ -83,7 +98,7 @@ async def test_unknown_run_is_refused(viewer, db):
 async def test_it_sends_the_steps_after_the_given_seq_then_live_ones_once(run, viewer):
     communicator, connected = await connect(f"/ws/runs/{run.pk}/?after=2", viewer)
     assert connected
-    caught_up = await receive_all(communicator)
+    caught_up = await receive_until(communicator, lambda m: 5 in seqs(m))
     assert [s for m in caught_up for s in seqs(m)] == [3, 4, 5]
     assert all('hx-swap-oob="beforeend:#timeline"' in m for m in caught_up)
     # The header (status, usage) comes once, with the newest step.
@@ -98,19 +113,22 @@ async def test_it_sends_the_steps_after_the_given_seq_then_live_ones_once(run, v
     # A repeated event (e.g. a retried publish) is dropped: no duplicate in the browser.
     step = await sync_to_async(Step.objects.get)(run=run, seq=6)
     await sync_to_async(events.publish_step)(step)
-    assert await communicator.receive_nothing(timeout=0.3)
+    # The next step is the next thing the browser gets: nothing came in between.
+    await sync_to_async(add_steps)(run, 1)
+    assert await receive_through(communicator, 7) == [7]
     await communicator.disconnect()
 
 
 async def test_a_reconnect_gets_exactly_what_it_missed(run, viewer):
-    first, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
-    assert await first.receive_nothing(timeout=0.2)
+    first, _ = await connect(f"/ws/runs/{run.pk}/?after=4", viewer)
+    assert await receive_through(first, 5) == [5]  # caught up, nothing more
     await first.disconnect()
     await sync_to_async(add_steps)(run, 3)  # 6, 7, 8 while disconnected
     second, connected = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
     assert connected
-    got = [s for m in await receive_all(second) for s in seqs(m)]
-    assert got == [6, 7, 8]
+    assert await receive_through(second, 8) == [6, 7, 8]
+    await sync_to_async(add_steps)(run, 1)  # and then only what comes next
+    assert await receive_through(second, 9) == [9]
     await second.disconnect()
 
 
@@ -121,8 +139,7 @@ async def test_a_gap_in_live_events_is_filled_from_the_database(run, viewer):
     await get_channel_layer().group_send(
         events.run_group(run.pk), {"type": "run.step", "seq": 7, "kind": "tool", "html": "x"}
     )
-    got = [s for m in await receive_all(communicator) for s in seqs(m)]
-    assert got == [6, 7]
+    assert await receive_through(communicator, 7) == [6, 7]
     await communicator.disconnect()
 
 
@@ -131,10 +148,9 @@ async def test_steps_whose_events_were_all_lost_still_arrive(run, viewer, monkey
     # reveals the gap, so the open timeline must find them in the database by itself.
     monkeypatch.setattr("runs.consumers.CATCH_UP_POLL_SECONDS", 0.1)
     communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
-    assert await communicator.receive_nothing(timeout=0.3)
     await sync_to_async(_append_quietly)(run, 3)
-    got = [s for m in await receive_all(communicator) for s in seqs(m)]
-    assert got == [6, 7, 8]
+    # Exactly these, in order: the first message already is the polled step 6.
+    assert await receive_through(communicator, 8) == [6, 7, 8]
     await communicator.disconnect()
 
 
@@ -148,8 +164,7 @@ def _append_quietly(run, n):
 async def test_a_bad_after_parameter_means_from_the_start(run, viewer):
     communicator, connected = await connect(f"/ws/runs/{run.pk}/?after=abc", viewer)
     assert connected
-    got = [s for m in await receive_all(communicator) for s in seqs(m)]
-    assert got == [1, 2, 3, 4, 5]
+    assert await receive_through(communicator, 5) == [1, 2, 3, 4, 5]
     await communicator.disconnect()
 
 
@@ -182,8 +197,9 @@ async def test_runs_group_pushes_the_list_row_and_dashboard_row(viewer, operator
     communicator, connected = await connect("/ws/runs/", viewer)
     assert connected
     run = await sync_to_async(make_run)(operator)
-    messages = await receive_all(communicator)
-    launched = "".join(messages)
+    first_marker = await launch_marker(operator)
+    messages = await receive_until(communicator, lambda m: first_marker in m)
+    launched = "".join(m for m in messages if first_marker not in m)
     assert (
         f'id="run-{run.pk}" class="run-row" data-run-id="{run.pk}" data-status="queued"' in launched
     )
@@ -194,7 +210,10 @@ async def test_runs_group_pushes_the_list_row_and_dashboard_row(viewer, operator
         run.cancel(reason="test")
 
     await sync_to_async(finish)()
-    html = "".join(await receive_all(communicator))
+    marker = await launch_marker(operator)
+    messages = await receive_until(communicator, lambda m: marker in m)
+    # The first marker's other rows may still come before; they are not the run's.
+    html = "".join(m for m in messages if marker not in m and first_marker not in m)
     assert 'data-status="cancelled" hx-swap-oob="true"' in html
     assert f'<tr id="inflight-{run.pk}" hx-swap-oob="delete">' in html
     assert "afterbegin" not in html  # only a launch inserts a row
@@ -206,8 +225,7 @@ async def test_catch_up_larger_than_one_batch_is_complete(run, viewer, monkeypat
 
     monkeypatch.setattr(consumers, "CATCH_UP_MAX", 2)
     communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=0", viewer)
-    got = [s for m in await receive_all(communicator) for s in seqs(m)]
-    assert got == [1, 2, 3, 4, 5]
+    assert await receive_through(communicator, 5) == [1, 2, 3, 4, 5]
     await communicator.disconnect()
 
 
@@ -236,16 +254,20 @@ async def test_a_merged_event_that_includes_the_launch_still_inserts_the_rows(
         events.DASHBOARD_GROUP,
         {"type": "run.changed", "run_id": str(run.pk), "seq": 3, "first": 1, "kind": "llm"},
     )
-    html = "".join(await receive_all(communicator))
+    marker = await launch_marker(operator)
+    messages = await receive_until(communicator, lambda m: marker in m)
+    html = "".join(m for m in messages if marker not in m)
+    assert f'id="run-{run.pk}"' in html
     assert 'hx-swap-oob="afterbegin:#run-rows-live"' in html
     assert 'hx-swap-oob="afterbegin:#inflight-rows"' in html
     await communicator.disconnect()
 
 
-async def test_tool_steps_do_not_push_list_rows(run, viewer):
+async def test_tool_steps_do_not_push_list_rows(run, viewer, operator):
     # A tool call changes nothing a runs-list or dashboard row shows; model calls do.
     communicator, _ = await connect("/ws/runs/?format=json", viewer)
     await sync_to_async(add_steps)(run, 2)  # seq 6 model call, seq 7 tool call
-    got = [json.loads(m) for m in await receive_all(communicator)]
-    assert [(m["seq"], m["kind"]) for m in got] == [(6, "llm")]
+    marker = await launch_marker(operator)
+    got = [json.loads(m) for m in await receive_until(communicator, lambda m: marker in m)]
+    assert [(m["seq"], m["kind"]) for m in got[:-1]] == [(6, "llm")]
     await communicator.disconnect()
