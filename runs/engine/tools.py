@@ -159,27 +159,13 @@ def call_tool(
     and the run's retries so far (`retry_count`) allow: (result, error, attempts, duration
     in ms). Without `retry_blindly` an infrastructure error raises OutcomeUnknown instead.
     """
-    result, error, attempts, started = None, None, 0, time.monotonic()
+    started, attempts = time.monotonic(), 0
     while True:
         attempts += 1
-        if not breaker.allow(tool.name):
-            error = f"{tool.name} is temporarily unavailable (circuit open after repeated failures)"
-            break
-        ctx = ToolContext(
-            run_id=str(work.run.pk),
-            idempotency_key=key,
-            deadline=time.monotonic() + tool.timeout_seconds,
-        )
         try:
-            result = tool.call(args, ctx)
-            breaker.record(tool.name, ok=True)
-            break
-        except ToolError as exc:
-            breaker.record(tool.name, ok=True)
-            error = str(exc)
+            result, error = _attempt(work, tool, args, key)
             break
         except ToolInfraError as exc:
-            breaker.record(tool.name, ok=False)
             if not retry_blindly:
                 # A timeout or dropped connection says nothing about whether the effect
                 # happened, and this tool cannot de-duplicate a retry: a person decides.
@@ -190,17 +176,39 @@ def call_tool(
             # Capped per call by the tool's policy and per run by RUN_MAX_RETRIES.
             run_budget_left = retry_count + attempts - 1 < cfg("RUN_MAX_RETRIES")
             if attempts >= tool.retry.max_attempts or not run_budget_left:
-                error = f"{exc} (after {attempts} attempts)"
+                result, error = None, f"{exc} (after {attempts} attempts)"
                 break
-            time.sleep(
-                retry.backoff(attempts, base=tool.retry.base_seconds, cap=tool.retry.max_seconds)
-            )
-        except Exception as exc:  # a bug in a tool must not kill the run
-            log.exception("tool %s crashed", tool.name)
-            breaker.record(tool.name, ok=False)
-            error = f"{tool.name} failed: {type(exc).__name__}: {exc}"
-            break
+            policy = tool.retry
+            time.sleep(retry.backoff(attempts, base=policy.base_seconds, cap=policy.max_seconds))
     return result, error, attempts, int((time.monotonic() - started) * 1000)
+
+
+def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | None]:
+    """One call: (result, business error). ToolInfraError, the retryable kind, propagates."""
+    if not breaker.allow(tool.name):
+        return (
+            None,
+            f"{tool.name} is temporarily unavailable (circuit open after repeated failures)",
+        )
+    ctx = ToolContext(
+        run_id=str(work.run.pk),
+        idempotency_key=key,
+        deadline=time.monotonic() + tool.timeout_seconds,
+    )
+    try:
+        result = tool.call(args, ctx)
+    except ToolError as exc:
+        breaker.record(tool.name, ok=True)
+        return None, str(exc)
+    except ToolInfraError:
+        breaker.record(tool.name, ok=False)
+        raise
+    except Exception as exc:  # a bug in a tool must not kill the run
+        log.exception("tool %s crashed", tool.name)
+        breaker.record(tool.name, ok=False)
+        return None, f"{tool.name} failed: {type(exc).__name__}: {exc}"
+    breaker.record(tool.name, ok=True)
+    return result, None
 
 
 def error_counters(run) -> dict:
