@@ -17,7 +17,6 @@ from django.db.models import Count, Q, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -260,14 +259,7 @@ def run_cancel(request: HttpRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk, write=True)
     run.cancel(by=request.user, reason=f"cancelled by {request.user.get_username()}")
     if request.htmx:
-        context = rendering.run_context(run)
-        # The header in place, and the controls (now without Cancel) beside it.
-        html = render_to_string(
-            rendering.RUN_PAGE + "#run-header", context, request=request
-        ) + render_to_string(
-            rendering.RUN_PAGE + "#run-actions", {**context, "oob": True}, request=request
-        )
-        return HttpResponse(html)
+        return render(request, rendering.RUN_PAGE + "#run-header", rendering.run_context(run))
     return redirect("runs:detail", pk=run.pk)
 
 

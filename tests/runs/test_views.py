@@ -368,11 +368,7 @@ def test_operator_cancels_a_running_run(client, operator, run):
     assert 'id="cancel-run"' in html
     response = client.post(reverse("runs:cancel", args=[run.pk]), HTTP_HX_REQUEST="true")
     assert response.status_code == 200
-    html = response.content.decode()
-    assert 'data-status="cancelled"' in html
-    # The controls beside the header lose Cancel in the same response.
-    assert '<div id="run-actions" class="actions" hx-swap-oob="true">' in html
-    assert 'id="cancel-run"' not in html
+    assert 'data-status="cancelled"' in response.content.decode()
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
     assert run.steps.last().data["by"] == "olivia"
