@@ -31,6 +31,8 @@ class User(AbstractUser):
 
     @property
     def can_view(self) -> bool:
+        if not self.is_active:
+            return False
         return bool(self._role_names() & set(Role.values)) or self.is_superuser
 
     @property

@@ -6,7 +6,7 @@ import asyncio
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from . import events, live, rendering
+from . import access, events, live, rendering
 from .models import Run, Step
 
 CATCH_UP_MAX = 500
@@ -14,18 +14,108 @@ CATCH_UP_MAX = 500
 # lost *last* event (the run finished) is never followed by one that reveals the gap. So an
 # open timeline also re-reads the database this often (one indexed query when nothing is new).
 CATCH_UP_POLL_SECONDS = 10.0
+# A socket re-checks its session and the user's role this often, whatever it was told
+# (runs/access.py): no frame reaches a user more than 5 s after their access ended, even if
+# the announcement was lost. Three indexed reads (session, user, roles).
+ACCESS_CHECK_SECONDS = 4.0
+# Closed because the user may no longer see: the browser does not reconnect (htmx's ws
+# extension retries only 1006, 1011-1013) and a reload meets the login page.
+CLOSE_FORBIDDEN = 4403
 
 
-class RunConsumer(AsyncJsonWebsocketConsumer):
+class WatchedAccess:
+    """Who may watch is checked at connect and again whenever it may have changed: when the
+    user's group announces it (a logout, deactivation, role removed) and every
+    ACCESS_CHECK_SECONDS. A socket whose user may no longer see stops sending at once and
+    closes."""
+
+    access_ended = False
+
+    def may_see(self, user) -> bool:
+        """Whether this user may see what this socket streams (sync: may read the database)."""
+        raise NotImplementedError
+
+    async def admit(self) -> bool:
+        """connect()'s access check; False once it has refused the socket."""
+        user = self.scope.get("user")
+        if not user or not user.is_authenticated:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return False
+        # Joined before the check: a revocation committed in between still reaches us.
+        self.user_group = events.user_group(user.pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
+        if not await database_sync_to_async(self.may_see)(user):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+            del self.user_group
+            await self.close(code=CLOSE_FORBIDDEN)
+            return False
+        return True
+
+    def watch_access(self) -> None:
+        """After accept(): the periodic re-check."""
+        self.access_watch = asyncio.create_task(self._recheck_access())
+
+    async def _recheck_access(self) -> None:
+        while True:
+            await asyncio.sleep(ACCESS_CHECK_SECONDS)
+            if not await self._still_allowed():
+                await self.end_access()
+                return
+
+    async def access_changed(self, event):
+        session = event.get("session")
+        if (session and session == self._session_digest()) or not await self._still_allowed():
+            await self.end_access()
+
+    def _session_digest(self) -> str:
+        key = getattr(self.scope.get("session"), "session_key", None)
+        return access.session_digest(key) if key else ""
+
+    @database_sync_to_async
+    def _still_allowed(self) -> bool:
+        key = getattr(self.scope.get("session"), "session_key", None)
+        user = access.session_user(key)
+        return user is not None and user.pk == self.scope["user"].pk and self.may_see(user)
+
+    async def end_access(self) -> None:
+        if self.access_ended:
+            return
+        # First: from here on nothing is sent, even an event already queued for this socket.
+        self.access_ended = True
+        for task in (getattr(self, "poller", None), getattr(self, "access_watch", None)):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        for group in self.joined_groups():
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.close(code=CLOSE_FORBIDDEN)
+
+    def joined_groups(self) -> list[str]:
+        return [g for g in (getattr(self, "group", ""), getattr(self, "user_group", "")) if g]
+
+    async def leave(self) -> None:
+        """disconnect(): stop the re-check, leave the groups."""
+        if hasattr(self, "access_watch"):
+            self.access_watch.cancel()
+        for group in self.joined_groups():
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def send(self, text_data=None, bytes_data=None, close=False):
+        if not self.access_ended:
+            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+
+    async def send_json(self, content, close=False):
+        if not self.access_ended:
+            await super().send_json(content, close=close)
+
+
+class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
     """One run's timeline. The client says the last seq it has; it gets what it missed, then
     live steps, each exactly once."""
 
     async def connect(self):
         events.remember_server_loop(asyncio.get_running_loop())
-        user = self.scope.get("user")
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        if not user or not user.is_authenticated or not await self._may_see(user):
-            await self.close(code=4403)
+        if not await self.admit():
             return
         self.group = events.run_group(self.run_id)
         self.last_seq = _int(self._query().get("after"), 0)
@@ -38,12 +128,12 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         async with self.delivering:
             await self._catch_up()
         self.poller = asyncio.create_task(self._poll())
+        self.watch_access()
 
     async def disconnect(self, code):
         if hasattr(self, "poller"):
             self.poller.cancel()
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.leave()
 
     async def run_step(self, event):
         async with self.delivering:
@@ -82,8 +172,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         raw = self.scope.get("query_string", b"").decode()
         return {k: v[-1] for k, v in parse_qs(raw).items()}
 
-    @database_sync_to_async
-    def _may_see(self, user) -> bool:
+    def may_see(self, user) -> bool:
         return Run.objects.visible_to(user).filter(pk=self.run_id).exists()
 
     @database_sync_to_async
@@ -102,7 +191,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return out
 
 
-class GroupConsumer(AsyncJsonWebsocketConsumer):
+class GroupConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
     """One group's stream for any user with a role; subclasses name the group and render its
     events (DashboardConsumer here, approvals/consumers.py ApprovalsConsumer)."""
 
@@ -110,25 +199,23 @@ class GroupConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         events.remember_server_loop(asyncio.get_running_loop())
-        user = self.scope.get("user")
-        if (
-            not user
-            or not user.is_authenticated
-            or not await database_sync_to_async(lambda: user.can_view)()
-        ):
-            await self.close(code=4403)
+        if not await self.admit():
             return
         # Browsers get the rendered fragments; scripts and tests may ask for the summaries.
         self.as_json = b"format=json" in self.scope.get("query_string", b"")
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.send_current_state()
+        self.watch_access()
+
+    def may_see(self, user) -> bool:
+        return user.can_view
 
     async def send_current_state(self) -> None:
         """After subscribing: what changed between the page render and the subscription."""
 
     async def disconnect(self, code):
-        await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.leave()
 
     async def forward(self, event):
         if self.as_json:

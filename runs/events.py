@@ -41,6 +41,11 @@ def run_group(run_id) -> str:
     return f"run.{run_id}"
 
 
+def user_group(user_id) -> str:
+    """Every live socket of a user joins it: access that ends is announced there."""
+    return f"user.{user_id}"
+
+
 DASHBOARD_GROUP = "runs.all"
 APPROVALS_GROUP = "approvals.all"
 # The step kinds that change a run's row in the runs list and dashboard (status, model
@@ -274,3 +279,11 @@ def publish_approval(approval_id) -> None:
         APPROVALS_GROUP,
         {"type": "approvals.changed", "approval_id": str(approval_id), "event": uuid.uuid4().hex},
     )
+
+
+def publish_access_changed(user_id, *, session: str | None = None) -> None:
+    """Tell a user's sockets, once committed, that their access may have ended (runs/access.py):
+    each re-checks it and closes if it may no longer see. `session` (a digest) names a
+    session that ended: its sockets close without asking."""
+    message = {"type": "access.changed", **({"session": session} if session else {})}
+    transaction.on_commit(lambda: send(user_group(user_id), message))

@@ -245,11 +245,14 @@ def run_context(run: Run) -> dict:
 # --- WebSocket payloads ---------------------------------------------------------------------------
 def render_step_event(step: Step, run: Run | None = None, *, with_header: bool = True) -> dict:
     """The run group's message for one step: the step appended to #timeline, plus the
-    refreshed header (status, usage). Rendered once; every viewer gets the same bytes."""
+    refreshed header (status, usage) and, once the run is terminal, its controls without
+    Cancel. Rendered once; every viewer gets the same bytes."""
     html = render_to_string(RUN_PAGE + "#step-push", {"v": step_view(step)})
     if with_header:
         run = run or Run.objects.select_related("launched_by").get(pk=step.run_id)
         html += render_to_string(RUN_PAGE + "#run-header", {**run_context(run), "oob": True})
+        if run.is_terminal:
+            html += render_to_string(RUN_PAGE + "#run-actions", {"run": run, "oob": True})
     return {"html": html}
 
 

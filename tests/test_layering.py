@@ -17,6 +17,7 @@ DEFERRED_IMPORTS = {
     # AppConfig.ready(): Django's place for registering things once the models are loaded.
     ("runs/apps.py", "runs.tasks"),
     ("runs/apps.py", "runs.events"),
+    ("runs/apps.py", "runs.access"),
     ("runs/apps.py", "runs.models"),
     ("approvals/apps.py", "runs.engine"),
     ("approvals/apps.py", "approvals.gates"),

@@ -49,6 +49,9 @@ def test_the_launch_form_refuses_bad_input_inline_then_launches_within_the_limit
     operator.assert_same_document()
     server.wait_for_status(run_id, "cancelled")
     expect(page.locator("#timeline .step").last).to_contain_text("cancelled")
+    # The controls follow the run (pushed with its last step): no Cancel on a finished run.
+    expect(page.locator("#cancel-run")).to_have_count(0)
+    expect(page.locator("#run-actions")).to_contain_text("Export JSON")
     # The browser logs the two refused submissions (422 Unprocessable); nothing else.
     refused = [e for e in operator.console_errors if "status of 422" in e]
     assert len(refused) == 2 and len(operator.console_errors) == 2, operator.console_errors

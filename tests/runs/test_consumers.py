@@ -271,3 +271,19 @@ async def test_tool_steps_do_not_push_list_rows(run, viewer, operator):
     got = [json.loads(m) for m in await receive_until(communicator, lambda m: marker in m)]
     assert [(m["seq"], m["kind"]) for m in got[:-1]] == [(6, "llm")]
     await communicator.disconnect()
+
+
+async def test_the_controls_lose_cancel_when_the_watched_run_ends(run, viewer, operator):
+    communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
+    # A step of a run still going leaves the controls alone (they depend on who watches).
+    await sync_to_async(add_steps)(run, 1)
+    [going] = await receive_until(communicator, lambda m: 6 in seqs(m))
+    assert 'id="run-actions"' not in going
+
+    await sync_to_async(run.cancel)(by=operator, reason="enough")
+    [ended] = await receive_until(communicator, lambda m: 7 in seqs(m))
+    assert 'data-status="cancelled"' in ended
+    assert '<div id="run-actions" class="actions" hx-swap-oob="true">' in ended
+    assert 'id="cancel-run"' not in ended
+    assert "Export JSON" in ended
+    await communicator.disconnect()
