@@ -90,10 +90,32 @@ class UsageOut(Schema):
     cost_usd: Decimal
 
 
+class OutcomeOut(Schema):
+    """What people decided in the run and how its tool calls went, beyond its status: a run
+    can succeed after its refund was rejected."""
+
+    approved: int = Field(description="Gated calls approved as proposed.")
+    edited: int = Field(description="Gated calls approved with edited arguments.")
+    rejected: int = Field(description="Gated calls and questions rejected.")
+    answered: int = Field(description="Questions answered.")
+    expired: int = Field(description="Approvals nobody decided in time.")
+    tool_failed: int = Field(description="Tool calls that failed (rejections not included).")
+    badges: list[str] = Field(description='What lists show, e.g. "1 rejected", worst first.')
+
+
+class TimeOut(Schema):
+    working_seconds: float = Field(
+        description="Elapsed time less time waiting for people: what max_seconds limits."
+    )
+    waiting_seconds: float = Field(description="Time spent waiting for people so far.")
+    waiting_since: datetime | None = Field(description="Start of the current wait, if any.")
+
+
 class RunOut(Schema):
     id: UUID
     agent: str
     agent_title: str
+    input_summary: str = Field(description="One line that tells this run's input apart.")
     status: Run.Status
     status_detail: str
     termination_reason: str = Field(description="Why the run finished; empty while active.")
@@ -106,6 +128,8 @@ class RunOut(Schema):
     limits: LimitsOut
     counters: CountersOut
     usage: UsageOut
+    outcome: OutcomeOut
+    time: TimeOut
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -153,6 +177,27 @@ class RunOut(Schema):
     @staticmethod
     def resolve_usage(run: Run) -> dict:
         return {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost_usd": run.cost_usd}
+
+    @staticmethod
+    def resolve_outcome(run: Run) -> dict:
+        return {
+            "approved": run.approved_count,
+            "edited": run.edited_count,
+            "rejected": run.rejected_count,
+            "answered": run.answered_count,
+            "expired": run.expired_count,
+            "tool_failed": run.tool_failed_count,
+            "badges": [label for _, label in run.outcome_badges],
+        }
+
+    @staticmethod
+    def resolve_time(run: Run) -> dict:
+        working = run.working_seconds
+        return {
+            "working_seconds": round(working, 3),
+            "waiting_seconds": round(max(0.0, run.elapsed_seconds - working), 3),
+            "waiting_since": run.waiting_since,
+        }
 
 
 class RunDetailOut(RunOut):
