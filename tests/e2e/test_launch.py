@@ -43,8 +43,16 @@ def test_the_launch_form_refuses_bad_input_inline_then_launches_within_the_limit
     expect(page.locator("#run-header")).to_contain_text(re.compile(r"steps\s+\d+ / 6(?!\d)"))
 
     # An operator may stop a run that waits for a person; the page says so without a reload.
+    # Cancelling asks first (hx-confirm): dismissed, nothing happens; accepted, it cancels.
     operator.mark_document()
+    page.once("dialog", lambda dialog: dialog.dismiss())
     page.click("button#cancel-run")
+    assert server.run_status(run_id) == "waiting"
+    expect_status(page, "waiting")
+    with page.expect_event("dialog") as asked:
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("button#cancel-run")
+    assert "cannot be resumed" in asked.value.message
     expect_status(page, "cancelled")
     operator.assert_same_document()
     server.wait_for_status(run_id, "cancelled")
