@@ -227,13 +227,18 @@ class Run(models.Model):
         return (end - self.started_at).total_seconds()
 
     @property
-    def working_seconds(self) -> float:
-        """Time the run has worked: elapsed less the time it waited for people, which is
-        what max_seconds limits (the engine's rule; every gauge shows this figure)."""
+    def waiting_seconds(self) -> float:
+        """Time spent waiting for people: earlier waits and the current one so far."""
         waited = self.seconds_waited
         if self.waiting_since is not None:
             waited += ((self.finished_at or timezone.now()) - self.waiting_since).total_seconds()
-        return max(0.0, self.elapsed_seconds - waited)
+        return waited
+
+    @property
+    def working_seconds(self) -> float:
+        """Time the run has worked: elapsed less the time it waited for people, which is
+        what max_seconds limits (the engine's rule; every gauge shows this figure)."""
+        return max(0.0, self.elapsed_seconds - self.waiting_seconds)
 
     # (counter, how a badge says it), in the order badges are shown: the worst first.
     OUTCOME_BADGES = (

@@ -192,10 +192,9 @@ class RunOut(Schema):
 
     @staticmethod
     def resolve_time(run: Run) -> dict:
-        working = run.working_seconds
         return {
-            "working_seconds": round(working, 3),
-            "waiting_seconds": round(max(0.0, run.elapsed_seconds - working), 3),
+            "working_seconds": round(run.working_seconds, 3),
+            "waiting_seconds": round(run.waiting_seconds, 3),
             "waiting_since": run.waiting_since,
         }
 
