@@ -2,9 +2,10 @@
 
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from django.db.models import Q
 from django.utils import timezone
 from ninja import Field, FilterSchema, Schema
 from ninja.filter_schema import FilterLookup
@@ -260,6 +261,13 @@ class RunFilters(FilterSchema):
     created_before: Annotated[datetime | None, FilterLookup("created_at__lt")] = Field(
         None, description="ISO 8601 date or datetime, exclusive."
     )
+    outcome: (
+        Literal["approved", "edited", "rejected", "answered", "expired", "tool_failed"] | None
+    ) = Field(None, description="Runs with at least one such decision or failed tool call.")
+
+    def filter_outcome(self, value: str | None) -> Q:
+        # The run's own counter (OutcomeOut): no join.
+        return Q(**{f"{value}_count__gt": 0}) if value else Q()
 
     @field_validator("created_after", "created_before")
     @classmethod

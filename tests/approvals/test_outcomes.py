@@ -192,3 +192,21 @@ def test_the_live_payload_carries_outcome_summary_and_waiting(operator, approver
 def test_rejections_on_the_approval_row_agree_with_the_counter(operator, approver, no_enqueue):
     run = rejected_run(operator, approver)
     assert Approval.objects.filter(run=run, status="rejected").count() == run.rejected_count
+
+
+def test_the_api_filters_runs_by_outcome(operator, approver, no_enqueue):
+    rejected = rejected_run(operator, approver)
+    approved, approval = gated("test-payer", BIG, by=operator)
+    decisions.decide(approval.pk, user=approver, decision="approve")
+    client = logged_in(operator)
+
+    def ids(query: str) -> set[str]:
+        response = client.get(f"/api/runs?{query}")
+        assert response.status_code == 200, response.content
+        return {r["id"] for r in response.json()["items"]}
+
+    assert ids("outcome=rejected") == {str(rejected.pk)}
+    assert ids("outcome=approved") == {str(approved.pk)}
+    assert ids("outcome=expired") == set()
+    assert ids("") == {str(rejected.pk), str(approved.pk)}
+    assert client.get("/api/runs?outcome=bogus").status_code == 422
