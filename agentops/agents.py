@@ -75,6 +75,11 @@ class GateRules:
         }
 
 
+# The default summary shows this many input fields; any summary is cut to SUMMARY_CHARS.
+SUMMARY_FIELDS = 3
+SUMMARY_CHARS = 120
+
+
 @dataclass(frozen=True)
 class Agent:
     slug: str
@@ -93,6 +98,27 @@ class Agent:
     max_limits: Limits = field(default_factory=lambda: Limits(200, Decimal("20.00"), 3600, 10))
     gates: GateRules = field(default_factory=GateRules)
     max_tokens: int = 1024
+    # One line that tells a run from the others in lists ("order 42 · refund 600"), from
+    # the validated input; None: the first fields of the input (`summarize`). Code, so it
+    # stays out of the snapshot: the line is stored on the run at launch.
+    summary: Callable[[dict], str] | None = None
+
+    def summarize(self, input: dict) -> str:
+        """The run's one-line summary of `input`, at most SUMMARY_CHARS characters."""
+        text = ""
+        if self.summary is not None:
+            try:
+                text = str(self.summary(input))
+            except Exception:  # a summary is a label: it must never stop a launch
+                text = ""
+        if not text:
+            text = " · ".join(
+                f"{name.replace('_', ' ')} {value}"
+                for name, value in list(input.items())[:SUMMARY_FIELDS]
+                if value not in (None, "")
+            )
+        text = " ".join(text.split())  # one line
+        return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
 
     def tool_objects(self) -> list[Tool]:
         return [REGISTRY[name] for name in self.tools]

@@ -292,11 +292,24 @@ def decide(
             approval.refresh_from_db()
             raise _conflict(approval)
         step["status"] = plan.status
-        run.append_step(Step.Kind.DECISION, step)
+        counter = _outcome_counter(plan.status, edited=fields.get("edited_args") is not None)
+        # The run's outcome counter moves in the step's own UPDATE, under the run's lock.
+        run.append_step(Step.Kind.DECISION, step, update={counter: getattr(run, counter) + 1})
         events.publish_approvals_changed(approval.pk)
         _resume_when_decided(run)
     approval.refresh_from_db()
     return approval
+
+
+def _outcome_counter(status: str, *, edited: bool) -> str:
+    """The Run counter a decided approval adds to (Run.outcome_badges shows them)."""
+    if status == Approval.Status.APPROVED:
+        return "edited_count" if edited else "approved_count"
+    return {
+        Approval.Status.REJECTED: "rejected_count",
+        Approval.Status.ANSWERED: "answered_count",
+        Approval.Status.EXPIRED: "expired_count",
+    }[status]
 
 
 def _resume_when_decided(run: Run) -> None:
@@ -577,6 +590,7 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
                     "on_expiry": approval.on_expiry,
                     "detail": f"no decision by {_when(approval.expires_at)}: {outcome}",
                 },
+                update={"expired_count": run.expired_count + 1},
             )
             _resume_when_decided(run)
     return expired

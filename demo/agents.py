@@ -1,6 +1,8 @@
-"""The two demo agents: an SQL analyst and a refund desk."""
+"""The demo agents: an SQL analyst, a refund desk (its default refund is gated) and an
+order inquiry desk that asks the operator instead of guessing."""
 
 import json
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -99,8 +101,10 @@ register(
 # --- Refund desk --------------------------------------------------------------------------------
 class RefundDeskInput(forms.Form):
     # Bounded: SQLite (the shop) stores 64-bit integers; a larger id was a tool crash.
+    # Order 13 (a standing desk, 689.00): a full refund is past the 500 gate and within the
+    # order's total, so the default input shows an approval whose approved refund succeeds.
     order_id = forms.IntegerField(
-        min_value=1, max_value=2**63 - 1, initial=42, help_text="The order to refund."
+        min_value=1, max_value=2**63 - 1, initial=13, help_text="The order to refund."
     )
     amount = forms.DecimalField(
         min_value=Decimal("0.01"),
@@ -120,6 +124,8 @@ def refund_desk_script(data: dict) -> list:
             return [text(f"I could not look up order {data['order_id']}: {order}. No refund.")]
         left = Decimal(str(order.get("total", 0))) - Decimal(str(order.get("refunded", 0)))
         amount = Decimal(data["amount"]) if data.get("amount") else left
+        if amount <= 0:
+            return [text(f"Order {data['order_id']} is already refunded in full. No refund.")]
         return [
             text(f"Order {data['order_id']} is eligible; refunding {amount}."),
             tool_use(
@@ -187,10 +193,115 @@ register(
             + f". Reason: {d['reason']}"
         ),
         script=refund_desk_script,
+        summary=lambda d: (
+            f"order {d['order_id']} · "
+            + (f"refund {d['amount']}" if d.get("amount") else "full refund")
+        ),
         limits=Limits(max_steps=10, max_cost_usd=Decimal("0.50"), max_seconds=300),
         gates=GateRules(
             thresholds={"issue_refund": {"amount": Decimal(500)}},
             approval_timeout=timedelta(hours=24),
         ),
+    )
+)
+
+
+# --- Order inquiry (asks instead of guessing) ---------------------------------------------------
+class OrderInquiryInput(forms.Form):
+    customer_email = forms.EmailField(
+        label="Customer e-mail", initial="grace.thompson1@example.com", max_length=254
+    )
+    message = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        initial="Where is my order? It still has not arrived.",
+        help_text="What the customer wrote.",
+    )
+
+
+RECENT_ORDERS = 4
+_ORDER_IN_ANSWER = re.compile(r"order (\d+)")
+
+
+def order_inquiry_script(data: dict) -> list:
+    def recent_orders(messages):
+        customer = last_tool_result(messages)
+        if not isinstance(customer, dict) or "id" not in customer:
+            return [text(f"I could not find the customer: {customer}. Nothing to look up.")]
+        sql = (
+            "SELECT o.id, p.name AS product, o.status, o.ordered_on FROM orders o "
+            "JOIN products p ON p.id = o.product_id "
+            f"WHERE o.customer_id = {int(customer['id'])} "
+            f"ORDER BY o.ordered_on DESC LIMIT {RECENT_ORDERS}"
+        )
+        return [
+            text("The message names no order; I'll list their recent ones."),
+            tool_use("run_query", sql=sql),
+        ]
+
+    def ask(messages):
+        result = last_tool_result(messages)
+        rows = result.get("rows", []) if isinstance(result, dict) else []
+        if not rows:
+            return [text("The customer has no orders; nothing to look up.")]
+        options = [f"order {r[0]} · {r[1]} ({r[2]}, {r[3]})" for r in rows]
+        return [
+            text("Several orders could be meant; I'll ask rather than guess."),
+            tool_use(
+                "ask_operator",
+                question=f"Which order does the customer mean? They wrote: {data['message']}",
+                options=options,
+            ),
+        ]
+
+    def look_up(messages):
+        answer = last_tool_result(messages)
+        picked = answer.get("answer", "") if isinstance(answer, dict) else ""
+        match = _ORDER_IN_ANSWER.search(picked)
+        if not match:
+            return [text(f"No order was chosen ({answer}); I did not look any up.")]
+        return [tool_use("lookup_order", order_id=int(match[1]))]
+
+    def reply(messages):
+        order = last_tool_result(messages)
+        if not isinstance(order, dict):
+            return [text(f"The lookup failed: {order}")]
+        return [
+            text(
+                f"Order {order.get('id')} ({order.get('product')}) is {order.get('status')}, "
+                f"ordered on {order.get('ordered_on')}. Suggested reply: your "
+                f"{order.get('product')} is {order.get('status')}; we will keep you posted."
+            )
+        ]
+
+    return [
+        [text("Finding the customer."), tool_use("lookup_customer", email=data["customer_email"])],
+        recent_orders,
+        ask,
+        look_up,
+        reply,
+    ]
+
+
+register(
+    Agent(
+        slug="order-inquiry",
+        title="Order inquiry",
+        description=(
+            "Answers a customer's question about an order; asks the operator which order is "
+            "meant when the message does not say."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You answer customers' questions about their orders. Find the customer, then the "
+            "order. When you cannot tell which order is meant, ask the operator with "
+            "ask_operator instead of guessing. End with a short suggested reply."
+        ),
+        tools=("lookup_customer", "run_query", "lookup_order", "ask_operator"),
+        input_form=OrderInquiryInput,
+        prompt=lambda d: f"Customer {d['customer_email']} wrote: {d['message']}",
+        script=order_inquiry_script,
+        summary=lambda d: f"{d['customer_email']} · {d['message']}",
+        limits=Limits(max_steps=10, max_cost_usd=Decimal("0.50"), max_seconds=300),
     )
 )

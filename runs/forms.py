@@ -52,6 +52,20 @@ class RunFilterForm(forms.Form):
         required=False, label="To", widget=forms.DateInput(attrs={"type": "date"})
     )
     q = forms.CharField(required=False, max_length=200, label="Text in input or output")
+    outcome = forms.ChoiceField(
+        required=False,
+        label="Outcome",
+        choices=[
+            ("", "any outcome"),
+            ("approved", "approved"),
+            ("edited", "edited"),
+            ("rejected", "rejected"),
+            ("answered", "answered"),
+            ("expired", "expired"),
+            ("tool_failed", "tool failed"),
+        ],
+    )
+    decided_by = forms.CharField(required=False, max_length=150, label="Decided by")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -20,6 +20,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.db.models import Model
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from . import events, rendering
 from .models import Run, Step
@@ -80,9 +82,22 @@ def step_from(run_id: Any, data: dict) -> Step:
     return Step(run_id=run_id, **_python(Step, data))
 
 
+_OUTCOMES = ("approved", "edited", "rejected", "answered", "expired", "tool_failed")
+
+
+def _waited_before(data: dict, times: dict) -> float:
+    """Seconds waited before the current wait (Run.seconds_waited), from the payload."""
+    since = parse_datetime(str(times["waiting_since"] or ""))
+    if since is None:
+        return times["waiting_seconds"]
+    end = parse_datetime(str(data["finished_at"] or "")) or timezone.now()
+    return max(0.0, times["waiting_seconds"] - (end - since).total_seconds())
+
+
 def run_from(data: dict) -> Run:
     """A run serialised by RunLiveOut, with what its header and rows show."""
     limits, counters, usage = data["limits"], data["counters"], data["usage"]
+    outcome, times = data["outcome"], data["time"]
     run = Run(
         agent_config={"title": data["agent_title"], "model": data["model"]},
         **_python(
@@ -104,6 +119,7 @@ def run_from(data: dict) -> Run:
                         "started_at",
                         "finished_at",
                         "updated_at",
+                        "input_summary",
                     )
                 },
                 **limits,
@@ -113,6 +129,10 @@ def run_from(data: dict) -> Run:
                 "retry_count": counters["retries"],
                 "last_seq": counters["last_seq"],
                 **usage,
+                **{f"{name}_count": outcome[name] for name in _OUTCOMES},
+                # Working time is elapsed less waited: the wait so far, minus the current one.
+                "waiting_since": times["waiting_since"],
+                "seconds_waited": _waited_before(data, times),
             },
         ),
     )

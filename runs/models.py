@@ -150,6 +150,24 @@ class Run(models.Model):
     tokens_out = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
 
+    # What happened, countable in a list without reading the timeline: each is moved on in
+    # the same UPDATE as the step that records it (a decision, an expiry, a tool step), so
+    # keeping them costs no statement of its own. `approved` leaves out edited approvals.
+    approved_count = models.PositiveIntegerField(default=0)
+    edited_count = models.PositiveIntegerField(default=0)
+    rejected_count = models.PositiveIntegerField(default=0)
+    answered_count = models.PositiveIntegerField(default=0)
+    expired_count = models.PositiveIntegerField(default=0)
+    tool_failed_count = models.PositiveIntegerField(
+        default=0, help_text="Tool calls that failed (not the ones a person rejected)."
+    )
+    # One line that tells this run from its neighbours in a list (Agent.summarize, at launch).
+    input_summary = models.CharField(max_length=200, blank=True)
+    # Time parked in `waiting` before the current wait, and when the current wait began:
+    # max_seconds is working time, a person's time to decide is left out (working_seconds).
+    seconds_waited = models.FloatField(default=0)
+    waiting_since = models.DateTimeField(null=True, blank=True)
+
     last_seq = models.PositiveIntegerField(default=0)
     last_hash = models.CharField(max_length=64, blank=True)
     version = models.PositiveIntegerField(default=0)
@@ -207,6 +225,40 @@ class Run(models.Model):
             return 0.0
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
+
+    @property
+    def waiting_seconds(self) -> float:
+        """Time spent waiting for people: earlier waits and the current one so far."""
+        waited = self.seconds_waited
+        if self.waiting_since is not None:
+            waited += ((self.finished_at or timezone.now()) - self.waiting_since).total_seconds()
+        return waited
+
+    @property
+    def working_seconds(self) -> float:
+        """Time the run has worked: elapsed less the time it waited for people, which is
+        what max_seconds limits (the engine's rule; every gauge shows this figure)."""
+        return max(0.0, self.elapsed_seconds - self.waiting_seconds)
+
+    # (counter, how a badge says it), in the order badges are shown: the worst first.
+    OUTCOME_BADGES = (
+        ("tool_failed_count", "tool failed"),
+        ("rejected_count", "rejected"),
+        ("expired_count", "expired"),
+        ("edited_count", "edited"),
+        ("answered_count", "answered"),
+    )
+
+    @property
+    def outcome_badges(self) -> list[tuple[str, str]]:
+        """("rejected", "1 rejected")-style badges for what people and tools did in the run,
+        from the counters alone (no query): a succeeded run whose refund was rejected says so."""
+        badges = []
+        for name, label in self.OUTCOME_BADGES:
+            n = getattr(self, name)
+            if n:
+                badges.append((name.removesuffix("_count").replace("_", "-"), f"{n} {label}"))
+        return badges
 
     def seconds_waiting_for_humans(self, status_steps=None) -> float:
         """Time spent parked in `waiting`, from the timeline's paused/resumed steps.
@@ -375,11 +427,31 @@ class Run(models.Model):
         self.refresh_from_db()
         return True
 
+    def park(self, detail: str) -> bool:
+        """Running -> waiting for people; the wait's start is kept so it can be left out of
+        working time. Call under the run's row lock; the caller appends the paused step."""
+        return self.transition_to(
+            Run.Status.WAITING,
+            status_detail=detail,
+            lease_owner="",
+            lease_expires_at=None,
+            waiting_since=timezone.now(),
+        )
+
     def resume(self, detail: str) -> bool:
         """Waiting -> queued (a person decided what it waited for), with its step, and sent
         to a worker once committed. Call under the run's row lock (`locked`); False when it
         was not waiting (a quick decision found it still running: its worker goes on)."""
-        if not self.transition_to(Run.Status.QUEUED, status_detail="", expect=Run.Status.WAITING):
+        waited = self.seconds_waited
+        if self.waiting_since is not None:
+            waited += (timezone.now() - self.waiting_since).total_seconds()
+        if not self.transition_to(
+            Run.Status.QUEUED,
+            status_detail="",
+            expect=Run.Status.WAITING,
+            seconds_waited=waited,
+            waiting_since=None,
+        ):
             return False
         self.append_step(
             Step.Kind.STATUS,

@@ -219,7 +219,8 @@ def _percent(used: float, limit: float) -> int:
 
 
 def gauges(run: Run) -> list[Gauge]:
-    elapsed = run.elapsed_seconds
+    # Working time, as the terminator counts it: waiting for a person does not use it up.
+    working = run.working_seconds
     cost = Decimal(run.cost_usd)
     return [
         Gauge(
@@ -234,7 +235,12 @@ def gauges(run: Run) -> list[Gauge]:
             f"${Decimal(run.max_cost_usd):.2f}",
             _percent(float(cost), float(run.max_cost_usd)),
         ),
-        Gauge("time", f"{elapsed:.0f}s", f"{run.max_seconds}s", _percent(elapsed, run.max_seconds)),
+        Gauge(
+            "working time",
+            f"{working:.0f}s",
+            f"{run.max_seconds}s",
+            _percent(working, run.max_seconds),
+        ),
     ]
 
 

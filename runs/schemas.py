@@ -2,9 +2,10 @@
 
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from django.db.models import Q
 from django.utils import timezone
 from ninja import Field, FilterSchema, Schema
 from ninja.filter_schema import FilterLookup
@@ -90,10 +91,32 @@ class UsageOut(Schema):
     cost_usd: Decimal
 
 
+class OutcomeOut(Schema):
+    """What people decided in the run and how its tool calls went, beyond its status: a run
+    can succeed after its refund was rejected."""
+
+    approved: int = Field(description="Gated calls approved as proposed.")
+    edited: int = Field(description="Gated calls approved with edited arguments.")
+    rejected: int = Field(description="Gated calls and questions rejected.")
+    answered: int = Field(description="Questions answered.")
+    expired: int = Field(description="Approvals nobody decided in time.")
+    tool_failed: int = Field(description="Tool calls that failed (rejections not included).")
+    badges: list[str] = Field(description='What lists show, e.g. "1 rejected", worst first.')
+
+
+class TimeOut(Schema):
+    working_seconds: float = Field(
+        description="Elapsed time less time waiting for people: what max_seconds limits."
+    )
+    waiting_seconds: float = Field(description="Time spent waiting for people so far.")
+    waiting_since: datetime | None = Field(description="Start of the current wait, if any.")
+
+
 class RunOut(Schema):
     id: UUID
     agent: str
     agent_title: str
+    input_summary: str = Field(description="One line that tells this run's input apart.")
     status: Run.Status
     status_detail: str
     termination_reason: str = Field(description="Why the run finished; empty while active.")
@@ -106,6 +129,8 @@ class RunOut(Schema):
     limits: LimitsOut
     counters: CountersOut
     usage: UsageOut
+    outcome: OutcomeOut
+    time: TimeOut
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -153,6 +178,26 @@ class RunOut(Schema):
     @staticmethod
     def resolve_usage(run: Run) -> dict:
         return {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost_usd": run.cost_usd}
+
+    @staticmethod
+    def resolve_outcome(run: Run) -> dict:
+        return {
+            "approved": run.approved_count,
+            "edited": run.edited_count,
+            "rejected": run.rejected_count,
+            "answered": run.answered_count,
+            "expired": run.expired_count,
+            "tool_failed": run.tool_failed_count,
+            "badges": [label for _, label in run.outcome_badges],
+        }
+
+    @staticmethod
+    def resolve_time(run: Run) -> dict:
+        return {
+            "working_seconds": round(run.working_seconds, 3),
+            "waiting_seconds": round(run.waiting_seconds, 3),
+            "waiting_since": run.waiting_since,
+        }
 
 
 class RunDetailOut(RunOut):
@@ -216,6 +261,13 @@ class RunFilters(FilterSchema):
     created_before: Annotated[datetime | None, FilterLookup("created_at__lt")] = Field(
         None, description="ISO 8601 date or datetime, exclusive."
     )
+    outcome: (
+        Literal["approved", "edited", "rejected", "answered", "expired", "tool_failed"] | None
+    ) = Field(None, description="Runs with at least one such decision or failed tool call.")
+
+    def filter_outcome(self, value: str | None) -> Q:
+        # The run's own counter (OutcomeOut): no join.
+        return Q(**{f"{value}_count__gt": 0}) if value else Q()
 
     @field_validator("created_after", "created_before")
     @classmethod

@@ -13,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, Q, Sum, TextField
+from django.db.models import Count, Exists, OuterRef, Q, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -122,6 +122,16 @@ def filtered_runs(request: HttpRequest, form: RunFilterForm):
         runs = runs.filter(
             created_at__lt=datetime.combine(f["date_to"] + timedelta(days=1), time.min, tz)
         )
+    if f["outcome"]:
+        # The run's own counters: no join, whatever the page size.
+        runs = runs.filter(**{f"{f['outcome']}_count__gt": 0})
+    if f["decided_by"]:
+        # Through the reverse relation (approvals stand above runs); Exists keeps one row
+        # per run however many approvals that person decided in it.
+        decided = Run.approvals.rel.related_model.objects.filter(
+            run=OuterRef("pk"), decided_by__username=f["decided_by"]
+        )
+        runs = runs.filter(Exists(decided))
     if f["q"]:
         runs = runs.annotate(input_text=Cast("input", TextField())).filter(
             Q(input_text__icontains=f["q"]) | Q(output__icontains=f["q"])

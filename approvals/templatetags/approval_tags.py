@@ -41,3 +41,33 @@ def run_decisions(run: Run) -> dict:
         Approval.objects.filter(run=run).select_related("decided_by").order_by("requested_at")
     )
     return {"decisions": decisions}
+
+
+_DECIDED = (
+    Approval.Status.APPROVED,
+    Approval.Status.REJECTED,
+    Approval.Status.ANSWERED,
+    Approval.Status.EXPIRED,
+)
+
+
+@register.simple_tag
+def decisions_by_run(runs) -> dict[str, list[tuple[str, str]]]:
+    """Who decided what in each of these runs (one query for the page): run id ->
+    [(decision, who)], decision being approved, edited, rejected, answered or expired."""
+    ids = [run.pk for run in runs]
+    rows = (
+        Approval.objects.filter(run_id__in=ids, status__in=_DECIDED)
+        .order_by("decided_at")
+        .values_list("run_id", "status", "edited_args", "decided_by__username")
+    )
+    out: dict[str, list[tuple[str, str]]] = {}
+    for run_id, status, edited_args, username in rows:
+        decision = "edited" if status == Approval.Status.APPROVED and edited_args else status
+        out.setdefault(str(run_id), []).append((decision, username or "the system"))
+    return out
+
+
+@register.filter
+def of_run(decisions: dict, run: Run) -> list:
+    return decisions.get(str(run.pk), [])

@@ -151,12 +151,7 @@ def park_for_humans(work: Work) -> None:
             # Decided between the gate and this pause: the decision found the run still
             # running and could not re-enqueue it, so pausing now would strand it.
             return
-        run.transition_to(
-            Run.Status.WAITING,
-            status_detail=f"waiting for {waiting} decision(s)",
-            lease_owner="",
-            lease_expires_at=None,
-        )
+        run.park(f"waiting for {waiting} decision(s)")
         run.append_step(
             Step.Kind.STATUS,
             {

@@ -84,6 +84,7 @@ def _new_run(agent: Agent, input: dict, limits: Limits, **fields) -> Run:
         agent=agent.slug,
         agent_config=agent.snapshot(),
         input=input,
+        input_summary=agent.summarize(input),
         max_steps=limits.max_steps,
         max_cost_usd=limits.max_cost_usd,
         max_seconds=limits.max_seconds,

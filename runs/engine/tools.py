@@ -216,6 +216,7 @@ def error_counters(run) -> dict:
         "retry_count": run.retry_count,
         "error_count": run.error_count,
         "consecutive_errors": run.consecutive_errors,
+        "tool_failed_count": run.tool_failed_count,
     }
 
 
@@ -251,6 +252,7 @@ def tool_step(
         data["result"] = result
     counters["retry_count"] += max(0, attempts - 1)
     if is_error and counts_as_error:
+        counters["tool_failed_count"] += 1
         counters["error_count"] += 1
         counters["consecutive_errors"] += 1
     elif not is_error:

@@ -392,6 +392,15 @@ class Session:
     requests: list[str] = field(default_factory=list)
     sockets: list[WebSocket] = field(default_factory=list)
     frames: list[tuple[WebSocket, str]] = field(default_factory=list)
+    # What the next confirm() dialogs are answered (True: OK); dismissed when empty.
+    dialog_answers: list[bool] = field(default_factory=list)
+
+    def on_dialog(self, dialog) -> None:
+        self.dialogs.append(dialog.message)
+        if self.dialog_answers and self.dialog_answers.pop(0):
+            dialog.accept()
+        else:
+            dialog.dismiss()
 
     def sockets_to(self, path: str) -> list[WebSocket]:
         """The WebSockets this page opened to `path` (reconnects included), oldest first."""
@@ -447,7 +456,7 @@ def login(browser, server) -> Iterator[Callable[[str], Session]]:
         session = Session(context=context, page=page)
         page.on("console", session.on_console)
         page.on("pageerror", lambda exc: session.console_errors.append(f"pageerror: {exc}"))
-        page.on("dialog", lambda d: (session.dialogs.append(d.message), d.dismiss()))
+        page.on("dialog", session.on_dialog)
         page.on("request", lambda r: session.requests.append(r.url))
         page.on("websocket", session.on_websocket)
         session.goto("/accounts/login/")

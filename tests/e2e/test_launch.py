@@ -43,8 +43,15 @@ def test_the_launch_form_refuses_bad_input_inline_then_launches_within_the_limit
     expect(page.locator("#run-header")).to_contain_text(re.compile(r"steps\s+\d+ / 6(?!\d)"))
 
     # An operator may stop a run that waits for a person; the page says so without a reload.
+    # Cancelling asks first (hx-confirm): dismissed, nothing happens; accepted, it cancels.
     operator.mark_document()
+    operator.dialog_answers[:] = [False, True]
     page.click("button#cancel-run")
+    operator.settle()
+    assert server.run_status(run_id) == "waiting"
+    expect_status(page, "waiting")
+    page.click("button#cancel-run")
+    assert len(operator.dialogs) == 2 and "cannot be resumed" in operator.dialogs[0]
     expect_status(page, "cancelled")
     operator.assert_same_document()
     server.wait_for_status(run_id, "cancelled")

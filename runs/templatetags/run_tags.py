@@ -1,0 +1,31 @@
+"""Small filters the run pages share."""
+
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+
+register = template.Library()
+
+
+@register.filter
+def ago(moment: datetime | None, now: datetime | None = None) -> str:
+    """A past moment as people say it: "just now", "2 min ago", "3 h ago", "yesterday",
+    "5 days ago"; older than a month, the date. Exact times go in the element's title."""
+    if moment is None:
+        return ""
+    seconds = ((now or timezone.now()) - moment).total_seconds()
+    if seconds < 45:
+        return "just now"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min ago"
+    hours = round(seconds / 3600)
+    if hours < 24:
+        return f"{hours} h ago"
+    days = round(seconds / 86400)
+    if days == 1:
+        return "yesterday"
+    if days < 31:
+        return f"{days} days ago"
+    return f"{moment:%Y-%m-%d}"
