@@ -8,6 +8,7 @@ import copy
 import enum
 import functools
 import inspect
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +80,9 @@ class Tool:
     # What an approver's rejection does: tell the agent (it can adapt) or fail the run.
     on_reject: str = "tell_agent"
     wants_ctx: bool = False
+    # How the call's effect reads to a person ("Refund 600.00 on order 42"): a format string
+    # over the parsed arguments or a function of them; see `effect`.
+    describe: "str | Callable[[dict], str] | None" = None
 
     @property
     def has_side_effects(self) -> bool:
@@ -118,6 +122,20 @@ class Tool:
             kwargs["ctx"] = ctx
         return self.fn(**kwargs)
 
+    def effect(self, args: dict) -> str:
+        """One line saying what this call would do, from its parsed arguments. The tool's own
+        `describe` when it has one and it can read these arguments; otherwise the tool's name
+        and its arguments (long values cut)."""
+        if self.describe is not None:
+            try:
+                if callable(self.describe):
+                    return str(self.describe(args))
+                return self.describe.format(**args)
+            except (KeyError, IndexError, TypeError, ValueError, ArithmeticError):
+                pass  # arguments it cannot read (an edit, an old call): the plain form below
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in sorted(args.items()))
+        return f"Call {self.name} with {shown}" if shown else f"Call {self.name}"
+
     def metadata(self) -> dict:
         return {
             "name": self.name,
@@ -129,6 +147,11 @@ class Tool:
             "on_reject": self.on_reject,
             "input_schema": self.input_schema(),
         }
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @functools.cache
@@ -151,8 +174,11 @@ def tool(
     retry: RetryPolicy | None = None,
     on_reject: str = "tell_agent",
     name: str | None = None,
+    describe: str | Callable[[dict], str] | None = None,
 ) -> Callable[[Callable], Callable]:
-    """Register a function as a tool. Its docstring is the description the model reads."""
+    """Register a function as a tool. Its docstring is the description the model reads.
+    `describe` says how a call's effect reads to an approver: a format string over the
+    parsed arguments ("Send {subject!r} to {to}") or a function of them."""
 
     def register(fn: Callable) -> Callable:
         tool_name = name or fn.__name__
@@ -183,6 +209,7 @@ def tool(
             retry=retry or RetryPolicy(),
             on_reject=on_reject,
             wants_ctx=wants_ctx,
+            describe=describe,
         )
         return fn
 

@@ -7,6 +7,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from agentops.tools import get_tool
+
 
 class ApprovalQuerySet(models.QuerySet):
     def pending(self):
@@ -114,6 +116,36 @@ class Approval(models.Model):
     @property
     def final_args(self) -> dict:
         return self.edited_args if self.edited_args is not None else self.args
+
+    # Risks at which approving asks "are you sure" with the exact effect, whatever the tool.
+    CONFIRM_RISKS = frozenset({Risk.HIGH, Risk.CRITICAL})
+
+    def effect(self, args: dict | None = None) -> str:
+        """What approving would do, in one line built from the server-parsed arguments
+        ("Refund 600.00 on order 42"): the tool's own wording, or its name and arguments."""
+        args = self.args if args is None else args
+        found = get_tool(self.tool)
+        if found is None:
+            return f"Call {self.tool}" if self.tool else ""
+        return found.effect(args or {})
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """A high-risk or irreversible action: Approve is not the default-looking button, and
+        the decision form's approve asks for a confirmation of the effect first."""
+        if self.kind != self.Kind.ACTION:
+            return False
+        found = get_tool(self.tool)
+        return self.risk in self.CONFIRM_RISKS or (found is not None and not found.reversible)
+
+    @property
+    def expiry_outcome(self) -> str:
+        """What happens if nobody decides before the deadline, in words."""
+        if self.on_expiry == "fail":
+            return "it expires and the run fails."
+        if self.kind == self.Kind.QUESTION:
+            return "it expires unanswered and the agent is told so."
+        return "it expires: the call is not executed, and the agent is told so."
 
 
 class ApprovalVote(models.Model):

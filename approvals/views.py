@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import rendering
 from runs.models import Step, args_hash
 
-from . import arg_form, decisions, listing
+from . import arg_form, decisions, evidence, listing
 from . import stats as approval_stats
 from .models import Approval, ApprovalVote
 
@@ -123,6 +123,8 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "has_fields": bool(fields),
         "diff": _edit_preview(approval, submitted or {}) if fields else None,
         "steps": [rendering.step_view(s) for s in recent],
+        "evidence": evidence.for_approval(approval),
+        "effect": approval.effect() if approval.kind == Approval.Kind.ACTION else "",
         "can_decide": request.user.can_approve and approval.status == Approval.Status.PENDING,
         "decided": _decided(result),
         "opened_token": signing.dumps(timezone.now().isoformat(), salt=OPENED_SALT),
@@ -134,8 +136,9 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
 
 def _decided(result: dict | None) -> bool:
     """Whether the screen's buttons are done: after a decision, and after any answer but
-    "fix your input" (422), pressing again could only be a mistake or a conflict."""
-    return result is not None and result.get("status") != 422
+    "fix your input" (422) or "confirm this effect", pressing again could only be a mistake
+    or a conflict."""
+    return result is not None and result.get("status") != 422 and not result.get("confirm")
 
 
 def _edit_preview(approval: Approval, post) -> dict:
@@ -160,6 +163,8 @@ def _edit_preview(approval: Approval, post) -> dict:
         preview["message"] = exc.message
         return preview
     preview["changes"] = arg_form.changes(fields, original, final)
+    # What the edit would do, in the tool's words: the edit's confirmation, before it is pressed.
+    preview["effect"] = approval.effect(final) if preview["changes"] else ""
     return preview
 
 
@@ -237,12 +242,17 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
         refusal, field_errors = _refusal(approval, decision, request.POST)
         if refusal:
             status, result["message"] = 422, refusal
-    if status == 200 and decision == "edit_approve":
+    if status == 200 and _needs_confirmation(request, approval, decision):
+        # Nothing is decided yet: the approver is shown the exact effect and confirms it. The
+        # confirmation names the call they were shown (its hash), so it cannot be replayed
+        # onto another one.
+        result["confirm"] = approval.effect()
+    elif status == 200 and decision == "edit_approve":
         fields = arg_form.fields_for(approval.tool, approval.args or {})
         arguments, field_errors = arg_form.parse(fields, approval.args or {}, request.POST)
         if field_errors:
             status, result["message"] = 422, "Some arguments could not be read."
-    if status == 200:
+    if status == 200 and not result.get("confirm"):
         try:
             outcome = decisions.decide(
                 approval.pk,
@@ -279,6 +289,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
             "decided": _decided(result),
             "has_fields": approval.kind == Approval.Kind.ACTION
             and bool(arg_form.fields_for(approval.tool, approval.args or {})),
+            "shown_args_hash": args_hash(approval.tool, approval.args or {}),
             "oob": True,
         }
         html = render_to_string(DETAIL_TEMPLATE + "#decision-result", context, request)
@@ -288,6 +299,21 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
         request, approval, result=result, field_errors=field_errors, submitted=request.POST
     )
     return render(request, DETAIL_TEMPLATE, context, status=status)
+
+
+def _needs_confirmation(request: HttpRequest, approval: Approval, decision: str) -> bool:
+    """A plain approve of a high-risk or irreversible call, not yet confirmed for the call
+    on screen. Someone the decision service would refuse (not allowed, already decided,
+    shown another call) gets that refusal at once, not a confirmation first."""
+    current = args_hash(approval.tool, approval.args or {})
+    return (
+        decision == "approve"
+        and approval.status == Approval.Status.PENDING
+        and approval.needs_confirmation
+        and request.POST.get("shown_args_hash") == current
+        and request.POST.get("confirmed", "") != current
+        and not decisions.forbidden_reason(approval, approval.run, request.user, "approve")
+    )
 
 
 def _success_message(decision: str, approval: Approval) -> str:

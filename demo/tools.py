@@ -62,7 +62,13 @@ def run_query(sql: str = Field(max_length=5000), ctx: ToolContext = None) -> dic
     }
 
 
-@tool(reversible=False, blast=Blast.MEDIUM, accepts_idempotency_key=True, timeout_seconds=10)
+@tool(
+    reversible=False,
+    blast=Blast.MEDIUM,
+    accepts_idempotency_key=True,
+    timeout_seconds=10,
+    describe="E-mail the report “{subject}” to {to}",
+)
 def email_report(
     to: EmailStr,
     subject: str = Field(max_length=200),
@@ -112,12 +118,17 @@ def lookup_order(order_id: int = Field(ge=1)) -> dict:
     return {**dict(row), "refunded": str(refunded)}
 
 
+def _refund_effect(args: dict) -> str:
+    return f"Refund {Decimal(str(args['amount'])):.2f} on order {args['order_id']}"
+
+
 @tool(
     reversible=False,
     blast=Blast.HIGH,
     accepts_idempotency_key=True,
     timeout_seconds=10,
     on_reject="tell_agent",
+    describe=_refund_effect,
 )
 def issue_refund(
     order_id: int = Field(ge=1),
@@ -162,7 +173,13 @@ def _refund_result(refund: Refund, *, replayed: bool = False) -> dict:
     return out
 
 
-@tool(reversible=False, blast=Blast.MEDIUM, accepts_idempotency_key=False, timeout_seconds=10)
+@tool(
+    reversible=False,
+    blast=Blast.MEDIUM,
+    accepts_idempotency_key=False,
+    timeout_seconds=10,
+    describe="E-mail {to}: {subject}",
+)
 def send_customer_email(
     to: EmailStr, subject: str = Field(max_length=200), body: str = Field(max_length=10000)
 ) -> dict:

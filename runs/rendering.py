@@ -18,6 +18,8 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 
+from agentops.templatetags.untrusted import is_invisible
+
 from .models import Run, Step
 
 # Longer text is cut in the timeline; the step's own page shows all of it.
@@ -44,6 +46,12 @@ class Block:
     text: str
     truncated: int = 0  # characters left out
     error: bool = False
+
+    @property
+    def has_invisible(self) -> bool:
+        """Whether the text hides characters a reader cannot see (shown marked, and flagged
+        on a collapsed block's summary)."""
+        return any(map(is_invisible, self.text))
 
     @classmethod
     def of(cls, label: str, value: Any, *, full: bool = False, error: bool = False) -> "Block":

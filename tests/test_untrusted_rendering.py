@@ -126,3 +126,46 @@ def test_exports_are_json_not_html(client, viewer, poisoned):
         assert response["Content-Type"] == kind
         assert response["Content-Disposition"].startswith("attachment;")
         assert response["X-Content-Type-Options"] == "nosniff"
+
+
+SPOOF = "\u202eevil\u202c@example.com and a zero\u200bwidth space"
+OVERRIDE_MARK = '<span class="invisible-char" title="U+202E RIGHT-TO-LEFT OVERRIDE">'
+
+
+@pytest.fixture
+def spoofed(operator, no_enqueue):
+    """A run waiting on an approval, with bidi and zero-width text in model-controlled fields."""
+    run, approval = gated_run(operator)
+    with transaction.atomic():
+        locked = Run.locked(run.pk)
+        locked.append_step(
+            Step.Kind.LLM, {"model": "m", "content": [{"type": "text", "text": SPOOF}]}
+        )
+        locked.append_step(
+            Step.Kind.TOOL,
+            {"tool_use_id": "t9", "tool": "lookup_order", "args": {}, "result": SPOOF},
+        )
+    Run.objects.filter(pk=run.pk).update(output=SPOOF)
+    Approval.objects.filter(pk=approval.pk).update(
+        context_summary=SPOOF, explanation=f"to {SPOOF} is not on the allow-list"
+    )
+    return Run.objects.get(pk=run.pk), Approval.objects.get(pk=approval.pk)
+
+
+def test_invisible_characters_are_marked_on_approval_run_and_audit_pages(
+    client, admin_user, spoofed
+):
+    run, approval = spoofed
+    client.force_login(admin_user)
+    for url in (
+        reverse("approvals:detail", args=[approval.pk]),
+        reverse("runs:detail", args=[run.pk]),
+        reverse("runs:audit_run", args=[run.pk]),
+        reverse("runs:step", args=[run.pk, run.last_seq]),
+    ):
+        html = client.get(url).content.decode()
+        assert "\u202e" not in html and "\u200b" not in html, url
+        assert OVERRIDE_MARK in html, url
+        assert "\u27e8U+200B\u27e9" in html, url
+    pushed = rendering.render_step_event(run.steps.get(seq=run.last_seq), run)["html"]
+    assert OVERRIDE_MARK in pushed and "\u202e" not in pushed

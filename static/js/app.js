@@ -113,7 +113,8 @@
     var edit = document.getElementById("edit-approve");
     if (approve) {
       if (differs) approve.disabled = true;
-      approve.classList.toggle("approve", !differs);
+      // A high-risk or irreversible call's Approve never looks like the default action.
+      approve.classList.toggle("approve", !differs && !approve.hasAttribute("data-confirm"));
     }
     if (edit) {
       if (differs && (previewPending || !previewOk)) edit.disabled = true;
@@ -137,7 +138,24 @@
     if (elt && elt.id === "decision-form") {
       var outcome = document.getElementById("decision-outcome");
       if (outcome) outcome.scrollIntoView({ block: "nearest" });
+      // Approve asked to confirm the effect: the confirmation takes the keyboard, so Enter
+      // (or y) is the second and last key.
+      var confirm = document.getElementById("confirm-approve");
+      if (confirm) confirm.focus();
     }
+  }
+
+  /* 6. "Not now" on an approve's confirmation: nothing was decided, the question goes away. */
+  function onClick(evt) {
+    var t = evt.target;
+    if (!(t instanceof Element) || !t.closest("#confirm-cancel")) return;
+    var box = document.getElementById("decision-result");
+    if (!box) return;
+    while (box.firstChild) box.removeChild(box.firstChild);
+    box.className = "";
+    box.removeAttribute("data-status");
+    var approve = document.getElementById("approve");
+    if (approve) approve.focus();
   }
 
   /* 3b. Live pushes are broadcast: one message serves every page that shows the thing. Pieces
@@ -169,6 +187,7 @@
     tick();
     setInterval(tick, 1000);
     document.addEventListener("keydown", onKey);
+    document.addEventListener("click", onClick);
     document.addEventListener("input", onFieldEdit);
     document.addEventListener("change", onFieldEdit);
     document.body.addEventListener("htmx:beforeSend", syncDecision);

@@ -34,6 +34,8 @@ def shown(approval: Approval) -> str:
 def form(approval: Approval, decision: str, **fields) -> dict:
     """The decision form as the screen posts it: every argument field, the hash it showed."""
     data = {"decision": decision, "args_form": "1", "shown_args_hash": shown(approval)}
+    if decision == "approve":
+        data["confirmed"] = shown(approval)  # the second press on an irreversible call
     data.update({f"arg_{k}": v for k, v in approval.args.items()})
     data.update({f"arg_{k}": v for k, v in fields.items()})
     return data

@@ -61,6 +61,8 @@ def decide(client, approval, hx=True, **data):
     headers = {"HTTP_HX_REQUEST": "true"} if hx else {}
     if approval.kind == Approval.Kind.ACTION:
         data.setdefault("shown_args_hash", args_hash(approval.tool, approval.args))
+        # The confirmation of an irreversible call's effect, as its second press sends it.
+        data.setdefault("confirmed", data["shown_args_hash"])
     return client.post(reverse("approvals:decide", args=[approval.pk]), data, **headers)
 
 

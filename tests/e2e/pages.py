@@ -94,3 +94,8 @@ def decide(
         page.fill("textarea[name=reason]", reason)
     page.click(f"button#{button}")
     expect(page.locator("#decision-result")).not_to_be_empty()
+    if button == "approve" and page.locator("#confirm-approve").count():
+        # A high-risk or irreversible call: the second press confirms the effect shown.
+        page.click("#confirm-approve")
+        expect(page.locator("#confirm-approve")).to_have_count(0)
+        expect(page.locator("#decision-result")).not_to_be_empty()

@@ -58,6 +58,10 @@ def test_operator_sees_the_run_finish_live_after_an_approver_approves(server, lo
     expect(screen.locator("[name=arg_order_id]")).to_have_value("7")
     screenshot(screen, "approval")
     screen.click("button#approve")
+    # An irreversible refund: the exact effect is confirmed with a second press.
+    expect(screen.locator("#confirm-effect")).to_have_text("Refund 12.50 on order 7")
+    screenshot(screen, "approval-confirm-effect")
+    screen.click("button#confirm-approve")
     expect(screen.locator("#decision-result")).to_contain_text(re.compile("approved", re.I))
 
     # Live on the operator's page: the decision, the refund, then the customer e-mail, which
