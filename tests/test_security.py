@@ -140,6 +140,38 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         assert response.status_code == 403
 
 
+# What each page's Content-Security-Policy must say: the directives that matter, exactly.
+CSP_MUST = {
+    "default-src": {"'self'"},
+    "script-src": {"'self'"},  # no inline script, no eval, no other origin
+    "connect-src": {"'self'"},  # fetch and WebSockets only to us
+    "frame-ancestors": {"'none'"},  # never framed (clickjacking)
+    "object-src": {"'none'"},
+    "base-uri": {"'none'"},  # an injected <base> cannot re-point relative URLs
+    "form-action": {"'self'"},
+}
+
+
+def _csp(header: str) -> dict[str, set[str]]:
+    directives = {}
+    for part in header.split(";"):
+        name, *values = part.split()
+        directives[name] = set(values)
+    return directives
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (m, _) in PAGES.items() if m == "GET"))
+def test_every_page_sends_the_security_headers(name, users, world):
+    response = client_for(users, "admin").get(url_of(name, world))
+    assert response.status_code == 200, response.status_code
+    csp = _csp(response["Content-Security-Policy"])
+    for directive, values in CSP_MUST.items():
+        assert csp.get(directive) == values, (name, directive, csp.get(directive))
+    assert not any("unsafe" in v for values in csp.values() for v in values)
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["X-Content-Type-Options"] == "nosniff"
+
+
 @pytest.mark.parametrize("name", sorted(n for n, (m, _) in PAGES.items() if m == "GET"))
 def test_read_only_pages_refuse_unsafe_methods(name, users, world):
     client = client_for(users, "admin")
