@@ -520,15 +520,32 @@ def wait_http(client: Client, path: str, timeout: float) -> None:
     raise SystemExit(f"{path} did not answer 200 within {timeout:.0f} s")
 
 
-def manage(env: dict, *argv: str) -> str:
+def prepare() -> tuple[str, str]:
+    """Migrate, collect static files, the demo users, two API tokens: in this process (a
+    `manage.py` start each costs seconds on a small machine). Returns (operator, approver)."""
+    import io
+
+    from django.core.management import call_command
+    from django.db import connection
+
+    from accounts.models import ApiToken
+
     started = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True
+    for command, options in (
+        ("migrate", {"interactive": False}),
+        ("collectstatic", {"interactive": False}),
+        ("seed_demo", {}),
+    ):
+        call_command(command, verbosity=0, stdout=io.StringIO(), **options)
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects
+    tokens = tuple(
+        ApiToken.issue(users.get(username=u), "chaos")[1] for u in ("operator", "approver")
     )
-    if out.returncode != 0:
-        raise SystemExit(f"manage.py {' '.join(argv)} failed:\n{out.stdout}\n{out.stderr}")
-    print(f"  manage.py {argv[0]}: {time.monotonic() - started:.1f} s", flush=True)
-    return out.stdout.strip()
+    connection.close()
+    print(f"  migrated, static files, users, tokens: {time.monotonic() - started:.1f} s")
+    return tokens
 
 
 def start(args, sv: Services) -> tuple[str, str]:
@@ -559,12 +576,9 @@ def start(args, sv: Services) -> tuple[str, str]:
     os.environ.update(sv.env)
     sv.spawn("redis")
     wait_port(sv.redis_port, 30)
-    manage(sv.env, "migrate", "--noinput")
-    manage(sv.env, "collectstatic", "--noinput")
-    manage(sv.env, "seed_demo")
-    op = manage(sv.env, "issue_token", "operator", "--name", "chaos").splitlines()[-1]
-    ap = manage(sv.env, "issue_token", "approver", "--name", "chaos").splitlines()[-1]
-    import bench.chaos_app as chaos_app  # the effects schema; django.setup() for this process
+    import bench.chaos_app as chaos_app  # django.setup() for this process; the effects schema
+
+    op, ap = prepare()
 
     db = chaos_app.effects_db()
     db.executescript(chaos_app.SCHEMA)

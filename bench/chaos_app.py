@@ -40,6 +40,9 @@ from agentops.llm.scripted import text, tool_use  # noqa: E402
 from agentops.tools import Blast, ToolContext, tool  # noqa: E402
 
 AGENT = "chaos-loop"
+# A call takes its tool's timeout as lease: the lease the suite sets (a dead worker's runs are
+# taken over within it), so "stuck beyond 2 x lease" means the same for every step.
+TIMEOUT = float(os.environ.get("AGENTOPS_LEASE_SECONDS", "5"))
 SCHEMA = """
 create table if not exists effect (
     ref text not null, key text not null, tool text not null, run text not null,
@@ -86,19 +89,25 @@ def _effect(tool_name: str, ref: str, ctx: ToolContext, *, honour_key: bool) -> 
     return {"ref": ref, "ok": True, "replayed": bool(seen)}
 
 
-@tool(reversible=False, blast=Blast.LOW, accepts_idempotency_key=True, name="chaos_charge")
+@tool(
+    reversible=False,
+    blast=Blast.LOW,
+    accepts_idempotency_key=True,
+    timeout_seconds=TIMEOUT,
+    name="chaos_charge",
+)
 def chaos_charge(ref: str, amount: int, ctx: ToolContext) -> dict:
     """Charges `amount` (chaos bench only); honours the idempotency key."""
     return _effect("chaos_charge", ref, ctx, honour_key=True)
 
 
-@tool(reversible=False, blast=Blast.LOW, name="chaos_notify")
+@tool(reversible=False, blast=Blast.LOW, timeout_seconds=TIMEOUT, name="chaos_notify")
 def chaos_notify(ref: str, ctx: ToolContext) -> dict:
     """Sends a notification (chaos bench only); cannot de-duplicate."""
     return _effect("chaos_notify", ref, ctx, honour_key=False)
 
 
-@tool(reversible=False, blast=Blast.MEDIUM, name="chaos_transfer")
+@tool(reversible=False, blast=Blast.MEDIUM, timeout_seconds=TIMEOUT, name="chaos_transfer")
 def chaos_transfer(ref: str, ctx: ToolContext) -> dict:
     """Transfers money (chaos bench only); always gated; cannot de-duplicate."""
     return _effect("chaos_transfer", ref, ctx, honour_key=False)
