@@ -402,12 +402,9 @@ class Chaos:
             sv.restart_postgres(mode)
         elif kind == "redis":
             fault = Fault("redis shutdown", time.monotonic())
-            try:
-                import redis
-
-                redis.Redis(port=sv.redis_port, socket_timeout=5).shutdown(nosave=True)
-            except Exception:  # the connection drops as it shuts down
-                pass
+            # Raw: redis-py waits and retries when the server drops the connection on it.
+            with socket.create_connection(("127.0.0.1", sv.redis_port), timeout=5) as conn:
+                conn.sendall(b"SHUTDOWN NOSAVE\r\n")
             try:
                 sv.procs["redis"].wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -452,24 +449,26 @@ class Chaos:
             connection.close()
 
     def watch_orphans(self, fault: Fault, held: dict) -> None:
-        from django.db import connection
+        from django.db import DatabaseError, connection
 
         from runs.models import Run
 
         deadline = fault.at + self.args.recover_timeout
-        try:
-            while held and time.monotonic() < deadline:
-                rows = Run.objects.filter(pk__in=held).values_list("pk", "status", "last_seq")
-                moved = {pk for pk, status, seq in rows if status != "running" or seq > held[pk]}
-                if len(moved) == len(held):
-                    break
-                time.sleep(0.25)
-            else:
-                if held:
-                    return
-            fault.orphans_done = time.monotonic()
-        finally:
-            connection.close()
+        while held and time.monotonic() < deadline:
+            try:
+                rows = list(Run.objects.filter(pk__in=held).values_list("pk", "status", "last_seq"))
+            except DatabaseError:  # a Postgres restart injected meanwhile
+                connection.close()
+                time.sleep(0.5)
+                continue
+            if all(status != "running" or seq > held[pk] for pk, status, seq in rows):
+                fault.orphans_done = time.monotonic()
+                break
+            time.sleep(0.25)
+        else:
+            if not held:
+                fault.orphans_done = time.monotonic()
+        connection.close()
 
     def watch_recovery(self, fault: Fault) -> None:
         deadline = fault.at + self.args.recover_timeout
@@ -725,10 +724,11 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
     retried_same_key = len(calls.fetchall())
     db.close()
     per_key: dict[tuple, int] = {}
-    per_ref: dict[str, int] = {}
-    for ref, key, tool, _run in effects:
+    # Per run and ref: a launch retried after no answer makes a second run with the same tag.
+    per_ref: dict[tuple, int] = {}
+    for ref, key, tool, run_id in effects:
         per_key[(tool, key)] = per_key.get((tool, key), 0) + 1
-        per_ref[ref] = per_ref.get(ref, 0) + 1
+        per_ref[(run_id, ref)] = per_ref.get((run_id, ref), 0) + 1
     dup_key = {k: n for k, n in per_key.items() if n > 1}
     dup_ref = {r: n for r, n in per_ref.items() if n > 1}
     ledger = dict(SideEffect.objects.filter(run__agent=AGENT).values_list("key", "status"))
@@ -740,7 +740,7 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
         tag, steps = run.input["tag"], int(run.input["steps"])
         want = [f"{tag}:{p}{i}" for i in range(steps) for p in "cn"]
         want += [f"{tag}:t"] if run.input.get("gate") else []
-        missing += [ref for ref in want if ref not in per_ref]
+        missing += [ref for ref in want if (str(run.pk), ref) not in per_ref]
     ledger_statuses: dict[str, int] = {}
     for status in ledger.values():
         ledger_statuses[status] = ledger_statuses.get(status, 0) + 1
@@ -759,8 +759,8 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
     )
     for (tool, key), n in list(dup_key.items())[:5]:
         failures.append(f"duplicate effect: {tool} key {key[:12]}... happened {n} times")
-    for ref, n in list(dup_ref.items())[:5]:
-        failures.append(f"duplicate effect: call {ref} happened {n} times")
+    for (run_id, ref), n in list(dup_ref.items())[:5]:
+        failures.append(f"duplicate effect: call {ref} of run {run_id} happened {n} times")
     for ref, tool in not_committed[:5]:
         failures.append(f"effect {tool} {ref} happened but the ledger does not say committed")
     for ref in missing[:5]:
