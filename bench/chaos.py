@@ -1,0 +1,954 @@
+"""Chaos suite: the production topology under faults, then the exactly-once checks.
+
+    uv run python bench/chaos.py                      # defaults: 20 runs, a few of each fault
+    uv run python bench/chaos.py --runs 200 --pg-restarts 8 --redis-restarts 2 --kills 30
+
+Everything it needs it starts itself, on free ports of 127.0.0.1, in a temporary directory,
+and stops by PID when it ends (also on Ctrl-C or an error): a Postgres cluster (initdb +
+pg_ctl, as the `postgres` OS user when run as root), a redis-server, one daphne, two threaded
+Celery workers and beat, all with DEBUG=false and a short lease (--lease). It never touches
+the shared Postgres or Redis. The agent and its slow tools with side effects are in
+bench/chaos_app.py (effects land in a SQLite file outside the database under test).
+
+While it launches --runs runs over the API (spread over --seconds, each retried until the API
+answers 201), approves every gated call and answers every "outcome unknown" question from the
+effects file (the truth), and --watchers WebSocket clients follow long runs (reconnecting with
+`?after=<last seq>`), it injects faults one at a time, evenly spaced, in a shuffled order:
+kill -9 of a worker (restarted 1 s later, as a supervisor would), `pg_ctl restart` (-m
+immediate and -m fast in turn), Redis SHUTDOWN NOSAVE (restarted after --redis-down seconds),
+kill -9 of daphne with the WebSocket clients connected (restarted 1 s later).
+
+After each fault a canary run is launched; the fault is recovered when the API answers again,
+the canary has finished and (for a worker kill) every run the dead worker held has moved on.
+Then it waits (at most --drain seconds) for every run to finish and checks: runs launched /
+acknowledged (201) / found in the database, terminal or waiting for a person, stuck (active
+with no activity for 2 x lease), duplicate effects per idempotency key and per logical call,
+effects missing from completed runs, seq gaps and hash chains, HTTP 5xx during and after each
+fault, time to recover, and that each WebSocket client saw exactly the run's seqs 1..n once.
+Exits 1 on a lost run, a duplicate effect, a gap, a stuck run, a 5xx after recovery, a fault
+not recovered, or a WebSocket client that disagrees with the database.
+"""
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import itertools
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+AGENT = "chaos-loop"
+SEQ_RE = re.compile(r'class="step[^"]*"[^>]*data-seq="(\d+)"')
+
+
+# --- processes ---------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pg_bindir() -> Path:
+    try:
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True)
+        if (Path(out.stdout.strip()) / "initdb").exists():
+            return Path(out.stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not found:
+        raise SystemExit("no initdb found (install PostgreSQL server binaries)")
+    return found[-1].parent
+
+
+class Services:
+    """Every process this run starts, by PID; `stop_all` ends each of them (and its group)."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.argv: dict[str, list[str]] = {}
+        self.env: dict[str, str] = {}
+        self.pg_data = tmp / "pg"
+        self.pg_sock = tmp / "pgsock"
+        self.pg_bin = pg_bindir()
+        self.pg_port = free_port()
+        self.redis_port = free_port()
+        self.web_port = free_port()
+        self.as_root = os.geteuid() == 0
+        self.pg_started = False
+
+    # Postgres: a cluster of our own, on a private port, owned by the postgres OS user.
+    def _pg(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(self.pg_bin / argv[0]), *argv[1:]]
+        if self.as_root:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        return subprocess.run(
+            cmd, cwd=self.tmp, capture_output=True, text=True, check=check, timeout=120
+        )
+
+    def start_postgres(self) -> None:
+        for d in (self.pg_data, self.pg_sock):
+            d.mkdir(mode=0o700)
+            if self.as_root:
+                shutil.chown(d, "postgres", "postgres")
+        if self.as_root:
+            shutil.chown(self.tmp, "postgres")  # pg_ctl's log file and cwd
+        self._pg("initdb", "-D", str(self.pg_data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        opts = (
+            f"-p {self.pg_port} -k {self.pg_sock} -c listen_addresses=127.0.0.1 "
+            "-c max_connections=200 -c fsync=off"
+        )
+        self._pg(
+            "pg_ctl", "-D", str(self.pg_data), "-l", str(self.tmp / "pg.log"),
+            "-o", opts, "-w", "-t", "60", "start",
+        )  # fmt: skip
+        self.pg_started = True
+        import psycopg
+
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.pg_port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            conn.execute("create database agentops_chaos")
+
+    def restart_postgres(self, mode: str) -> None:
+        # -l again: without it the new postmaster writes to pg_ctl's stdout, our pipe.
+        self._pg(
+            "pg_ctl", "-D", str(self.pg_data), "-l", str(self.tmp / "pg.log"),
+            "-m", mode, "-w", "-t", "60", "restart",
+        )  # fmt: skip
+
+    def stop_postgres(self) -> None:
+        if not self.pg_started:
+            return
+        result = self._pg(
+            "pg_ctl", "-D", str(self.pg_data), "-m", "immediate", "-w", "stop", check=False
+        )
+        pidfile = self.pg_data / "postmaster.pid"
+        if result.returncode != 0 and pidfile.exists():
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+        self.pg_started = False
+
+    # Children: each in a process group of its own, so stopping one ends what it started.
+    def spawn(self, name: str, argv: list[str] | None = None) -> subprocess.Popen:
+        argv = argv or self.argv[name]
+        self.argv[name] = argv
+        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115  (the child holds it)
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, process_group=0
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.kill(name, signal.SIGTERM)
+        self.procs.clear()
+        self.stop_postgres()
+
+
+# --- HTTP, with every answer recorded -------------------------------------------------------------
+@dataclass
+class Hit:
+    at: float
+    what: str
+    code: int  # 0: no answer (refused, reset, timeout)
+
+
+class Client:
+    def __init__(self, base: str):
+        self.base = base
+        self.hits: list[Hit] = []
+        self.lock = threading.Lock()
+
+    def call(
+        self, method: str, path: str, token: str | None = None, body: dict | None = None
+    ) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        code, out = 0, {}
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                code, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            code, raw = exc.code, exc.read()
+        except (OSError, urllib.error.URLError):
+            raw = b""
+        try:
+            out = json.loads(raw or b"{}")
+        except ValueError:
+            out = {"raw": raw[:200].decode(errors="replace")}
+        what = f"{method} {re.sub(r'[0-9a-f-]{36}', '<id>', path.split('?')[0])}"
+        with self.lock:
+            self.hits.append(Hit(time.monotonic(), what, code))
+        return code, out
+
+
+# --- WebSocket clients -------------------------------------------------------------------------
+class Watcher(threading.Thread):
+    """A browser on one run: reconnects with ?after=<last seq> whenever the socket drops."""
+
+    def __init__(self, base: str, run_id: str, session_key: str):
+        super().__init__(daemon=True)
+        self.url = base.replace("http", "ws", 1) + f"/ws/runs/{run_id}/"
+        self.headers = {"Cookie": f"sessionid={session_key}", "Origin": base}
+        self.run_id = run_id
+        self.seen: list[int] = []
+        self.connects = 0
+        self.stop = threading.Event()
+
+    @property
+    def last(self) -> int:
+        return self.seen[-1] if self.seen else 0
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        import websockets
+
+        while not self.stop.is_set():
+            try:
+                url = f"{self.url}?after={self.last}"
+                async with websockets.connect(
+                    url, additional_headers=self.headers, open_timeout=5
+                ) as ws:
+                    self.connects += 1
+                    while not self.stop.is_set():
+                        try:
+                            message = await asyncio.wait_for(ws.recv(), 0.5)
+                        except TimeoutError:
+                            continue
+                        self.seen.extend(int(s) for s in SEQ_RE.findall(str(message)))
+            except Exception:  # refused while daphne is down, reset when it is killed
+                await asyncio.sleep(0.5)
+
+
+# --- the suite ----------------------------------------------------------------------------------
+@dataclass
+class Fault:
+    kind: str
+    at: float  # monotonic, when injected
+    restored: float = 0.0  # the service is back (restarted / answering)
+    api_back: float = 0.0
+    canary_done: float = 0.0
+    orphans_done: float = 0.0
+    orphans: int = 0
+    recovered: float = 0.0
+    note: str = ""
+
+    def recovery(self) -> float:
+        parts = [self.api_back, self.canary_done]
+        if self.kind.startswith("kill worker"):
+            parts.append(self.orphans_done)
+        return max(parts) if all(parts) else 0.0
+
+
+@dataclass
+class Launch:
+    tag: str
+    body: dict
+    acknowledged: bool = False
+    attempts: int = 0
+    no_answer: int = 0
+    run_id: str = ""
+    canary: bool = False
+
+
+@dataclass
+class State:
+    launches: list[Launch] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    questions: dict[str, str] = field(default_factory=dict)  # approval id -> answer
+    approved: set[str] = field(default_factory=set)
+    stop: threading.Event = field(default_factory=threading.Event)
+    errors: list[str] = field(default_factory=list)
+
+
+class Chaos:
+    def __init__(self, args, services: Services, client: Client, op: str, ap: str):
+        self.args = args
+        self.sv = services
+        self.http = client
+        self.op, self.ap = op, ap
+        self.st = State()
+        self.rng = random.Random(args.seed)
+        self.effects_path = services.env["CHAOS_EFFECTS_DB"]
+        self.tag_prefix = f"c{os.getpid()}"
+        self.counter = itertools.count(1)
+
+    # launching
+    def launch(self, *, steps: int, gate: bool, canary: bool = False, timeout=120.0) -> Launch:
+        tag = f"{self.tag_prefix}-{'k' if canary else 'r'}{next(self.counter)}"
+        launch = Launch(tag, {"agent": AGENT, "input": {"tag": tag, "steps": steps, "gate": gate}})
+        launch.canary = canary
+        self.st.launches.append(launch)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            launch.attempts += 1
+            code, out = self.http.call("POST", "/api/runs", self.op, launch.body)
+            if code == 201:
+                launch.acknowledged, launch.run_id = True, out["id"]
+                return launch
+            if code == 0:
+                launch.no_answer += 1
+            elif code < 500:
+                self.st.errors.append(f"launch {tag}: {code} {out}")
+                return launch
+            time.sleep(0.5)
+        return launch
+
+    def launcher(self, t0: float) -> None:
+        n = self.args.runs
+        span = self.args.seconds * 0.8
+        for i in range(n):
+            wait = t0 + span * i / max(1, n) - time.monotonic()
+            if wait > 0 and self.st.stop.wait(wait):
+                return
+            threading.Thread(
+                target=self.launch,
+                kwargs={"steps": self.rng.randint(1, 3), "gate": i % 2 == 0},
+                daemon=True,
+            ).start()
+
+    # the people: approve every gated call, answer "did it happen?" with the truth
+    def effect_happened(self, ref: str) -> bool:
+        db = sqlite3.connect(self.effects_path, timeout=30)
+        try:
+            return db.execute("select 1 from effect where ref = ?", (ref,)).fetchone() is not None
+        finally:
+            db.close()
+
+    def people(self) -> None:
+        while not self.st.stop.is_set():
+            code, page = self.http.call("GET", "/api/approvals?status=pending&limit=200", self.ap)
+            for item in page.get("items", []) if code == 200 else []:
+                if not item["can_decide"]:
+                    continue
+                if item["kind"] == "question":
+                    ref = (item.get("arguments") or {}).get("ref", "")
+                    answer = "happened" if self.effect_happened(ref) else "did_not_happen"
+                    body = {"decision": "answer", "answer": answer}
+                else:
+                    body = {"decision": "approve"}
+                code, _ = self.http.call(
+                    "POST", f"/api/approvals/{item['id']}/decision", self.ap, body
+                )
+                if code == 200:
+                    if item["kind"] == "question":
+                        self.st.questions[str(item["id"])] = body["answer"]
+                    else:
+                        self.st.approved.add(str(item["id"]))
+            self.st.stop.wait(0.5)
+
+    def prober(self) -> None:
+        while not self.st.stop.is_set():
+            self.http.call("GET", "/api/runs?limit=1", self.op)
+            self.st.stop.wait(0.25)
+
+    # faults
+    def schedule(self) -> list[str]:
+        a = self.args
+        kinds = (
+            ["pg"] * a.pg_restarts
+            + ["redis"] * a.redis_restarts
+            + ["kill"] * a.kills
+            + ["daphne"] * a.daphne_kills
+        )
+        self.rng.shuffle(kinds)
+        return kinds
+
+    def inject(self, kind: str, index: int) -> Fault:
+        sv = self.sv
+        if kind == "pg":
+            mode = ("immediate", "fast")[index % 2]
+            fault = Fault(f"postgres restart -m {mode}", time.monotonic())
+            sv.restart_postgres(mode)
+        elif kind == "redis":
+            fault = Fault("redis shutdown", time.monotonic())
+            # Raw: redis-py waits and retries when the server drops the connection on it.
+            with socket.create_connection(("127.0.0.1", sv.redis_port), timeout=5) as conn:
+                conn.sendall(b"SHUTDOWN NOSAVE\r\n")
+            try:
+                sv.procs["redis"].wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                sv.kill("redis")
+            time.sleep(self.args.redis_down)
+            sv.spawn("redis")
+            wait_port(sv.redis_port, 30)
+        elif kind == "kill":
+            name = self.rng.choice(["w1", "w2"])
+            pid = sv.procs[name].pid
+            fault = Fault(f"kill -9 worker {name}", time.monotonic())
+            fault.kind = f"kill worker {name}"
+            sv.kill(name)
+            held = self.runs_held_by(pid)
+            fault.orphans = len(held)
+            fault.note = f"held {len(held)} runs"
+            time.sleep(1)
+            sv.spawn(name)
+            threading.Thread(target=self.watch_orphans, args=(fault, held), daemon=True).start()
+        else:
+            fault = Fault("kill -9 daphne", time.monotonic())
+            sv.kill("daphne")
+            time.sleep(1)
+            sv.spawn("daphne")
+            wait_port(sv.web_port, 30)
+        fault.restored = time.monotonic()
+        self.st.faults.append(fault)
+        threading.Thread(target=self.watch_recovery, args=(fault,), daemon=True).start()
+        return fault
+
+    def runs_held_by(self, pid: int) -> dict[str, int]:
+        from django.db import connection
+
+        from runs.models import Run
+
+        prefix = f"{socket.gethostname()}:{pid}:"
+        connection.close()  # this thread's connection may predate a Postgres restart
+        try:
+            rows = Run.objects.filter(status="running", lease_owner__startswith=prefix)
+            return dict(rows.values_list("pk", "last_seq"))
+        finally:
+            connection.close()
+
+    def watch_orphans(self, fault: Fault, held: dict) -> None:
+        from django.db import DatabaseError, connection
+
+        from runs.models import Run
+
+        deadline = fault.at + self.args.recover_timeout
+        while held and time.monotonic() < deadline:
+            try:
+                rows = list(Run.objects.filter(pk__in=held).values_list("pk", "status", "last_seq"))
+            except DatabaseError:  # a Postgres restart injected meanwhile
+                connection.close()
+                time.sleep(0.5)
+                continue
+            if all(status != "running" or seq > held[pk] for pk, status, seq in rows):
+                fault.orphans_done = time.monotonic()
+                break
+            time.sleep(0.25)
+        else:
+            if not held:
+                fault.orphans_done = time.monotonic()
+        connection.close()
+
+    def watch_recovery(self, fault: Fault) -> None:
+        deadline = fault.at + self.args.recover_timeout
+        while time.monotonic() < deadline:
+            if self.http.call("GET", "/healthz")[0] == 200:
+                fault.api_back = time.monotonic()
+                break
+            time.sleep(0.25)
+        canary = self.launch(steps=1, gate=False, canary=True, timeout=deadline - time.monotonic())
+        while canary.acknowledged and time.monotonic() < deadline:
+            code, out = self.http.call("GET", f"/api/runs/{canary.run_id}", self.op)
+            if code == 200 and out.get("status") in ("succeeded", "failed", "cancelled"):
+                fault.canary_done = time.monotonic()
+                break
+            time.sleep(0.25)
+        while time.monotonic() < deadline and not fault.recovery():
+            time.sleep(0.25)
+        fault.recovered = fault.recovery()
+
+    def faults(self, t0: float) -> None:
+        kinds = self.schedule()
+        span = self.args.seconds
+        for i, kind in enumerate(kinds):
+            at = t0 + span * (i + 0.5) / max(1, len(kinds))
+            if self.st.stop.wait(max(0.0, at - time.monotonic())):
+                return
+            fault = self.inject(kind, sum(1 for k in kinds[:i] if k == kind))
+            print(f"  {fault.at - t0:6.1f} s  {fault.kind}  {fault.note}", flush=True)
+
+
+def wait_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+def wait_http(client: Client, path: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.call("GET", path)[0] == 200:
+            return
+        time.sleep(0.25)
+    raise SystemExit(f"{path} did not answer 200 within {timeout:.0f} s")
+
+
+def prepare() -> tuple[str, str]:
+    """Migrate, collect static files, the demo users, two API tokens: in this process (a
+    `manage.py` start each costs seconds on a small machine). Returns (operator, approver)."""
+    import io
+
+    from django.core.management import call_command
+    from django.db import connection
+
+    from accounts.models import ApiToken
+
+    started = time.monotonic()
+    for command, options in (
+        ("migrate", {"interactive": False}),
+        ("collectstatic", {"interactive": False}),
+        ("seed_demo", {}),
+    ):
+        call_command(command, verbosity=0, stdout=io.StringIO(), **options)
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects
+    tokens = tuple(
+        ApiToken.issue(users.get(username=u), "chaos")[1] for u in ("operator", "approver")
+    )
+    connection.close()
+    print(f"  migrated, static files, users, tokens: {time.monotonic() - started:.1f} s")
+    return tokens
+
+
+def start(args, sv: Services) -> tuple[str, str]:
+    tmp = sv.tmp
+    sv.start_postgres()
+    sv.argv["redis"] = [
+        "redis-server", "--port", str(sv.redis_port), "--bind", "127.0.0.1",
+        "--save", "", "--appendonly", "no", "--daemonize", "no",
+    ]  # fmt: skip
+    sv.env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "REDIS_"))},
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:{sv.pg_port}/agentops_chaos",
+        "REDIS_URL": f"redis://127.0.0.1:{sv.redis_port}/0",
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "SECURE_SSL_REDIRECT": "false",
+        "AGENTOPS_LEASE_SECONDS": str(args.lease),
+        # A lease taken for a model call is 1.25 x this: keep it near the lease (scripted).
+        "AGENTOPS_LLM_TIMEOUT_SECONDS": str(args.lease),
+        "AGENTOPS_VAR_DIR": str(tmp / "var"),
+        "AGENTOPS_PUBLIC_URL": f"http://127.0.0.1:{sv.web_port}",
+        "AGENTOPS_NOTIFY_EMAIL": "false",
+        "CHAOS_EFFECTS_DB": str(tmp / "effects.sqlite3"),
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+    os.environ.update(sv.env)
+    sv.spawn("redis")
+    wait_port(sv.redis_port, 30)
+    import bench.chaos_app as chaos_app  # django.setup() for this process; the effects schema
+
+    op, ap = prepare()
+
+    db = chaos_app.effects_db()
+    db.executescript(chaos_app.SCHEMA)
+    db.close()
+
+    py = sys.executable
+    sv.spawn(
+        "daphne",
+        [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(sv.web_port),
+         "bench.chaos_app:application"],
+    )  # fmt: skip
+    for name in ("w1", "w2"):
+        sv.spawn(
+            name,
+            [py, "-m", "celery", "-A", "bench.chaos_app", "worker", "--pool", "threads",
+             "-c", str(args.concurrency), "-n", f"{name}-{os.getpid()}@%h",
+             "--loglevel", "WARNING", "--without-gossip", "--without-mingle"],
+        )  # fmt: skip
+    sv.spawn(
+        "beat",
+        [py, "-m", "celery", "-A", "bench.chaos_app", "beat", "--schedule",
+         str(tmp / "beat-schedule"), "--loglevel", "WARNING"],
+    )  # fmt: skip
+    return op, ap
+
+
+def session_for(username: str) -> str:
+    from django.contrib.auth import get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.db import connection
+
+    user = get_user_model().objects.get(username=username)
+    session = SessionStore()
+    session.update(
+        {
+            "_auth_user_id": str(user.pk),
+            "_auth_user_backend": "django.contrib.auth.backends.ModelBackend",
+            "_auth_user_hash": user.get_session_auth_hash(),
+        }
+    )
+    session.create()
+    connection.close()  # outside a request nothing closes it, and Postgres will restart
+    return session.session_key
+
+
+# --- checks ------------------------------------------------------------------------------------
+def settle(chaos: Chaos, run_ids: set, timeout: float) -> float:
+    """Wait until every run is terminal (people keep deciding meanwhile); seconds waited."""
+    from django.db import OperationalError, connection
+
+    from runs.models import Run
+
+    started = time.monotonic()
+    connection.close()
+    while time.monotonic() - started < timeout:
+        try:
+            statuses = dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status"))
+        except OperationalError:
+            connection.close()
+            time.sleep(1)
+            continue
+        if all(s in Run.TERMINAL_STATUSES for s in statuses.values()):
+            break
+        time.sleep(1)
+    return time.monotonic() - started
+
+
+def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
+    from django.utils import timezone
+
+    from runs.models import Run, SideEffect, Step
+
+    args, st = chaos.args, chaos.st
+    failures: list[str] = []
+    tags = {launch.tag: launch for launch in st.launches}
+    runs = list(Run.objects.filter(agent=AGENT))
+    by_tag: dict[str, list[Run]] = {}
+    for run in runs:
+        by_tag.setdefault(run.input["tag"], []).append(run)
+    acknowledged = {t for t, launch in tags.items() if launch.acknowledged}
+    lost = acknowledged - set(by_tag)
+    unasked = set(by_tag) - set(tags)
+    canaries = sum(1 for launch in st.launches if launch.canary)
+    print()
+    print(
+        f"runs launched {len(tags)} ({canaries} canaries), acknowledged {len(acknowledged)}, "
+        f"found in the database {len(set(by_tag) & set(tags))} ({len(runs)} rows); "
+        f"launch retries {sum(launch.attempts - 1 for launch in tags.values())}, "
+        f"no answer {sum(launch.no_answer for launch in tags.values())}"
+    )
+    if lost:
+        failures.append(f"{len(lost)} acknowledged runs not in the database: {sorted(lost)[:5]}")
+    if unasked:
+        failures.append(f"runs nobody launched: {sorted(unasked)[:5]}")
+    if len(runs) != len(set(by_tag)):
+        # A launch with no answer retried: two runs of one tag. Not a defect (launches carry
+        # no idempotency key), but say so.
+        print(f"  {len(runs) - len(set(by_tag))} extra runs from launches retried after no answer")
+
+    statuses: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    for run in runs:
+        statuses[run.status] = statuses.get(run.status, 0) + 1
+        if run.termination_reason:
+            reasons[run.termination_reason] = reasons.get(run.termination_reason, 0) + 1
+    waiting = [r for r in runs if r.status == Run.Status.WAITING]
+    print(f"status {statuses}; termination {reasons}; waiting for a person {len(waiting)}")
+    # Stuck: active, and nothing happened to it for 2 x lease (its lease, or its last write).
+    now = timezone.now()
+    stuck = []
+    for run in runs:
+        if run.status in (Run.Status.QUEUED, Run.Status.RUNNING):
+            last = max(filter(None, [run.updated_at, run.lease_expires_at]))
+            if (now - last).total_seconds() > 2 * args.lease:
+                stuck.append(run)
+    print(f"stuck beyond 2 x lease ({2 * args.lease:.0f} s): {len(stuck)}")
+    for run in stuck[:5]:
+        failures.append(f"stuck: run {run.pk} {run.status} since {run.updated_at:%H:%M:%S}")
+    if len(stuck) > 5:
+        failures.append(f"... and {len(stuck) - 5} more stuck runs")
+    for run in runs:
+        if run.status == Run.Status.FAILED:
+            failures.append(f"run {run.pk} failed: {run.termination_reason} {run.status_detail}")
+
+    # Timelines: seq 1..n without gaps, hash chain intact.
+    gaps = 0
+    seqs: dict = {}
+    for run_id, seq in Step.objects.filter(run__agent=AGENT).values_list("run_id", "seq"):
+        seqs.setdefault(run_id, []).append(seq)
+    for run in runs:
+        got = sorted(seqs.get(run.pk, []))
+        if got != list(range(1, run.last_seq + 1)):
+            gaps += 1
+            failures.append(f"run {run.pk}: seqs {got[:3]}..{got[-3:]} != 1..{run.last_seq}")
+        ok, bad = run.verify_chain()
+        if not ok:
+            failures.append(f"run {run.pk}: hash chain breaks at seq {bad}")
+    print(f"step seq gaps: {gaps} runs; steps {sum(len(s) for s in seqs.values())}")
+
+    # Effects against the ledger.
+    db = sqlite3.connect(chaos.effects_path)
+    effects = db.execute("select ref, key, tool, run from effect").fetchall()
+    calls = db.execute("select key, count(*) from call group by key having count(*) > 1")
+    retried_same_key = len(calls.fetchall())
+    db.close()
+    per_key: dict[tuple, int] = {}
+    # Per run and ref: a launch retried after no answer makes a second run with the same tag.
+    per_ref: dict[tuple, int] = {}
+    for ref, key, tool, run_id in effects:
+        per_key[(tool, key)] = per_key.get((tool, key), 0) + 1
+        per_ref[(run_id, ref)] = per_ref.get((run_id, ref), 0) + 1
+    dup_key = {k: n for k, n in per_key.items() if n > 1}
+    dup_ref = {r: n for r, n in per_ref.items() if n > 1}
+    ledger = dict(SideEffect.objects.filter(run__agent=AGENT).values_list("key", "status"))
+    not_committed = [(ref, tool) for ref, key, tool, _ in effects if ledger.get(key) != "committed"]
+    missing = []
+    for run in runs:
+        if run.termination_reason != Run.Termination.COMPLETED:
+            continue
+        tag, steps = run.input["tag"], int(run.input["steps"])
+        want = [f"{tag}:{p}{i}" for i in range(steps) for p in "cn"]
+        want += [f"{tag}:t"] if run.input.get("gate") else []
+        missing += [ref for ref in want if (str(run.pk), ref) not in per_ref]
+    ledger_statuses: dict[str, int] = {}
+    for status in ledger.values():
+        ledger_statuses[status] = ledger_statuses.get(status, 0) + 1
+    answers: dict[str, int] = {}
+    for answer in st.questions.values():
+        answers[answer] = answers.get(answer, 0) + 1
+    print(
+        f"effects {len(effects)}; duplicate effects per idempotency key {len(dup_key)}, per "
+        f"logical call {len(dup_ref)}; calls retried with the same key {retried_same_key}; "
+        f"ledger {ledger_statuses}; effects the ledger does not show committed "
+        f"{len(not_committed)}; effects missing from completed runs {len(missing)}"
+    )
+    print(
+        f"people: {len(st.approved)} gated calls approved, {len(st.questions)} 'outcome "
+        f"unknown' questions answered {answers}"
+    )
+    for (tool, key), n in list(dup_key.items())[:5]:
+        failures.append(f"duplicate effect: {tool} key {key[:12]}... happened {n} times")
+    for (run_id, ref), n in list(dup_ref.items())[:5]:
+        failures.append(f"duplicate effect: call {ref} of run {run_id} happened {n} times")
+    for ref, tool in not_committed[:5]:
+        failures.append(f"effect {tool} {ref} happened but the ledger does not say committed")
+    for ref in missing[:5]:
+        failures.append(f"effect {ref} missing from a completed run")
+
+    # HTTP: 5xx during each fault (until recovered) and after it (until the next one).
+    hits = sorted(chaos.http.hits, key=lambda h: h.at)
+    faults = st.faults
+    print()
+    print(
+        f"{'fault':<28} {'at s':>6} {'down s':>6} {'api s':>6} {'canary s':>8} "
+        f"{'recover s':>9} {'5xx dur':>7} {'5xx aft':>7} {'no ans':>6}  notes"
+    )
+    t0 = faults[0].at if faults else t_end
+    before = [h for h in hits if h.at < t0 and h.code >= 500 and h.what != "GET /healthz"]
+    if before:
+        failures.append(f"{len(before)} HTTP 5xx before the first fault: {before[:3]}")
+    for i, fault in enumerate(faults):
+        end = faults[i + 1].at if i + 1 < len(faults) else t_end
+        rec = fault.recovered or end
+        window = [h for h in hits if fault.at <= h.at < end and h.what != "GET /healthz"]
+        during = [h for h in window if h.at < rec and h.code >= 500]
+        after = [h for h in window if h.at >= rec and h.code >= 500]
+        no_answer = sum(1 for h in window if h.code == 0)
+        codes = ",".join(sorted({str(h.code) for h in during}))
+
+        def rel(t: float, fault=fault) -> str:
+            return f"{t - fault.at:.1f}" if t else "-"
+
+        print(
+            f"{fault.kind:<28} {fault.at - t0:6.1f} {rel(fault.restored):>6} "
+            f"{rel(fault.api_back):>6} {rel(fault.canary_done):>8} {rel(fault.recovered):>9} "
+            f"{len(during):>7} {len(after):>7} {no_answer:>6}  "
+            f"{fault.note}{' codes ' + codes if codes else ''}"
+            f"{f' orphans moved on {rel(fault.orphans_done)} s' if fault.orphans else ''}"
+        )
+        if not fault.recovered:
+            failures.append(f"{fault.kind} at {fault.at - t0:.1f} s: not recovered")
+        if after:
+            failures.append(
+                f"{fault.kind} at {fault.at - t0:.1f} s: {len(after)} HTTP 5xx after recovery: "
+                + ", ".join(f"{h.what} {h.code}" for h in after[:3])
+            )
+        for h in during:
+            if h.code == 500:
+                failures.append(f"{fault.kind}: HTTP 500 from {h.what} during the fault")
+                break
+    recoveries = [f.recovered - f.at for f in faults if f.recovered]
+    if recoveries:
+        print(
+            f"time to recover: max {max(recoveries):.1f} s, "
+            f"mean {sum(recoveries) / len(recoveries):.1f} s over {len(recoveries)} faults"
+        )
+    after_all = [h for h in hits if h.at >= t_end and h.code >= 500 and h.what != "GET /healthz"]
+    if after_all:
+        failures.append(f"{len(after_all)} HTTP 5xx after the faults ended")
+
+    # WebSocket clients against the database.
+    print()
+    for watcher in watchers:
+        run = Run.objects.get(pk=watcher.run_id)
+        want = list(range(1, run.last_seq + 1))
+        ok = watcher.seen == want
+        print(
+            f"websocket on {run.pk} ({run.status}): {len(watcher.seen)} steps over "
+            f"{watcher.connects} connections, database has {run.last_seq}: "
+            f"{'equal' if ok else 'DIFFERENT'}"
+        )
+        if not ok:
+            dups = len(watcher.seen) - len(set(watcher.seen))
+            missing_seqs = sorted(set(want) - set(watcher.seen))
+            failures.append(
+                f"websocket on {run.pk}: {dups} duplicates, missing {missing_seqs[:10]}, "
+                f"in order {watcher.seen == sorted(watcher.seen)}"
+            )
+    return failures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--pg-restarts", type=int, default=2)
+    parser.add_argument("--redis-restarts", type=int, default=1)
+    parser.add_argument("--kills", type=int, default=5, help="kill -9 of a worker")
+    parser.add_argument("--daphne-kills", type=int, default=1)
+    parser.add_argument(
+        "--seconds", type=float, default=0, help="fault window (default: 7 s per fault, >= 60)"
+    )
+    parser.add_argument("--watchers", type=int, default=3, help="WebSocket clients")
+    parser.add_argument("--lease", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=20, help="threads per worker")
+    parser.add_argument("--redis-down", type=float, default=3.0)
+    parser.add_argument("--recover-timeout", type=float, default=180.0)
+    parser.add_argument("--drain", type=float, default=240.0)
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args()
+    n_faults = args.pg_restarts + args.redis_restarts + args.kills + args.daphne_kills
+    args.seconds = args.seconds or max(60.0, 7.0 * n_faults)
+
+    tmp = Path(tempfile.mkdtemp(prefix="agentops-chaos-"))
+    tmp.chmod(0o755)
+    sv = Services(tmp)
+    atexit.register(sv.stop_all)
+    # SIGTERM as Ctrl-C: unwinds through the finally below.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    started = time.monotonic()
+    failures: list[str] = []
+    finished = False
+    try:
+        print(
+            f"chaos: {args.runs} runs, {args.pg_restarts} postgres restarts, "
+            f"{args.redis_restarts} redis shutdowns, {args.kills} worker kills, "
+            f"{args.daphne_kills} daphne kills over {args.seconds:.0f} s; "
+            f"lease {args.lease:.0f} s; "
+            f"postgres :{sv.pg_port}, redis :{sv.redis_port}, daphne :{sv.web_port}; {tmp}",
+            flush=True,
+        )
+        op, ap = start(args, sv)
+        client = Client(f"http://127.0.0.1:{sv.web_port}")
+        wait_http(client, "/healthz", 90)
+        client.hits.clear()
+        print(f"topology up in {time.monotonic() - started:.1f} s", flush=True)
+
+        chaos = Chaos(args, sv, client, op, ap)
+        session = session_for("operator")
+        watchers = []
+        for _ in range(args.watchers):
+            # Long runs, so the sockets see faults: about one iteration a second.
+            launch = chaos.launch(steps=min(200, int(args.seconds)), gate=True)
+            if launch.acknowledged:
+                watchers.append(Watcher(client.base, launch.run_id, session))
+        for watcher in watchers:
+            watcher.start()
+        t0 = time.monotonic()
+        threads = [
+            threading.Thread(target=chaos.launcher, args=(t0,), daemon=True),
+            threading.Thread(target=chaos.people, daemon=True),
+            threading.Thread(target=chaos.prober, daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        chaos.faults(t0)
+        t_end = time.monotonic()
+        threads[0].join(timeout=args.recover_timeout)
+        # Let the last recoveries (and their canaries) finish.
+        deadline = time.monotonic() + args.recover_timeout
+        while time.monotonic() < deadline and any(
+            not f.recovered and time.monotonic() - f.at < args.recover_timeout
+            for f in chaos.st.faults
+        ):
+            time.sleep(0.5)
+        print(f"faults done at {t_end - t0:.0f} s; draining", flush=True)
+        ids = {launch.run_id for launch in chaos.st.launches if launch.acknowledged}
+        drained = settle(chaos, ids, args.drain)
+        time.sleep(2)  # the sockets' last steps
+        chaos.st.stop.set()
+        for watcher in watchers:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and watcher.last < _last_seq(watcher.run_id):
+                time.sleep(0.25)
+            watcher.stop.set()
+        print(f"drained in {drained:.0f} s", flush=True)
+        failures = check(chaos, watchers, t_end)
+        failures += chaos.st.errors
+        finished = True
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        return 130
+    finally:
+        sv.stop_all()
+        if args.keep or failures or not finished:
+            print(f"logs of the processes kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    for failure in failures:
+        print("FAIL", failure)
+    print(f"total {time.monotonic() - started:.0f} s")
+    print("OK" if not failures else f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+def _last_seq(run_id: str) -> int:
+    from runs.models import Run
+
+    return Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).first() or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
