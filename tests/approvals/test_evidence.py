@@ -16,8 +16,9 @@ from agentops.tools import get_tool
 from approvals import evidence
 from approvals.models import Approval
 from runs import engine
-from runs.models import Run, Step, args_hash
+from runs.models import Run, args_hash, canonical_json
 from tests.html_checks import elements
+from tests.runs.harness import tamper
 
 pytestmark = pytest.mark.django_db
 
@@ -56,15 +57,19 @@ def test_evidence_is_the_model_text_and_tool_results_before_the_gate_newest_firs
 
 def test_long_values_are_cut_with_a_link_and_errors_are_marked(refund):
     run, approval = refund
-    Step.objects.filter(run=run, kind=Step.Kind.TOOL).update(
-        data={"tool": "lookup_order", "args": {}, "result": "x" * 5000}
-    )
+
+    def set_tool_steps(data: dict) -> None:
+        # Arranged past Postgres' append-only triggers: the record is not what is tested.
+        tamper(
+            "UPDATE runs_step SET data = %s WHERE run_id = %s AND kind = 'tool'",
+            [canonical_json(data), run.pk.hex],
+        )
+
+    set_tool_steps({"tool": "lookup_order", "args": {}, "result": "x" * 5000})
     lookup = next(i for i in evidence.for_approval(approval) if i.source == "tool")
     assert len(lookup.text) == evidence.EVIDENCE_CHARS
     assert lookup.truncated == 5000 - evidence.EVIDENCE_CHARS
-    Step.objects.filter(run=run, kind=Step.Kind.TOOL).update(
-        data={"tool": "lookup_order", "args": {}, "is_error": True, "error": "no order 42"}
-    )
+    set_tool_steps({"tool": "lookup_order", "args": {}, "is_error": True, "error": "no order 42"})
     failed = next(i for i in evidence.for_approval(approval) if i.source == "tool")
     assert failed.error and failed.label == "lookup_order failed" and failed.text == "no order 42"
     assert len(evidence.for_approval(approval, limit=1)) == 1
