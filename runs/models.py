@@ -260,27 +260,6 @@ class Run(models.Model):
                 badges.append((name.removesuffix("_count").replace("_", "-"), f"{n} {label}"))
         return badges
 
-    def seconds_waiting_for_humans(self, status_steps=None) -> float:
-        """Time spent parked in `waiting`, from the timeline's paused/resumed steps.
-
-        A person's time to decide does not count against max_seconds: a run approved after
-        an hour must still get to run the call that was approved. `status_steps`: the
-        status steps' (data, created_at) in seq order, when the caller has them already.
-        """
-        total, since = 0.0, None
-        if status_steps is None:
-            steps = self.steps.filter(kind=Step.Kind.STATUS).order_by("seq")
-            status_steps = steps.values_list("data", "created_at")
-        for data, created_at in status_steps:
-            if data.get("to") == Run.Status.WAITING:
-                since = created_at
-            elif since is not None and data.get("from") == Run.Status.WAITING:
-                total += (created_at - since).total_seconds()
-                since = None
-        if since is not None:
-            total += ((self.finished_at or timezone.now()) - since).total_seconds()
-        return total
-
     def can_transition(self, new: str) -> bool:
         return new in self.TRANSITIONS[self.status]
 

@@ -18,14 +18,14 @@ def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
     steps = run.steps.filter(kind__in=CONVERSATION_KINDS)
     if upto_seq is not None:
         steps = steps.filter(seq__lte=upto_seq)
-    return messages(steps.order_by("seq").values_list("kind", "data", "created_at"))
+    return messages(steps.order_by("seq").values_list("kind", "data"))
 
 
 def messages(rows) -> list[dict]:
-    """Messages from (kind, data, created_at) timeline rows in seq order."""
+    """Messages from (kind, data) timeline rows in seq order."""
     out: list[dict] = []
     results: list[dict] = []
-    for kind, data, _ in rows:
+    for kind, data in rows:
         if kind == Step.Kind.STATUS:
             if data.get("event") == "launched":
                 out.append({"role": "user", "content": data["prompt"]})

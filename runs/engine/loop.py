@@ -128,15 +128,13 @@ def advance(run_id, *, worker: str | None = None, time_slice: float | None = Non
 def _load(run: Run, worker: str) -> Work:
     latest = sql.select(Checkpoint, ("state",), {"run": run.pk}, order_by=("-seq",), limit=1)
     state = latest[0][0] if latest else initial_state()
-    # One read of the timeline for both the conversation and the time spent waiting.
     rows = sql.select(
         Step,
-        ("kind", "data", "created_at"),
+        ("kind", "data"),
         {"run": run.pk, "kind": tuple(CONVERSATION_KINDS)},
         order_by=("seq",),
     )
     conversation = messages(rows)
-    status_steps = [(data, at) for kind, data, at in rows if kind == Step.Kind.STATUS]
     return Work(
         run=run,
         agent_config=run.agent_config,
@@ -145,7 +143,8 @@ def _load(run: Run, worker: str) -> Work:
         messages_chars=len(canonical_json(conversation)),
         worker=worker,
         provider=agents.provider_for_run(run),
-        waited=run.seconds_waiting_for_humans(status_steps),
+        # Kept on the run by park() and resume(); a claimed run is not in a wait.
+        waited=run.waiting_seconds,
         confirmed_at=time.monotonic(),
         lease_until=run.lease_expires_at,
     )

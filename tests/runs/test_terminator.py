@@ -118,7 +118,7 @@ def test_time_waiting_for_a_person_does_not_count_against_max_seconds(
     assert run.termination_reason == Run.Termination.COMPLETED, run.status_detail
     assert CALLS["t_gated"] == 1 and provider.calls == 2
     assert run.elapsed_seconds > 3  # wall time still says how long it really took
-    assert 3 < run.seconds_waiting_for_humans() < run.elapsed_seconds
+    assert 3 < run.waiting_seconds < run.elapsed_seconds
 
 
 def decide(run: Run, user, **decision) -> None:
