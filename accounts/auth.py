@@ -6,7 +6,6 @@ way whatever it sends.
 """
 
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
 from ninja.utils import check_csrf
@@ -37,9 +36,6 @@ class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> User | None:
         user = ApiToken.authenticate(token)
         if user is not None:
-            ApiToken.objects.filter(key_hash=ApiToken.hash(token)).update(
-                last_used_at=timezone.now()
-            )
             request.user = user
         return require_role(user, self.require)
 

@@ -1,8 +1,13 @@
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth.models import AbstractUser
 from django.db import models
+from django.utils import timezone
+
+# How exactly a token's last use is kept (its owner sees it in the admin).
+LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 class Role(models.TextChoices):
@@ -74,9 +79,17 @@ class ApiToken(models.Model):
 
     @classmethod
     def authenticate(cls, raw: str) -> User | None:
+        """The token's active user, or None; notes when the token was used."""
         token = (
             cls.objects.select_related("user")
             .filter(key_hash=cls.hash(raw), user__is_active=True)
             .first()
         )
-        return token.user if token else None
+        if token is None:
+            return None
+        now = timezone.now()
+        # To the minute is what an owner needs to know; a row write on every API request is
+        # not worth it.
+        if token.last_used_at is None or now - token.last_used_at >= LAST_USED_PRECISION:
+            cls.objects.filter(pk=token.pk).update(last_used_at=now)
+        return token.user

@@ -181,7 +181,9 @@ def open_approval(request: HttpRequest, approval_id: UUID):
 @router.post("/{uuid:approval_id}/decision")
 def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
     """Approve (with `arguments` to edit), reject (with a `reason`) or answer a question.
-    With `shown_args_hash` (the detail's `arguments_hash`), an approve of another call is 409."""
+    With `shown_args_hash` (the detail's `arguments_hash`), an approve of another call is 409.
+    Answers with the approval as decided (status, decided_by, the arguments that run, votes);
+    its run's context is in GET /api/approvals/{id}."""
     user = _user(request)
     try:
         approval = decisions.decide(
@@ -207,8 +209,36 @@ def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
         return _error(422, exc.message, errors=exc.errors)
     except decisions.DecisionForbidden as exc:
         return _error(403, exc.message)
-    approval = _get(approval.pk, user)
-    return _detail(approval, user)
+    return _decided(approval, user)
+
+
+def _decided(approval: Approval, user) -> dict:
+    """A decision's answer: the approval as it now stands (status, who, when, the call that
+    runs, the votes), from what the decision holds, without reading it back. The run's
+    context is what the approver read before deciding; GET the approval for it again."""
+    return {
+        **_summary(approval, user),
+        "original_arguments": approval.args,
+        "arguments_hash": args_hash(approval.tool, approval.args or {}),
+        "edited_arguments": approval.edited_args,
+        "reason": approval.reason,
+        "answer": approval.answer,
+        "votes_needed": decisions.votes_needed(approval, decisions.gate_rules(approval.run)),
+        "votes": _votes(approval),
+    }
+
+
+def _votes(approval: Approval) -> list[dict]:
+    return [
+        {
+            "by": v.username,
+            "decision": v.decision,
+            "edited": v.edited,
+            "reason": v.reason,
+            "decided_at": v.decided_at,
+        }
+        for v in approval.votes.all()
+    ]
 
 
 def _detail(approval: Approval, user, *, opened_at=None) -> dict:
@@ -231,16 +261,7 @@ def _detail(approval: Approval, user, *, opened_at=None) -> dict:
         "on_expiry": approval.on_expiry,
         "opened_at": opened_at,
         "votes_needed": decisions.votes_needed(approval, rules),
-        "votes": [
-            {
-                "by": v.username,
-                "decision": v.decision,
-                "edited": v.edited,
-                "reason": v.reason,
-                "decided_at": v.decided_at,
-            }
-            for v in approval.votes.all()
-        ],
+        "votes": _votes(approval),
         "tool_info": _tool_info(run, approval.tool),
         "run_context": {
             "id": run.pk,

@@ -30,6 +30,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from agentops.tools import Blast, Tool, ToolArgsError, get_tool
@@ -204,36 +205,28 @@ def decide(
             f"decision must be one of {', '.join(DECISIONS)}",
             {"decision": [f"unknown decision {decision!r}"]},
         )
-    try:
-        run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
-    except (ValueError, ValidationError):  # not a UUID: no such approval either
-        run_id = None
-    if run_id is None:
-        raise Approval.DoesNotExist(f"no approval {approval_id}")
-
     with transaction.atomic():
         # Lock order: run, then approval (as the engine and the expiry sweep do).
-        run = Run.locked(run_id)
-        approval = Approval.objects.select_for_update().get(pk=approval_id)
+        run = _locked_run_of(approval_id)
+        approval = (
+            Approval.objects.select_for_update()
+            .annotate(first_opened_at=_first_opened_by(user))
+            .get(pk=approval_id)
+        )
         _check_still_open(approval, run)
         if decision == "approve" and shown_args_hash is not None:
             _check_shown(approval, shown_args_hash)
         why = forbidden_reason(approval, run, user, decision)
         if why:
             raise DecisionForbidden(why)
-        earlier = approval.votes.filter(user=user).first()
-        if earlier is not None:
-            raise DecisionConflict(
-                f"you already voted {earlier.decision} at {_when(earlier.decided_at)}; "
-                "waiting for other approvers",
-                approval_status=approval.status,
-                decided_by=earlier.username,
-                decided_at=earlier.decided_at,
-            )
         rules = gate_rules(run)
+        needed = votes_needed(approval, rules)
+        # With one vote needed, any vote decides: a pending approval has no votes yet.
+        if needed > 1:
+            _check_not_voted_yet(approval, user)
         plan = _plan(approval, decision, arguments, reason, answer, rules)
         now = timezone.now()
-        opened = _opened_at(approval, user, opened_at, now)
+        opened = _opened_at(approval.first_opened_at, opened_at, now)
         ApprovalVote.objects.create(
             approval=approval,
             user=user,
@@ -247,8 +240,11 @@ def decide(
             decided_at=now,
             seconds_open=(now - opened).total_seconds() if opened else None,
         )
-        needed = votes_needed(approval, rules)
-        approvals_so_far = approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).count()
+        approvals_so_far = (
+            approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).count()
+            if needed > 1
+            else int(decision == "approve")
+        )
         step = {
             "approval": str(approval.pk),
             "kind": approval.kind,
@@ -271,7 +267,7 @@ def decide(
             step["detail"] = f"{needed - approvals_so_far} more approval(s) needed"
             run.append_step(Step.Kind.DECISION, step)
             events.publish_approvals_changed(approval.pk)
-            approval.refresh_from_db()
+            approval.run = run
             return approval
 
         fields: dict[str, Any] = {
@@ -293,12 +289,46 @@ def decide(
             raise _conflict(approval)
         step["status"] = plan.status
         counter = _outcome_counter(plan.status, edited=fields.get("edited_args") is not None)
-        # The run's outcome counter moves in the step's own UPDATE, under the run's lock.
-        run.append_step(Step.Kind.DECISION, step, update={counter: getattr(run, counter) + 1})
+        # The run's outcome counter moves in the step's own write, under the run's lock.
+        _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})
         events.publish_approvals_changed(approval.pk)
-        _resume_when_decided(run)
-    approval.refresh_from_db()
+    for name, value in fields.items():
+        setattr(approval, name, value)
+    approval.run = run
     return approval
+
+
+def _locked_run_of(approval_id) -> Run:
+    """The approval's run under its row lock, found and locked in one query (with who
+    launched it: its live event names them)."""
+    try:
+        return (
+            Run.objects.select_related("launched_by")
+            .select_for_update(of=("self",))
+            .get(approvals__pk=approval_id)
+        )
+    except (Run.DoesNotExist, ValueError, ValidationError):  # not a UUID: no such approval
+        raise Approval.DoesNotExist(f"no approval {approval_id}") from None
+
+
+def _first_opened_by(user) -> Subquery:
+    return Subquery(
+        ApprovalView.objects.filter(approval=OuterRef("pk"), user=user).values("first_opened_at")[
+            :1
+        ]
+    )
+
+
+def _check_not_voted_yet(approval: Approval, user) -> None:
+    earlier = approval.votes.filter(user=user).first()
+    if earlier is not None:
+        raise DecisionConflict(
+            f"you already voted {earlier.decision} at {_when(earlier.decided_at)}; "
+            "waiting for other approvers",
+            approval_status=approval.status,
+            decided_by=earlier.username,
+            decided_at=earlier.decided_at,
+        )
 
 
 def _outcome_counter(status: str, *, edited: bool) -> str:
@@ -312,11 +342,13 @@ def _outcome_counter(status: str, *, edited: bool) -> str:
     }[status]
 
 
-def _resume_when_decided(run: Run) -> None:
-    """The run goes on once nothing of it waits for a person any more (a second gated call
-    of the same model turn may still). Under the run's row lock, so the count is exact."""
-    if not Approval.objects.filter(run=run, status=Approval.Status.PENDING).exists():
-        run.resume("all decisions made")
+def _append_and_resume(run: Run, step: dict, *, update: dict) -> None:
+    """The decision's step; and the run goes on once nothing of it waits for a person any
+    more (a second gated call of the same model turn may still): one write for both. Under
+    the run's row lock, so the count is exact."""
+    waits = Approval.objects.filter(run=run, status=Approval.Status.PENDING).exists()
+    if waits or not run.resume("all decisions made", first=(Step.Kind.DECISION, step, update)):
+        run.append_step(Step.Kind.DECISION, step, update=update)
 
 
 def _check_still_open(approval: Approval, run: Run) -> None:
@@ -363,9 +395,8 @@ def _when(moment: datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _opened_at(approval: Approval, user, given: datetime | None, now: datetime) -> datetime | None:
-    view = ApprovalView.objects.filter(approval=approval, user=user).first()
-    opened = view.first_opened_at if view else given
+def _opened_at(recorded: datetime | None, given: datetime | None, now: datetime) -> datetime | None:
+    opened = recorded or given
     if opened is not None and opened > now:
         opened = now  # a client clock ahead of ours must not make a negative time
     return opened
@@ -577,8 +608,8 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
                 if approval.on_expiry == "fail"
                 else "the agent is told it was not executed"
             )
-            run.append_step(
-                Step.Kind.DECISION,
+            _append_and_resume(
+                run,
                 {
                     "approval": str(approval.pk),
                     "kind": approval.kind,
@@ -592,5 +623,4 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
                 },
                 update={"expired_count": run.expired_count + 1},
             )
-            _resume_when_decided(run)
     return expired

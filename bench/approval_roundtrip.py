@@ -12,12 +12,18 @@ What it does (Postgres + Redis, a real worker):
    request stack in this process, bearer-token auth, no HTTP socket), then polls the database
    every millisecond until the worker has committed the gated call's tool step;
 5. prints p50/p90/p99/max of the decision request alone and of the whole round trip
-   (decision commit -> Redis -> worker claims the run -> tool runs -> step committed).
+   (decision commit -> Redis -> worker claims the run -> tool runs -> step committed), the
+   SQL queries per decision request and the machine's load; with --profile PATH, a cProfile
+   of the decision requests (read it with `python -m pstats PATH`).
+
+Run it with DEBUG=false (and a SECRET_KEY) for production figures: with DEBUG on, Django keeps
+every query of the worker in memory and the figures include that.
 
 Bounded: at most --count decisions and --timeout seconds; the worker is stopped by its PID.
 """
 
 import argparse
+import cProfile
 import os
 import signal
 import statistics
@@ -51,6 +57,9 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=50, help="decisions to time (max 500)")
     parser.add_argument("--worker-threads", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=300.0, help="overall limit, seconds")
+    parser.add_argument(
+        "--profile", metavar="PATH", help="write a cProfile (pstats) of the decision requests"
+    )
     args = parser.parse_args()
     count = max(1, min(args.count, 500))
     deadline = time.monotonic() + args.timeout
@@ -66,6 +75,7 @@ def main() -> int:
     from django.core.management import call_command
     from django.db import connections
     from django.test import Client
+    from django.test.utils import CaptureQueriesContext
 
     from accounts.models import ApiToken, User
     from agentops.agents import get_agent
@@ -126,15 +136,24 @@ def main() -> int:
 
         request_s: list[float] = []
         roundtrip_s: list[float] = []
+        queries: list[int] = []
+        profiler = cProfile.Profile() if args.profile else None
         for run_id in ids:
             approval = Approval.objects.get(run_id=run_id, status=Approval.Status.PENDING)
-            started = time.perf_counter()
-            response = client.post(
-                f"/api/approvals/{approval.pk}/decision",
-                {"decision": "approve"},
-                content_type="application/json",
-            )
-            answered = time.perf_counter()
+            with CaptureQueriesContext(connections["default"]) as captured:
+                if profiler:
+                    profiler.enable()
+                started = time.perf_counter()
+                response = client.post(
+                    f"/api/approvals/{approval.pk}/decision",
+                    {"decision": "approve"},
+                    content_type="application/json",
+                    secure=True,
+                )
+                answered = time.perf_counter()
+                if profiler:
+                    profiler.disable()
+            queries.append(len(captured))
             if response.status_code != 200:
                 sys.exit(f"decision failed: {response.status_code} {response.content[:300]!r}")
             next_step = Step.objects.filter(
@@ -159,6 +178,11 @@ def main() -> int:
         )
         print(describe("decision request (HTTP 200)", request_s))
         print(describe("decision -> next step committed", roundtrip_s))
+        print(f"SQL queries per decision request: median {statistics.median(queries):.0f}")
+        print(f"cores={os.cpu_count()}, load after={os.getloadavg()}")
+        if profiler:
+            profiler.dump_stats(args.profile)
+            print(f"profile of the decision requests: {args.profile}")
         print(f"runs succeeded afterwards: {finished}/{count}")
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -417,30 +417,48 @@ class Run(models.Model):
             waiting_since=timezone.now(),
         )
 
-    def resume(self, detail: str) -> bool:
+    def resume(self, detail: str, *, first: tuple[str, dict, dict] | None = None) -> bool:
         """Waiting -> queued (a person decided what it waited for), with its step, and sent
         to a worker once committed. Call under the run's row lock (`locked`); False when it
-        was not waiting (a quick decision found it still running: its worker goes on)."""
+        was not waiting (a quick decision found it still running: its worker goes on).
+
+        `first` is (kind, data, update) of a step that comes before the resumed one (the
+        decision that resumed it): both steps and the run's change are one write.
+        """
+        if self.status != Run.Status.WAITING:
+            return False
+        now = timezone.now()
         waited = self.seconds_waited
         if self.waiting_since is not None:
-            waited += (timezone.now() - self.waiting_since).total_seconds()
-        if not self.transition_to(
-            Run.Status.QUEUED,
-            status_detail="",
-            expect=Run.Status.WAITING,
-            seconds_waited=waited,
-            waiting_since=None,
-        ):
-            return False
-        self.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "resumed",
-                "from": Run.Status.WAITING,
-                "to": Run.Status.QUEUED,
-                "detail": detail,
+            waited += (now - self.waiting_since).total_seconds()
+        resumed = {
+            "event": "resumed",
+            "from": Run.Status.WAITING,
+            "to": Run.Status.QUEUED,
+            "detail": detail,
+        }
+        kind, data, update, then = Step.Kind.STATUS, resumed, {}, ()
+        if first is not None:
+            (kind, data, update), then = first, ((Step.Kind.STATUS, resumed, {}),)
+        written = self.append_step_if_expected(
+            kind,
+            data,
+            expect={"status": Run.Status.WAITING},
+            update={
+                **update,
+                # Plain values (the row is locked, so this copy is current): the write is one
+                # statement with its steps.
+                "version": self.version + 1,
+                "status": Run.Status.QUEUED,
+                "status_detail": "",
+                "seconds_waited": waited,
+                "waiting_since": None,
+                "updated_at": now,
             },
+            then=then,
         )
+        if written is None:
+            return False
         transaction.on_commit(lambda: queue.enqueue(self.pk))
         return True
 

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from accounts.models import ApiToken
+from accounts.models import LAST_USED_PRECISION, ApiToken
 
 
 def issue(*args: str) -> tuple[str, str]:
@@ -35,6 +35,19 @@ def test_issue_token_prints_a_token_that_authenticates_as_the_user(operator):
     assert response.status_code == 200
     token.refresh_from_db()
     assert token.last_used_at is not None
+
+
+@pytest.mark.django_db
+def test_last_use_is_written_at_most_once_a_minute(operator):
+    raw, _ = issue("olivia")
+    assert api_get(raw).status_code == 200
+    first = ApiToken.objects.get().last_used_at
+    assert api_get(raw).status_code == 200
+    assert ApiToken.objects.get().last_used_at == first  # no write per request
+
+    ApiToken.objects.update(last_used_at=first - LAST_USED_PRECISION)
+    assert api_get(raw).status_code == 200
+    assert ApiToken.objects.get().last_used_at > first
 
 
 @pytest.mark.django_db

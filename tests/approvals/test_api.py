@@ -3,6 +3,7 @@
 import uuid
 
 import pytest
+from django.conf import settings
 from django.test import Client
 
 from accounts.models import ApiToken
@@ -143,6 +144,35 @@ def test_edit_and_approve_over_the_api(operator, django_user_model, no_enqueue):
     assert body["edited_arguments"] == {"to": "globex", "amount": "120"}
     drive(run)
     assert EXECUTED == [("test_transfer", {"to": "globex", "amount": "120"})]
+
+
+def test_a_decision_answers_with_the_approval_as_decided_in_one_write(
+    operator, django_user_model, no_enqueue, django_assert_max_num_queries
+):
+    run, approval = gated("test-payer", BIG, by=operator)
+    client = client_for(django_user_model, "approver")
+    client.get(url(approval))  # the token's last use is written here, not below
+    enqueued = len(no_enqueue)
+    # Auth (token, roles), BEGIN, the run's and the approval's locks, the vote, the approval's
+    # compare-and-set, "anything else pending?", one write of the run with its decision and
+    # resumed steps, COMMIT, the votes for the answer: 11 (SQLite writes the run and its two
+    # steps as three statements in a savepoint: 15). It was 25 with a read-back.
+    with django_assert_max_num_queries(11 if settings.IS_POSTGRES else 15):
+        response = post_decision(client, approval, decision="approve")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["status"] == "approved" and body["decided_by"] == "approver-user"
+    assert body["can_decide"] is False and body["votes_needed"] == 1
+    assert [v["by"] for v in body["votes"]] == ["approver-user"]
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED and run.approved_count == 1
+    assert run.waiting_since is None and run.seconds_waited > 0
+    decided, resumed = run.steps.order_by("-seq")[:2][::-1]
+    assert (decided.kind, decided.data["status"]) == (Step.Kind.DECISION, "approved")
+    assert (resumed.kind, resumed.data["event"]) == (Step.Kind.STATUS, "resumed")
+    assert run.verify_chain() == (True, None)
+    assert no_enqueue[enqueued:] == [str(run.pk)]  # sent to a worker once, after commit
 
 
 def test_four_eyes_over_the_api_is_403_with_the_reason(django_user_model, no_enqueue):
