@@ -311,12 +311,14 @@ class Run(models.Model):
         update: dict | None = None,
         checkpoint: dict | None = None,
         then: tuple[tuple[str, dict, dict], ...] = (),
+        also: list[sql.Update] = (),
         **columns: Any,
     ) -> "Step | None":
         """Append a step if the run's row still holds the `expect`ed values and the timeline
         head this copy knows; with `then`, (kind, data, columns) steps that follow it in
         the same write (a final answer and the run's termination: one is never recorded
-        without the other); with `checkpoint`, also the engine state after the last of them.
+        without the other); with `checkpoint`, also the engine state after the last of them;
+        with `also`, other rows' updates that belong with the step (a call's ledger outcome).
 
         One compare-and-set UPDATE both takes the row lock and checks; on Postgres the steps
         and checkpoint go in the same statement (runs/sql.py). None: nothing was written.
@@ -334,6 +336,7 @@ class Run(models.Model):
             {"last_seq": steps[-1].seq, "last_hash": steps[-1].hash, **(update or {})},
             {**expect, "id": self.pk, "last_seq": self.last_seq},
             inserts,
+            also,
         )
         if not written:
             return None

@@ -97,9 +97,8 @@ def _insert_sql(
         sets = ", ".join(
             f"{_column(model, n)} = EXCLUDED.{_column(model, n)}" for n in update_names
         )
-        sql += (
-            f" ON CONFLICT ({', '.join(_column(model, n) for n in conflict)}) DO UPDATE SET {sets}"
-        )
+        action = f"DO UPDATE SET {sets}" if update_names else "DO NOTHING"
+        sql += f" ON CONFLICT ({', '.join(_column(model, n) for n in conflict)}) {action}"
     if returning:
         sql += f" RETURNING {_column(model, model._meta.pk.name)}"
     return sql
@@ -110,8 +109,10 @@ def _cast(model: type[Model], name: str) -> str:
     return f"CAST(%s AS {model._meta.get_field(name).db_type(connection)})"
 
 
-def insert(obj: Model, names: tuple[str, ...], *, conflict=(), update_names=()) -> None:
-    """INSERT obj's `names` fields (an upsert with `conflict`); sets an auto pk from RETURNING.
+def insert(obj: Model, names: tuple[str, ...], *, conflict=(), update_names=()) -> bool:
+    """INSERT obj's `names` fields; sets an auto pk from RETURNING. With `conflict`, an
+    upsert of `update_names`, or without them an insert only if no row has the same
+    `conflict` values. False: nothing was written (and obj is not saved).
 
     Field defaults must already be on obj (they are, once the model is instantiated).
     """
@@ -122,19 +123,28 @@ def insert(obj: Model, names: tuple[str, ...], *, conflict=(), update_names=()) 
     with connection.cursor() as cursor:
         cursor.execute(sql, _prep(model, _attnames(obj, names)))
         if returning:
-            obj.pk = cursor.fetchone()[0]
+            row = cursor.fetchone()
+            if row is None:
+                return False
+            obj.pk = row[0]
+        elif not cursor.rowcount:
+            return False
     obj._state.adding = False
+    return True
 
 
 # An insert for update_then_insert / insert_all: (obj, names, conflict, update_names).
 Insert = tuple[Model, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+# Another row's update for update_then_insert: (model, values, where), as `update` takes them.
+Update = tuple[type[Model], dict[str, Any], dict[str, Any]]
 
 
 @functools.cache
-def _with_inserts_sql(update: tuple | None, inserts: tuple) -> str:
-    """WITH [u AS (UPDATE .. RETURNING 1),] i0 AS (INSERT ..), ..: each insert's rows come
-    from u when there is an update (so none when it matched nothing); selects u's row count
-    (or 1) and each insert's new pk."""
+def _with_inserts_sql(update: tuple | None, inserts: tuple, also: tuple = ()) -> str:
+    """WITH [u AS (UPDATE .. RETURNING 1),] i0 AS (INSERT ..), .., a0 AS (UPDATE ..), ..:
+    each insert's rows come from u when there is an update (so none when it matched nothing),
+    and each `also` update applies only if u matched; selects u's row count (or 1) and each
+    insert's new pk."""
     parts, rows_from = [], ""
     if update is not None:
         parts.append(f"u AS ({_update_sql(*update)} RETURNING 1)")
@@ -143,6 +153,8 @@ def _with_inserts_sql(update: tuple | None, inserts: tuple) -> str:
         parts.append(
             f"i{i} AS ({_insert_sql(target, names, conflict, update_names, True, rows_from)})"
         )
+    for j, shape in enumerate(also):
+        parts.append(f"a{j} AS ({_update_sql(*shape)} AND EXISTS (SELECT 1 FROM u))")
     pks = "".join(
         f", (SELECT {_column(t, t._meta.pk.name)} FROM i{i})" for i, (t, *_) in enumerate(inserts)
     )
@@ -150,13 +162,21 @@ def _with_inserts_sql(update: tuple | None, inserts: tuple) -> str:
     return f"WITH {', '.join(parts)} SELECT {matched}{pks}"
 
 
-def _write(update: tuple | None, params: list, inserts: list[Insert]) -> bool:
-    """Postgres: the update (its SQL shape) and the inserts as one statement; sets the new pks."""
+def _write(
+    update: tuple | None, params: list, inserts: list[Insert], also: list[Update] = ()
+) -> bool:
+    """Postgres: the update (its SQL shape), the inserts and the other updates as one
+    statement; sets the new pks."""
     shapes = tuple((type(obj), *rest) for obj, *rest in inserts)
     for obj, names, *_ in inserts:
         params += _prep(type(obj), _attnames(obj, names))
+    also_shapes = []
+    for model, values, where in also:
+        where_shape, where_params = _where(model, where)
+        also_shapes.append((model, tuple(values), where_shape))
+        params += _prep(model, values) + where_params
     with connection.cursor() as cursor:
-        cursor.execute(_with_inserts_sql(update, shapes), params)
+        cursor.execute(_with_inserts_sql(update, shapes, tuple(also_shapes)), params)
         matched, *pks = cursor.fetchone()
     if not matched:
         return False
@@ -172,10 +192,14 @@ def _insert_each(inserts: list[Insert]) -> None:
 
 
 def update_then_insert(
-    model: type[Model], values: dict[str, Any], where: dict[str, Any], inserts: list[Insert]
+    model: type[Model],
+    values: dict[str, Any],
+    where: dict[str, Any],
+    inserts: list[Insert],
+    also: list[Update] = (),
 ) -> bool:
-    """`update`, and only if it changed a row, each insert: all or nothing. False (nothing
-    written) when the WHERE matched nothing.
+    """`update`, and only if it changed a row, each insert and each `also` update: all or
+    nothing. False (nothing written) when the WHERE matched nothing.
 
     On Postgres one statement (data-modifying WITH clauses), so outside `atomic` it is one
     round trip and its own transaction; elsewhere the same statements in one transaction.
@@ -185,10 +209,12 @@ def update_then_insert(
             if not update(model, values, where):
                 return False
             _insert_each(inserts)
+            for other in also:
+                update(*other)
         return True
     where_shape, where_params = _where(model, where)
     shape = (model, tuple(values), where_shape)
-    return _write(shape, _prep(model, values) + where_params, inserts)
+    return _write(shape, _prep(model, values) + where_params, inserts, also)
 
 
 def insert_all(inserts: list[Insert]) -> None:

@@ -8,14 +8,15 @@ explicit "did not happen" runs it again, once. An infrastructure error from a to
 cannot de-duplicate is the same situation. Also records any call's result as its own step.
 """
 
-from contextlib import nullcontext
 from typing import Any
 
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from agentops.tools import Tool
 
+from .. import sql
 from ..models import SideEffect, Step
 from . import gates, lease, owned, tools
 from .conversation import tool_result_block
@@ -23,6 +24,18 @@ from .owned import StepAgain, Stop, Work, renewal
 from .tools import OutcomeUnknown, error_counters, idempotency_key, tool_step
 
 _RECORDED = (SideEffect.Status.COMMITTED, SideEffect.Status.FAILED)
+# A new intent's columns (its status and attempts are the model's defaults).
+INTENT_COLUMNS = (
+    "key",
+    "run",
+    "step_seq",
+    "tool",
+    "args",
+    "status",
+    "attempts",
+    "created_at",
+    "updated_at",
+)
 
 
 def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
@@ -31,21 +44,9 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
     key = idempotency_key(run.pk, item["llm_seq"], item["index"], tool.name, args)
     effect = None
     if tool.has_side_effects:
-        effect = SideEffect.objects.filter(key=key).first()
-        if effect is not None and effect.status in _RECORDED:
-            # Recorded before a crash: never run it again; report what happened then.
-            stored = effect.result or {}
-            record_tool_result(
-                work,
-                item,
-                result=stored.get("result"),
-                error=stored.get("error"),
-                attempts=effect.attempts,
-                key=key,
-                args=args,
-            )
-            return
-        effect = _intent(work, item, tool, args, key, effect)
+        effect = _intent(work, item, tool, args, key)
+        if effect is None:
+            return  # recorded before a crash: reported again, never run again
     try:
         result, error, attempts, duration_ms = tools.call_tool(
             work,
@@ -70,14 +71,36 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
     )
 
 
-def _intent(
-    work: Work, item: dict, tool: Tool, args: dict, key: str, effect: SideEffect | None
-) -> SideEffect:
-    """The ledger entry the call is about to run under, committed before it runs."""
-    if effect is None:
-        return SideEffect.objects.create(
-            key=key, run=work.run, step_seq=item["llm_seq"], tool=tool.name, args=args
+def _intent(work: Work, item: dict, tool: Tool, args: dict, key: str) -> SideEffect | None:
+    """The ledger entry the call is about to run under, committed before it runs; None when
+    the call's outcome was recorded before a crash (then it is recorded again as the step)."""
+    now = timezone.now()
+    effect = SideEffect(
+        key=key,
+        run=work.run,
+        step_seq=item["llm_seq"],
+        tool=tool.name,
+        args=args,
+        created_at=now,
+        updated_at=now,
+    )
+    # The usual case, a first attempt, is this one statement; a key that is there already
+    # (a resumed call) is read after it.
+    if sql.insert(effect, INTENT_COLUMNS, conflict=("key",)):
+        return effect
+    effect = SideEffect.objects.get(key=key)
+    if effect.status in _RECORDED:
+        stored = effect.result or {}
+        record_tool_result(
+            work,
+            item,
+            result=stored.get("result"),
+            error=stored.get("error"),
+            attempts=effect.attempts,
+            key=key,
+            args=args,
         )
+        return None
     # An intent without an outcome: a worker died between the call and its record.
     cleared = item.get("cleared_at_attempt") == effect.attempts
     if not (cleared or tool.accepts_idempotency_key):
@@ -148,14 +171,16 @@ def record_tool_result(
     work.state["pending"] = pending = work.state["pending"][1:]
     update = {**counters, **renewal(model_call_next=not pending)}
     try:
-        # With a ledger entry, its outcome commits with the step; without, the step is one
-        # statement of its own (no transaction around it).
-        with transaction.atomic() if ledger is not None else nullcontext():
-            owned.append(
-                work, Step.Kind.TOOL, data, update, checkpoint=True, latency_ms=data["duration_ms"]
-            )
-            if ledger is not None:
-                SideEffect.objects.filter(pk=ledger.pk).update(**outcome)
+        # With a ledger entry, its outcome commits with the step, in the step's one statement.
+        owned.append(
+            work,
+            Step.Kind.TOOL,
+            data,
+            update,
+            checkpoint=True,
+            also=[(SideEffect, outcome, {"id": ledger.pk})] if ledger is not None else [],
+            latency_ms=data["duration_ms"],
+        )
     except Stop:
         # Cancelled (or taken over) while the call was in flight: the effect happened all
         # the same, so the ledger must say so, or a resume would doubt or repeat it.

@@ -111,12 +111,13 @@ def append(
     *,
     checkpoint: bool = False,
     then: tuple[tuple[str, dict, dict], ...] = (),
+    also: list[sql.Update] = (),
     **columns: Any,
 ) -> Step:
     """Append a step to the run this worker holds, writing the run's new counters and a
     renewed lease in the same UPDATE (one compare-and-set, no locked read first), the
-    `then` steps after it, and with `checkpoint` the engine state as it is now, at the last
-    of them. Stop if the run is no longer ours.
+    `then` steps after it, with `checkpoint` the engine state as it is now, at the last
+    of them, and the `also` updates of other rows. Stop if the run is no longer ours.
 
     Outside `atomic` on Postgres this is one statement: one round trip, its own transaction.
     """
@@ -127,18 +128,28 @@ def append(
         update=update,
         checkpoint=work.state if checkpoint else None,
         then=then,
+        also=also,
         **columns,
     )
     if step is None:
         # Someone else wrote to the run: a cancel, a takeover, or a decision's step.
-        step = _append_after_another_write(work, kind, data, update, checkpoint, then, columns)
+        step = _append_after_another_write(
+            work, kind, data, update, checkpoint, then, also, columns
+        )
     work.confirmed_at = time.monotonic()
     work.lease_until = work.run.lease_expires_at
     return step
 
 
 def _append_after_another_write(
-    work: Work, kind: str, data: dict, update: dict, checkpoint: bool, then: tuple, columns: dict
+    work: Work,
+    kind: str,
+    data: dict,
+    update: dict,
+    checkpoint: bool,
+    then: tuple,
+    also: list[sql.Update],
+    columns: dict,
 ) -> Step:
     with transaction.atomic():
         work.run = locked(work)
@@ -152,6 +163,8 @@ def _append_after_another_write(
             work.run.append_step(then_kind, then_data, **then_columns)
         if checkpoint:
             write_checkpoint(work)
+        for other in also:
+            sql.update(*other)
     return step
 
 

@@ -9,7 +9,15 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs import sql
-from runs.models import CHECKPOINT_COLUMNS, RUN_COLUMNS, STEP_COLUMNS, Checkpoint, Run, Step
+from runs.models import (
+    CHECKPOINT_COLUMNS,
+    RUN_COLUMNS,
+    STEP_COLUMNS,
+    Checkpoint,
+    Run,
+    SideEffect,
+    Step,
+)
 
 from .ui_factories import add_steps, make_run
 
@@ -47,6 +55,18 @@ def test_insert_upserts_on_conflict_and_sets_the_new_id(operator, no_enqueue):
     stored = Checkpoint.objects.get(run=run, seq=40)
     assert stored.pk == first.pk
     assert stored.state == {"pending": [1]}
+
+
+def test_insert_without_update_names_leaves_an_existing_row_alone(operator, no_enqueue):
+    run = make_run(operator)
+    columns = ("run", "seq", "state", "created_at")
+    first = Checkpoint(run=run, seq=41, state={"n": 1})
+    assert sql.insert(first, columns, conflict=("run", "seq")) is True
+    assert first.pk is not None
+    again = Checkpoint(run=run, seq=41, state={"n": 2})
+    assert sql.insert(again, columns, conflict=("run", "seq")) is False
+    assert again.pk is None and again._state.adding  # not saved: the caller reads the row
+    assert Checkpoint.objects.get(run=run, seq=41).state == {"n": 1}
 
 
 def _step_and_checkpoint(run: Run, seq: int) -> list:
@@ -100,6 +120,25 @@ def test_update_then_insert_writes_all_and_sets_the_new_ids(operator, no_enqueue
     assert sql.update_then_insert(Run, {"last_seq": seq}, where, upsert)
     assert again.pk == checkpoint.pk
     assert Checkpoint.objects.get(pk=checkpoint.pk).state == {"pending": [{"id": "x"}]}
+
+
+def test_update_then_insert_updates_other_rows_only_with_the_main_update(operator, no_enqueue):
+    run = make_run(operator, status=Run.Status.RUNNING)
+    effect = SideEffect.objects.create(key="k" * 64, run=run, step_seq=1, tool="t", args={})
+    outcome = {"status": SideEffect.Status.COMMITTED, "result": {"result": {"ü": 1}}}
+    also = [(SideEffect, outcome, {"id": effect.pk})]
+    seq = run.last_seq + 1
+    stale = {"id": run.pk, "last_seq": run.last_seq + 5}
+    assert not sql.update_then_insert(Run, {"last_seq": seq}, stale, [], also)
+    effect.refresh_from_db()
+    assert (effect.status, effect.result) == (SideEffect.Status.INTENT, None)
+
+    inserts = _step_and_checkpoint(run, seq)
+    where = {"id": run.pk, "last_seq": run.last_seq}
+    assert sql.update_then_insert(Run, {"last_seq": seq}, where, inserts, also)
+    effect.refresh_from_db()
+    assert (effect.status, effect.result) == (SideEffect.Status.COMMITTED, {"result": {"ü": 1}})
+    assert run.steps.filter(seq=seq).exists()
 
 
 def test_get_loads_a_run_as_the_orm_does(operator, no_enqueue):
