@@ -13,8 +13,8 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, Exists, OuterRef, Q, Sum, TextField
-from django.db.models.functions import Cast, TruncHour
+from django.db.models import Count, Exists, OuterRef, Sum
+from django.db.models.functions import TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
@@ -133,9 +133,7 @@ def filtered_runs(request: HttpRequest, form: RunFilterForm):
         )
         runs = runs.filter(Exists(decided))
     if f["q"]:
-        runs = runs.annotate(input_text=Cast("input", TextField())).filter(
-            Q(input_text__icontains=f["q"]) | Q(output__icontains=f["q"])
-        )
+        runs = runs.search(f["q"])
     return runs
 
 
@@ -143,7 +141,12 @@ def _filtered_page(request: HttpRequest) -> tuple[RunFilterForm, Page, str]:
     """The runs list and the audit search share filters and paging: the form, the page of
     runs, and the query string without `page` for the pagination links."""
     form = RunFilterForm(request.GET)
-    page = Paginator(filtered_runs(request, form), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    runs = filtered_runs(request, form)
+    paginator = Paginator(runs, RUNS_PER_PAGE)
+    if form.is_valid() and form.cleaned_data["q"]:
+        # Counted first: how many matched decides how the page is best read.
+        paginator.object_list = runs.newest_first_for_search(paginator.count)
+    page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return form, page, query.urlencode()
