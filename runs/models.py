@@ -92,6 +92,11 @@ class RunQuerySet(models.QuerySet):
             return self
         return self.none()
 
+    def for_lists(self):
+        """What a row in a list shows: the launcher, and not the payloads (input, output and
+        the launch snapshot can be kilobytes each; a row shows the input's summary)."""
+        return self.select_related("launched_by").defer("input", "output", "agent_config")
+
     def search(self, text: str):
         """Runs whose input or output holds every word of `text`, a word matching the start
         of one (`refu` finds "refunded", `example.com` finds boss@example.com), and the run
@@ -263,6 +268,19 @@ class Run(models.Model):
             models.Index(fields=["trigger", "-created_at"]),
             models.Index(fields=["launched_by", "-created_at"]),
             models.Index(fields=["-created_at"]),
+            # The dashboard's runs in flight and recent failures: small partial indexes read
+            # in order, instead of sorting every failed run or filtering the newest runs.
+            # Their keys and conditions are columns indexed above: no HOT update is lost.
+            models.Index(
+                fields=["-created_at"],
+                condition=Q(status__in=["queued", "running", "waiting"]),
+                name="runs_run_active_idx",
+            ),
+            models.Index(
+                fields=["-finished_at", "-created_at"],
+                condition=Q(status="failed"),
+                name="runs_run_failed_idx",
+            ),
             # No index may hold a column every step writes (lease_expires_at, counters):
             # Postgres can then update the row in place (HOT) instead of adding an entry to
             # each index per step. The sweep finds running runs through (status, created_at).
