@@ -123,7 +123,7 @@ def _dashboard_stats(now: datetime) -> dict:
 
 # --- runs list ------------------------------------------------------------------------------
 def filtered_runs(request: HttpRequest, form: RunFilterForm):
-    runs = Run.objects.visible_to(request.user).select_related("launched_by")
+    runs = Run.objects.visible_to(request.user).for_lists()
     if not form.is_valid():
         return runs.none()
     f = form.cleaned_data
