@@ -1,4 +1,4 @@
-"""Server time and query count of the list pages on a large database.
+r"""Server time and query count of the list pages on a large database.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentops_bench \
         uv run python bench/seed_runs.py --runs 100000 --steps-per-run 10
@@ -7,7 +7,8 @@
 
 Requests go through Django's full stack in-process (middleware, views, templates, ORM) with
 the test client, so the figure is server time without network. Prints p50/p95 per page and
-the number of SQL queries the page made.
+the number of SQL queries the page made, and the machine's load average before and after
+(other work on the machine shows in the figures).
 """
 
 import argparse
@@ -59,8 +60,10 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> None:
     logging.getLogger("django.request").setLevel(logging.CRITICAL)  # 404s are reported below
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=30)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeat", type=int, default=30, help="timed requests per page")
     args = parser.parse_args()
 
     user, _ = get_user_model().objects.get_or_create(username="bench-admin")
@@ -68,7 +71,7 @@ def main() -> None:
     # A host production settings allow (the test client says "testserver" otherwise).
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
-    print(f"{Run.objects.count()} runs in the database")
+    print(f"{Run.objects.count()} runs in the database; load average {_load()}")
     print(f"{'page':<48} {'status':>6} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}")
     for url in pages():
         times = []
@@ -89,6 +92,11 @@ def main() -> None:
             f"{url[:48]:<48} {status:>6} {statistics.median(times):>8.1f} "
             f"{percentile(times, 0.95):>8.1f} {queries:>8}"
         )
+    print(f"load average {_load()} ({os.cpu_count()} CPUs)")
+
+
+def _load() -> str:
+    return " ".join(f"{n:.2f}" for n in os.getloadavg())
 
 
 if __name__ == "__main__":

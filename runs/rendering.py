@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
@@ -287,13 +286,6 @@ def render_run_event(run: Run, launched: bool) -> dict:
         if launched:
             parts.append(render_to_string(DASHBOARD + "#inflight-insert", ctx))
     return {"html": parts}
-
-
-def status_counts() -> dict[str, int]:
-    counts = dict.fromkeys(Run.Status.values, 0)
-    for row in Run.objects.values("status").annotate(n=Count("pk")).order_by():
-        counts[row["status"]] = row["n"]
-    return counts
 
 
 def _when(iso: Any) -> str:

@@ -13,8 +13,8 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, Exists, OuterRef, Q, Sum, TextField
-from django.db.models.functions import Cast, TruncHour
+from django.db.models import Count, Exists, OuterRef, Sum
+from django.db.models.functions import TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
@@ -61,49 +61,69 @@ def favicon(request: HttpRequest) -> HttpResponse:
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_view)
-    now = timezone.now()
-    inflight = list(Run.objects.active().select_related("launched_by")[:50])
-    failures = list(
-        Run.objects.filter(status=Run.Status.FAILED).order_by("-finished_at", "-created_at")[:10]
-    )
-    context = {
-        "inflight": [rendering.run_context(r) for r in inflight],
-        "counts": rendering.status_counts(),
-        "failures": failures,
-        "charts": _dashboard_charts(now),
-    }
     template = _partial(
         request, rendering.DASHBOARD, {"dashboard-stats", "inflight", "dashboard-approvals"}
     )
+    # An htmx request (the stats refresh every 15 s) reads only what its fragment shows.
+    fragment = template.partition("#")[2]
+    context = {}
+    if fragment in ("", "inflight"):
+        inflight = Run.objects.active().for_lists()[:50]
+        context["inflight"] = [rendering.run_context(r) for r in inflight]
+    if fragment in ("", "dashboard-stats"):
+        context.update(_dashboard_stats(timezone.now()))
     return render(request, template, context)
 
 
-def _dashboard_charts(now: datetime) -> dict:
+def _dashboard_stats(now: datetime) -> dict:
+    """Runs by status, the charts and the recent failures. Runs in flight are counted
+    whenever they were created; finished ones over the charts' 24 hours, so that no query
+    reads every run ever made."""
     since = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
+    in_flight = dict.fromkeys(Run.ACTIVE_STATUSES, 0)
+    # COUNT(*), not of the id: Postgres counts from the status index alone.
+    for row in Run.objects.active().values("status").annotate(n=Count("*")).order_by():
+        in_flight[row["status"]] = row["n"]
+    finished = dict.fromkeys(Run.TERMINAL_STATUSES, 0)
+    runs_by_hour: dict[datetime, int] = {}
+    cost_by_hour: dict[datetime, float] = {}
     rows = (
         Run.objects.filter(created_at__gte=since)
         .annotate(hour=TruncHour("created_at"))
-        .values("hour")
-        .annotate(runs=Count("pk"), cost=Sum("cost_usd"))
-        .order_by("hour")
+        .values("hour", "status")
+        .annotate(runs=Count("*"), cost=Sum("cost_usd"))
+        .order_by()
     )
-    by_hour = {r["hour"]: r for r in rows}
+    for row in rows:
+        if row["status"] in finished:
+            finished[row["status"]] += row["runs"]
+        hour = row["hour"]
+        runs_by_hour[hour] = runs_by_hour.get(hour, 0) + row["runs"]
+        cost_by_hour[hour] = cost_by_hour.get(hour, 0.0) + float(row["cost"] or 0)
     hours = [since + timedelta(hours=i) for i in range(24)]
-    runs = [(h, by_hour.get(h, {}).get("runs", 0)) for h in hours]
-    cost = [(h, float(by_hour.get(h, {}).get("cost") or 0)) for h in hours]
+    failures = Run.objects.filter(status=Run.Status.FAILED).for_lists()
     return {
-        "runs": charts.bars(
-            [(f"{h:%H}:00", n) for h, n in runs], unit="runs", title="Runs per hour, 24 h"
-        ),
-        "cost": charts.bars(
-            [(f"{h:%H}:00", c) for h, c in cost], unit="USD", title="Cost per hour, 24 h"
-        ),
+        "in_flight_counts": in_flight,
+        "finished_counts": finished,
+        "failures": list(failures.order_by("-finished_at", "-created_at")[:10]),
+        "charts": {
+            "runs": charts.bars(
+                [(f"{h:%H}:00", runs_by_hour.get(h, 0)) for h in hours],
+                unit="runs",
+                title="Runs per hour, 24 h",
+            ),
+            "cost": charts.bars(
+                [(f"{h:%H}:00", cost_by_hour.get(h, 0.0)) for h in hours],
+                unit="USD",
+                title="Cost per hour, 24 h",
+            ),
+        },
     }
 
 
 # --- runs list ------------------------------------------------------------------------------
 def filtered_runs(request: HttpRequest, form: RunFilterForm):
-    runs = Run.objects.visible_to(request.user).select_related("launched_by")
+    runs = Run.objects.visible_to(request.user).for_lists()
     if not form.is_valid():
         return runs.none()
     f = form.cleaned_data
@@ -133,9 +153,7 @@ def filtered_runs(request: HttpRequest, form: RunFilterForm):
         )
         runs = runs.filter(Exists(decided))
     if f["q"]:
-        runs = runs.annotate(input_text=Cast("input", TextField())).filter(
-            Q(input_text__icontains=f["q"]) | Q(output__icontains=f["q"])
-        )
+        runs = runs.search(f["q"])
     return runs
 
 
@@ -143,7 +161,12 @@ def _filtered_page(request: HttpRequest) -> tuple[RunFilterForm, Page, str]:
     """The runs list and the audit search share filters and paging: the form, the page of
     runs, and the query string without `page` for the pagination links."""
     form = RunFilterForm(request.GET)
-    page = Paginator(filtered_runs(request, form), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    runs = filtered_runs(request, form)
+    paginator = Paginator(runs, RUNS_PER_PAGE)
+    if form.is_valid() and form.cleaned_data["q"]:
+        # Counted first: how many matched decides how the page is best read.
+        paginator.object_list = runs.newest_first_for_search(paginator.count)
+    page = paginator.get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return form, page, query.urlencode()

@@ -91,6 +91,49 @@ def test_dashboard_stats_fragment_for_htmx_polling(client, viewer):
     assert "<nav" not in html
 
 
+def test_dashboard_counts_runs_in_flight_of_any_age_and_finished_ones_of_a_day(
+    client, viewer, operator, no_enqueue
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = [
+        make_run(operator, status=Run.Status.WAITING),
+        make_run(operator, status=Run.Status.FAILED),
+    ]
+    Run.objects.filter(pk__in=[r.pk for r in old]).update(
+        created_at=timezone.now() - timedelta(days=3)
+    )
+    make_run(operator, status=Run.Status.FAILED)
+    make_run(operator, status=Run.Status.SUCCEEDED)
+    make_run(operator)
+    client.force_login(viewer)
+    response = client.get(reverse("runs:dashboard"))
+    assert response.context["in_flight_counts"] == {"queued": 1, "running": 0, "waiting": 1}
+    assert response.context["finished_counts"] == {"succeeded": 1, "failed": 1, "cancelled": 0}
+    assert "in 24 h" in response.content.decode()
+
+
+def test_the_stats_refresh_reads_no_runs_in_flight(
+    client, viewer, operator, no_enqueue, monkeypatch
+):
+    from runs import rendering
+
+    make_run(operator, status=Run.Status.RUNNING)
+    shown = []
+    run_context = rendering.run_context
+    monkeypatch.setattr(rendering, "run_context", lambda run: shown.append(run) or run_context(run))
+    client.force_login(viewer)
+    response = client.get(
+        reverse("runs:dashboard"), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="dashboard-stats"
+    )
+    assert "Runs by status" in response.content.decode()
+    assert shown == []
+    client.get(reverse("runs:dashboard"))
+    assert len(shown) == 1
+
+
 def test_dashboard_queries_do_not_grow_with_runs(
     client, viewer, operator, no_enqueue, django_assert_max_num_queries
 ):
