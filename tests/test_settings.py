@@ -82,14 +82,15 @@ def test_database_url_postgres_uses_a_connection_pool(tmp_path):
         DATABASE_URL="postgres://agent:pw@db.internal:5432/agentops",
         DATABASE_POOL_MAX="7",
     )
-    assert s["engine"] == "django.db.backends.postgresql"
+    # Django's backend with a pool that checks a connection only when in doubt.
+    assert s["engine"] == "agentops.db.postgresql"
     assert s["name"] == "agentops"
     assert s["host"] == "db.internal"
     assert s["options"]["pool"]["max_size"] == 7
     assert s["options"]["pool"]["min_size"] >= 1
     # With a pool, Django must not also keep persistent connections.
     assert s["conn_max_age"] == 0
-    # The pool checks each connection before handing it out (tests/test_database.py).
+    # A dead connection is never handed out (tests/test_database.py).
     assert s["conn_health_checks"] is True
 
 
@@ -98,6 +99,7 @@ def test_database_pool_can_be_turned_off(tmp_path):
         tmp_path, DATABASE_URL="postgres://agent@db:5432/agentops", DATABASE_POOL="false"
     )
     assert "pool" not in s["options"]
+    assert s["engine"] == "django.db.backends.postgresql"
 
 
 def test_redis_url_is_broker_and_channel_layer(tmp_path):
