@@ -135,6 +135,10 @@ if REDIS_URL:
         }
     }
     CELERY_BROKER_URL = REDIS_URL
+    if REDIS_URL.startswith("redis://"):
+        # kombu's Redis transport sharing one redis-py client per channel (agentops/broker.py).
+        # Not for rediss://: given a transport, kombu no longer applies its TLS default.
+        CELERY_BROKER_TRANSPORT = "agentops.broker:Transport"
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://localhost/"  # a host, or kombu warns on every connection

@@ -35,6 +35,7 @@ print(json.dumps({
     "embedded": s.EMBEDDED,
     "broker": s.CELERY_BROKER_URL,
     "transport_options": s.CELERY_BROKER_TRANSPORT_OPTIONS,
+    "transport": getattr(s, "CELERY_BROKER_TRANSPORT", None),
     "channel_layers": s.CHANNEL_LAYERS,
     "pool": s.CELERY_WORKER_POOL,
     "concurrency": s.CELERY_WORKER_CONCURRENCY,
@@ -106,6 +107,8 @@ def test_redis_url_is_broker_and_channel_layer(tmp_path):
     s = settings_for(tmp_path, REDIS_URL="redis://cache.internal:6379/3")
     assert s["embedded"] is False
     assert s["broker"] == "redis://cache.internal:6379/3"
+    # kombu's Redis transport sharing a client per channel (tests/test_broker.py).
+    assert s["transport"] == "agentops.broker:Transport"
     assert "polling_interval" not in s["transport_options"]
     layer = s["channel_layers"]["default"]
     assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
@@ -113,6 +116,13 @@ def test_redis_url_is_broker_and_channel_layer(tmp_path):
     assert layer["CONFIG"]["hosts"] == [
         {"address": "redis://cache.internal:6379/3", "socket_timeout": None}
     ]
+
+
+def test_a_tls_redis_url_keeps_kombus_own_transport(tmp_path):
+    # Given a transport, kombu would no longer apply its TLS default to a bare rediss:// URL.
+    s = settings_for(tmp_path, REDIS_URL="rediss://cache.internal:6380/3")
+    assert s["broker"] == "rediss://cache.internal:6380/3"
+    assert s["transport"] is None
 
 
 def test_worker_defaults_suit_io_bound_steps(tmp_path):
