@@ -197,6 +197,9 @@ AGENTOPS = {
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
+# The SDK's OpenTelemetry spans (agentops/llm/anthropic.py): off unless asked for; then the
+# SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
+ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
 
 # --- auth, security ----------------------------------------------------------------------
 LOGIN_URL = "/accounts/login/"
