@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -194,36 +195,43 @@ def test_after_a_postgres_restart_the_pool_replaces_its_dead_connections(
         "CONN_MAX_AGE": 0,
         "CONN_HEALTH_CHECKS": True,
     }
-    db = pooled_postgres.DatabaseWrapper(settings_dict, alias=f"own-postgres-{mode}")
 
-    def query() -> int:
-        with db.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            return cursor.fetchone()[0]
+    def scenario() -> None:
+        db = pooled_postgres.DatabaseWrapper(settings_dict, alias=f"own-postgres-{mode}")
 
-    # Not the test database: a cluster of its own, which pytest-django does not know about.
-    with django_db_blocker.unblock(), contextlib.ExitStack() as cleanup:
-        cleanup.callback(db.close_pool)
-        cleanup.callback(db.close)
-        assert query() == 1  # opens the pool
-        db.close()
-        db.pool.wait(timeout=10)
-        # Each of its connections handed out once: checked, as in doubt.
-        for _ in range(2):
-            query()
-            db.close()
-        round_trip_checks.clear()
-        for _ in range(10):
-            query()
-            db.close()
-        assert round_trip_checks == []  # alive: no query to find that out
+        def query() -> int:
+            with db.cursor() as cursor:
+                cursor.execute("SELECT 1")
+                return cursor.fetchone()[0]
 
-        restart(mode)
-        for _ in range(4):  # more than the pool held: each dead one would have failed once
-            assert query() == 1
+        with contextlib.ExitStack() as cleanup:
+            cleanup.callback(db.close_pool)
+            cleanup.callback(db.close)
+            assert query() == 1  # opens the pool
             db.close()
-        # The dead ones were found by the query check that a readable socket led to.
-        assert round_trip_checks
+            db.pool.wait(timeout=10)
+            # Each of its connections handed out once: checked, as in doubt.
+            for _ in range(2):
+                query()
+                db.close()
+            round_trip_checks.clear()
+            for _ in range(10):
+                query()
+                db.close()
+            assert round_trip_checks == []  # alive: no query to find that out
+
+            restart(mode)
+            for _ in range(4):  # more than the pool held: each dead one would have failed once
+                assert query() == 1
+                db.close()
+            # The dead ones were found by the query check that a readable socket led to.
+            assert round_trip_checks
+
+    # In a thread of its own, as a worker's: the browser tests leave an event loop running in
+    # the main thread, where Django refuses database calls. Not the test database: a cluster
+    # of its own, which pytest-django does not know about.
+    with django_db_blocker.unblock(), ThreadPoolExecutor(max_workers=1) as thread:
+        thread.submit(scenario).result()
 
 
 @on_postgres
