@@ -96,11 +96,12 @@ if IS_POSTGRES:
             "timeout": 30,
         }
         # After a Postgres restart every pooled connection is dead, and without a check each
-        # is handed out once: a 500 per connection, a failed task per worker. With the pool,
-        # Django turns this into psycopg_pool's `check=ConnectionPool.check_connection` (an
-        # empty query on each checkout; it refuses a "check" in the pool options). Cost per
-        # request: bench/pool_check.py; per engine step (a worker checks a connection out
-        # after each model call): bench/engine_throughput.py, ~25 % of scripted steps/s.
+        # is handed out once: a 500 per connection, a failed task per worker. Django's check
+        # (an empty query on every checkout) cost a round trip per engine step, ~25 % of
+        # scripted steps/s (bench/engine_throughput.py); our backend checks with a query only
+        # a connection whose socket shows the server ended it, or that sat idle for a while
+        # (agentops/db/postgresql/base.py). DATABASE_HEALTH_CHECKS=false: no check at all.
+        DATABASES["default"]["ENGINE"] = "agentops.db.postgresql"
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool(
             "DATABASE_HEALTH_CHECKS", default=True
         )
@@ -134,6 +135,10 @@ if REDIS_URL:
         }
     }
     CELERY_BROKER_URL = REDIS_URL
+    if REDIS_URL.startswith("redis://"):
+        # kombu's Redis transport sharing one redis-py client per channel (agentops/broker.py).
+        # Not for rediss://: given a transport, kombu no longer applies its TLS default.
+        CELERY_BROKER_TRANSPORT = "agentops.broker:Transport"
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://localhost/"  # a host, or kombu warns on every connection
@@ -192,6 +197,9 @@ AGENTOPS = {
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
+# The SDK's OpenTelemetry spans (agentops/llm/anthropic.py): off unless asked for; then the
+# SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
+ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
 
 # --- auth, security ----------------------------------------------------------------------
 LOGIN_URL = "/accounts/login/"

@@ -21,6 +21,9 @@ sync PostgresSaver on a connection pool, the same M runs as M threads, same K. E
 rounds is followed by LangGraph's at the same K, and the ratio is reported per pair: a
 shared machine's speed drifts more between minutes than the two sides differ.
 
+Before the rounds, one warm-up round of M runs x 3 steps on each side (not counted), so that
+the first measured round does not pay for opening connections and starting threads.
+
 Figures per K (median of --repeat rounds): steps/s (all steps of all runs / wall time from
 enqueue to the last run finished), per-step time p50/p99 (deltas between a run's consecutive
 model steps for ours, between consecutive model-node calls for LangGraph), commits per step
@@ -537,9 +540,13 @@ def main() -> None:
     lg = None if args.skip_langgraph else LangGraph(args.runs)
     try:
         print(f"worker pid {proc.pid}, RSS {worker_rss_kb(proc.pid)} kB")
-        launch_runs(2, 3)  # warm-up: imports, pool connections
+        # Warm-up, not measured, as wide as a round: both sides start their rounds with the
+        # imports done and the threads and pooled connections a round of M runs uses (with
+        # 2 warm-up runs, the first round paid for opening M - 2 database connections on
+        # each side and, on ours, for starting worker threads).
+        wait_finished(launch_runs(args.runs, 3), timeout=120)
         if lg:
-            lg.run(2, 3)
+            lg.run(args.runs, 3)
         time.sleep(3)
         # Each of our rounds is followed by LangGraph's at the same K, so both see the same
         # machine (a shared machine's speed drifts by 2x over minutes); the ratio is taken

@@ -1,4 +1,4 @@
-"""What the pool's connection check (CONN_HEALTH_CHECKS) costs per request.
+"""What the pool's connection check (CONN_HEALTH_CHECKS, agentops/db/postgresql) costs per request.
 
     psql -h 127.0.0.1 -U postgres -c 'create database agentops_bench'
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentops_bench uv run manage.py migrate

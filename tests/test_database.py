@@ -1,12 +1,25 @@
-"""The database connection: a dead pooled connection is never handed out, and a request that
-arrives while the database is down gets 503 with Retry-After, never 500."""
+"""The database connection: a dead pooled connection is never handed out, a live one is handed
+out without a round trip, and a request that arrives while the database is down gets 503 with
+Retry-After, never 500."""
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psycopg
 import pytest
 from django.db import OperationalError, connection
 from django.test import Client
+from psycopg_pool import ConnectionPool
 
 from accounts.models import ApiToken
+from agentops.db.postgresql import base as pooled_postgres
 from runs.models import Run, RunQuerySet
 from tests.conftest import on_postgres
 
@@ -34,11 +47,67 @@ def _terminate_other_backends() -> int:
     params.pop("context", None)
     params.pop("prepare_threshold", None)
     with psycopg.connect(**params, autocommit=True) as killer:
+        # With a timeout, pg_terminate_backend waits until each backend is gone, as a restart
+        # does before it lets anyone connect again.
         killed = killer.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchone()[0]
     return killed
+
+
+@pytest.fixture
+def round_trip_checks(monkeypatch) -> list:
+    """The connections the pool checked with a query (psycopg_pool's check_connection)."""
+    checked = []
+    real = ConnectionPool.check_connection
+
+    def counting(conn):
+        checked.append(conn)
+        real(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counting))
+    return checked
+
+
+@pytest.fixture
+def pool_of_two(monkeypatch):
+    """A pool that never grows, so its two connections are handed out in turn."""
+    options = connection.settings_dict["OPTIONS"]
+    monkeypatch.setitem(options, "pool", {**options["pool"], "min_size": 2, "max_size": 2})
+    _fresh_pool()
+    yield
+    connection.close()
+    connection.close_pool()  # the next test builds the configured one
+
+
+def _checkouts(n: int, query=lambda: Run.objects.count()) -> None:
+    for _ in range(n):
+        query()
+        connection.close()  # back to the pool
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_live_pooled_connection_is_handed_out_without_a_round_trip(
+    pool_of_two, round_trip_checks
+):
+    _checkouts(2)  # each of the pool's connections handed out once: checked, as in doubt
+    round_trip_checks.clear()
+    _checkouts(20)
+    assert round_trip_checks == []
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_idle_for_a_while_is_checked_with_a_query(
+    pool_of_two, round_trip_checks, monkeypatch
+):
+    _checkouts(2)
+    round_trip_checks.clear()
+    monkeypatch.setattr(pooled_postgres, "CHECK_AFTER_IDLE_SECONDS", 0.0)
+    _checkouts(3)
+    assert len(round_trip_checks) == 3
 
 
 @on_postgres
@@ -49,6 +118,120 @@ def test_the_next_query_succeeds_after_every_pooled_connection_was_killed():
     for _ in range(4):  # more than the pool held: each dead one would have failed once
         assert Run.objects.count() == 0
         connection.close()
+
+
+# --- a real restart, of a Postgres cluster of the test's own --------------------------------------
+def _pg_bindir() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if found:
+        return found[-1].parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+@pytest.fixture(scope="module")
+def own_postgres():
+    """A Postgres cluster on a free port, started and stopped here (the shared server is
+    never restarted); yields (port, restart(mode))."""
+    bindir = _pg_bindir()
+    if bindir is None:
+        pytest.skip("no initdb (PostgreSQL server binaries) on this machine")
+    # Not under pytest's tmp_path: its parents are private to root, and Postgres refuses to
+    # run as root, so the cluster belongs to the postgres user (chaos.py does the same).
+    tmp = Path(tempfile.mkdtemp(prefix="agentops-test-pg-"))
+    data, sockets = tmp / "data", tmp / "sock"
+    as_root = os.geteuid() == 0
+    data.mkdir(mode=0o700)
+    sockets.mkdir(mode=0o700)
+    if as_root:
+        for d in (tmp, data, sockets):
+            shutil.chown(d, "postgres", "postgres")
+
+    def pg(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(bindir / argv[0]), *argv[1:]]
+        if as_root:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        return subprocess.run(
+            cmd, cwd=tmp, capture_output=True, text=True, check=check, timeout=120
+        )
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pg("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+    opts = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off"
+    log = str(tmp / "pg.log")
+    pg("pg_ctl", "-D", str(data), "-l", log, "-o", opts, "-w", "-t", "60", "start")
+
+    def restart(mode: str) -> None:
+        pg("pg_ctl", "-D", str(data), "-l", log, "-m", mode, "-w", "-t", "60", "restart")
+
+    try:
+        yield port, restart
+    finally:
+        stopped = pg("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop", check=False)
+        pidfile = data / "postmaster.pid"
+        if stopped.returncode != 0 and pidfile.exists():
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_after_a_postgres_restart_the_pool_replaces_its_dead_connections(
+    own_postgres, round_trip_checks, django_db_blocker, mode
+):
+    port, restart = own_postgres
+    settings_dict = {
+        **connection.settings_dict,
+        "ENGINE": "agentops.db.postgresql",
+        "NAME": "postgres",
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+        # Fixed size, so its connections are handed out in turn.
+        "OPTIONS": {"pool": {"min_size": 2, "max_size": 2, "timeout": 30}},
+        "CONN_MAX_AGE": 0,
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+    def scenario() -> None:
+        db = pooled_postgres.DatabaseWrapper(settings_dict, alias=f"own-postgres-{mode}")
+
+        def query() -> int:
+            with db.cursor() as cursor:
+                cursor.execute("SELECT 1")
+                return cursor.fetchone()[0]
+
+        with contextlib.ExitStack() as cleanup:
+            cleanup.callback(db.close_pool)
+            cleanup.callback(db.close)
+            assert query() == 1  # opens the pool
+            db.close()
+            db.pool.wait(timeout=10)
+            # Each of its connections handed out once: checked, as in doubt.
+            for _ in range(2):
+                query()
+                db.close()
+            round_trip_checks.clear()
+            for _ in range(10):
+                query()
+                db.close()
+            assert round_trip_checks == []  # alive: no query to find that out
+
+            restart(mode)
+            for _ in range(4):  # more than the pool held: each dead one would have failed once
+                assert query() == 1
+                db.close()
+            # The dead ones were found by the query check that a readable socket led to.
+            assert round_trip_checks
+
+    # In a thread of its own, as a worker's: the browser tests leave an event loop running in
+    # the main thread, where Django refuses database calls. Not the test database: a cluster
+    # of its own, which pytest-django does not know about.
+    with django_db_blocker.unblock(), ThreadPoolExecutor(max_workers=1) as thread:
+        thread.submit(scenario).result()
 
 
 @on_postgres

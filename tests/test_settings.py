@@ -35,6 +35,7 @@ print(json.dumps({
     "embedded": s.EMBEDDED,
     "broker": s.CELERY_BROKER_URL,
     "transport_options": s.CELERY_BROKER_TRANSPORT_OPTIONS,
+    "transport": getattr(s, "CELERY_BROKER_TRANSPORT", None),
     "channel_layers": s.CHANNEL_LAYERS,
     "pool": s.CELERY_WORKER_POOL,
     "concurrency": s.CELERY_WORKER_CONCURRENCY,
@@ -82,14 +83,15 @@ def test_database_url_postgres_uses_a_connection_pool(tmp_path):
         DATABASE_URL="postgres://agent:pw@db.internal:5432/agentops",
         DATABASE_POOL_MAX="7",
     )
-    assert s["engine"] == "django.db.backends.postgresql"
+    # Django's backend with a pool that checks a connection only when in doubt.
+    assert s["engine"] == "agentops.db.postgresql"
     assert s["name"] == "agentops"
     assert s["host"] == "db.internal"
     assert s["options"]["pool"]["max_size"] == 7
     assert s["options"]["pool"]["min_size"] >= 1
     # With a pool, Django must not also keep persistent connections.
     assert s["conn_max_age"] == 0
-    # The pool checks each connection before handing it out (tests/test_database.py).
+    # A dead connection is never handed out (tests/test_database.py).
     assert s["conn_health_checks"] is True
 
 
@@ -98,12 +100,15 @@ def test_database_pool_can_be_turned_off(tmp_path):
         tmp_path, DATABASE_URL="postgres://agent@db:5432/agentops", DATABASE_POOL="false"
     )
     assert "pool" not in s["options"]
+    assert s["engine"] == "django.db.backends.postgresql"
 
 
 def test_redis_url_is_broker_and_channel_layer(tmp_path):
     s = settings_for(tmp_path, REDIS_URL="redis://cache.internal:6379/3")
     assert s["embedded"] is False
     assert s["broker"] == "redis://cache.internal:6379/3"
+    # kombu's Redis transport sharing a client per channel (tests/test_broker.py).
+    assert s["transport"] == "agentops.broker:Transport"
     assert "polling_interval" not in s["transport_options"]
     layer = s["channel_layers"]["default"]
     assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
@@ -111,6 +116,13 @@ def test_redis_url_is_broker_and_channel_layer(tmp_path):
     assert layer["CONFIG"]["hosts"] == [
         {"address": "redis://cache.internal:6379/3", "socket_timeout": None}
     ]
+
+
+def test_a_tls_redis_url_keeps_kombus_own_transport(tmp_path):
+    # Given a transport, kombu would no longer apply its TLS default to a bare rediss:// URL.
+    s = settings_for(tmp_path, REDIS_URL="rediss://cache.internal:6380/3")
+    assert s["broker"] == "rediss://cache.internal:6380/3"
+    assert s["transport"] is None
 
 
 def test_worker_defaults_suit_io_bound_steps(tmp_path):

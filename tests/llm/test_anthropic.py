@@ -407,6 +407,18 @@ def test_without_a_key_the_call_fails_clearly(settings):
     assert not missing.value.retryable
 
 
+def test_the_sdks_opentelemetry_spans_are_off_unless_asked_for(settings, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_OPEN_TELEMETRY", raising=False)
+    settings.ANTHROPIC_API_KEY = API_KEY
+    assert AnthropicProvider.from_settings().client.open_telemetry["traces"]["enabled"] is False
+    settings.ANTHROPIC_OPEN_TELEMETRY = True
+    # Then the SDK's default (on) and its environment apply.
+    assert AnthropicProvider.from_settings().client.open_telemetry["traces"]["enabled"] is True
+    monkeypatch.setenv("ANTHROPIC_OPEN_TELEMETRY", "false")
+    provider = AnthropicProvider(api_key=API_KEY, base_url="http://other", traces=True)
+    assert provider.client.open_telemetry["traces"]["enabled"] is False
+
+
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
