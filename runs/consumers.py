@@ -2,6 +2,9 @@
 checks the user may see what it streams. Handler names match the event `type`."""
 
 import asyncio
+import logging
+import random
+from collections.abc import Hashable
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -9,9 +12,12 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from . import access, events, feeds, live
 from .models import Run
 
+log = logging.getLogger("agentops.live")
+
 # A socket re-checks its session and the user's role this often, whatever it was told
 # (runs/access.py): no frame reaches a user more than 5 s after their access ended, even if
-# the announcement was lost. Three indexed reads (session, user, roles).
+# the announcement was lost. Four indexed reads (session, user, roles, what it streams),
+# shared by the sockets of one login watching the same thing in this process (AccessWatch).
 ACCESS_CHECK_SECONDS = 4.0
 # Closed because the user may no longer see: the browser does not reconnect (htmx's ws
 # extension retries only 1006, 1011-1013) and a reload meets the login page.
@@ -29,6 +35,11 @@ class WatchedAccess:
     def may_see(self, user) -> bool:
         """Whether this user may see what this socket streams (sync: may read the database)."""
         raise NotImplementedError
+
+    def watched(self) -> Hashable:
+        """What may_see() is about: sockets of one session watching the same thing share
+        their periodic re-check."""
+        return type(self)
 
     async def admit(self) -> bool:
         """connect()'s access check; False once it has refused the socket."""
@@ -48,14 +59,8 @@ class WatchedAccess:
 
     def watch_access(self) -> None:
         """After accept(): the periodic re-check."""
-        self.access_watch = asyncio.create_task(self._recheck_access())
-
-    async def _recheck_access(self) -> None:
-        while True:
-            await asyncio.sleep(ACCESS_CHECK_SECONDS)
-            if not await self._still_allowed():
-                await self.end_access()
-                return
+        key = (self._session_key(), self.scope["user"].pk, self.watched())
+        self.access_watch = AccessWatch.join(key, self)
 
     async def access_changed(self, event):
         session = event.get("session")
@@ -63,13 +68,15 @@ class WatchedAccess:
             await self.end_access()
 
     def _session_digest(self) -> str:
-        key = getattr(self.scope.get("session"), "session_key", None)
+        key = self._session_key()
         return access.session_digest(key) if key else ""
+
+    def _session_key(self) -> str | None:
+        return getattr(self.scope.get("session"), "session_key", None)
 
     @database_sync_to_async
     def _still_allowed(self) -> bool:
-        key = getattr(self.scope.get("session"), "session_key", None)
-        user = access.session_user(key)
+        user = access.session_user(self._session_key())
         return user is not None and user.pk == self.scope["user"].pk and self.may_see(user)
 
     async def end_access(self) -> None:
@@ -77,13 +84,16 @@ class WatchedAccess:
             return
         # First: from here on nothing is sent, even an event already queued for this socket.
         self.access_ended = True
-        task = getattr(self, "access_watch", None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        self._unwatch_access()
         await self.stop_streaming()
         for group in self.joined_groups():
             await self.channel_layer.group_discard(group, self.channel_name)
         await self.close(code=CLOSE_FORBIDDEN)
+
+    def _unwatch_access(self) -> None:
+        watch = self.__dict__.pop("access_watch", None)
+        if watch is not None:
+            watch.leave(self)
 
     async def stop_streaming(self) -> None:
         """Leave what the socket streams from besides its groups."""
@@ -93,8 +103,7 @@ class WatchedAccess:
 
     async def leave(self) -> None:
         """disconnect(): stop the re-check, leave the groups."""
-        if hasattr(self, "access_watch"):
-            self.access_watch.cancel()
+        self._unwatch_access()
         await self.stop_streaming()
         for group in self.joined_groups():
             await self.channel_layer.group_discard(group, self.channel_name)
@@ -106,6 +115,57 @@ class WatchedAccess:
     async def send_json(self, content, close=False):
         if not self.access_ended:
             await super().send_json(content, close=close)
+
+
+class AccessWatch:
+    """The periodic re-check of the sockets of one session that watch the same thing in
+    this process: one check every ACCESS_CHECK_SECONDS for all of them (a hundred tabs or
+    watchers of one login cost one, not a hundred), and all close when it fails. A socket
+    joining has just been checked by connect(); the next tick re-checks it within the period.
+    One registry per event loop, as runs/feeds.py."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _watches: dict[Hashable, "AccessWatch"] = {}
+
+    def __init__(self, key: Hashable):
+        self.key = key
+        self.sockets: set[WatchedAccess] = set()
+        self.task = asyncio.create_task(self._recheck())
+
+    @classmethod
+    def join(cls, key: Hashable, socket: WatchedAccess) -> "AccessWatch":
+        loop = asyncio.get_running_loop()
+        if loop is not cls._loop:
+            cls._loop, cls._watches = loop, {}
+        watch = cls._watches.get(key)
+        if watch is None:
+            watch = cls._watches[key] = cls(key)
+        watch.sockets.add(socket)
+        return watch
+
+    def leave(self, socket: WatchedAccess) -> None:
+        self.sockets.discard(socket)
+        if not self.sockets:
+            if self._watches.get(self.key) is self:
+                del self._watches[self.key]
+            if self.task is not asyncio.current_task():
+                self.task.cancel()
+
+    async def _recheck(self) -> None:
+        # Sessions whose sockets opened together (a server restart) check at different times.
+        await asyncio.sleep(ACCESS_CHECK_SECONDS * random.uniform(0.5, 1.0))
+        while self.sockets:
+            try:
+                allowed = await next(iter(self.sockets))._still_allowed()
+            except Exception:
+                # The database unreachable: try again next time, as a new socket would.
+                log.exception("re-checking live sockets' access failed")
+                allowed = True
+            if not allowed:
+                for socket in list(self.sockets):
+                    await socket.end_access()
+                return
+            await asyncio.sleep(ACCESS_CHECK_SECONDS)
 
 
 class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
@@ -187,6 +247,9 @@ class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
 
     def may_see(self, user) -> bool:
         return Run.objects.visible_to(user).filter(pk=self.run_id).exists()
+
+    def watched(self) -> Hashable:
+        return (type(self), str(self.run_id))
 
 
 class GroupConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):

@@ -208,3 +208,33 @@ async def test_a_change_nobody_announced_is_found_by_the_periodic_recheck(
     await revoke(operator, session)
     assert (await receive_close(watcher))["code"] == 4403
     await assert_sent_nothing_more(watcher)
+
+
+async def test_sockets_of_one_login_watching_a_run_share_the_periodic_recheck(
+    monkeypatch, run, operator, viewer
+):
+    monkeypatch.setattr(consumers, "ACCESS_CHECK_SECONDS", 0.1)
+    checks = []
+    session_user = consumers.access.session_user
+
+    def counted(key):
+        checks.append(key)
+        return session_user(key)
+
+    monkeypatch.setattr(consumers.access, "session_user", counted)
+    session = await login(operator)
+    watchers = [await watch(f"/ws/runs/{run.pk}/?after=5", session) for _ in range(3)]
+    other = await watch(f"/ws/runs/{run.pk}/?after=5", await login(viewer))
+    await asyncio.sleep(0.55)
+    # Two logins, one check each per 0.1 s (a socket each: ~15 in that time).
+    assert 2 <= len(checks) <= 12
+    assert len(set(checks)) == 2
+
+    # The shared check failing closes every socket of that login, and no other.
+    await _deactivate_quietly(operator, session)
+    for watcher in watchers:
+        assert (await receive_close(watcher))["code"] == 4403
+        await assert_sent_nothing_more(watcher)
+    await sync_to_async(add_steps)(run, 1)
+    assert await receive_through(other, 6) == [6]
+    await other.disconnect()
