@@ -34,6 +34,10 @@ CATCH_UP_MAX = 500
 # lost *last* event (the run finished) is never followed by one that reveals the gap. So a
 # watched run is also re-read this often (one indexed query when nothing is new).
 CATCH_UP_POLL_SECONDS = 10.0
+# Sockets handed a step before the feed lets the event loop write to them: a send only
+# buffers (Twisted writes on the loop's next turn), so without a pause the first watcher's
+# bytes waited for the hundredth watcher's send.
+HAND_OUT_BATCH = 10
 
 
 class Watcher(Protocol):
@@ -122,13 +126,17 @@ class RunFeed:
                 return
 
     async def _hand_out(self, payloads: list[dict]) -> None:
-        for socket in list(self.sockets):
+        for i, socket in enumerate(list(self.sockets), 1):
+            if socket not in self.sockets:
+                continue  # it left while the loop wrote to the ones before
             try:
                 await socket.take(payloads)
             except Exception:
                 # One broken socket must not keep the run's steps from the others.
                 log.exception("a live socket of run %s failed; dropped", self.run_id)
                 self.sockets.discard(socket)
+            if i % HAND_OUT_BATCH == 0:
+                await asyncio.sleep(0)
 
 
 _loop: asyncio.AbstractEventLoop | None = None

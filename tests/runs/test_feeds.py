@@ -124,3 +124,25 @@ async def test_a_socket_that_leaves_stops_getting_steps_and_the_others_go_on(run
     assert await receive_through(staying, 6) == [6]
     assert len(feeds._feeds) == 1
     await staying.disconnect()
+
+
+async def test_a_hand_out_lets_the_loop_write_between_batches():
+    # A send only buffers; the loop writes on its next turn. The first watchers' bytes must
+    # not wait for the hundredth watcher's send.
+    got = []
+
+    class Watcher:
+        last_seq, catching_up = 0, False
+
+        async def take(self, payloads):
+            got.append(self)
+
+    sockets = [Watcher() for _ in range(3 * feeds.HAND_OUT_BATCH)]
+    feed = await feeds.join("00000000-0000-0000-0000-000000000001", sockets[0])
+    feed.sockets.update(sockets)
+    asyncio.get_running_loop().call_soon(got.append, "the loop's turn")
+    await feed._hand_out([{"seq": 1}])
+    assert got.index("the loop's turn") == feeds.HAND_OUT_BATCH
+    assert len(got) == len(sockets) + 1
+    for socket in sockets:
+        await feeds.leave(feed, socket)
