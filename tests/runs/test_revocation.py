@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group
 from django.contrib.sessions.backends.db import SessionStore
+from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
@@ -238,3 +239,22 @@ async def test_sockets_of_one_login_watching_a_run_share_the_periodic_recheck(
     await sync_to_async(add_steps)(run, 1)
     assert await receive_through(other, 6) == [6]
     await other.disconnect()
+
+
+async def test_a_recheck_that_cannot_reach_the_database_is_tried_again(
+    monkeypatch, run, operator, caplog
+):
+    monkeypatch.setattr(consumers, "ACCESS_CHECK_SECONDS", 0.1)
+    checks = []
+
+    async def unreachable_then_revoked(self) -> bool:
+        checks.append(self)
+        if len(checks) == 1:
+            raise OperationalError("the database is unreachable")
+        return False
+
+    monkeypatch.setattr(consumers.WatchedAccess, "_still_allowed", unreachable_then_revoked)
+    watcher = await watch(f"/ws/runs/{run.pk}/?after=5", await login(operator))
+    assert (await receive_close(watcher))["code"] == 4403
+    assert len(checks) == 2
+    assert "re-checking live sockets' access failed" in caplog.text
