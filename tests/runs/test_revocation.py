@@ -256,5 +256,6 @@ async def test_a_recheck_that_cannot_reach_the_database_is_tried_again(
     monkeypatch.setattr(consumers.WatchedAccess, "_still_allowed", unreachable_then_revoked)
     watcher = await watch(f"/ws/runs/{run.pk}/?after=5", await login(operator))
     assert (await receive_close(watcher))["code"] == 4403
+    await assert_sent_nothing_more(watcher)
     assert len(checks) == 2
     assert "re-checking live sockets' access failed" in caplog.text
