@@ -78,7 +78,14 @@ class RunFeed:
 
     async def _receive(self) -> None:
         while True:
-            event = await self.layer.receive(self.channel)
+            try:
+                event = await self.layer.receive(self.channel)
+            except Exception:
+                # Redis unreachable: the poll still delivers meanwhile; a socket's own receive
+                # failing closed the socket, the feed has to outlast it.
+                log.exception("receiving run %s's live events failed", self.run_id)
+                await asyncio.sleep(1.0)
+                continue
             if event.get("type") != "run.step":
                 continue
             try:

@@ -155,3 +155,23 @@ async def test_a_hand_out_lets_the_loop_write_between_batches():
     assert len(got) == len(sockets) + 1
     for socket in sockets:
         await feeds.leave(feed, socket)
+
+
+async def test_a_feed_receives_again_after_the_channel_layer_failed(run, viewer, monkeypatch):
+    layer = get_channel_layer()
+    receive = layer.receive
+    failed = []
+
+    async def failing_once(channel):
+        feed_channels = {getattr(f, "channel", None) for f in feeds._feeds.values()}
+        if channel in feed_channels and not failed:
+            failed.append(channel)
+            raise ConnectionError("the channel layer is unreachable")
+        return await receive(channel)
+
+    monkeypatch.setattr(layer, "receive", failing_once)
+    [socket] = await watchers(run, viewer, 1)
+    await sync_to_async(add_steps)(run, 1)
+    assert await receive_through(socket, 6) == [6]
+    assert failed
+    await socket.disconnect()
