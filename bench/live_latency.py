@@ -7,7 +7,9 @@
 Starts a real daphne (agentops.asgi) on a free 127.0.0.1 port, opens N authenticated
 WebSocket watchers on one run's stream, then appends steps the way a worker does (run row
 lock, hash-chained step, publish after commit). Each watcher records when each seq arrived;
-latency is arrival minus commit. Stops daphne by its PID when done.
+latency is arrival minus commit. The watchers share one login unless --sessions says how
+many users to spread them over (each socket re-checks its session's access periodically).
+Prints the machine's load before and after. Stops daphne by its PID when done.
 """
 
 import argparse
@@ -81,13 +83,15 @@ async def watch(url: str, cookie: str, origin: str, arrivals: dict, ready: async
                 got.setdefault(seq, time.time())
 
 
-async def bench(args, base: str, cookie: str, run: Run) -> None:
+async def bench(args, base: str, cookies: list[str], run: Run) -> None:
     origin = base
     url = base.replace("http", "ws") + f"/ws/runs/{run.pk}/?after={run.last_seq}"
     arrivals: dict = {}
     readies = [asyncio.Event() for _ in range(args.watchers)]
     tasks = [
-        asyncio.create_task(watch(url, cookie, origin, arrivals, readies[i], args.steps))
+        asyncio.create_task(
+            watch(url, cookies[i % len(cookies)], origin, arrivals, readies[i], args.steps)
+        )
         for i in range(args.watchers)
     ]
     await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), timeout=60)
@@ -117,16 +121,22 @@ def main() -> None:
     parser.add_argument("--watchers", type=int, default=100)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between steps")
+    parser.add_argument(
+        "--sessions", type=int, default=1, help="logged-in users the watchers are spread over"
+    )
     args = parser.parse_args()
     if settings.EMBEDDED:
         sys.exit("set REDIS_URL (and DATABASE_URL): this measures the production topology")
     call_command("migrate", verbosity=0)
 
-    user, _ = get_user_model().objects.get_or_create(username="bench-watcher")
-    user.groups.add(Group.objects.get(name="viewer"))
-    client = Client()
-    client.force_login(user)
-    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    cookies = []
+    for i in range(max(1, args.sessions)):
+        name = "bench-watcher" if i == 0 else f"bench-watcher-{i}"
+        user, _ = get_user_model().objects.get_or_create(username=name)
+        user.groups.add(Group.objects.get(name="viewer"))
+        client = Client()
+        client.force_login(user)
+        cookies.append(f"sessionid={client.cookies['sessionid'].value}")
     agent = get_agent("refund-desk")
     run = engine.launch(
         agent=agent, input={"order_id": 1, "reason": "bench"}, provider="scripted"
@@ -149,7 +159,9 @@ def main() -> None:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     sys.exit("daphne did not start")
                 time.sleep(0.2)
-        asyncio.run(bench(args, f"http://127.0.0.1:{port}", cookie, run))
+        print(f"cores={os.cpu_count()}, load={os.getloadavg()}, sessions={len(cookies)}")
+        asyncio.run(bench(args, f"http://127.0.0.1:{port}", cookies, run))
+        print(f"load after: {os.getloadavg()} (shared 2-core machine, other jobs running)")
     finally:
         proc.terminate()
         try:

@@ -2,21 +2,22 @@
 checks the user may see what it streams. Handler names match the event `type`."""
 
 import asyncio
+import logging
+import random
+from collections.abc import Hashable
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from . import access, events, live, rendering
-from .models import Run, Step
+from . import access, events, feeds, live
+from .models import Run
 
-CATCH_UP_MAX = 500
-# Live events are best effort: one sent while the worker could not reach Redis is lost, and a
-# lost *last* event (the run finished) is never followed by one that reveals the gap. So an
-# open timeline also re-reads the database this often (one indexed query when nothing is new).
-CATCH_UP_POLL_SECONDS = 10.0
+log = logging.getLogger("agentops.live")
+
 # A socket re-checks its session and the user's role this often, whatever it was told
 # (runs/access.py): no frame reaches a user more than 5 s after their access ended, even if
-# the announcement was lost. Three indexed reads (session, user, roles).
+# the announcement was lost. Four indexed reads (session, user, roles, what it streams),
+# shared by the sockets of one login watching the same thing in this process (AccessWatch).
 ACCESS_CHECK_SECONDS = 4.0
 # Closed because the user may no longer see: the browser does not reconnect (htmx's ws
 # extension retries only 1006, 1011-1013) and a reload meets the login page.
@@ -34,6 +35,11 @@ class WatchedAccess:
     def may_see(self, user) -> bool:
         """Whether this user may see what this socket streams (sync: may read the database)."""
         raise NotImplementedError
+
+    def watched(self) -> Hashable:
+        """What may_see() is about: sockets of one session watching the same thing share
+        their periodic re-check."""
+        return type(self)
 
     async def admit(self) -> bool:
         """connect()'s access check; False once it has refused the socket."""
@@ -53,14 +59,8 @@ class WatchedAccess:
 
     def watch_access(self) -> None:
         """After accept(): the periodic re-check."""
-        self.access_watch = asyncio.create_task(self._recheck_access())
-
-    async def _recheck_access(self) -> None:
-        while True:
-            await asyncio.sleep(ACCESS_CHECK_SECONDS)
-            if not await self._still_allowed():
-                await self.end_access()
-                return
+        key = (self._session_key(), self.scope["user"].pk, self.watched())
+        self.access_watch = AccessWatch.join(key, self)
 
     async def access_changed(self, event):
         session = event.get("session")
@@ -68,13 +68,15 @@ class WatchedAccess:
             await self.end_access()
 
     def _session_digest(self) -> str:
-        key = getattr(self.scope.get("session"), "session_key", None)
+        key = self._session_key()
         return access.session_digest(key) if key else ""
+
+    def _session_key(self) -> str | None:
+        return getattr(self.scope.get("session"), "session_key", None)
 
     @database_sync_to_async
     def _still_allowed(self) -> bool:
-        key = getattr(self.scope.get("session"), "session_key", None)
-        user = access.session_user(key)
+        user = access.session_user(self._session_key())
         return user is not None and user.pk == self.scope["user"].pk and self.may_see(user)
 
     async def end_access(self) -> None:
@@ -82,20 +84,27 @@ class WatchedAccess:
             return
         # First: from here on nothing is sent, even an event already queued for this socket.
         self.access_ended = True
-        for task in (getattr(self, "poller", None), getattr(self, "access_watch", None)):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
+        self._unwatch_access()
+        await self.stop_streaming()
         for group in self.joined_groups():
             await self.channel_layer.group_discard(group, self.channel_name)
         await self.close(code=CLOSE_FORBIDDEN)
+
+    def _unwatch_access(self) -> None:
+        watch = self.__dict__.pop("access_watch", None)
+        if watch is not None:
+            watch.leave(self)
+
+    async def stop_streaming(self) -> None:
+        """Leave what the socket streams from besides its groups."""
 
     def joined_groups(self) -> list[str]:
         return [g for g in (getattr(self, "group", ""), getattr(self, "user_group", "")) if g]
 
     async def leave(self) -> None:
         """disconnect(): stop the re-check, leave the groups."""
-        if hasattr(self, "access_watch"):
-            self.access_watch.cancel()
+        self._unwatch_access()
+        await self.stop_streaming()
         for group in self.joined_groups():
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -108,60 +117,124 @@ class WatchedAccess:
             await super().send_json(content, close=close)
 
 
+class AccessWatch:
+    """The periodic re-check of the sockets of one session that watch the same thing in
+    this process: one check every ACCESS_CHECK_SECONDS for all of them (a hundred tabs or
+    watchers of one login cost one, not a hundred), and all close when it fails. A socket
+    joining has just been checked by connect(); the next tick re-checks it within the period.
+    One registry per event loop, as runs/feeds.py."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _watches: dict[Hashable, "AccessWatch"] = {}
+
+    def __init__(self, key: Hashable):
+        self.key = key
+        self.sockets: set[WatchedAccess] = set()
+        self.task = asyncio.create_task(self._recheck())
+
+    @classmethod
+    def join(cls, key: Hashable, socket: WatchedAccess) -> "AccessWatch":
+        loop = asyncio.get_running_loop()
+        if loop is not cls._loop:
+            cls._loop, cls._watches = loop, {}
+        watch = cls._watches.get(key)
+        if watch is None:
+            watch = cls._watches[key] = cls(key)
+        watch.sockets.add(socket)
+        return watch
+
+    def leave(self, socket: WatchedAccess) -> None:
+        self.sockets.discard(socket)
+        if not self.sockets:
+            if self._watches.get(self.key) is self:
+                del self._watches[self.key]
+            if self.task is not asyncio.current_task():
+                self.task.cancel()
+
+    async def _recheck(self) -> None:
+        # Sessions whose sockets opened together (a server restart) check at different times.
+        await asyncio.sleep(ACCESS_CHECK_SECONDS * random.uniform(0.5, 1.0))
+        while self.sockets:
+            try:
+                allowed = await next(iter(self.sockets))._still_allowed()
+            except Exception:
+                # The database unreachable: try again next time, as a new socket would.
+                log.exception("re-checking live sockets' access failed")
+                allowed = True
+            if not allowed:
+                for socket in list(self.sockets):
+                    await socket.end_access()
+                return
+            await asyncio.sleep(ACCESS_CHECK_SECONDS)
+
+
 class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
     """One run's timeline. The client says the last seq it has; it gets what it missed, then
-    live steps, each exactly once."""
+    live steps, each exactly once. The live steps and the periodic re-read come from the
+    run's feed (runs/feeds.py), shared by every socket of this process watching the run."""
+
+    catching_up = True
 
     async def connect(self):
         events.remember_server_loop(asyncio.get_running_loop())
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
         if not await self.admit():
             return
-        self.group = events.run_group(self.run_id)
         self.last_seq = _int(self._query().get("after"), 0)
+        # What the feed hands over while this socket reads what it missed.
+        self.held: list[dict] = []
         # Subscribe before reading: a step committed in between is then not lost, and the
-        # seq check below drops its duplicate.
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
-        # Live events and the poll both deliver; one at a time keeps seqs in order.
-        self.delivering = asyncio.Lock()
-        async with self.delivering:
+        # seq check drops its duplicate.
+        self.feed = await feeds.join(self.run_id, self)
+        try:
+            await self.accept()
             await self._catch_up()
-        self.poller = asyncio.create_task(self._poll())
+        except BaseException:
+            # disconnect() is not called for a connect() that failed.
+            await self.stop_streaming()
+            raise
         self.watch_access()
 
     async def disconnect(self, code):
-        if hasattr(self, "poller"):
-            self.poller.cancel()
         await self.leave()
 
-    async def run_step(self, event):
-        async with self.delivering:
-            if event["seq"] <= self.last_seq:
-                return
-            if event["seq"] > self.last_seq + 1:
-                # A gap (a lost event): fill it from the database, in order.
-                await self._catch_up()
-                return
-            await self._deliver(await live.step_payload(event))
+    async def stop_streaming(self) -> None:
+        feed = self.__dict__.pop("feed", None)
+        if feed is not None:
+            await feeds.leave(feed, self)
 
-    async def _poll(self):
-        while True:
-            await asyncio.sleep(CATCH_UP_POLL_SECONDS)
-            async with self.delivering:
-                await self._catch_up()
+    async def take(self, payloads: list[dict]) -> None:
+        if self.catching_up:
+            self.held += payloads
+            return
+        for payload in payloads:
+            await self._deliver(payload)
 
     async def _catch_up(self):
-        """Everything after last_seq, from the database, in bounded batches."""
-        while True:
-            batch = await self._steps_after(self.last_seq)
-            for payload in batch:
+        """Everything after last_seq from the database, then what the feed handed over
+        meanwhile. Held steps that do not follow on mean the read ended before they were
+        committed: read again (a few times; a gap left after that the feed fills)."""
+        for _ in range(3):
+            while True:
+                batch = await feeds.steps_after(self.run_id, self.last_seq)
+                for payload in batch:
+                    await self._deliver(payload)
+                if len(batch) < feeds.CATCH_UP_MAX:
+                    break
+            first = min((p["seq"] for p in self.held if p["seq"] > self.last_seq), default=None)
+            if first is None or first == self.last_seq + 1:
+                break
+        while self.held:
+            held, self.held = sorted(self.held, key=_seq), []
+            for payload in held:
                 await self._deliver(payload)
-            if len(batch) < CATCH_UP_MAX:
-                return
+        # No await since the check above: from here on the feed delivers.
+        self.catching_up = False
 
     async def _deliver(self, payload: dict):
-        if payload["seq"] <= self.last_seq:
+        # Each step once and in order: what the socket has is dropped, and so is what would
+        # leave a gap (the feed reads the steps in between from the database).
+        if payload["seq"] != self.last_seq + 1:
             return
         self.last_seq = payload["seq"]
         await send_html_or_json(self, payload)
@@ -175,20 +248,8 @@ class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
     def may_see(self, user) -> bool:
         return Run.objects.visible_to(user).filter(pk=self.run_id).exists()
 
-    @database_sync_to_async
-    def _steps_after(self, seq: int) -> list[dict]:
-        steps = list(
-            Step.objects.filter(run_id=self.run_id, seq__gt=seq).order_by("seq")[:CATCH_UP_MAX]
-        )
-        if not steps:
-            return []
-        run = Run.objects.select_related("launched_by").get(pk=self.run_id)
-        out = []
-        for step in steps:
-            # The header reflects the run now; sending it once, with the last step, is enough.
-            payload = rendering.render_step_event(step, run, with_header=step is steps[-1])
-            out.append({"seq": step.seq, "kind": step.kind, "run_id": str(step.run_id), **payload})
-        return out
+    def watched(self) -> Hashable:
+        return (type(self), str(self.run_id))
 
 
 class GroupConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
@@ -250,6 +311,10 @@ async def send_html_or_json(consumer: AsyncJsonWebsocketConsumer, event: dict) -
         return
     for part in [html] if isinstance(html, str) else html:
         await consumer.send(text_data=part)
+
+
+def _seq(payload: dict) -> int:
+    return payload["seq"]
 
 
 def _int(value, default: int) -> int:

@@ -7,6 +7,10 @@ database, and every other consumer of this process receiving the same event awai
 render: a hundred viewers of a run still cost one render per step. An event without its data
 (it could not be serialised) is rendered from the database.
 
+A render from the event's data runs on the event loop itself: handing it to the one thread
+that database_sync_to_async uses made it wait behind whatever queries were queued there
+(every socket's periodic access check), tens of milliseconds under load.
+
 The cache holds asyncio futures, so it belongs to one event loop (daphne has one; tests
 start a new one per test, which starts a fresh cache).
 """
@@ -19,6 +23,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db.models import Model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -39,13 +44,16 @@ class RenderCache:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.futures: OrderedDict[Hashable, asyncio.Future] = OrderedDict()
 
-    async def get(self, key: Hashable, render: Callable[..., dict], *args: Any) -> dict:
+    async def get(
+        self, key: Hashable, render: Callable[..., dict], *args: Any, inline: bool = False
+    ) -> dict:
+        """The render's result, once per key. `inline`: the render needs no database."""
         loop = asyncio.get_running_loop()
         if loop is not self.loop:
             self.loop, self.futures = loop, OrderedDict()
         future = self.futures.get(key)
         if future is None:
-            future = asyncio.ensure_future(database_sync_to_async(_safely)(render, *args))
+            future = asyncio.ensure_future(_rendered(render, args, inline))
             self.futures[key] = future
             if len(self.futures) > self.size:
                 self.futures.popitem(last=False)
@@ -55,6 +63,19 @@ class RenderCache:
 
 # Shared by every app's live events (approvals/live.py too): one cache, one loop check.
 cache = RenderCache()
+
+
+async def _rendered(render: Callable[..., dict], args: tuple, inline: bool) -> dict:
+    if inline:
+        try:
+            return render(*args)
+        except SynchronousOnlyOperation:
+            # A template that came to read the database: still shown, rendered in the thread.
+            log.warning("a live render from event data read the database", exc_info=True)
+        except Exception:
+            log.exception("rendering a live event failed")
+            return {}
+    return await database_sync_to_async(_safely)(render, *args)
 
 
 def _safely(render: Callable[..., dict], *args: Any) -> dict:
@@ -166,7 +187,8 @@ def _run_html(event: dict, launched: bool) -> dict:
 async def step_payload(event: dict) -> dict:
     """A run group event with its HTML: the step for #timeline plus the run's header."""
     key = ("step", event["run_id"], event["seq"])
-    return {**summary(event), **await cache.get(key, _step_html, event)}
+    inline = "step" in event and "run" in event
+    return {**summary(event), **await cache.get(key, _step_html, event, inline=inline)}
 
 
 async def run_payload(event: dict) -> dict:
@@ -175,4 +197,5 @@ async def run_payload(event: dict) -> dict:
     # A merged event (runs/events.py) that includes the launch still inserts the row.
     launched = event.get("first", seq) == 1
     key = ("run", run_id, seq, launched)
-    return {**summary(event), **await cache.get(key, _run_html, event, launched)}
+    inline = "run" in event
+    return {**summary(event), **await cache.get(key, _run_html, event, launched, inline=inline)}

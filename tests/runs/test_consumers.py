@@ -146,7 +146,7 @@ async def test_a_gap_in_live_events_is_filled_from_the_database(run, viewer):
 async def test_steps_whose_events_were_all_lost_still_arrive(run, viewer, monkeypatch):
     # The run's last steps commit while the worker cannot reach Redis: no later event ever
     # reveals the gap, so the open timeline must find them in the database by itself.
-    monkeypatch.setattr("runs.consumers.CATCH_UP_POLL_SECONDS", 0.1)
+    monkeypatch.setattr("runs.feeds.CATCH_UP_POLL_SECONDS", 0.1)
     communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
     await sync_to_async(_append_quietly)(run, 3)
     # Exactly these, in order: the first message already is the polled step 6.
@@ -221,9 +221,9 @@ async def test_runs_group_pushes_the_list_row_and_dashboard_row(viewer, operator
 
 
 async def test_catch_up_larger_than_one_batch_is_complete(run, viewer, monkeypatch):
-    from runs import consumers
+    from runs import feeds
 
-    monkeypatch.setattr(consumers, "CATCH_UP_MAX", 2)
+    monkeypatch.setattr(feeds, "CATCH_UP_MAX", 2)
     communicator, _ = await connect(f"/ws/runs/{run.pk}/?after=0", viewer)
     assert await receive_through(communicator, 5) == [1, 2, 3, 4, 5]
     await communicator.disconnect()

@@ -154,3 +154,29 @@ def test_the_run_is_copied_when_its_step_commits(published, operator, no_enqueue
     assert event["run"]["status"] == "running"
     started_at = datetime.fromisoformat(event["run"]["started_at"])
     assert started_at == locked.started_at - timedelta(hours=1)
+
+
+@pytest.mark.asyncio
+async def test_an_event_with_its_data_renders_on_the_loop_without_the_database_thread(
+    published, operator, no_enqueue, monkeypatch
+):
+    # The thread database_sync_to_async uses is where every socket's access check queues.
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(make_run)(operator, status=Run.Status.RUNNING)
+    (event,) = [m for _, m in await sync_to_async(published.events)() if m["type"] == "run.step"]
+
+    def no_thread(*args, **kwargs):
+        raise AssertionError("rendered in the database thread")
+
+    monkeypatch.setattr(live, "database_sync_to_async", no_thread)
+    payload = await live.step_payload(event)
+    assert 'data-seq="1"' in payload["html"]
+
+
+@pytest.mark.asyncio
+async def test_a_render_from_data_that_reads_the_database_still_renders(operator):
+    def reads_the_database() -> dict:
+        return {"html": str(Run.objects.count())}
+
+    assert await live.cache.get(("test", 1), reads_the_database, inline=True) == {"html": "0"}

@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group
 from django.contrib.sessions.backends.db import SessionStore
+from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
@@ -208,3 +209,53 @@ async def test_a_change_nobody_announced_is_found_by_the_periodic_recheck(
     await revoke(operator, session)
     assert (await receive_close(watcher))["code"] == 4403
     await assert_sent_nothing_more(watcher)
+
+
+async def test_sockets_of_one_login_watching_a_run_share_the_periodic_recheck(
+    monkeypatch, run, operator, viewer
+):
+    monkeypatch.setattr(consumers, "ACCESS_CHECK_SECONDS", 0.1)
+    checks = []
+    session_user = consumers.access.session_user
+
+    def counted(key):
+        checks.append(key)
+        return session_user(key)
+
+    monkeypatch.setattr(consumers.access, "session_user", counted)
+    session = await login(operator)
+    watchers = [await watch(f"/ws/runs/{run.pk}/?after=5", session) for _ in range(3)]
+    other = await watch(f"/ws/runs/{run.pk}/?after=5", await login(viewer))
+    await asyncio.sleep(0.55)
+    # Two logins, one check each per 0.1 s (a socket each: ~15 in that time).
+    assert 2 <= len(checks) <= 12
+    assert len(set(checks)) == 2
+
+    # The shared check failing closes every socket of that login, and no other.
+    await _deactivate_quietly(operator, session)
+    for watcher in watchers:
+        assert (await receive_close(watcher))["code"] == 4403
+        await assert_sent_nothing_more(watcher)
+    await sync_to_async(add_steps)(run, 1)
+    assert await receive_through(other, 6) == [6]
+    await other.disconnect()
+
+
+async def test_a_recheck_that_cannot_reach_the_database_is_tried_again(
+    monkeypatch, run, operator, caplog
+):
+    monkeypatch.setattr(consumers, "ACCESS_CHECK_SECONDS", 0.1)
+    checks = []
+
+    async def unreachable_then_revoked(self) -> bool:
+        checks.append(self)
+        if len(checks) == 1:
+            raise OperationalError("the database is unreachable")
+        return False
+
+    monkeypatch.setattr(consumers.WatchedAccess, "_still_allowed", unreachable_then_revoked)
+    watcher = await watch(f"/ws/runs/{run.pk}/?after=5", await login(operator))
+    assert (await receive_close(watcher))["code"] == 4403
+    await assert_sent_nothing_more(watcher)
+    assert len(checks) == 2
+    assert "re-checking live sockets' access failed" in caplog.text

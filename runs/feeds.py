@@ -1,0 +1,194 @@
+"""One feed per watched run per web process: every socket here that watches the run gets its
+steps through the feed's one membership in the run's group, rendered once, and the database
+safety net (the periodic re-read, the filling of a gap) runs once for all of them.
+
+Before, each socket joined the group itself: per event the channel layer woke every socket's
+receiver (channels_redis: a lock hand-off, a buffer and two tasks for each), and each socket
+re-read the database every CATCH_UP_POLL_SECONDS, 10 queries/s for 100 watchers of one run.
+
+A socket (runs/consumers.py RunConsumer) has `last_seq`, the newest step it has sent, and
+`catching_up`, true while it reads what its page missed: the feed hands it every step after
+`last_seq` in order (`take`), and a socket still catching up keeps what it is handed until
+its own read is done. The feed holds no state of a run besides its sockets: the database is
+the record, events only say "there is more".
+
+The registry belongs to one event loop (daphne has one; tests start a new one per test,
+which starts an empty registry).
+"""
+
+import asyncio
+import logging
+from typing import Protocol
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+from . import events, live, rendering
+from .models import Run, Step
+
+log = logging.getLogger("agentops.live")
+
+# Steps read from the database at once (a reconnect after a long absence reads several).
+CATCH_UP_MAX = 500
+# Live events are best effort: one sent while the worker could not reach Redis is lost, and a
+# lost *last* event (the run finished) is never followed by one that reveals the gap. So a
+# watched run is also re-read this often (one indexed query when nothing is new).
+CATCH_UP_POLL_SECONDS = 10.0
+# Sockets handed a step before the feed lets the event loop write to them: a send only
+# buffers (Twisted writes on the loop's next turn), so without a pause the first watcher's
+# bytes waited for the hundredth watcher's send.
+HAND_OUT_BATCH = 10
+
+
+class Watcher(Protocol):
+    last_seq: int
+    catching_up: bool
+
+    async def take(self, payloads: list[dict]) -> None:
+        """Steps in seq order, starting at or before last_seq + 1."""
+
+
+class RunFeed:
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.group = events.run_group(run_id)
+        self.layer = get_channel_layer()
+        self.sockets: set[Watcher] = set()
+        # Live events and the poll both deliver; one at a time keeps seqs in order.
+        self.delivering = asyncio.Lock()
+        self.tasks: list[asyncio.Task] = []
+        self.started = asyncio.ensure_future(self._start())
+
+    async def _start(self) -> None:
+        self.channel = await self.layer.new_channel()
+        await self.layer.group_add(self.group, self.channel)
+        self.tasks = [
+            asyncio.ensure_future(self._receive()),
+            asyncio.ensure_future(self._poll()),
+        ]
+
+    async def stop(self) -> None:
+        if not self.started.done():
+            self.started.cancel()
+            return
+        for task in self.tasks:
+            task.cancel()
+        if not self.started.cancelled() and self.started.exception() is None:
+            await self.layer.group_discard(self.group, self.channel)
+
+    async def _receive(self) -> None:
+        while True:
+            try:
+                event = await self.layer.receive(self.channel)
+            except Exception:
+                # Redis unreachable: the poll still delivers meanwhile; a socket's own receive
+                # failing closed the socket, the feed has to outlast it.
+                log.exception("receiving run %s's live events failed", self.run_id)
+                await asyncio.sleep(1.0)
+                continue
+            if event.get("type") != "run.step":
+                continue
+            try:
+                async with self.delivering:
+                    await self._on_step(event)
+            except Exception:
+                log.exception("live step %s of run %s not delivered", event.get("seq"), self.run_id)
+
+    async def _on_step(self, event: dict) -> None:
+        seq = event["seq"]
+        if all(not s.catching_up and s.last_seq >= seq for s in self.sockets):
+            return  # a repeated event
+        need = self._oldest_seq()
+        if need is not None and need < seq - 1:
+            # A gap (a lost or merged event): the steps in between from the database, once.
+            await self._catch_up(need)
+            return
+        await self._hand_out([await live.step_payload(event)])
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(CATCH_UP_POLL_SECONDS)
+            try:
+                async with self.delivering:
+                    need = self._oldest_seq()
+                    if need is not None:
+                        await self._catch_up(need)
+                # Channels leave a group after its expiry; a feed may outlive every socket
+                # that was there when it joined.
+                await self.layer.group_add(self.group, self.channel)
+            except Exception:
+                log.exception("re-reading run %s for its live sockets failed", self.run_id)
+
+    def _oldest_seq(self) -> int | None:
+        """The newest seq every socket that is not catching up has."""
+        return min((s.last_seq for s in self.sockets if not s.catching_up), default=None)
+
+    async def _catch_up(self, after: int) -> None:
+        while True:
+            batch = await steps_after(self.run_id, after)
+            if batch:
+                await self._hand_out(batch)
+                after = batch[-1]["seq"]
+            if len(batch) < CATCH_UP_MAX:
+                return
+
+    async def _hand_out(self, payloads: list[dict]) -> None:
+        for i, socket in enumerate(list(self.sockets), 1):
+            if socket not in self.sockets:
+                continue  # it left while the loop wrote to the ones before
+            try:
+                await socket.take(payloads)
+            except Exception:
+                # One broken socket must not keep the run's steps from the others.
+                log.exception("a live socket of run %s failed; dropped", self.run_id)
+                self.sockets.discard(socket)
+            if i % HAND_OUT_BATCH == 0:
+                await asyncio.sleep(0)
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_feeds: dict[str, RunFeed] = {}
+
+
+async def join(run_id, socket: Watcher) -> RunFeed:
+    """The run's feed, with `socket` in it, once the feed receives the run's events: what the
+    socket reads from the database afterwards cannot miss a step committed meanwhile."""
+    global _loop, _feeds
+    loop = asyncio.get_running_loop()
+    if loop is not _loop:
+        _loop, _feeds = loop, {}
+    run_id = str(run_id)
+    feed = _feeds.get(run_id)
+    if feed is None:
+        feed = _feeds[run_id] = RunFeed(run_id)
+    feed.sockets.add(socket)
+    try:
+        await asyncio.shield(feed.started)
+    except BaseException:
+        await leave(feed, socket)
+        raise
+    return feed
+
+
+async def leave(feed: RunFeed, socket: Watcher) -> None:
+    feed.sockets.discard(socket)
+    if feed.sockets:
+        return
+    if _feeds.get(feed.run_id) is feed:
+        del _feeds[feed.run_id]
+    await feed.stop()
+
+
+@database_sync_to_async
+def steps_after(run_id: str, seq: int) -> list[dict]:
+    """The run's steps after `seq` (at most CATCH_UP_MAX) as live payloads, from the database."""
+    steps = list(Step.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")[:CATCH_UP_MAX])
+    if not steps:
+        return []
+    run = Run.objects.select_related("launched_by").get(pk=run_id)
+    out = []
+    for step in steps:
+        # The header reflects the run now; sending it once, with the last step, is enough.
+        payload = rendering.render_step_event(step, run, with_header=step is steps[-1])
+        out.append({"seq": step.seq, "kind": step.kind, "run_id": str(step.run_id), **payload})
+    return out
