@@ -13,6 +13,8 @@ What it does (Postgres + Redis, a real worker):
    every millisecond until the worker has committed the gated call's tool step;
 5. prints p50/p90/p99/max of the decision request alone and of the whole round trip
    (decision commit -> Redis -> worker claims the run -> tool runs -> step committed), the
+   share of it from the decision's timestamp to the step's (both stamped by their writers,
+   so without this process's polling), the
    SQL queries per decision request and the machine's load; with --profile PATH, a cProfile
    of the decision requests (read it with `python -m pstats PATH`).
 
@@ -53,7 +55,9 @@ def describe(name: str, values_s: list[float]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--count", type=int, default=50, help="decisions to time (max 500)")
     parser.add_argument("--worker-threads", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=300.0, help="overall limit, seconds")
@@ -136,6 +140,7 @@ def main() -> int:
 
         request_s: list[float] = []
         roundtrip_s: list[float] = []
+        worker_s: list[float] = []
         queries: list[int] = []
         profiler = cProfile.Profile() if args.profile else None
         for run_id in ids:
@@ -166,6 +171,9 @@ def main() -> int:
             done = time.perf_counter()
             request_s.append(answered - started)
             roundtrip_s.append(done - started)
+            decided_at = Approval.objects.values_list("decided_at", flat=True).get(pk=approval.pk)
+            stepped_at = next_step.values_list("created_at", flat=True).first()
+            worker_s.append((stepped_at - decided_at).total_seconds())
 
         while Run.objects.filter(pk__in=ids, status__in=Run.ACTIVE_STATUSES).exists():
             if time.monotonic() > deadline:
@@ -178,6 +186,7 @@ def main() -> int:
         )
         print(describe("decision request (HTTP 200)", request_s))
         print(describe("decision -> next step committed", roundtrip_s))
+        print(describe("  of which decided_at -> step at", worker_s))
         print(f"SQL queries per decision request: median {statistics.median(queries):.0f}")
         print(f"cores={os.cpu_count()}, load after={os.getloadavg()}")
         if profiler:

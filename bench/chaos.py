@@ -840,7 +840,9 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--pg-restarts", type=int, default=2)
     parser.add_argument("--redis-restarts", type=int, default=1)

@@ -513,7 +513,9 @@ def profile(m: int, k: int, threads: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=10, help="M concurrent runs")
     parser.add_argument("--ks", default="5,20,100", help="K steps per run, comma-separated")
     parser.add_argument("--concurrency", type=int, default=10, help="worker threads")

@@ -117,7 +117,9 @@ async def bench(args, base: str, cookies: list[str], run: Run) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--watchers", type=int, default=100)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between steps")

@@ -137,7 +137,9 @@ def report(label: str, n: int, r: dict, worker_pid: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", default="200", help="N concurrent runs, comma-separated")
     parser.add_argument("--turns", type=int, default=3, help="tool-calling turns per run")
     parser.add_argument("--latency", type=float, default=1.0)

@@ -52,7 +52,9 @@ def per_request_ms(client: Client, path: str, n: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=2000, help="per round")
     parser.add_argument("--rounds", type=int, default=10, help="pairs of rounds")
     parser.add_argument("--path", default="/api/runs")

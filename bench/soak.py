@@ -89,7 +89,9 @@ def watch(base: str, run_id: str, session_key: str, seen: list[int], stop: threa
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--base", default="http://127.0.0.1:8000")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--cancel-every", type=int, default=7)

@@ -22,7 +22,9 @@ import engine_throughput as et
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--steps", type=int, default=2)
