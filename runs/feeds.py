@@ -124,13 +124,8 @@ class RunFeed:
         return min((s.last_seq for s in self.sockets if not s.catching_up), default=None)
 
     async def _catch_up(self, after: int) -> None:
-        while True:
-            batch = await steps_after(self.run_id, after)
-            if batch:
-                await self._hand_out(batch)
-                after = batch[-1]["seq"]
-            if len(batch) < CATCH_UP_MAX:
-                return
+        async for batch in pages_after(self.run_id, after):
+            await self._hand_out(batch)
 
     async def _hand_out(self, payloads: list[dict]) -> None:
         for i, socket in enumerate(list(self.sockets), 1):
@@ -177,6 +172,17 @@ async def leave(feed: RunFeed, socket: Watcher) -> None:
     if _feeds.get(feed.run_id) is feed:
         del _feeds[feed.run_id]
     await feed.stop()
+
+
+async def pages_after(run_id: str, seq: int):
+    """The run's steps after `seq` from the database as live payloads, a page at a time."""
+    while True:
+        batch = await steps_after(run_id, seq)
+        if batch:
+            yield batch
+            seq = batch[-1]["seq"]
+        if len(batch) < CATCH_UP_MAX:
+            return
 
 
 @database_sync_to_async
