@@ -92,4 +92,6 @@ class ApiToken(models.Model):
         # not worth it.
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_PRECISION:
             cls.objects.filter(pk=token.pk).update(last_used_at=now)
-        return token.user
+        user = token.user
+        user.api_token_name = token.name  # a run launched with it says so (Run.source)
+        return user

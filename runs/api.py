@@ -159,8 +159,14 @@ def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
     if errors:
         raise _field_errors(errors, at=("limits",))
 
+    token = getattr(user, "api_token_name", None)
     run = engine.launch(
-        agent=agent, input=cleaned, limits=limits, trigger=Run.Trigger.API, launched_by=user
+        agent=agent,
+        input=cleaned,
+        limits=limits,
+        trigger=Run.Trigger.API,
+        launched_by=user,
+        source=f"token {token}" if token else "session",
     )
     run.refresh_from_db()  # answer with what GET /api/runs/{id} will say (stored decimals)
     run.pending_approvals = 0  # just launched: nothing can be waiting yet

@@ -208,7 +208,13 @@ class Run(models.Model):
     termination_reason = models.CharField(max_length=32, choices=Termination.choices, blank=True)
     output = models.TextField(blank=True)
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.API)
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    # Who or what pulled the trigger, beyond launched_by: "token ci-bot", "delivery 5f2c…",
+    # "schedule 3 nightly-report", "run <uuid>", "checkpoint <uuid>@12".
+    source = models.CharField(max_length=200, blank=True)
+    # The run this one follows (chained) or was forked or replayed from.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
     forked_from = models.ForeignKey(
         "runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

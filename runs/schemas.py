@@ -122,6 +122,10 @@ class RunOut(Schema):
     termination_reason: str = Field(description="Why the run finished; empty while active.")
     termination_label: str
     trigger: Run.Trigger
+    source: str = Field(
+        description="Who or what pulled the trigger (a token, a webhook "
+        "delivery, a schedule, a parent run, a checkpoint)."
+    )
     provider: str
     scripted: bool = Field(description="Made with the scripted provider, not a real model.")
     launched_by: str | None = Field(description="Username of whoever launched it.")

@@ -216,6 +216,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
                     limits=limits,
                     trigger=Run.Trigger.FORM,
                     launched_by=request.user,
+                    source="launch form",
                 )
                 return redirect("runs:detail", pk=run.pk)
         return render(
@@ -253,6 +254,13 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         # read earlier: whatever commits in between comes over the socket.
         "last_seq": steps[-1].seq if steps else 0,
         "checkpoints": run.checkpoints.order_by("-seq").values("seq", "created_at")[:50],
+        # The runs this one came from and led to (chained, forked, replayed).
+        "parent": Run.objects.filter(pk=run.parent_id).only("agent", "status").first()
+        if run.parent_id
+        else None,
+        "children": list(
+            run.children.only("agent", "status", "trigger").order_by("created_at")[:50]
+        ),
     }
     return render(request, _partial(request, rendering.RUN_PAGE, {"run-header"}), context)
 

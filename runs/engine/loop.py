@@ -45,10 +45,20 @@ def launch(
     launched_by=None,
     parent: Run | None = None,
     provider: str | None = None,
+    source: str = "",
 ) -> Run:
-    """Create a queued run from already validated input and enqueue it after commit."""
+    """Create a queued run from already validated input and enqueue it after commit.
+    `source`: who or what pulled the trigger (Run.source)."""
     limits = limits or agent.limits
-    run = _new_run(agent, input, limits, trigger=trigger, launched_by=launched_by, parent=parent)
+    run = _new_run(
+        agent,
+        input,
+        limits,
+        trigger=trigger,
+        launched_by=launched_by,
+        parent=parent,
+        source=source[:200],
+    )
     run.provider = provider or llm.default_provider_name()
     step = run.first_step(
         {
@@ -56,6 +66,7 @@ def launch(
             "from": None,
             "to": Run.Status.QUEUED,
             "trigger": trigger,
+            "source": run.source,
             "by": launched_by.get_username() if launched_by else None,
             "input": input,
             "prompt": agent.prompt(input),

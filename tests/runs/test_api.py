@@ -106,6 +106,17 @@ def test_launch_creates_a_queued_api_run_with_its_first_step_and_enqueues_it(
 
 
 @pytest.mark.django_db
+def test_a_launch_records_which_token_or_session_made_it(operator, no_enqueue):
+    response = post_json(
+        bearer_client(operator), "/api/runs", {"agent": "sql-analyst", "input": SQL}
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["source"] == "token tests"
+    response = post_json(client_for(operator), "/api/runs", {"agent": "sql-analyst", "input": SQL})
+    assert response.json()["source"] == "session"
+    assert Run.objects.filter(trigger=Run.Trigger.API).count() == 2
+
+
 def test_launch_applies_limit_overrides_up_to_the_agents_maximum(as_operator, no_enqueue):
     response = post_json(
         as_operator,

@@ -243,6 +243,7 @@ def test_launch_creates_a_form_run_and_redirects_to_it(
     assert response.status_code == 302
     assert response["Location"] == f"/runs/{run.pk}/"
     assert run.trigger == Run.Trigger.FORM and run.launched_by == operator
+    assert run.source == "launch form"
     assert run.input == {"question": "Top customers?", "report_to": "analytics@example.com"}
     assert run.max_steps == 5 and str(run.max_cost_usd) == "0.2500"
     assert run.max_seconds == 300  # the agent's default
