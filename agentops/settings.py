@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "accounts",
     "runs",
     "approvals",
+    "history",
     "demo",
     "agentops",
 ]

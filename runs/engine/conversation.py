@@ -4,6 +4,8 @@ The timeline is the single record: a run's Messages API conversation is its laun
 its model steps' content and its tool steps' results, in seq order. Nothing here writes.
 """
 
+import copy
+
 from agentops.llm import pricing
 
 from ..models import Run, Step, canonical_json
@@ -22,23 +24,65 @@ def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
 
 
 def messages(rows) -> list[dict]:
-    """Messages from (kind, data) timeline rows in seq order."""
+    """Messages from (kind, data) timeline rows in seq order.
+
+    A forked run's launched step carries its origin's conversation (`history`) and maybe an
+    operator's `instruction`: a text block in the next user message, after any tool results
+    (the Messages API wants those first).
+    """
     out: list[dict] = []
     results: list[dict] = []
+    texts: list[dict] = []
     for kind, data in rows:
         if kind == Step.Kind.STATUS:
             if data.get("event") == "launched":
-                out.append({"role": "user", "content": data["prompt"]})
+                if "history" in data:
+                    out.extend(copy.deepcopy(data["history"]))
+                else:
+                    out.append({"role": "user", "content": data["prompt"]})
+                if data.get("instruction"):
+                    texts = _instruction(out, data["instruction"])
         elif kind == Step.Kind.LLM:
-            if results:
-                out.append({"role": "user", "content": results})
-                results = []
+            if results or texts:
+                out.append({"role": "user", "content": [*results, *texts]})
+                results, texts = [], []
             out.append({"role": "assistant", "content": data["content"]})
         elif kind == Step.Kind.TOOL:
-            results.append(tool_result_block(data))
-    if results:
-        out.append({"role": "user", "content": results})
+            last = out[-1] if out else None
+            if (
+                not results
+                and last
+                and last["role"] == "user"
+                and isinstance(last["content"], list)
+            ):
+                # A fork's history may end with some of a turn's results, the rest pending.
+                insert_tool_result(last["content"], tool_result_block(data))
+            else:
+                results.append(tool_result_block(data))
+    if results or texts:
+        out.append({"role": "user", "content": [*results, *texts]})
     return out
+
+
+def insert_tool_result(content: list[dict], block: dict) -> None:
+    """Add a tool result to a user message's content, before any text (a fork's instruction):
+    results come first in a message."""
+    at = next((i for i, b in enumerate(content) if b.get("type") != "tool_result"), len(content))
+    content.insert(at, block)
+
+
+def _instruction(out: list[dict], text: str) -> list[dict]:
+    """Add an operator's instruction to the conversation: to its last message when that is
+    the user's, else as the text of the next user message (returned)."""
+    block = {"type": "text", "text": f"Instruction from the operator: {text}"}
+    last = out[-1] if out else None
+    if last is not None and last["role"] == "user":
+        content = last["content"]
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        last["content"] = [*content, block]
+        return []
+    return [block]
 
 
 def tool_result_block(data: dict) -> dict:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from agentops.tools import Tool
 
 from ..models import Run, SideEffect
+from . import replaying
 
 # A decision's status, as the approvals app records it.
 PENDING, APPROVED, REJECTED, EXPIRED, ANSWERED = (
@@ -85,6 +86,11 @@ class Gates(Protocol):
 _gates: Gates | None = None
 
 
+def registered() -> Gates | None:
+    """The app's policy, even while a replay answers in its place (replay compares them)."""
+    return _gates
+
+
 def use_gates(gates: Gates) -> None:
     """Called once at start-up by the app that supervises runs (approvals/apps.py)."""
     global _gates
@@ -92,6 +98,9 @@ def use_gates(gates: Gates) -> None:
 
 
 def current() -> Gates:
+    recording = replaying.current()
+    if recording is not None:
+        return recording.gates
     if _gates is None:
         # Never run ungated: a missing policy is a configuration error, not "allow all".
         raise RuntimeError("no gate policy registered: is 'approvals' in INSTALLED_APPS?")

@@ -10,7 +10,7 @@ question's result. Whether a call needs a person is the policy's, never decided 
 
 from django.db import transaction
 
-from agentops.tools import Tool
+from agentops.tools import Tool, get_tool
 
 from ..models import Run, args_hash
 from . import gates, lease, ledger, owned
@@ -41,6 +41,29 @@ def continue_checkpoint(work: Work) -> None:
         work.run.cancel(by=answer.by, reason=answer.detail)
         raise Stop
     terminate(work, Run.Termination.APPROVAL_EXPIRED, answer.detail)
+
+
+def regate(work: Work) -> None:
+    """Ask the gate policy about the pending calls a fork inherited (marked `regate`): an
+    approval of the origin's approves nothing here, so each gated call gets its own. Parks
+    the run when any needs a person."""
+    policy = gates.current()
+    opened = []
+    for item in work.state["pending"]:
+        if not item.pop("regate", False) or item["args"] is None:
+            continue
+        tool = get_tool(item["name"])
+        gate = policy.gate_for_call(work.run, item, tool, None) if tool else None
+        if gate is not None:
+            opened.append((item, gate))
+    if not opened:
+        return  # written with the next step's checkpoint
+    with transaction.atomic():
+        work.run = owned.locked(work)
+        for item, gate in opened:
+            item["approval"] = policy.open_gate(work.run, item, gate)
+        owned.write_checkpoint(work)
+    lease.park_for_humans(work)
 
 
 def apply_decision(work: Work, item: dict, tool: Tool, decision: gates.Decision) -> dict | None:

@@ -10,6 +10,7 @@ only says in what order.
 
 import logging
 import time
+from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
@@ -28,12 +29,27 @@ from ..models import (
     Step,
     canonical_json,
 )
-from . import gates, humans, lease, ledger, model, terminator
+from . import gates, humans, lease, ledger, model, replaying, terminator
 from .conversation import CONVERSATION_KINDS, messages
 from .owned import StepAgain, Stop, Work, cfg, initial_state
 from .tools import ASK_OPERATOR
 
 log = logging.getLogger("agentops.engine")
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    """Where a forked run starts: its origin's conversation and engine state at a checkpoint
+    (history/fork.py builds it). The launched step carries the conversation, so the new run's
+    timeline is whole by itself; the origin is only read."""
+
+    origin: str  # the run's id
+    seq: int  # the step after which the checkpoint was saved
+    messages: list[dict]
+    state: dict
+    model_calls: int  # the origin's by then: a scripted model goes on with the next turn
+    instruction: str = ""
+    checkpoint: Checkpoint | None = None  # None when only its copy is at hand (a replay)
 
 
 def launch(
@@ -46,9 +62,11 @@ def launch(
     parent: Run | None = None,
     provider: str | None = None,
     source: str = "",
+    fork: ForkPoint | None = None,
 ) -> Run:
     """Create a queued run from already validated input and enqueue it after commit.
-    `source`: who or what pulled the trigger (Run.source)."""
+    `source`: who or what pulled the trigger (Run.source); `fork`: the checkpoint of another
+    run it continues from."""
     limits = limits or agent.limits
     run = _new_run(
         agent,
@@ -60,21 +78,29 @@ def launch(
         source=source[:200],
     )
     run.provider = provider or llm.default_provider_name()
-    step = run.first_step(
-        {
-            "event": "launched",
-            "from": None,
-            "to": Run.Status.QUEUED,
-            "trigger": trigger,
-            "source": run.source,
-            "by": launched_by.get_username() if launched_by else None,
-            "input": input,
-            "prompt": agent.prompt(input),
-            "limits": limits.as_dict(),
-            "provider": run.provider,
-        }
-    )
-    checkpoint = Checkpoint(run=run, seq=step.seq, state=initial_state(), created_at=run.created_at)
+    launched = {
+        "event": "launched",
+        "from": None,
+        "to": Run.Status.QUEUED,
+        "trigger": trigger,
+        "source": run.source,
+        "by": launched_by.get_username() if launched_by else None,
+        "input": input,
+        "prompt": agent.prompt(input),
+        "limits": limits.as_dict(),
+        "provider": run.provider,
+    }
+    state = initial_state()
+    if fork is not None:
+        run.forked_from = fork.checkpoint
+        run.step_count = fork.model_calls
+        launched["forked_from"] = {"run": fork.origin, "seq": fork.seq}
+        launched["history"] = fork.messages
+        if fork.instruction:
+            launched["instruction"] = fork.instruction
+        state = fork.state
+    step = run.first_step(launched)
+    checkpoint = Checkpoint(run=run, seq=step.seq, state=state, created_at=run.created_at)
     # Run, launched step and first checkpoint in one statement (runs/sql.py): a launch of many
     # runs at once (a batch, the benchmark) is mostly these round trips.
     sql.insert_all(
@@ -146,6 +172,7 @@ def _load(run: Run, worker: str) -> Work:
         order_by=("seq",),
     )
     conversation = messages(rows)
+    recording = replaying.current()
     return Work(
         run=run,
         agent_config=run.agent_config,
@@ -153,7 +180,7 @@ def _load(run: Run, worker: str) -> Work:
         messages=conversation,
         messages_chars=len(canonical_json(conversation)),
         worker=worker,
-        provider=agents.provider_for_run(run),
+        provider=recording.provider if recording else agents.provider_for_run(run),
         # Kept on the run by park() and resume(); a claimed run is not in a wait.
         waited=run.waiting_seconds,
         confirmed_at=time.monotonic(),
@@ -180,6 +207,8 @@ def step(work: Work) -> None:
 def _next_pending_call(work: Work) -> None:
     """The first pending call: wait for its decision, apply it, and run the call."""
     pending = work.state["pending"]
+    if any(p.get("regate") for p in pending):
+        humans.regate(work)  # calls a fork inherited: the gate policy has its say again
     approval_ids = [p["approval"] for p in pending if p.get("approval")]
     decisions = gates.current().decisions(approval_ids) if approval_ids else {}
     if any(d.status == gates.PENDING for d in decisions.values()):

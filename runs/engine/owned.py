@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from .. import sql
 from ..models import CHECKPOINT_COLUMNS, Checkpoint, Run, Step, canonical_json
+from .conversation import insert_tool_result
 
 LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to record its result
 # Ownership confirmed by this worker's own write or read less than this long ago is not
@@ -76,7 +77,7 @@ class Work:
     def add_tool_result(self, block: dict) -> None:
         last = self.messages[-1]
         if last["role"] == "user" and isinstance(last["content"], list):
-            last["content"].append(block)
+            insert_tool_result(last["content"], block)
             self.messages_chars += len(canonical_json(block)) + 1
         else:
             self.add_message({"role": "user", "content": [block]})

@@ -23,7 +23,7 @@ from agentops.tools import (
 )
 
 from ..models import Step, canonical_json
-from . import gates, lease, retry, terminator
+from . import gates, lease, replaying, retry, terminator
 from .owned import Work, cfg, renewal
 
 log = logging.getLogger("agentops.engine")
@@ -185,6 +185,9 @@ def call_tool(
 
 def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | None]:
     """One call: (result, business error). ToolInfraError, the retryable kind, propagates."""
+    recording = replaying.current()
+    if recording is not None:
+        return recording.tool_result(tool.name, args)
     if not breaker.allow(tool.name):
         return (
             None,

@@ -1,0 +1,454 @@
+"""Replay: re-run a recorded run with today's engine, agent and tools, and the model turns,
+tool results and people's decisions its timeline recorded, to see whether it still goes the
+same way, and where and why not.
+
+A replay calls no model and no tool and asks nobody: the engine gets the recorded model
+turns (a provider), tool results (instead of calling) and gates and decisions from a
+`Recording` (runs/engine/replaying.py). It launches a run of the same agent and input and
+drives it through `engine.advance` inside a transaction that is rolled back at the end:
+whatever the engine writes (its steps, the ledger's intents) never stays, and nothing that
+waits for a commit (live events, the queue, notifications) ever happens.
+
+Each step is compared by its signature (seq, kind, tool, arguments' hash; what it is, not
+when or how long): the replay is identical, or it stopped at the first step that differs,
+with why (a tool's schema changed, the policy gates differently, a prompt changed ...).
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DatabaseError, transaction
+
+from agentops import llm
+from agentops.agents import Agent, Limits, get_agent
+from agentops.llm.base import LLMError, LLMResponse, LLMTransientError, Usage
+from agentops.tools import get_tool
+from runs import engine
+from runs.engine import gates, replaying
+from runs.engine.loop import ForkPoint
+from runs.models import Run, Step, args_hash, canonical_json
+
+# A run longer than this is compared up to here (a replay holds one transaction open).
+MAX_STEPS = 5000
+# People's steps: inputs taken from the record, written when the replay reaches them.
+_HUMAN_EVENTS = {"resumed", "cancelled"}
+
+
+class RecordingEnded(BaseException):
+    """The engine asked the recording for more than it holds. A BaseException: the engine's
+    own handlers (a crashed step is retried) must let it through to the replay."""
+
+
+@dataclass
+class Divergence:
+    seq: int
+    recorded: str
+    replayed: str
+    why: str
+
+
+@dataclass
+class ReplayResult:
+    run_id: str
+    agent: str
+    identical: bool
+    compared: int  # steps compared
+    recorded_steps: int
+    divergence: Divergence | None = None
+    notes: list[str] = field(default_factory=list)
+    recorded: list[str] = field(default_factory=list)  # each step's signature, in words
+    replayed: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        if self.identical:
+            return f"identical: {self.compared} of {self.recorded_steps} step(s) replayed the same"
+        d = self.divergence
+        return f"diverged at step #{d.seq}: recorded {d.recorded}; replayed {d.replayed}. {d.why}"
+
+    def as_dict(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "identical": self.identical,
+            "summary": self.summary,
+            "compared": self.compared,
+            "recorded_steps": self.recorded_steps,
+            "divergence": self.divergence.__dict__ if self.divergence else None,
+            "notes": self.notes,
+            "recorded": self.recorded,
+            "replayed": self.replayed,
+        }
+
+
+def signature(kind: str, data: dict) -> str:
+    """What a step is, for comparing a replay with its recording: kind, tool or event, and
+    the arguments' hash; not when, how long or what it cost."""
+    if kind == Step.Kind.TOOL:
+        args = data.get("args") or {}
+        outcome = "error" if data.get("is_error") else "ok"
+        return f"tool {data.get('tool')} {_short_hash(data.get('tool'), args)} {outcome}"
+    if kind == Step.Kind.GATE:
+        args = data.get("args") or {}
+        return f"gate {data.get('kind')} {data.get('tool')} {_short_hash(data.get('tool'), args)}"
+    if kind == Step.Kind.LLM:
+        calls = [
+            f"{b['name']} {_short_hash(b['name'], b.get('input') or {})}"
+            for b in data.get("content", [])
+            if b.get("type") == "tool_use"
+        ]
+        return f"model turn -> {', '.join(calls) if calls else 'answer'}"
+    if kind == Step.Kind.LLM_ERROR:
+        return f"model error {data.get('status')}"
+    if kind == Step.Kind.DECISION:
+        return f"decision {data.get('decision')} {data.get('tool') or ''}".rstrip()
+    event = data.get("event")
+    if event == "launched":
+        prompt = data.get("history") or data.get("prompt")
+        return f"launched prompt {hashlib.sha256(canonical_json(prompt).encode()).hexdigest()[:12]}"
+    if event == "terminated":
+        return f"terminated {data.get('to')} ({data.get('reason')})"
+    return f"{event} -> {data.get('to')}"
+
+
+def _short_hash(tool: str | None, args: dict) -> str:
+    return args_hash(tool or "", args)[:12]
+
+
+# --- the recording ----------------------------------------------------------------------------
+class Recording:
+    """A recorded timeline answering for the world: the model, the tools, the people."""
+
+    def __init__(self, run: Run, steps: list[tuple[int, str, dict, Any]]):
+        self.run = run
+        self.steps = steps  # (seq, kind, data, cost_usd) in seq order
+        self.notes: list[str] = []
+        self.provider = _RecordedModel(self)
+        self.gates = _RecordedGates(self)
+        self._model_turns = [
+            (seq, kind, data, cost)
+            for seq, kind, data, cost in steps
+            if kind in (Step.Kind.LLM, Step.Kind.LLM_ERROR)
+        ]
+        self._results: dict[str, list[dict]] = {}
+        for _, kind, data, _ in steps:
+            if kind == Step.Kind.TOOL and data.get("attempts", 0) > 0:
+                key = args_hash(data["tool"], data.get("args") or {})
+                self._results.setdefault(key, []).append(data)
+        self.gates_by_use = {
+            data.get("tool_use_id"): data
+            for _, kind, data, _ in steps
+            if kind == Step.Kind.GATE and data.get("tool_use_id")
+        }
+        self.decided: dict[str, dict] = {}  # approval id -> decision step data, once fed
+        self.opened: list[str] = []  # approval ids the replay opened
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def tool_result(self, tool: str, args: dict) -> tuple[Any, str | None]:
+        queue = self._results.get(args_hash(tool, args))
+        if not queue:
+            self.note(
+                f"the replay called {tool} with arguments the recorded run never ran it with "
+                f"(hash {args_hash(tool, args)[:12]})"
+            )
+            return None, "replay: no recorded result for this call"
+        data = queue.pop(0)
+        return (None, data["error"]) if data.get("is_error") else (data.get("result"), None)
+
+    def next_model_turn(self) -> tuple[int, str, dict, Any]:
+        if not self._model_turns:
+            raise RecordingEnded("the recording has no further model turn")
+        return self._model_turns.pop(0)
+
+    def human_steps_after(self, seq: int) -> list[tuple[int, str, dict, Any]]:
+        """The recorded people's steps right after `seq` (decisions, a resume, a cancel)."""
+        out = []
+        for step in self.steps:
+            if step[0] <= seq:
+                continue
+            kind, data = step[1], step[2]
+            if kind == Step.Kind.DECISION or (
+                kind == Step.Kind.STATUS and data.get("event") in _HUMAN_EVENTS
+            ):
+                out.append(step)
+                continue
+            break
+        return out
+
+
+class _RecordedModel:
+    """The recorded model turns, in order, as a provider."""
+
+    name = "replay"
+
+    def __init__(self, recording: Recording):
+        self.recording = recording
+
+    def complete(self, request: llm.LLMRequest) -> LLMResponse:
+        _, kind, data, cost = self.recording.next_model_turn()
+        if kind == Step.Kind.LLM_ERROR:
+            error = LLMTransientError if data.get("retryable") else LLMError
+            raise error(data.get("error", "recorded model error"), status=data.get("status"))
+        usage = data.get("usage") or {}
+        return LLMResponse(
+            content=data["content"],
+            stop_reason=data.get("stop_reason", "end_turn"),
+            usage=Usage(**{k: v for k, v in usage.items() if k in Usage.__dataclass_fields__}),
+            model=data.get("model", request.model),
+            cost_usd=cost,
+            latency_ms=0,
+            request_id=data.get("request_id", ""),
+        )
+
+
+class _RecordedGates:
+    """The gate policy's interface (runs/engine/gates.py) answered from the recording: a call
+    is gated where the recorded run gated it, and decided as it was. Today's policy is asked
+    too; where it would decide otherwise, the replay notes why."""
+
+    def __init__(self, recording: Recording):
+        self.recording = recording
+
+    def gate_for_call(self, run: Run, item: dict, tool, response: Any) -> dict | None:
+        recorded = self.recording.gates_by_use.get(item["id"])
+        policy = gates.registered()
+        today = policy.gate_for_call(run, item, tool, response) if policy else None
+        if recorded is None and today is not None and not today.get("sampled"):
+            self.recording.note(
+                f"today's gate policy gates {tool.name} ({today.get('explanation')}); "
+                "the recorded run did not"
+            )
+            return today
+        if recorded is not None and today is None and not recorded.get("sampled"):
+            self.recording.note(
+                f"the recorded run gated {tool.name} ({recorded.get('explanation')}); "
+                "today's gate policy lets it through"
+            )
+        return {"recorded": recorded} if recorded is not None else None
+
+    def open_gate(self, run: Run, item: dict, gate: dict) -> str:
+        data = gate.get("recorded") or {
+            "approval": f"replay-{item['id']}",
+            "kind": gate.get("kind"),
+            "tool_use_id": item["id"],
+            "tool": gate.get("tool"),
+            "args": item["args"],
+        }
+        run.append_step(Step.Kind.GATE, data)
+        self.recording.opened.append(data["approval"])
+        return data["approval"]
+
+    def open_outcome_question(self, run, item, tool, effect) -> str:
+        raise RecordingEnded("replay does not follow an 'outcome unknown' question")
+
+    def pending_count(self, run: Run) -> int:
+        return sum(1 for a in self.recording.opened if a not in self.recording.decided)
+
+    def decisions(self, ids: list[str]) -> dict[str, gates.Decision]:
+        return {i: self._decision(i) for i in ids}
+
+    def _decision(self, approval: str) -> gates.Decision:
+        data = self.recording.decided.get(approval)
+        if data is None:
+            return gates.Decision(id=approval, status=gates.PENDING, args={}, args_hash="", by=None)
+        final = data.get("edited_args") or data.get("args") or {}
+        status = data.get("status") or {
+            "approve": gates.APPROVED,
+            "reject": gates.REJECTED,
+            "answer": gates.ANSWERED,
+        }.get(data.get("decision"), gates.EXPIRED)
+        return gates.Decision(
+            id=approval,
+            status=status,
+            args=final,
+            args_hash=args_hash(data.get("tool") or "", final),
+            by=data.get("by"),
+            answer=data.get("answer") or "",
+            reason=data.get("reason") or "",
+            on_expiry=self.recording.run.agent_config.get("gates", {}).get("on_expiry", "reject"),
+            decided_at=self.recording.run.created_at,
+        )
+
+    def continue_due(self, run: Run) -> bool:
+        return False  # "continue?" checkpoints are not replayed (a different step follows)
+
+    def continue_answer(self, run: Run):
+        return None
+
+    def open_continue_question(self, run: Run) -> None:
+        raise RecordingEnded("replay does not follow 'continue?' checkpoints")
+
+
+# --- the replay -------------------------------------------------------------------------------
+class _RollBack(Exception):
+    pass
+
+
+def replay(run: Run) -> ReplayResult:
+    """Replay `run` and compare. Writes nothing that stays."""
+    steps = [
+        (seq, kind, data, cost)
+        for seq, kind, data, cost in run.steps.order_by("seq").values_list(
+            "seq", "kind", "data", "cost_usd"
+        )[:MAX_STEPS]
+    ]
+    result = ReplayResult(
+        run_id=str(run.pk),
+        agent=run.agent,
+        identical=False,
+        compared=0,
+        recorded_steps=len(steps),
+        recorded=[signature(kind, data) for _, kind, data, _ in steps],
+    )
+    agent = get_agent(run.agent)
+    if agent is None:
+        result.divergence = Divergence(
+            1, "launched", "nothing", f"agent {run.agent!r} is not in this catalogue"
+        )
+        return result
+    cleaned, errors = agent.validate_input(run.input)
+    if errors:
+        result.divergence = Divergence(
+            1, "launched", "nothing", f"the run's input is no longer valid for the agent: {errors}"
+        )
+        return result
+    recording = Recording(run, steps)
+    replayed: list[tuple[str, dict]] = []
+    try:
+        with transaction.atomic():
+            copy = _drive(agent, cleaned, run, recording)
+            replayed = list(copy.steps.order_by("seq").values_list("kind", "data")[:MAX_STEPS])
+            raise _RollBack
+    except _RollBack:
+        pass
+    result.replayed = [signature(kind, data) for kind, data in replayed]
+    result.notes = recording.notes
+    _compare(result, run, agent, replayed)
+    return result
+
+
+def _drive(agent: Agent, input: dict, run: Run, recording: Recording) -> Run:
+    copy = engine.launch(
+        agent=agent,
+        input=input,
+        limits=Limits(run.max_steps, run.max_cost_usd, run.max_seconds, run.max_consecutive_errors),
+        trigger=Run.Trigger.REPLAY,
+        provider=run.provider,
+        source=f"replay of run {run.pk}",
+        fork=_fork_point(run, recording),
+    )
+    with replaying.replaying(recording):
+        for _ in range(MAX_STEPS):
+            # A savepoint, not atomic(): what the engine wrote before the recording ended
+            # is kept for the comparison.
+            savepoint = transaction.savepoint()
+            try:
+                status = engine.advance(copy.pk, time_slice=3600)
+            except RecordingEnded as exc:
+                transaction.savepoint_commit(savepoint)
+                recording.note(str(exc))
+                break
+            except DatabaseError as exc:
+                transaction.savepoint_rollback(savepoint)
+                recording.note(f"the replay's write failed: {exc}")
+                break
+            transaction.savepoint_commit(savepoint)
+            copy.refresh_from_db()
+            if copy.status == Run.Status.WAITING or status == Run.Status.WAITING:
+                if not _feed_people(copy, recording):
+                    break
+            elif copy.status != Run.Status.QUEUED:
+                break  # finished, or the engine stopped it for a reason the steps show
+    return copy
+
+
+def _fork_point(run: Run, recording: Recording) -> ForkPoint | None:
+    """A forked run is replayed from where it started: its launched step's conversation and
+    its first checkpoint's state."""
+    launched = recording.steps[0][2] if recording.steps else {}
+    if "history" not in launched:
+        return None
+    first = run.checkpoints.filter(seq=1).values_list("state", flat=True).first()
+    origin = launched.get("forked_from") or {}
+    return ForkPoint(
+        origin=str(origin.get("run", "")),
+        seq=int(origin.get("seq", 0)),
+        messages=launched["history"],
+        state=first or {"pending": [], "recent_calls": []},
+        model_calls=sum(1 for m in launched["history"] if m["role"] == "assistant"),
+        instruction=launched.get("instruction", ""),
+    )
+
+
+def _feed_people(copy: Run, recording: Recording) -> bool:
+    """Write the people's recorded steps that come next (decisions, the resume), as they were
+    written then; False when the recording has none (it ends waiting)."""
+    human = recording.human_steps_after(copy.last_seq)
+    if not human:
+        recording.note("the recording ends with the run waiting for a person")
+        return False
+    with transaction.atomic():
+        locked = Run.locked(copy.pk)
+        for _, kind, data, _ in human:
+            if kind == Step.Kind.DECISION:
+                if data.get("approval"):
+                    recording.decided[data["approval"]] = data
+                locked.append_step(kind, data)
+            elif data.get("event") == "resumed":
+                locked.resume(data.get("detail", ""))
+            else:  # cancelled
+                locked.cancel(reason=data.get("detail") or data.get("reason") or "")
+    return True
+
+
+def _compare(result: ReplayResult, run: Run, agent: Agent, replayed: list) -> None:
+    recorded = result.recorded
+    for index, (want, got) in enumerate(zip(recorded, result.replayed, strict=False)):
+        if want != got:
+            result.compared = index
+            result.divergence = Divergence(
+                index + 1, want, got, _why(run, agent, replayed[index], result.notes)
+            )
+            return
+    n = min(len(recorded), len(result.replayed))
+    result.compared = n
+    if len(recorded) == len(result.replayed):
+        result.identical = True
+        return
+    if len(result.replayed) > len(recorded):
+        why = "the replay went on where the recording ends"
+        result.divergence = Divergence(
+            n + 1, "nothing (the recording ends)", result.replayed[n], why
+        )
+    else:
+        why = "; ".join(result.notes) or "the replay stopped before the recording's end"
+        result.divergence = Divergence(n + 1, recorded[n], "nothing (the replay stopped)", why)
+
+
+def _why(run: Run, agent: Agent, step: tuple[str, dict], notes: list[str]) -> str:
+    """Why the replayed step differs, as far as the recording and today's code can tell."""
+    reasons = []
+    kind, data = step
+    then = {t["name"]: t for t in run.agent_config.get("tools", [])}
+    if kind == Step.Kind.TOOL and data.get("tool") in then:
+        name = data["tool"]
+        tool = get_tool(name)
+        if tool is None or name not in agent.tools:
+            reasons.append(f"the agent no longer has the tool {name}")
+        elif tool.input_schema() != then[name].get("input_schema"):
+            reasons.append(f"the tool {name}'s input schema changed since the run")
+        if data.get("is_error"):
+            reasons.append(f"replayed call failed: {str(data.get('error'))[:300]}")
+    if set(then) != set(agent.tools):
+        reasons.append(
+            f"the agent's tools changed since the run: {sorted(then)} then, "
+            f"{sorted(agent.tools)} now"
+        )
+    if kind == Step.Kind.STATUS and data.get("event") == "launched":
+        reasons.append("the agent's prompt for this input changed since the run")
+    reasons.extend(notes)
+    return "; ".join(reasons) or "the engine took another path with the same recorded inputs"
