@@ -429,6 +429,19 @@ def _compare(result: ReplayResult, run: Run, agent: Agent, replayed: list) -> No
         result.divergence = Divergence(n + 1, recorded[n], "nothing (the replay stopped)", why)
 
 
+def _schema_change(then: dict, now: dict) -> str:
+    """What changed between two JSON schemas' fields, in words (": now requires x")."""
+    parts = []
+    for word, names in (
+        ("now requires", set(now.get("required", [])) - set(then.get("required", []))),
+        ("no longer requires", set(then.get("required", [])) - set(now.get("required", []))),
+        ("no longer has", set(then.get("properties", {})) - set(now.get("properties", {}))),
+    ):
+        if names:
+            parts.append(f"{word} {', '.join(sorted(names))}")
+    return f": {'; '.join(parts)}" if parts else ""
+
+
 def _why(run: Run, agent: Agent, step: tuple[str, dict], notes: list[str]) -> str:
     """Why the replayed step differs, as far as the recording and today's code can tell."""
     reasons = []
@@ -440,7 +453,8 @@ def _why(run: Run, agent: Agent, step: tuple[str, dict], notes: list[str]) -> st
         if tool is None or name not in agent.tools:
             reasons.append(f"the agent no longer has the tool {name}")
         elif tool.input_schema() != then[name].get("input_schema"):
-            reasons.append(f"the tool {name}'s input schema changed since the run")
+            change = _schema_change(then[name].get("input_schema") or {}, tool.input_schema())
+            reasons.append(f"the tool {name}'s input schema changed since the run{change}")
         if data.get("is_error"):
             reasons.append(f"replayed call failed: {str(data.get('error'))[:300]}")
     if set(then) != set(agent.tools):
