@@ -313,30 +313,51 @@ def _step_record(step: Step) -> dict:
     return StepOut.from_orm(step).model_dump()
 
 
+class _ExactEncoder(DjangoJSONEncoder):
+    """The API's encoder (ninja's is DjangoJSONEncoder too), but times to the microsecond:
+    a step's hash covers its exact created_at, which DjangoJSONEncoder cuts to milliseconds,
+    so an export's chain could not be checked (or imported) elsewhere."""
+
+    def default(self, o):
+        if isinstance(o, datetime):
+            return o.isoformat()
+        return super().default(o)
+
+
 def _dumps(value) -> str:
-    # The API's encoder (ninja's is DjangoJSONEncoder too): the same values, the same text.
-    return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False)
+    return json.dumps(value, cls=_ExactEncoder, ensure_ascii=False)
 
 
 @require_GET
 @login_required
 def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
-    """The timeline as JSON (run + steps) or JSONL (one run line, then one line per step),
-    streamed so a long run never sits in memory whole."""
+    """The timeline as JSON (run, steps, checkpoints) or JSONL (one run line, one line per
+    step, then one `{"checkpoint": ...}` line per checkpoint), streamed so a long run never
+    sits in memory whole. `manage.py import_run` reads either on another installation."""
     if fmt not in ("json", "jsonl"):
         raise Http404("export is json or jsonl")
     run = _get_run_for_user(request, pk)
     steps = run.steps.order_by("seq").iterator(chunk_size=500)
+    checkpoints = (
+        run.checkpoints.order_by("seq")
+        .values("seq", "state", "created_at")
+        .iterator(chunk_size=500)
+    )
 
     def jsonl() -> Iterator[str]:
         yield _dumps({"run": _run_record(run)}) + "\n"
         for step in steps:
             yield _dumps(_step_record(step)) + "\n"
+        for checkpoint in checkpoints:
+            yield _dumps({"checkpoint": checkpoint}) + "\n"
 
     def whole() -> Iterator[str]:
         yield '{"run": ' + _dumps(_run_record(run)) + ', "steps": ['
         for i, step in enumerate(steps):
             yield ("," if i else "") + _dumps(_step_record(step))
+        yield '], "checkpoints": ['
+        for i, checkpoint in enumerate(checkpoints):
+            yield ("," if i else "") + _dumps(checkpoint)
         yield "]}\n"
 
     if fmt == "jsonl":

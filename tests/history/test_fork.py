@@ -7,7 +7,6 @@ from approvals.models import Approval
 from history.fork import ForkError, fork
 from runs import engine
 from runs.models import Run, Step
-from tests.demo.test_demo_flows import launch_default
 
 pytestmark = pytest.mark.django_db
 
@@ -19,19 +18,6 @@ def timeline(run: Run) -> list[tuple]:
 def seq_of(run: Run, kind: str, **data) -> int:
     steps = run.steps.filter(kind=kind, **{f"data__{k}": v for k, v in data.items()})
     return steps.order_by("seq").values_list("seq", flat=True).first()
-
-
-@pytest.fixture
-def refunded(operator, approver, no_enqueue) -> Run:
-    """The demo refund run through: lookup, gated refund approved, gated e-mail approved."""
-    run = launch_default("refund-desk", operator)
-    for _ in range(2):
-        assert engine.advance(run.pk, time_slice=30) == Run.Status.WAITING
-        approval = Approval.objects.get(run=run, status=Approval.Status.PENDING)
-        decisions.decide(approval.pk, user=approver, decision="approve")
-    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
-    run.refresh_from_db()
-    return run
 
 
 def test_a_fork_goes_on_from_the_checkpoints_state_and_leaves_the_origin_alone(refunded, operator):

@@ -458,10 +458,16 @@ def test_export_json_and_jsonl(client, viewer, run):
     assert doc["run"]["id"] == str(run.pk)
     assert [s["seq"] for s in doc["steps"]] == [1, 2, 3, 4, 5]
     assert doc["steps"][1]["prev_hash"] == doc["steps"][0]["hash"]
+    assert [c["seq"] for c in doc["checkpoints"]] == list(
+        run.checkpoints.order_by("seq").values_list("seq", flat=True)
+    )
     response = client.get(reverse("runs:export", args=[run.pk, "jsonl"]))
     lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
     assert lines[0]["run"]["agent"] == "sql-analyst"
-    assert [line["seq"] for line in lines[1:]] == [1, 2, 3, 4, 5]
+    assert [line["seq"] for line in lines[1:] if "seq" in line] == [1, 2, 3, 4, 5]
+    assert [line["checkpoint"]["seq"] for line in lines[1:] if "checkpoint" in line] == [
+        c["seq"] for c in doc["checkpoints"]
+    ]
     assert client.get(reverse("runs:export", args=[run.pk, "xml"])).status_code == 404
 
 
