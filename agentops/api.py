@@ -19,6 +19,7 @@ from ninja.errors import AuthenticationError
 from accounts.auth import api_auth
 from agentops.middleware import database_unavailable
 from approvals.api import router as approvals_router
+from history.api import router as history_router
 from runs.api import router as runs_router
 
 api = NinjaAPI(
@@ -31,6 +32,7 @@ api = NinjaAPI(
 )
 api.add_router("/", runs_router)
 api.add_router("/approvals", approvals_router)
+api.add_router("/", history_router)
 
 
 @api.exception_handler(AuthenticationError)
