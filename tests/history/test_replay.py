@@ -169,3 +169,17 @@ def test_a_run_of_an_agent_no_longer_in_the_catalogue_cannot_be_replayed(operato
     assert not result.identical
     assert result.divergence.seq == 1
     assert "retired-agent" in result.divergence.why
+
+
+def test_a_forked_run_replays_from_where_it_started(refunded, operator, approver):
+    from history.fork import fork
+
+    after_lookup = refunded.steps.get(kind=Step.Kind.TOOL, data__tool="lookup_order").seq
+    child = fork(refunded, after_lookup, instruction="Go on.", by=operator)
+    child = drive_to_the_end(child, approver, 0)
+    assert child.status == Run.Status.SUCCEEDED
+
+    result = replay(child)
+
+    assert result.identical, result.summary
+    assert result.compared == child.last_seq
