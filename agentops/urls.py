@@ -10,5 +10,6 @@ urlpatterns = [
     path("api/", api.urls),
     path("healthz", health.healthz, name="healthz"),
     path("approvals/", include("approvals.urls")),
+    path("", include("triggers.urls")),
     path("", include("runs.urls")),
 ]
