@@ -150,3 +150,17 @@ def test_revoke_refuses_the_secret_from_now_on(admin_client):
     secret.refresh_from_db()
     assert secret.revoked_at is not None and not secret.is_usable()
     assert not WebhookSecret.objects.usable().exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/triggers/schedule/add/",
+        "/admin/triggers/schedule/",
+        "/admin/triggers/webhooksecret/add/",
+        "/admin/triggers/webhooksecret/",
+        "/admin/triggers/webhookdelivery/",
+    ],
+)
+def test_the_admin_pages_render(admin_client, url):
+    assert admin_client.get(url).status_code == 200
