@@ -123,8 +123,9 @@ def receive(request: HttpRequest, agent: str) -> Status:
         raise _field_errors(errors)
 
     with transaction.atomic():
-        delivery = WebhookDelivery(agent=agent, key=key, body_sha256=body_sha256)
-        delivery.secret_id = secret_id
+        delivery = WebhookDelivery(
+            agent=agent, key=key, body_sha256=body_sha256, secret_id=secret_id
+        )
         try:
             # A savepoint: the unique (agent, key) constraint is what stops two requests
             # with the same key racing past the check above; the loser reads the winner's.
