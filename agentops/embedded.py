@@ -20,6 +20,7 @@ from agentops.celery import app as default_app
 from approvals import decisions
 from runs import engine, queue
 from runs.models import Run
+from triggers import scheduler
 
 log = logging.getLogger("agentops.embedded")
 
@@ -118,7 +119,8 @@ def recover_lost_messages() -> int:
 
 
 class Sweeps(threading.Thread):
-    """What `celery beat` schedules in production: lease sweep and approval expiry."""
+    """What `celery beat` schedules in production: lease sweep, approval expiry, and the
+    schedules that are due (triggers/scheduler.py)."""
 
     def __init__(self, *, interval: float) -> None:
         super().__init__(name="embedded-sweeps", daemon=True)
@@ -137,6 +139,9 @@ class Sweeps(threading.Thread):
             expired = decisions.expire_due()
             if expired:
                 log.info("expired %d approval(s)", expired)
+            launched = scheduler.launch_due_schedules()
+            if launched:
+                log.info("launched %d scheduled run(s)", launched)
         except Exception:
             log.exception("embedded sweep failed")
         finally:

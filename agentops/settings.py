@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "runs",
     "approvals",
     "history",
+    "triggers",
     "demo",
     "agentops",
 ]
@@ -168,6 +169,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "sweep-expired-leases": {"task": "runs.tasks.sweep", "schedule": 15.0},
     "expire-approvals": {"task": "approvals.tasks.expire_approvals", "schedule": 30.0},
+    "launch-due-schedules": {"task": "triggers.tasks.launch_due_schedules", "schedule": 15.0},
 }
 
 # --- the agent loop -------------------------------------------------------------------------
@@ -193,6 +195,9 @@ AGENTOPS = {
     # HMAC-SHA256 key for X-Agentops-Signature; generic webhooks are not sent without it.
     "WEBHOOK_SECRET": env.str("AGENTOPS_WEBHOOK_SECRET", default=""),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("AGENTOPS_WEBHOOK_TIMEOUT_SECONDS", default=5.0),
+    # Incoming webhooks (triggers/signing.py): a signed timestamp further than this from now,
+    # past or future, is refused, so a captured request cannot be replayed later.
+    "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),
     # Rubber-stamp guard: decisions made faster than this after opening are flagged.
     "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
 }

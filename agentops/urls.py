@@ -11,5 +11,6 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("approvals/", include("approvals.urls")),
     path("", include("history.urls")),
+    path("", include("triggers.urls")),
     path("", include("runs.urls")),
 ]

@@ -50,6 +50,9 @@ def client_for(users, role: str, *, csrf: bool = False) -> Client:
     return client
 
 
+HTML_APPS = ("runs", "approvals", "triggers")
+
+
 def _html_url_names() -> set[str]:
     """Every named URL of the project's own HTML apps (the API and admin have their own)."""
     names: set[str] = set()
@@ -61,7 +64,7 @@ def _html_url_names() -> set[str]:
                 if ns in ("admin", "api"):
                     continue
                 walk(p.url_patterns, ns)
-            elif isinstance(p, URLPattern) and p.name and namespace in ("runs", "approvals"):
+            elif isinstance(p, URLPattern) and p.name and namespace in HTML_APPS:
                 names.add(f"{namespace}:{p.name}")
 
     walk(get_resolver().url_patterns, None)
@@ -86,6 +89,7 @@ PAGES = {
     "approvals:opened": ("POST", "approve"),
     "approvals:decide": ("POST", "approve"),
     "approvals:edit_preview": ("POST", "approve"),
+    "triggers:schedules": ("GET", "view"),
 }
 ALLOWED = {
     "view": {"viewer", "operator", "approver", "admin"},

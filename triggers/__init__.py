@@ -1,0 +1,5 @@
+"""Triggers from outside the control room: signed webhooks and schedules.
+
+Both launch runs through the engine's public entry point (runs.engine.launch) with input
+validated exactly as the API validates it. runs and approvals never import this app.
+"""

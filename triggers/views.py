@@ -1,0 +1,19 @@
+"""The schedules page: what runs on its own, when it runs next, and how it went last time."""
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from .models import Schedule
+
+
+@require_GET
+@login_required
+def schedule_list(request: HttpRequest) -> HttpResponse:
+    # Any role may read (like runs); schedules are made and changed in the admin.
+    if not request.user.can_view:
+        raise PermissionDenied
+    schedules = Schedule.objects.select_related("last_run").order_by("name")
+    return render(request, "triggers/schedules.html", {"schedules": schedules})
