@@ -65,7 +65,7 @@ def _max_input_bytes() -> int:
     return int(settings.AGENTOPS["MAX_INPUT_BYTES"])
 
 
-def _refuse_large_bodies(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def refuse_large_bodies(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """413 before the body is parsed or even authenticated: size is cheap to check."""
 
     @wraps(view)
@@ -135,7 +135,7 @@ def _agent_out(agent: Agent) -> dict:
     auth=OPERATORS,
     summary="Launch a run",
 )
-@decorate_view(_refuse_large_bodies)
+@decorate_view(refuse_large_bodies)
 def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
     user = request.auth
     agent = get_agent(payload.agent)

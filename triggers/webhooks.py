@@ -30,7 +30,7 @@ from ninja.errors import HttpError, ValidationError
 
 from agentops.agents import get_agent
 from runs import engine
-from runs.api import FieldErrors, Message, _refuse_large_bodies
+from runs.api import FieldErrors, Message, refuse_large_bodies
 from runs.models import Run, canonical_json
 
 from .inputs import input_size, max_input_bytes, validate_input
@@ -92,7 +92,7 @@ class WebhookRunOut(Schema):
         ],
     },
 )
-@decorate_view(_refuse_large_bodies)
+@decorate_view(refuse_large_bodies)
 def receive(request: HttpRequest, agent: str) -> Status:
     found = get_agent(agent)
     if found is None:
