@@ -18,7 +18,7 @@ from django.db import connections
 
 from agentops.celery import app as default_app
 from approvals import decisions
-from runs import engine, queue
+from runs import chains, engine, queue
 from runs.models import Run
 
 log = logging.getLogger("agentops.embedded")
@@ -118,7 +118,8 @@ def recover_lost_messages() -> int:
 
 
 class Sweeps(threading.Thread):
-    """What `celery beat` schedules in production: lease sweep and approval expiry."""
+    """What `celery beat` schedules in production: lease sweep (lost follow-ups with it) and
+    approval expiry."""
 
     def __init__(self, *, interval: float) -> None:
         super().__init__(name="embedded-sweeps", daemon=True)
@@ -134,6 +135,7 @@ class Sweeps(threading.Thread):
             requeued = engine.sweep()
             if requeued:
                 log.info("sweep re-enqueued %d run(s)", requeued)
+            chains.sweep()
             expired = decisions.expire_due()
             if expired:
                 log.info("expired %d approval(s)", expired)
