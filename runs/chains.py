@@ -47,6 +47,7 @@ def on_step_appended(sender, step: Step, **kwargs) -> None:
         and data.get("event") == "terminated"
         and data.get("to") == Run.Status.SUCCEEDED
         and step.run.agent_config.get("follow_ups")
+        and step.run.trigger != Run.Trigger.REPLAY
     ):
         run_id = step.run_id
         transaction.on_commit(lambda: queue.send_follow_ups(run_id))
@@ -60,7 +61,12 @@ def launch_follow_ups(run_id) -> list[Step]:
     """
     with transaction.atomic():
         parent = Run.objects.select_for_update().filter(pk=run_id).first()
-        if parent is None or parent.status != Run.Status.SUCCEEDED:
+        # A replay re-enacts a recorded run without side effects: launching is one.
+        if (
+            parent is None
+            or parent.status != Run.Status.SUCCEEDED
+            or parent.trigger == Run.Trigger.REPLAY
+        ):
             return []
         declared = [f["name"] for f in parent.agent_config.get("follow_ups", [])]
         if not declared:
@@ -161,6 +167,7 @@ def sweep(now=None) -> int:
             finished_at__lt=now - SWEEP_AFTER,
             agent_config__has_key="follow_ups",
         )
+        .exclude(trigger=Run.Trigger.REPLAY)
         .exclude(Exists(recorded))
         .values_list("pk", flat=True)[:SWEEP_BATCH]
     )

@@ -209,6 +209,26 @@ def test_a_failed_or_cancelled_parent_launches_nothing(
         assert f"not launched: {why}" in page
 
 
+def test_a_replayed_success_launches_nothing(
+    chain, sent, no_enqueue, django_capture_on_commit_callbacks
+):
+    """A replay re-enacts a recorded run without side effects; a launch would be one."""
+    agent = chain()
+    with django_capture_on_commit_callbacks(execute=True):
+        replayed = engine.launch(
+            agent=agent,
+            input={"answer": '{"order": 1, "note": "x"}'},
+            trigger=Run.Trigger.REPLAY,
+            provider="scripted",
+        )
+        drive(replayed)
+    assert replayed.status == Run.Status.SUCCEEDED
+    assert sent == []
+    assert chains.launch_follow_ups(replayed.pk) == []
+    assert chains.sweep(now=replayed.finished_at + timedelta(minutes=2)) == 0
+    assert not Run.objects.filter(parent=replayed).exists()
+
+
 @pytest.mark.parametrize(
     ("answer", "mapping", "why"),
     [
