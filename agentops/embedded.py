@@ -135,10 +135,10 @@ class Sweeps(threading.Thread):
             requeued = engine.sweep()
             if requeued:
                 log.info("sweep re-enqueued %d run(s)", requeued)
-            chains.sweep()
             expired = decisions.expire_due()
             if expired:
                 log.info("expired %d approval(s)", expired)
+            chains.sweep()
         except Exception:
             log.exception("embedded sweep failed")
         finally:

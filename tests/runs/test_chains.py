@@ -13,10 +13,11 @@ from django.urls import reverse
 
 from agentops.agents import CATALOGUE, Agent, FollowUp, Limits, RunResult, register
 from agentops.llm.scripted import text
-from runs import chains, engine, events, live, rendering
+from runs import chains, engine, events, live, rendering, tasks
 from runs.models import Run, Step
 from tests.conftest import make_user
 
+from . import harness
 from .harness import assert_timeline_sound, drive, worker_thread
 
 pytestmark = pytest.mark.django_db
@@ -353,6 +354,13 @@ def test_the_sweep_sends_again_what_a_lost_message_did_not_launch(chain, sent, n
     chains.launch_follow_ups(parent.pk)
     assert chains.sweep(now=finished + timedelta(minutes=3)) == 0  # handled now
     assert Run.objects.filter(parent=parent).count() == 1
+
+
+def test_the_periodic_sweep_task_includes_lost_follow_ups(chain, sent, no_enqueue):
+    parent = succeeded(chain(), '{"order": 3, "note": "x"}')
+    harness.CLOCK.skew += timedelta(minutes=2)  # the message had its time
+    assert tasks.sweep() == 1
+    assert str(parent.pk) in sent
 
 
 # --- pages and the live view --------------------------------------------------------------------
