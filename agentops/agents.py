@@ -4,6 +4,8 @@ Agents are registered in code (see demo/agents.py). A run stores `Agent.snapshot
 launch, so later edits to an agent never change what a past run says it ran with.
 """
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -75,6 +77,56 @@ class GateRules:
         }
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """What a follow-up's mapping sees of the run that succeeded."""
+
+    run_id: str
+    agent: str
+    input: dict
+    output: str  # the model's final answer
+
+    def json(self) -> Any:
+        """The final answer parsed as JSON: the whole text, else a ```json fenced block in
+        it, else its first `{` to its last `}` (a model's prose around an object). ValueError
+        when none parses (the follow-up is then not launched, and its step says why)."""
+        text = self.output.strip()
+        candidates = [text]
+        fenced = _JSON_FENCE.search(text)
+        if fenced:
+            candidates.append(fenced[1])
+        if "{" in text and "}" in text:
+            candidates.append(text[text.index("{") : text.rindex("}") + 1])
+        for candidate in candidates:
+            try:
+                return json.loads(candidate)
+            except ValueError:
+                continue
+        raise ValueError("the run's output is not JSON")
+
+
+_JSON_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n\s*```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """An agent launched when a run of the declaring agent succeeds (a chained run).
+
+    `input` maps the finished run to the next agent's input; the result is validated like
+    any launch's input. It may raise or return None to launch nothing: the parent's timeline
+    records why either way. Code, so only `name` and `agent` go into the snapshot.
+    """
+
+    agent: str
+    input: Callable[[RunResult], dict | None]
+    # Tells two follow-ups of one agent apart; the next agent's slug by default.
+    name: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.name or self.agent
+
+
 # The default summary shows this many input fields; any summary is cut to SUMMARY_CHARS.
 SUMMARY_FIELDS = 3
 SUMMARY_CHARS = 120
@@ -102,6 +154,12 @@ class Agent:
     # the validated input; None: the first fields of the input (`summarize`). Code, so it
     # stays out of the snapshot: the line is stored on the run at launch.
     summary: Callable[[dict], str] | None = None
+    # Agents launched when a run succeeds, with its output mapped into their input
+    # (runs/chains.py). The agents named must be registered first.
+    follow_ups: tuple[FollowUp, ...] = ()
+
+    def follow_up(self, key: str) -> FollowUp | None:
+        return next((f for f in self.follow_ups if f.key == key), None)
 
     def summarize(self, input: dict) -> str:
         """The run's one-line summary of `input`, at most SUMMARY_CHARS characters."""
@@ -170,7 +228,7 @@ class Agent:
         return replace(self.limits, **values), {}
 
     def snapshot(self) -> dict:
-        return {
+        snapshot = {
             "slug": self.slug,
             "title": self.title,
             "model": self.model,
@@ -180,6 +238,10 @@ class Agent:
             "gates": self.gates.as_dict(),
             "max_tokens": self.max_tokens,
         }
+        if self.follow_ups:
+            # What the run promised to launch when it succeeds; the mappings are code.
+            snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
+        return snapshot
 
 
 CATALOGUE: dict[str, Agent] = {}
@@ -189,8 +251,30 @@ def register(agent: Agent) -> Agent:
     missing = [t for t in agent.tools if t not in REGISTRY]
     if missing:
         raise LookupError(f"agent {agent.slug} uses unknown tools: {missing}")
+    _check_follow_ups(agent)
     CATALOGUE[agent.slug] = agent
     return agent
+
+
+def _check_follow_ups(agent: Agent) -> None:
+    """Follow-ups name agents registered before this one, once each, and never lead back to
+    it: a chain always ends."""
+    keys = [f.key for f in agent.follow_ups]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"agent {agent.slug}: two follow-ups named alike ({keys}); give names")
+    unknown = [f.agent for f in agent.follow_ups if f.agent not in CATALOGUE]
+    if unknown:
+        raise LookupError(
+            f"agent {agent.slug} follows up with unknown agents {unknown}: register them first"
+        )
+    seen, todo = set(), [f.agent for f in agent.follow_ups]
+    while todo:
+        slug = todo.pop()
+        if slug == agent.slug:
+            raise ValueError(f"agent {agent.slug}: its follow-ups lead back to it")
+        if slug not in seen and slug in CATALOGUE:
+            seen.add(slug)
+            todo += [f.agent for f in CATALOGUE[slug].follow_ups]
 
 
 def get_agent(slug: str) -> Agent | None:
@@ -213,6 +297,30 @@ def _jsonable(data: dict) -> dict:
     for key, value in data.items():
         out[key] = str(value) if isinstance(value, Decimal) else value
     return out
+
+
+def json_type_errors(schema: dict, data: dict) -> dict[str, list[str]]:
+    """JSON types checked against the agent's published input schema (an API launch, a
+    chained run's mapped input).
+
+    Django forms coerce (`123` becomes "123", `true` becomes "True"); an API client that sends
+    the wrong type has made a mistake it should hear about. Numbers may come as strings, so
+    decimals keep their precision; null means "not given" and is left to the form.
+    """
+    errors: dict[str, list[str]] = {}
+    for name, value in data.items():
+        expected = schema["properties"].get(name, {}).get("type")
+        if value is None or expected is None:
+            continue
+        ok = {
+            "string": isinstance(value, str),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float | str) and not isinstance(value, bool),
+            "boolean": isinstance(value, bool),
+        }.get(expected, True)
+        if not ok:
+            errors[name] = [f"must be {'an' if expected == 'integer' else 'a'} {expected}"]
+    return errors
 
 
 def form_json_schema(form_class: type[forms.Form]) -> dict:

@@ -18,7 +18,7 @@ from django.db import connections
 
 from agentops.celery import app as default_app
 from approvals import decisions
-from runs import engine, queue
+from runs import chains, engine, queue
 from runs.models import Run
 from triggers import scheduler
 
@@ -119,8 +119,8 @@ def recover_lost_messages() -> int:
 
 
 class Sweeps(threading.Thread):
-    """What `celery beat` schedules in production: lease sweep, approval expiry, and the
-    schedules that are due (triggers/scheduler.py)."""
+    """What `celery beat` schedules in production: lease sweep (lost follow-ups with it),
+    approval expiry, and the schedules that are due (triggers/scheduler.py)."""
 
     def __init__(self, *, interval: float) -> None:
         super().__init__(name="embedded-sweeps", daemon=True)
@@ -139,6 +139,7 @@ class Sweeps(threading.Thread):
             expired = decisions.expire_due()
             if expired:
                 log.info("expired %d approval(s)", expired)
+            chains.sweep()
             launched = scheduler.launch_due_schedules()
             if launched:
                 log.info("launched %d scheduled run(s)", launched)

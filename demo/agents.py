@@ -1,5 +1,6 @@
-"""The demo agents: an SQL analyst, a refund desk (its default refund is gated) and an
-order inquiry desk that asks the operator instead of guessing."""
+"""The demo agents: an SQL analyst, a refund desk (its default refund is gated), an order
+inquiry desk that asks the operator instead of guessing, and a complaint triage whose verdict
+launches the refund desk (a chained run)."""
 
 import json
 import re
@@ -9,7 +10,7 @@ from decimal import Decimal
 from django import forms
 
 import approvals.gates  # noqa: F401  (registers ask_operator)
-from agentops.agents import Agent, GateRules, Limits, register
+from agentops.agents import Agent, FollowUp, GateRules, Limits, RunResult, register
 from agentops.llm.scripted import text, tool_use
 
 from . import tools  # noqa: F401  (registers the tools)
@@ -303,5 +304,89 @@ register(
         script=order_inquiry_script,
         summary=lambda d: f"{d['customer_email']} · {d['message']}",
         limits=Limits(max_steps=10, max_cost_usd=Decimal("0.50"), max_seconds=300),
+    )
+)
+
+
+# --- Complaint triage (its verdict launches the refund desk: a chained run) --------------------
+class ComplaintTriageInput(forms.Form):
+    order_id = forms.IntegerField(
+        min_value=1, max_value=2**63 - 1, initial=13, help_text="The order complained about."
+    )
+    message = forms.CharField(
+        max_length=400,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        initial="The desk arrived damaged: one leg is bent and it wobbles.",
+        help_text="What the customer wrote.",
+    )
+
+
+# Words of a complaint that, about an order the customer has, make a refund the remedy.
+_REFUND_WORDS = re.compile(r"\b(damaged|broken|bent|defective|faulty|missing|wrong)\b", re.I)
+
+
+def complaint_triage_script(data: dict) -> list:
+    def verdict(messages):
+        order = last_tool_result(messages)
+        if not isinstance(order, dict):
+            # No verdict to map: the follow-up says the output is not JSON, and launches nothing.
+            return [text(f"I could not look up order {data['order_id']}: {order}.")]
+        problem = _REFUND_WORDS.search(data["message"])
+        refund = bool(problem) and order.get("status") in ("delivered", "returned")
+        answer = {
+            "order_id": data["order_id"],
+            "action": "refund" if refund else "reply",
+            "reason": (
+                f"{problem[1].capitalize()} on arrival: {data['message']}"
+                if refund
+                else f"No refund: the order is {order.get('status')}; answer the customer."
+            ),
+        }
+        return [
+            text(
+                f"Order {data['order_id']} ({order.get('product')}) is {order.get('status')}. "
+                + ("A refund is the remedy." if refund else "A refund is not the remedy.")
+                + f"\n```json\n{json.dumps(answer)}\n```"
+            )
+        ]
+
+    return [
+        [text("Looking the order up."), tool_use("lookup_order", order_id=data["order_id"])],
+        verdict,
+    ]
+
+
+def refund_for_complaint(result: RunResult) -> dict | None:
+    """The refund desk's input from the triage's verdict; None (nothing launched) when the
+    verdict is not a refund."""
+    verdict = result.json()
+    if verdict["action"] != "refund":
+        return None
+    # The refund records 300 characters of its reason (issue_refund).
+    return {"order_id": verdict["order_id"], "reason": str(verdict["reason"])[:300]}
+
+
+register(
+    Agent(
+        slug="complaint-triage",
+        title="Complaint triage",
+        description=(
+            "Reads a customer's complaint about an order and decides whether a refund is the "
+            "remedy; if so, the refund desk takes over (a chained run)."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You triage customer complaints. Look the order up. A refund is the remedy when a "
+            "delivered or returned order arrived damaged, broken, defective, incomplete or "
+            "wrong. End with one JSON object in a ```json block: "
+            '{"order_id": <the order>, "action": "refund" or "reply", "reason": <one line>}.'
+        ),
+        tools=("lookup_order",),
+        input_form=ComplaintTriageInput,
+        prompt=lambda d: f"Order {d['order_id']}. The customer wrote: {d['message']}",
+        script=complaint_triage_script,
+        summary=lambda d: f"order {d['order_id']} · {d['message']}",
+        limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=120),
+        follow_ups=(FollowUp(agent="refund-desk", input=refund_for_complaint),),
     )
 )

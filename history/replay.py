@@ -24,7 +24,7 @@ from agentops import llm
 from agentops.agents import Agent, Limits, get_agent
 from agentops.llm.base import LLMError, LLMResponse, LLMTransientError, Usage
 from agentops.tools import get_tool
-from runs import engine
+from runs import chains, engine
 from runs.engine import gates, replaying
 from runs.engine.loop import ForkPoint
 from runs.models import Run, Step, args_hash, canonical_json
@@ -295,6 +295,8 @@ def replay(run: Run) -> ReplayResult:
         for seq, kind, data, cost in run.steps.order_by("seq").values_list(
             "seq", "kind", "data", "cost_usd"
         )[:MAX_STEPS]
+        # What followed the run's end (its follow-up runs, runs/chains.py) is not the loop's.
+        if not (kind == Step.Kind.STATUS and data.get("event") == chains.FOLLOW_UP)
     ]
     result = ReplayResult(
         run_id=str(run.pk),

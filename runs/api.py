@@ -21,7 +21,7 @@ from ninja.errors import HttpError, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from accounts.auth import api_auth
-from agentops.agents import CATALOGUE, Agent, get_agent
+from agentops.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
 from . import engine
 from .models import Checkpoint, Run, canonical_json
@@ -187,29 +187,6 @@ def _field_errors(errors: dict[str, list[str]], *, at: tuple[str, ...]) -> Valid
             for message in messages
         ]
     )
-
-
-def json_type_errors(schema: dict, data: dict) -> dict[str, list[str]]:
-    """JSON types checked against the agent's published input schema.
-
-    Django forms coerce (`123` becomes "123", `true` becomes "True"); an API client that sends
-    the wrong type has made a mistake it should hear about. Numbers may come as strings, so
-    decimals keep their precision; null means "not given" and is left to the form.
-    """
-    errors: dict[str, list[str]] = {}
-    for name, value in data.items():
-        expected = schema["properties"].get(name, {}).get("type")
-        if value is None or expected is None:
-            continue
-        ok = {
-            "string": isinstance(value, str),
-            "integer": isinstance(value, int) and not isinstance(value, bool),
-            "number": isinstance(value, int | float | str) and not isinstance(value, bool),
-            "boolean": isinstance(value, bool),
-        }.get(expected, True)
-        if not ok:
-            errors[name] = [f"must be {'an' if expected == 'integer' else 'a'} {expected}"]
-    return errors
 
 
 # --- reading ---------------------------------------------------------------------------------

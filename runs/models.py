@@ -37,8 +37,9 @@ def args_hash(tool: str, args: dict) -> str:
 # what waits on the run ends with it (approvals/apps.py cancels its pending approvals).
 run_cancelled = Signal()
 # Sent for every step appended, inside its transaction (sender=Step, step=...): runs/events.py
-# publishes it once committed (connected in runs/apps.py; models do not import the live path,
-# whose payloads are built from the API's schemas of these models).
+# publishes it once committed, runs/chains.py sends a success's follow-ups (connected in
+# runs/apps.py; models do not import the live path, whose payloads are built from the API's
+# schemas of these models).
 step_appended = Signal()
 
 # Literal lists for the CHECK constraints (Meta cannot see the nested choices classes).

@@ -15,6 +15,7 @@ from agentops.celery import app
 log = logging.getLogger("agentops.engine")
 
 ADVANCE_TASK = "runs.tasks.advance_run"
+FOLLOW_UPS_TASK = "runs.tasks.launch_follow_ups"
 
 
 def enqueue(run_id, *, countdown: float | None = None) -> bool:
@@ -28,6 +29,17 @@ def enqueue(run_id, *, countdown: float | None = None) -> bool:
         app.tasks[ADVANCE_TASK].apply_async(args=[str(run_id)], countdown=countdown)
     except OperationalError as exc:
         log.warning("run %s: not sent to a worker (%s); the sweep will re-send it", run_id, exc)
+        return False
+    return True
+
+
+def send_follow_ups(run_id) -> bool:
+    """Send a succeeded run's follow-ups to a worker (runs/chains.py), after its success is
+    committed; False when the broker is unreachable (the chains' sweep sends it again)."""
+    try:
+        app.tasks[FOLLOW_UPS_TASK].apply_async(args=[str(run_id)])
+    except OperationalError as exc:
+        log.warning("run %s: follow-ups not sent (%s); the sweep will re-send them", run_id, exc)
         return False
     return True
 

@@ -8,7 +8,9 @@ Model and tool output is untrusted: it is only ever passed to templates as plain
 (auto-escaped) inside `.untrusted[hx-disable]` containers, never marked safe.
 """
 
+import contextlib
 import json
+import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -77,6 +79,7 @@ class StepView:
     tool_uses: list[ToolUse] = field(default_factory=list)
     facts: list[tuple[str, str]] = field(default_factory=list)  # trusted, server-made
     approval_id: str = ""
+    run_link: str = ""  # a run this step launched (a chained follow-up)
 
     @property
     def seq(self) -> int:
@@ -185,6 +188,8 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
                 ToolUse(str(d.get("tool", "")), Block.of(label, d[args_key], full=full))
             )
         return view
+    if d.get("event") == "follow_up":
+        return _follow_up_view(step, d, full=full)
     # Status changes.
     event = str(d.get("event") or "status")
     view = StepView(step, f"{event}: {d.get('from') or '—'} → {d.get('to') or '—'}")
@@ -200,6 +205,35 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         view.texts.append(Block.of("detail", d["detail"], full=full, error=view.error))
     if event == "launched":
         view.texts.append(Block.of("input", d.get("input"), full=full))
+    return view
+
+
+# What a follow-up step's title says of each outcome (runs/chains.py).
+FOLLOW_UP_TITLES = {
+    "launched": "follow-up launched",
+    "skipped": "follow-up skipped",
+    "failed": "follow-up not launched",
+}
+
+
+def _follow_up_view(step: Step, d: dict, *, full: bool) -> StepView:
+    outcome = str(d.get("outcome") or "")
+    title = FOLLOW_UP_TITLES.get(outcome, "follow-up")
+    view = StepView(step, f"{title}: {d.get('agent') or d.get('follow_up') or '—'}")
+    view.error = outcome == "failed"
+    if d.get("follow_up") and d.get("follow_up") != d.get("agent"):
+        view.facts.append(("follow-up", str(d["follow_up"])))
+    if d.get("child"):
+        view.facts.append(("run", str(d["child"])))
+        with contextlib.suppress(ValueError):  # linked only if it is a run's id
+            view.run_link = str(uuid.UUID(str(d["child"])))
+    if d.get("detail"):
+        # May quote the model's output (a mapping's error): untrusted text.
+        view.texts.append(Block.of("why", d["detail"], full=full, error=view.error))
+    if d.get("errors"):
+        view.texts.append(Block.of("errors", d["errors"], full=full, error=True))
+    if "input" in d:
+        view.texts.append(Block.of("input", d["input"], full=full))
     return view
 
 

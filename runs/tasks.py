@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from . import engine
+from . import chains, engine
 
 # A database that is restarting or unreachable: the message is sent again with backoff and
 # jitter (up to 2, 4 ... 64 s), not lost. The sweep stays the safety net for whatever else
@@ -22,6 +22,12 @@ def advance_run(run_id: str) -> str:
     return engine.advance(run_id)
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **_DATABASE_DOWN)
+def launch_follow_ups(run_id: str) -> int:
+    return len(chains.launch_follow_ups(run_id))
+
+
 @shared_task(ignore_result=True)
 def sweep() -> int:
-    return engine.sweep()
+    """Runs whose lease expired or whose message was lost, and lost follow-ups."""
+    return engine.sweep() + chains.sweep()

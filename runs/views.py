@@ -261,6 +261,8 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         "children": list(
             run.children.only("agent", "status", "trigger").order_by("created_at")[:50]
         ),
+        # What the run declared it would launch on success (chained runs).
+        "follow_ups": run.agent_config.get("follow_ups") or [],
     }
     return render(request, _partial(request, rendering.RUN_PAGE, {"run-header"}), context)
 

@@ -183,3 +183,23 @@ def test_a_forked_run_replays_from_where_it_started(refunded, operator, approver
 
     assert result.identical, result.summary
     assert result.compared == child.last_seq
+
+
+def test_a_run_that_launched_a_follow_up_replays_the_same(operator, no_enqueue):
+    from agentops.agents import get_agent
+    from runs import chains
+
+    agent = get_agent("complaint-triage")
+    data = {name: f.initial for name, f in agent.input_form.base_fields.items()}
+    cleaned, errors = agent.validate_input({k: v for k, v in data.items() if v is not None})
+    assert not errors, errors
+    run = engine.launch(agent=agent, input=cleaned, launched_by=operator, provider="scripted")
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    chains.launch_follow_ups(str(run.pk))
+    run.refresh_from_db()
+    assert run.steps.filter(data__event=chains.FOLLOW_UP).exists()
+
+    result = replay(run)
+
+    assert result.identical, result.summary
+    assert result.compared == run.last_seq - 1  # all but the follow-up step
