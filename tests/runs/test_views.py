@@ -1,7 +1,9 @@
 import json
 
 import pytest
+from django.core.serializers.json import DjangoJSONEncoder
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 
 from runs.models import Run, Step, canonical_json
 from tests.html_checks import assert_payload_inert
@@ -471,6 +473,17 @@ def test_export_json_and_jsonl(client, viewer, run):
     assert client.get(reverse("runs:export", args=[run.pk, "xml"])).status_code == 404
 
 
+def to_millisecond(value):
+    """Exported times as the API writes them (DjangoJSONEncoder: milliseconds, Z for UTC)."""
+    if isinstance(value, dict):
+        return {k: to_millisecond(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_millisecond(v) for v in value]
+    if isinstance(value, str) and (moment := parse_datetime(value)) and "T" in value:
+        return DjangoJSONEncoder().default(moment)
+    return value
+
+
 def test_export_records_are_the_apis_plus_the_launch_snapshot(client, viewer, run):
     add_steps(run, 2)
     client.force_login(viewer)
@@ -511,13 +524,16 @@ def test_export_records_are_the_apis_plus_the_launch_snapshot(client, viewer, ru
     }
     assert exported["launched_by"] == run.launched_by.username
     assert exported["agent_config"] == run.agent_config
-    # One serialiser: the API says the same about the run and its steps.
+    # One serialiser: the API says the same about the run and its steps, but for the times,
+    # which the export gives to the microsecond (a step's hash covers them) and the API to
+    # the millisecond.
     api_run = client.get(f"/api/runs/{run.pk}").json()
-    assert {k: v for k, v in exported.items() if k not in ("agent_config", "usage")} == {
-        k: v for k, v in api_run.items() if k != "usage"
-    }
+    assert to_millisecond(
+        {k: v for k, v in exported.items() if k not in ("agent_config", "usage")}
+    ) == {k: v for k, v in api_run.items() if k != "usage"}
     api_steps = client.get(f"/api/runs/{run.pk}/steps").json()["items"]
-    assert doc["steps"] == api_steps
+    assert to_millisecond(doc["steps"]) == api_steps
+    assert doc["steps"][0]["created_at"] == run.steps.get(seq=1).created_at.isoformat()
 
 
 # --- audit -----------------------------------------------------------------
