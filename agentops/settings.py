@@ -201,6 +201,13 @@ ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
 # SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
 ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
 
+# --- monitoring (agentops/monitoring.py, agentops/metrics.py) -----------------------------------
+# /metrics answers only with this bearer token; unset, it does not exist (404).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# Shared by every process of the host (web, workers, beat) to add up their counters; read by
+# prometheus_client itself from the environment. Unset: each process counts on its own.
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="")
+
 # --- auth, security ----------------------------------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -226,6 +233,8 @@ CONTENT_SECURITY_POLICY = {
 }
 if not DEBUG:
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    # Prometheus scrapes a web process directly, inside the network, over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
