@@ -56,6 +56,7 @@ MIDDLEWARE = [
     "agentops.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "agentops.logs.request_context",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -265,10 +266,24 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# JSON lines in production (or LOG_FORMAT=json), readable text in DEBUG; either way every line
+# carries the run, step, task and user it is about, where known (agentops/logs.py).
+LOG_FORMAT = env.str("LOG_FORMAT", default="text" if DEBUG else "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "agentops.logs.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "agentops.logs.JsonFormatter"},
+        "text": {"()": "agentops.logs.TextFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            "formatter": "json" if LOG_FORMAT == "json" else "text",
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
     "loggers": {"agentops": {"level": env.str("LOG_LEVEL", default="INFO")}},
 }
