@@ -14,6 +14,7 @@ import atexit
 import os
 import re
 import socket
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, multiprocess, values
 
@@ -26,12 +27,22 @@ def _host() -> str:
 
 
 _HOST = _host()
+_process = f"{_HOST}-{os.getpid()}"
+
+
+def _forked() -> None:
+    global _process
+    _process = f"{_HOST}-{os.getpid()}"
+
+
+# prometheus_client asks for it on every increment: kept, not a getpid() call each time.
+os.register_at_fork(after_in_child=_forked)
 
 
 def process_id() -> str:
     """This process in file names: host and pid. Containers sharing the directory (compose)
     all have pid 1 or so; their host names (container ids) tell them apart."""
-    return f"{_HOST}-{os.getpid()}"
+    return _process
 
 
 if MULTIPROC_DIR:
@@ -44,6 +55,20 @@ if MULTIPROC_DIR:
     # carry on from where it stopped, which Prometheus reads as the same series going up.
     multiprocess.mark_process_dead(process_id(), MULTIPROC_DIR)
     atexit.register(lambda: multiprocess.mark_process_dead(process_id(), MULTIPROC_DIR))
+
+_children: dict[tuple, Any] = {}
+
+
+def labelled(metric: Any, *values: str) -> Any:
+    """metric.labels(*values), remembered: labels() checks and locks on every call, a few
+    microseconds a step on the engine's hot path. The label values are few (agents, models,
+    tools, step kinds), so is this."""
+    key = (id(metric), *values)
+    child = _children.get(key)
+    if child is None:
+        child = _children.setdefault(key, metric.labels(*values))
+    return child
+
 
 # Seconds, from a fast model turn to a slow one; tools are usually faster.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)

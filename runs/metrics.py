@@ -7,6 +7,7 @@ memory, and a few counters per step are all the hot path pays.
 """
 
 from agentops import metrics
+from agentops.metrics import labelled
 
 from .models import Run, Step
 
@@ -16,22 +17,22 @@ TERMINAL = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCEL
 def count_committed_step(step: Step) -> None:
     run = step.run
     data = step.data
-    metrics.steps.labels(run.agent, step.kind).inc()
+    labelled(metrics.steps, run.agent, step.kind).inc()
     if step.kind == Step.Kind.LLM:
         model = data.get("model") or _model(run)
-        metrics.model_calls.labels(model, "ok").inc()
-        metrics.model_tokens.labels(model, "input").inc(step.tokens_in)
-        metrics.model_tokens.labels(model, "output").inc(step.tokens_out)
-        metrics.model_cost.labels(model).inc(float(step.cost_usd))
-        metrics.model_seconds.labels(model).observe(step.latency_ms / 1000)
+        labelled(metrics.model_calls, model, "ok").inc()
+        labelled(metrics.model_tokens, model, "input").inc(step.tokens_in)
+        labelled(metrics.model_tokens, model, "output").inc(step.tokens_out)
+        labelled(metrics.model_cost, model).inc(float(step.cost_usd))
+        labelled(metrics.model_seconds, model).observe(step.latency_ms / 1000)
     elif step.kind == Step.Kind.LLM_ERROR:
-        metrics.model_calls.labels(_model(run), "error").inc()
+        labelled(metrics.model_calls, _model(run), "error").inc()
     elif step.kind == Step.Kind.TOOL:
         tool = data.get("tool") or "unknown"
-        metrics.tool_calls.labels(tool, "error" if data.get("is_error") else "ok").inc()
+        labelled(metrics.tool_calls, tool, "error" if data.get("is_error") else "ok").inc()
         if data.get("attempts"):
             # Calls refused before running (bad arguments, unknown tool) took no time.
-            metrics.tool_seconds.labels(tool).observe(data.get("duration_ms", 0) / 1000)
+            labelled(metrics.tool_seconds, tool).observe(data.get("duration_ms", 0) / 1000)
     elif step.kind == Step.Kind.STATUS:
         _count_status(run, data)
 
@@ -39,10 +40,10 @@ def count_committed_step(step: Step) -> None:
 def _count_status(run: Run, data: dict) -> None:
     to = data.get("to")
     if to in TERMINAL and data.get("from") not in TERMINAL:
-        metrics.runs_finished.labels(run.agent, to, data.get("reason") or to).inc()
+        labelled(metrics.runs_finished, run.agent, to, data.get("reason") or to).inc()
     elif data.get("event") == "resumed" and data.get("from") == Run.Status.RUNNING:
         # A claim that took the run over from a worker whose lease expired (lease.claim).
-        metrics.lease_takeovers.labels(run.agent).inc()
+        labelled(metrics.lease_takeovers, run.agent).inc()
 
 
 def _model(run: Run) -> str:

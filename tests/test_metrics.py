@@ -2,6 +2,8 @@
 added up over several (prometheus_client's multiprocess mode)."""
 
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -111,6 +113,15 @@ def test_it_is_not_redirected_to_https_in_production(token, settings):
     settings.SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
     assert Client().get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     assert Client().get("/healthz").status_code == 301
+
+
+def test_the_sample_dashboard_uses_only_series_that_exist(token):
+    body = Client().get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content
+    known = set()
+    for family in text_string_to_metric_families(body.decode()):
+        known |= {family.name + suffix for suffix in ("", "_total", "_bucket", "_count", "_sum")}
+    used = set(re.findall(r"agentops_\w+", (ROOT / "docs/grafana-dashboard.json").read_text()))
+    assert used and used <= known, used - known
 
 
 # --- the series move when runs happen ------------------------------------------------------------
@@ -423,12 +434,11 @@ def test_two_celery_workers_add_up(token, settings, test_agent, tmp_path):
     connections.close_all()
     workers = [_celery_worker(f"metrics{i}", tmp_path) for i in (1, 2)]
     try:
-        # Both have imported the metrics (a file each) before the runs are sent.
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("counter_*.db"))) < 2:
+        # Both consume before the runs are sent, so both get some.
+        names = {f"metrics{i}@{socket.gethostname()}" for i in (1, 2)}
+        deadline = time.monotonic() + 90
+        while names - {name for reply in celery_app.control.ping(timeout=1) for name in reply}:
             assert time.monotonic() < deadline, "the workers did not start"
-            time.sleep(0.2)
-        time.sleep(2)  # and are consuming
         runs = [
             engine.launch(
                 agent=test_agent,
