@@ -73,10 +73,10 @@ class StateCollector:
         pending = GaugeMetricFamily(
             "agentops_approvals_pending", "Approvals waiting for a decision", labels=["kind"]
         )
-        counts = dict.fromkeys(Approval.Kind.values, 0)
+        by_kind = dict.fromkeys(Approval.Kind.values, 0)
         waiting = Approval.objects.pending().order_by()
-        counts.update(waiting.values_list("kind").annotate(n=Count("id")))
-        for kind, n in counts.items():
+        by_kind.update(waiting.values_list("kind").annotate(n=Count("id")))
+        for kind, n in by_kind.items():
             pending.add_metric([kind], n)
         oldest = waiting.aggregate(oldest=Min("requested_at"))["oldest"]
         age = (timezone.now() - oldest).total_seconds() if oldest else 0
