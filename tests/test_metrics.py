@@ -294,7 +294,10 @@ async def test_websocket_connections_are_counted_while_open(token, operator):
 
     @sync_to_async
     def connections_open() -> float:
-        return scrape()("agentops_websocket_connections", stream="dashboard")
+        try:
+            return scrape()("agentops_websocket_connections", stream="dashboard")
+        finally:
+            connections.close_all()  # this thread's: the test database is dropped after
 
     @sync_to_async
     def cookie() -> tuple[bytes, bytes]:
