@@ -58,6 +58,7 @@ MIDDLEWARE = [
     "agentops.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "agentops.logs.request_context",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -207,6 +208,13 @@ ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
 # SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
 ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
 
+# --- monitoring (agentops/monitoring.py, agentops/metrics.py) -----------------------------------
+# /metrics answers only with this bearer token; unset, it does not exist (404).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# Shared by every process of the host (web, workers, beat) to add up their counters; read by
+# prometheus_client itself from the environment. Unset: each process counts on its own.
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="")
+
 # --- auth, security ----------------------------------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -232,6 +240,8 @@ CONTENT_SECURITY_POLICY = {
 }
 if not DEBUG:
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    # Prometheus scrapes a web process directly, inside the network, over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -262,10 +272,24 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# JSON lines in production (or LOG_FORMAT=json), readable text in DEBUG; either way every line
+# carries the run, step, task and user it is about, where known (agentops/logs.py).
+LOG_FORMAT = env.str("LOG_FORMAT", default="text" if DEBUG else "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "agentops.logs.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "agentops.logs.JsonFormatter"},
+        "text": {"()": "agentops.logs.TextFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            "formatter": "json" if LOG_FORMAT == "json" else "text",
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
     "loggers": {"agentops": {"level": env.str("LOG_LEVEL", default="INFO")}},
 }

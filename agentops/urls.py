@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from agentops import health
+from agentops import health, monitoring
 from agentops.api import api
 
 urlpatterns = [
@@ -9,6 +9,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", api.urls),
     path("healthz", health.healthz, name="healthz"),
+    path("metrics", monitoring.metrics_view, name="metrics"),
     path("approvals/", include("approvals.urls")),
     path("", include("history.urls")),
     path("", include("triggers.urls")),

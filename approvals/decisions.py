@@ -33,6 +33,7 @@ from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
+from agentops import metrics
 from agentops.tools import Blast, Tool, ToolArgsError, get_tool
 from runs import events
 from runs.models import Run, Step, args_hash
@@ -292,6 +293,10 @@ def decide(
         # The run's outcome counter moves in the step's own write, under the run's lock.
         _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})
         events.publish_approvals_changed(approval.pk)
+        waited = (now - approval.requested_at).total_seconds()
+        transaction.on_commit(
+            lambda: metrics.decision_seconds.labels(approval.kind, plan.status).observe(waited)
+        )
     for name, value in fields.items():
         setattr(approval, name, value)
     approval.run = run
@@ -601,6 +606,7 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
             expired += 1
             approval = Approval.objects.get(pk=approval_id)
             events.publish_approvals_changed(approval.pk)
+            transaction.on_commit(metrics.approvals_expired.labels(approval.kind).inc)
             if run.is_terminal:
                 continue  # the run ended without it (cancelled): nothing left to apply
             outcome = (

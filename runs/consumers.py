@@ -9,6 +9,8 @@ from collections.abc import Hashable
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from agentops import metrics
+
 from . import access, events, feeds, live
 from .models import Run
 
@@ -61,6 +63,12 @@ class WatchedAccess:
         """After accept(): the periodic re-check."""
         key = (self._session_key(), self.scope["user"].pk, self.watched())
         self.access_watch = AccessWatch.join(key, self)
+        self.counted = metrics.websocket_connections.labels(self.stream())
+        self.counted.inc()
+
+    def stream(self) -> str:
+        """What the socket streams, as the connections gauge labels it (run, dashboard...)."""
+        return type(self).__name__.removesuffix("Consumer").lower()
 
     async def access_changed(self, event):
         session = event.get("session")
@@ -103,6 +111,9 @@ class WatchedAccess:
 
     async def leave(self) -> None:
         """disconnect(): stop the re-check, leave the groups."""
+        counted = self.__dict__.pop("counted", None)
+        if counted is not None:
+            counted.dec()
         self._unwatch_access()
         await self.stop_streaming()
         for group in self.joined_groups():

@@ -29,6 +29,7 @@ from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import transaction
 
+from . import metrics
 from .schemas import RunLiveOut, StepOut
 
 log = logging.getLogger("agentops.events")
@@ -235,7 +236,17 @@ class _StepData:
 
 
 def publish_step_on_commit(step) -> None:
-    transaction.on_commit(lambda: publish_step(step))
+    transaction.on_commit(lambda: _committed(step))
+
+
+def _committed(step) -> None:
+    # Counted here, once committed, as it is published: a step whose transaction is rolled
+    # back (a replay, a lost race) is neither seen live nor counted.
+    try:
+        metrics.count_committed_step(step)
+    except Exception:
+        log.exception("counting step %s#%s failed", step.run_id, step.seq)
+    publish_step(step)
 
 
 def on_step_appended(sender, step, **kwargs) -> None:

@@ -48,14 +48,20 @@ def runs_waiting() -> bool:
     """Whether tasks wait in the broker's queue for a worker thread (a run yields its time
     slice only then). Unknown, with the broker unreachable, counts as yes."""
     try:
-        with app.pool.acquire(block=True, timeout=2) as conn:
-            # One attempt: with the broker down the answer is "unknown", now, not after
-            # kombu's reconnect loop.
-            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=1)
-            # Not passive: Redis drops an empty list, and a passive declare then says
-            # "no such queue" where the answer is "empty".
-            queue = conn.default_channel.queue_declare(queue=app.conf.task_default_queue)
-            return queue.message_count > 0
+        return depth() > 0
     except Exception as exc:
         log.debug("queue length unknown (%s); yielding the slice", exc)
         return True
+
+
+def depth() -> int:
+    """Tasks waiting in the broker's queue for a worker (not those a worker holds, nor those
+    delayed by a countdown). Raises when the broker is unreachable."""
+    with app.pool.acquire(block=True, timeout=2) as conn:
+        # One attempt: with the broker down the answer is "unknown", now, not after
+        # kombu's reconnect loop.
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=1)
+        # Not passive: Redis drops an empty list, and a passive declare then says
+        # "no such queue" where the answer is "empty".
+        queue = conn.default_channel.queue_declare(queue=app.conf.task_default_queue)
+        return queue.message_count

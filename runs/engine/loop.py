@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from agentops import agents, llm
+from agentops import agents, llm, logs
 from agentops.agents import Agent, Limits
 from agentops.tools import get_tool
 
@@ -132,6 +132,7 @@ def _new_run(agent: Agent, input: dict, limits: Limits, **fields) -> Run:
     )
 
 
+@logs.about_run
 def advance(run_id, *, worker: str | None = None, time_slice: float | None = None) -> str:
     """Work on a run for up to one time slice. Returns what happened, for logs and tests:
     "busy" (someone else has it or it is not runnable), "requeued", or the run's status."""
@@ -190,6 +191,7 @@ def _load(run: Run, worker: str) -> Work:
 
 def step(work: Work) -> None:
     """One unit of progress: run the next pending tool call, or make the next model call."""
+    logs.set_seq(work.run.last_seq + 1)
     try:
         if work.state["pending"]:
             _next_pending_call(work)

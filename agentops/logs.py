@@ -1,0 +1,160 @@
+"""Structured logs: every line about a run says which run, which step, which task and who.
+
+The context lives in contextvars, set where it is known: the engine binds the run it advances
+(`about_run`) and the seq of the step it is making (`set_seq`), a Celery signal the task id,
+the web middleware the request (its user, once the view has looked it up). ContextFilter
+copies them onto every record; JsonFormatter writes one JSON object per line (production,
+or LOG_FORMAT=json), TextFormatter a readable line with the context at its end (DEBUG).
+"""
+
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+from datetime import UTC, datetime
+from typing import Any
+
+from celery.signals import task_postrun, task_prerun
+from django.http import HttpRequest, HttpResponse
+from django.utils.functional import SimpleLazyObject, empty
+
+FIELDS = ("run_id", "seq", "task_id", "user")
+_context: dict[str, ContextVar] = {
+    name: ContextVar(f"agentops_log_{name}", default=None) for name in FIELDS
+}
+_request: ContextVar[HttpRequest | None] = ContextVar("agentops_log_request", default=None)
+
+
+@contextmanager
+def bound(**fields: Any) -> Iterator[None]:
+    """Log lines inside the block carry these fields (FIELDS)."""
+    tokens = [(_context[name], _context[name].set(value)) for name, value in fields.items()]
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+
+def about_run(func: Callable) -> Callable:
+    """For a function whose first argument is a run id: its log lines carry the run (and the
+    seq it sets with set_seq, forgotten when it returns)."""
+
+    @functools.wraps(func)
+    def wrapper(run_id, *args, **kwargs):
+        with bound(run_id=str(run_id), seq=None):
+            return func(run_id, *args, **kwargs)
+
+    return wrapper
+
+
+def set_seq(seq: int | None) -> None:
+    """The step being made (inside `about_run`, which forgets it on return)."""
+    _context["seq"].set(seq)
+
+
+def current() -> dict[str, Any]:
+    """The context as the next log line would carry it."""
+    found = {name: var.get() for name, var in _context.items()}
+    if found["user"] is None:
+        found["user"] = _username(_request.get())
+    return found
+
+
+def _username(request: HttpRequest | None) -> str | None:
+    if request is None:
+        return None
+    user = request.__dict__.get("user")
+    if isinstance(user, SimpleLazyObject):
+        # Not looked up by the view yet: a log call must not query the database for it.
+        user = object.__getattribute__(user, "_wrapped")
+        if user is empty:
+            return None
+    if user is None or not user.is_authenticated:
+        return None
+    return user.get_username()
+
+
+class ContextFilter(logging.Filter):
+    """Adds run_id, seq, task_id and user to every record (None where unknown); a field
+    given with `extra=` wins."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name, value in current().items():
+            record.__dict__.setdefault(name, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the context fields that are
+    known, and the traceback if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(line, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """The usual line, then the known context fields: `... [run_id=… seq=4]`."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        known = [
+            f"{name}={getattr(record, name)}"
+            for name in FIELDS
+            if getattr(record, name, None) is not None
+        ]
+        return f"{line} [{' '.join(known)}]" if known else line
+
+
+def request_context(get_response: Callable[[HttpRequest], HttpResponse]):
+    """Middleware: log lines during a request name its user (once the view knows it)."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        token = _request.set(request)
+        try:
+            return get_response(request)
+        finally:
+            _request.reset(token)
+
+    return middleware
+
+
+# One per task running now (thread pool: one per thread): a task run eagerly inside another
+# puts the outer one's id back when it ends.
+_task_tokens: dict[str, Token] = {}
+
+
+def _task_started(task_id: str | None = None, **kwargs: Any) -> None:
+    if task_id:
+        _task_tokens[task_id] = _context["task_id"].set(task_id)
+
+
+def _task_ended(task_id: str | None = None, **kwargs: Any) -> None:
+    token = _task_tokens.pop(task_id, None) if task_id else None
+    if token is not None:
+        _context["task_id"].reset(token)
+
+
+def connect_celery_signals() -> None:
+    """Log lines inside a Celery task carry its id (agentops/apps.py, at start-up)."""
+    task_prerun.connect(_task_started, dispatch_uid="agentops.logs.task_started", weak=False)
+    task_postrun.connect(_task_ended, dispatch_uid="agentops.logs.task_ended", weak=False)

@@ -1,0 +1,142 @@
+"""The Prometheus metrics that count events: steps, model and tool calls, decisions, sweeps,
+live sockets. What is a state (runs by status, approvals pending, the queue's depth) is read
+at scrape time instead (agentops/monitoring.py), so it cannot drift.
+
+Every process (web, workers, beat) moves its own counters. With PROMETHEUS_MULTIPROC_DIR set
+each process writes them to its own files in that directory, and any web process's /metrics
+adds up every process on the host (prometheus_client's multiprocess mode); unset, a process
+keeps them in memory and serves only its own (the embedded `manage.py up`, tests).
+
+This module imports nothing of the project, so the engine, runs and approvals can all count.
+"""
+
+import atexit
+import os
+import re
+import socket
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram, multiprocess, values
+
+MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+
+
+def _host() -> str:
+    # Files are named <kind>_<process>.db and split on "_": no underscore in a process's name.
+    return re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60] or "host"
+
+
+_HOST = _host()
+_process = f"{_HOST}-{os.getpid()}"
+
+
+def _forked() -> None:
+    global _process
+    _process = f"{_HOST}-{os.getpid()}"
+
+
+# prometheus_client asks for it on every increment: kept, not a getpid() call each time.
+os.register_at_fork(after_in_child=_forked)
+
+
+def process_id() -> str:
+    """This process in file names: host and pid. Containers sharing the directory (compose)
+    all have pid 1 or so; their host names (container ids) tell them apart."""
+    return _process
+
+
+if MULTIPROC_DIR:
+    os.makedirs(MULTIPROC_DIR, exist_ok=True)
+    # Before any metric is made. Called again after a fork (prefork pool), so a child gets
+    # its own files.
+    values.ValueClass = values.MultiProcessValue(process_identifier=process_id)
+    # A restarted container has the same host name and pid as the process it replaces: its
+    # live gauges (open sockets) start from nothing, not from the dead process's. Counters
+    # carry on from where it stopped, which Prometheus reads as the same series going up.
+    multiprocess.mark_process_dead(process_id(), MULTIPROC_DIR)
+    atexit.register(lambda: multiprocess.mark_process_dead(process_id(), MULTIPROC_DIR))
+
+_children: dict[tuple, Any] = {}
+
+
+def labelled(metric: Any, *values: str) -> Any:
+    """metric.labels(*values), remembered: labels() checks and locks on every call, a few
+    microseconds a step on the engine's hot path. The label values are few (agents, models,
+    tools, step kinds), so is this."""
+    key = (id(metric), *values)
+    child = _children.get(key)
+    if child is None:
+        child = _children.setdefault(key, metric.labels(*values))
+    return child
+
+
+# Seconds, from a fast model turn to a slow one; tools are usually faster.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
+# A person deciding: seconds to a day.
+DECISION_BUCKETS = (5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+
+steps = Counter("agentops_steps", "Timeline steps committed, by agent and kind", ["agent", "kind"])
+runs_finished = Counter(
+    "agentops_runs_finished",
+    "Runs that ended, by agent, final status and termination reason",
+    ["agent", "status", "reason"],
+)
+model_calls = Counter(
+    "agentops_model_calls",
+    "Model calls, by model and outcome (ok: a response was recorded; error: a failed attempt)",
+    ["model", "outcome"],
+)
+model_tokens = Counter(
+    "agentops_model_tokens",
+    "Tokens of recorded model calls, by model and direction",
+    ["model", "direction"],
+)
+model_cost = Counter(
+    "agentops_model_cost_usd", "Cost of recorded model calls in USD, by model", ["model"]
+)
+model_seconds = Histogram(
+    "agentops_model_call_seconds",
+    "Latency of recorded model calls, by model",
+    ["model"],
+    buckets=LATENCY_BUCKETS,
+)
+tool_calls = Counter(
+    "agentops_tool_calls",
+    "Tool calls recorded, by tool and outcome (error: the call failed or was refused)",
+    ["tool", "outcome"],
+)
+tool_seconds = Histogram(
+    "agentops_tool_call_seconds",
+    "Duration of recorded tool calls (retries included), by tool",
+    ["tool"],
+    buckets=LATENCY_BUCKETS,
+)
+lease_takeovers = Counter(
+    "agentops_lease_takeovers",
+    "Runs resumed by a worker after the previous holder's lease expired, by agent",
+    ["agent"],
+)
+lease_expiries = Counter(
+    "agentops_lease_expiries",
+    "Running runs whose lease had expired when a sweep found them (re-enqueued)",
+)
+sweep_resent = Counter(
+    "agentops_sweep_resent",
+    "Queued runs whose message a sweep sent again (lost, or waiting for over a minute)",
+)
+sweeps = Counter("agentops_sweeps", "Lease sweeps run")
+decision_seconds = Histogram(
+    "agentops_approval_decision_seconds",
+    "Time from an approval's request to its decision, by kind and outcome",
+    ["kind", "status"],
+    buckets=DECISION_BUCKETS,
+)
+approvals_expired = Counter(
+    "agentops_approvals_expired", "Approvals that expired without a decision, by kind", ["kind"]
+)
+websocket_connections = Gauge(
+    "agentops_websocket_connections",
+    "Open live WebSocket connections, by stream",
+    ["stream"],
+    multiprocess_mode="livesum",
+)

@@ -1,0 +1,157 @@
+"""Structured logs: a line about a run says which run, which step, which task and who."""
+
+import dataclasses
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpResponse
+from django.test import RequestFactory
+from django.utils.functional import SimpleLazyObject
+
+from agentops import logs
+from agentops.llm.scripted import text, tool_use
+from agentops.tools import REGISTRY
+from runs import engine
+from runs.models import Run, Step
+from runs.tasks import advance_run
+from tests.runs import harness
+
+ROOT = Path(settings.BASE_DIR)
+
+
+@pytest.fixture
+def json_lines():
+    """What the production handler (filter + JSON formatter) writes for `agentops` loggers."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs.ContextFilter())
+    handler.setFormatter(logs.JsonFormatter())
+    logger = logging.getLogger("agentops")
+    logger.addHandler(handler)
+    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    logger.removeHandler(handler)
+
+
+@pytest.fixture
+def logging_echo():
+    """t_echo, logging a line while it runs inside the engine."""
+    real = REGISTRY["t_echo"]
+
+    def echo(**kwargs):
+        logging.getLogger("agentops.test").warning("echoing %s", kwargs["text"])
+        return real.fn(**kwargs)
+
+    REGISTRY["t_echo"] = dataclasses.replace(real, fn=echo)
+    yield
+    REGISTRY["t_echo"] = real
+
+
+@pytest.fixture
+def scripted_run(no_enqueue, monkeypatch):
+    agent = harness.register_agent()
+    provider = harness.Script([[tool_use("t_echo", text="hi")], [text("done")]])
+    monkeypatch.setattr("agentops.agents.provider_for_run", lambda run: provider)
+    yield engine.launch(agent=agent, input={"task": "t", "script": ""}, provider="scripted")
+    harness.unregister_agent()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_line_logged_while_advancing_a_run_carries_its_run_and_seq(
+    scripted_run, logging_echo, json_lines
+):
+    assert engine.advance(scripted_run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    [line] = [x for x in json_lines() if x["logger"] == "agentops.test"]
+    assert line["message"] == "echoing hi" and line["level"] == "WARNING"
+    assert line["run_id"] == str(scripted_run.pk)
+    # The step being made: the model's turn that asked for the call (written with it).
+    asked = scripted_run.steps.filter(kind=Step.Kind.LLM).order_by("seq").first()
+    assert line["seq"] == asked.seq
+    assert "task_id" not in line and "user" not in line  # unknown, so left out
+    # Outside the run, nothing is left behind in this thread's context.
+    logging.getLogger("agentops.test").warning("after")
+    assert "run_id" not in json_lines()[-1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_line_logged_inside_a_celery_task_carries_the_task_id(
+    scripted_run, logging_echo, json_lines
+):
+    advance_run.apply(args=[str(scripted_run.pk)], task_id="task-42")
+    [line] = [x for x in json_lines() if x["logger"] == "agentops.test"]
+    assert (line["task_id"], line["run_id"]) == ("task-42", str(scripted_run.pk))
+    logging.getLogger("agentops.test").warning("after")
+    assert "task_id" not in json_lines()[-1]
+
+
+@pytest.mark.django_db
+def test_a_line_logged_during_a_request_carries_the_user(operator, json_lines):
+    def view(request):
+        assert request.user.is_authenticated  # the view looks its user up
+        logging.getLogger("agentops.test").warning("in the view")
+        return HttpResponse()
+
+    request = RequestFactory().get("/")
+    request.user = SimpleLazyObject(lambda: operator)
+    logs.request_context(view)(request)
+    assert json_lines()[-1]["user"] == operator.get_username()
+
+
+def test_a_log_call_never_looks_the_user_up_itself(json_lines):
+    looked_up = []
+
+    def view(request):
+        logging.getLogger("agentops.test").warning("before the view knows its user")
+        return HttpResponse()
+
+    request = RequestFactory().get("/")
+    request.user = SimpleLazyObject(lambda: looked_up.append(1) or AnonymousUser())
+    logs.request_context(view)(request)
+    assert "user" not in json_lines()[-1] and looked_up == []
+
+
+def test_text_lines_end_with_the_known_context():
+    record = logging.LogRecord("agentops.engine", logging.INFO, __file__, 1, "hello", (), None)
+    with logs.bound(run_id="r-1", seq=3):
+        logs.ContextFilter().filter(record)
+    line = logs.TextFormatter().format(record)
+    assert line.endswith("INFO agentops.engine: hello [run_id=r-1 seq=3]")
+
+
+def test_every_line_is_json_when_debug_is_off(tmp_path):
+    """The settings' own logging config, in a fresh process as production starts it."""
+    code = "\n".join(
+        [
+            "import django, logging",
+            "django.setup()",
+            "from agentops import logs",
+            "log = logging.getLogger('agentops.engine')",
+            "log.warning('plain')",
+            "with logs.bound(run_id='r-9', seq=2):",
+            "    log.error('failed', exc_info=ValueError('x'))",
+        ]
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentops.settings",
+        "DEBUG": "false",
+        "SECRET_KEY": "test-only-" + "k" * 50,
+        "AGENTOPS_VAR_DIR": str(tmp_path),
+    }
+    env.pop("LOG_FORMAT", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert [x["message"] for x in lines] == ["plain", "failed"]
+    assert lines[1]["run_id"] == "r-9" and lines[1]["seq"] == 2
+    assert "ValueError: x" in lines[1]["exc_info"]
+    assert "run_id" not in lines[0]
