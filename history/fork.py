@@ -11,7 +11,6 @@ import copy
 
 from agentops.agents import Limits, get_agent
 from runs import engine
-from runs.engine.loop import ForkPoint
 from runs.models import Run, Step
 
 MAX_INSTRUCTION_CHARS = 4000
@@ -59,7 +58,7 @@ def fork(run: Run, seq: int, *, instruction: str = "", by=None) -> Run:
         parent=run,
         provider=run.provider,
         source=f"checkpoint {run.pk}@{seq}",
-        fork=ForkPoint(
+        fork=engine.ForkPoint(
             origin=str(run.pk),
             seq=seq,
             checkpoint=checkpoint,

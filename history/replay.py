@@ -26,7 +26,6 @@ from agentops.llm.base import LLMError, LLMResponse, LLMTransientError, Usage
 from agentops.tools import get_tool
 from runs import chains, engine
 from runs.engine import gates, replaying
-from runs.engine.loop import ForkPoint
 from runs.models import Run, Step, args_hash, canonical_json
 
 # A run longer than this is compared up to here (a replay holds one transaction open).
@@ -368,7 +367,7 @@ def _drive(agent: Agent, input: dict, run: Run, recording: Recording) -> Run:
     return copy
 
 
-def _fork_point(run: Run, recording: Recording) -> ForkPoint | None:
+def _fork_point(run: Run, recording: Recording) -> engine.ForkPoint | None:
     """A forked run is replayed from where it started: its launched step's conversation and
     its first checkpoint's state."""
     launched = recording.steps[0][2] if recording.steps else {}
@@ -376,7 +375,7 @@ def _fork_point(run: Run, recording: Recording) -> ForkPoint | None:
         return None
     first = run.checkpoints.filter(seq=1).values_list("state", flat=True).first()
     origin = launched.get("forked_from") or {}
-    return ForkPoint(
+    return engine.ForkPoint(
         origin=str(origin.get("run", "")),
         seq=int(origin.get("seq", 0)),
         messages=launched["history"],

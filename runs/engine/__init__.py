@@ -11,6 +11,8 @@
 - gates.py: the interface through which the approvals app says what needs a person
 - terminator.py: the explicit decision that a run stops (limits, no progress, completion)
 - retry.py: backoff with jitter for infrastructure errors
+- replaying.py: while a replay runs (history/replay.py), the recording answers for the model,
+  the tools and the people
 
 Deadlines are enforced here, not by Celery (its time limits do not apply on the threads
 pool): a task works one time slice, a run stops at max_seconds, a model call has the
@@ -23,12 +25,13 @@ Tasks, views and tests call the names below; the rest is the parts' own.
 from .conversation import conversation, fit_context
 from .gates import Decision, Gates, use_gates
 from .lease import claim, new_worker_id, sweep
-from .loop import advance, launch
+from .loop import ForkPoint, advance, launch
 from .retry import backoff
 from .tools import idempotency_key
 
 __all__ = [
     "Decision",
+    "ForkPoint",
     "Gates",
     "advance",
     "backoff",
