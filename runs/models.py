@@ -630,6 +630,14 @@ class Step(models.Model):
 
     class Meta:
         ordering = ["run", "seq"]
+        indexes = [
+            # Spend per agent and day (runs/costs.py) reads the model steps of the last days
+            # without scanning the whole timeline. Partial, so only model steps pay for it on
+            # insert, and created_at grows with time: entries land on the index's last pages.
+            models.Index(
+                fields=["created_at"], condition=Q(kind="llm"), name="runs_step_llm_created_idx"
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="step_seq_unique_per_run"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="step_seq_positive"),

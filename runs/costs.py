@@ -1,0 +1,109 @@
+"""Spend per agent and per UTC day, summed from the recorded model steps.
+
+The timeline is the source of truth: each model call is a `llm` step carrying its own cost
+and tokens (runs/engine/model.py `_model_step`), so these figures are sums over those steps,
+never a second set of counters. One exception is not in them: an answer that came back after
+its run was cancelled (or taken over) is charged to the run's counters only, with no step
+(`_charge_discarded`), so a run's own `cost_usd` can be a little higher than its steps' sum.
+"""
+
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+
+from django.db.models import Count, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from .models import Step
+
+DEFAULT_DAYS = 7
+MAX_DAYS = 90
+
+
+@dataclass
+class Spend:
+    calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: Decimal = Decimal(0)
+
+    def add(self, other: "Spend") -> None:
+        self.calls += other.calls
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.cost_usd += other.cost_usd
+
+
+@dataclass
+class AgentSpend:
+    agent: str
+    total: Spend = field(default_factory=Spend)
+    # Only the days with a model call, oldest first.
+    by_day: dict[date, Spend] = field(default_factory=dict)
+
+
+@dataclass
+class CostReport:
+    since: datetime  # midnight UTC of the first day
+    days: list[date]  # every day of the window, oldest first (the last one is today, so far)
+    agents: list[AgentSpend]  # by slug
+    total: Spend
+
+    def day_cells(self, agent: AgentSpend) -> list[tuple[date, Spend | None]]:
+        """One cell per day of the window, None where the agent made no model call."""
+        return [(day, agent.by_day.get(day)) for day in self.days]
+
+
+def window_start(days: int, now: datetime | None = None) -> datetime:
+    """Midnight UTC `days - 1` days before today: the window is whole UTC days, today last."""
+    today = (now or timezone.now()).astimezone(UTC).date()
+    return datetime.combine(today - timedelta(days=days - 1), time.min, UTC)
+
+
+def cost_by_agent(
+    *, days: int = DEFAULT_DAYS, agent: str | None = None, now: datetime | None = None
+) -> CostReport:
+    """Model calls, tokens and cost per agent and per UTC day over the last `days` days
+    (today included, so far), from the model steps recorded in that time; `agent` keeps one.
+
+    One GROUP BY over the steps created since the window's start, joined to their runs for
+    the agent (runs_step_llm_created_idx serves the filter).
+    """
+    if not 1 <= days <= MAX_DAYS:
+        raise ValueError(f"days must be between 1 and {MAX_DAYS}")
+    since = window_start(days, now)
+    steps = Step.objects.filter(kind=Step.Kind.LLM, created_at__gte=since)
+    if agent:
+        steps = steps.filter(run__agent=agent)
+    rows = (
+        steps.annotate(day=TruncDate("created_at", tzinfo=UTC))
+        .values("run__agent", "day")
+        .annotate(
+            calls=Count("*"),
+            tokens_in=Sum("tokens_in"),
+            tokens_out=Sum("tokens_out"),
+            cost_usd=Sum("cost_usd"),
+        )
+        .order_by("run__agent", "day")
+    )
+    agents: dict[str, AgentSpend] = {}
+    total = Spend()
+    for row in rows:
+        spend = Spend(
+            calls=row["calls"],
+            tokens_in=row["tokens_in"] or 0,
+            tokens_out=row["tokens_out"] or 0,
+            cost_usd=row["cost_usd"] or Decimal(0),
+        )
+        slug = row["run__agent"]
+        per_agent = agents.setdefault(slug, AgentSpend(agent=slug))
+        per_agent.by_day[row["day"]] = spend
+        per_agent.total.add(spend)
+        total.add(spend)
+    return CostReport(
+        since=since,
+        days=[since.date() + timedelta(days=i) for i in range(days)],
+        agents=list(agents.values()),
+        total=total,
+    )
