@@ -1,4 +1,5 @@
-"""The runs API: the agent catalogue, launch, list, detail, timeline, checkpoints, cancel.
+"""The runs API: the agent catalogue, launch, list, detail, timeline, checkpoints, cancel,
+spend per agent.
 
 The user is `request.auth` (accounts/auth.py). Reading needs any role, launching and
 cancelling the operator role; both are checked before the body is parsed. Bad input is
@@ -23,12 +24,13 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from accounts.auth import api_auth
 from agentops.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
-from . import engine
+from . import costs, engine
 from .models import Checkpoint, Run, canonical_json
 from .schemas import (
     AgentOut,
     CancelIn,
     CheckpointOut,
+    CostsOut,
     LaunchIn,
     RunDetailOut,
     RunFilters,
@@ -245,3 +247,40 @@ def cancel_run(request: HttpRequest, run_id: UUID, payload: CancelIn | None = No
             409, f"run already finished: {run.status} ({run.get_termination_reason_display()})"
         )
     return with_pending_count(run)
+
+
+# --- spend -----------------------------------------------------------------------------------
+@router.get("/costs", response=CostsOut, summary="Model calls, tokens and cost per agent and day")
+def get_costs(
+    request: HttpRequest,
+    days: int = Query(
+        costs.DEFAULT_DAYS,
+        ge=1,
+        le=costs.MAX_DAYS,
+        description=f"UTC days, today included (at most {costs.MAX_DAYS}).",
+    ),
+    agent: str | None = Query(None, max_length=64, description="One agent's slug."),
+) -> dict:
+    """Summed from the recorded model steps (the timeline is the source of truth). An answer
+    discarded because its run was cancelled meanwhile is charged to the run only, not here."""
+    report = costs.cost_by_agent(days=days, agent=agent)
+    return {
+        "since": report.since,
+        "days": days,
+        "rows": [
+            {"agent": a.agent, "day": day, **_spend(spend)}
+            for a in report.agents
+            for day, spend in a.by_day.items()
+        ],
+        "agents": [{"agent": a.agent, **_spend(a.total)} for a in report.agents],
+        "total": _spend(report.total),
+    }
+
+
+def _spend(spend: costs.Spend) -> dict:
+    return {
+        "model_calls": spend.calls,
+        "tokens_in": spend.tokens_in,
+        "tokens_out": spend.tokens_out,
+        "cost_usd": spend.cost_usd,
+    }

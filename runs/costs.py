@@ -19,6 +19,9 @@ from .models import Step
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 90
+# A step's cost has 6 places; SQLite sums them as floats, Postgres exactly: both are read
+# back at the column's precision, so both databases give the same figures.
+USD_PLACES = Decimal("0.000001")
 
 
 @dataclass
@@ -26,7 +29,7 @@ class Spend:
     calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-    cost_usd: Decimal = Decimal(0)
+    cost_usd: Decimal = USD_PLACES * 0
 
     def add(self, other: "Spend") -> None:
         self.calls += other.calls
@@ -50,9 +53,19 @@ class CostReport:
     agents: list[AgentSpend]  # by slug
     total: Spend
 
-    def day_cells(self, agent: AgentSpend) -> list[tuple[date, Spend | None]]:
-        """One cell per day of the window, None where the agent made no model call."""
-        return [(day, agent.by_day.get(day)) for day in self.days]
+    @property
+    def table(self) -> list[tuple[AgentSpend, list[Spend | None]]]:
+        """Each agent with one cell per day of the window, None where it made no model call."""
+        return [(a, [a.by_day.get(day) for day in self.days]) for a in self.agents]
+
+    @property
+    def day_totals(self) -> list[Spend]:
+        """Every agent's spend, per day of the window."""
+        totals = {day: Spend() for day in self.days}
+        for a in self.agents:
+            for day, spend in a.by_day.items():
+                totals[day].add(spend)
+        return list(totals.values())
 
 
 def window_start(days: int, now: datetime | None = None) -> datetime:
@@ -94,7 +107,7 @@ def cost_by_agent(
             calls=row["calls"],
             tokens_in=row["tokens_in"] or 0,
             tokens_out=row["tokens_out"] or 0,
-            cost_usd=row["cost_usd"] or Decimal(0),
+            cost_usd=Decimal(row["cost_usd"] or 0).quantize(USD_PLACES),
         )
         slug = row["run__agent"]
         per_agent = agents.setdefault(slug, AgentSpend(agent=slug))

@@ -1,6 +1,6 @@
 """What the runs API accepts and returns (django-ninja schemas, hence the OpenAPI docs)."""
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -317,3 +317,30 @@ class CancelIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field("", max_length=500)
+
+
+# --- spend -----------------------------------------------------------------------------------
+class SpendOut(Schema):
+    model_calls: int
+    tokens_in: int = Field(description="Input tokens, cache reads included.")
+    tokens_out: int
+    cost_usd: Decimal
+
+
+class AgentDaySpendOut(SpendOut):
+    agent: str
+    day: date = Field(description="UTC day.")
+
+
+class AgentSpendOut(SpendOut):
+    agent: str
+
+
+class CostsOut(Schema):
+    since: datetime = Field(description="Midnight UTC of the window's first day.")
+    days: int
+    rows: list[AgentDaySpendOut] = Field(
+        description="Per agent and UTC day, days without a model call left out."
+    )
+    agents: list[AgentSpendOut] = Field(description="Per agent, over the whole window.")
+    total: SpendOut

@@ -1,0 +1,221 @@
+"""Spend per agent and per UTC day (runs/costs.py) and in the API."""
+
+from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import transaction
+from django.db.models import Count, Sum
+from django.test import Client
+from django.utils import timezone
+
+from accounts.models import ApiToken
+from runs import costs
+from runs.models import Run, Step
+
+from .ui_factories import make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def record(run: Run, at: datetime, *, cost: str, tokens_in: int, tokens_out: int, kind="llm"):
+    """A model step (or another kind) written the engine's way, at `at`."""
+    with transaction.atomic():
+        Run.locked(run.pk).append_step(
+            kind,
+            {"model": "claude-sonnet-4-5", "content": [], "usage": {}},
+            cost_usd=Decimal(cost),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            created_at=at,
+        )
+
+
+def today_utc() -> datetime:
+    return datetime.combine(timezone.now().astimezone(UTC).date(), time.min, UTC)
+
+
+@pytest.fixture
+def two_agents(operator, no_enqueue) -> dict[str, list[Run]]:
+    """Runs of two agents with model steps on two UTC days, and steps that are not model
+    calls (a failed call, a tool step) which must not count."""
+    today, yesterday = today_utc(), today_utc() - timedelta(days=1)
+    sql = [make_run(operator, agent="sql-analyst") for _ in range(2)]
+    refund = [make_run(operator, agent="refund-desk")]
+    record(
+        sql[0],
+        yesterday + timedelta(hours=23, minutes=59),
+        cost="0.0100",
+        tokens_in=100,
+        tokens_out=10,
+    )
+    record(sql[0], today + timedelta(minutes=1), cost="0.0200", tokens_in=200, tokens_out=20)
+    record(sql[1], today + timedelta(minutes=2), cost="0.0030", tokens_in=30, tokens_out=3)
+    record(refund[0], yesterday + timedelta(hours=1), cost="0.5000", tokens_in=5000, tokens_out=500)
+    record(refund[0], yesterday + timedelta(hours=2), cost="0.2500", tokens_in=2500, tokens_out=250)
+    record(
+        sql[1], today + timedelta(minutes=3), cost="0", tokens_in=0, tokens_out=0, kind="llm_error"
+    )
+    record(
+        refund[0], today + timedelta(minutes=4), cost="9", tokens_in=9, tokens_out=9, kind="tool"
+    )
+    return {"sql-analyst": sql, "refund-desk": refund}
+
+
+def step_sums(runs: list[Run], **filters) -> dict:
+    return Step.objects.filter(run__in=runs, kind="llm", **filters).aggregate(
+        calls=Count("*"),
+        tokens_in=Sum("tokens_in"),
+        tokens_out=Sum("tokens_out"),
+        cost=Sum("cost_usd"),
+    )
+
+
+# --- the figures ----------------------------------------------------------------------------
+def test_totals_are_the_sums_of_the_model_steps_per_agent_and_day(two_agents):
+    report = costs.cost_by_agent()
+    today = today_utc().date()
+    yesterday = today - timedelta(days=1)
+    assert [a.agent for a in report.agents] == ["refund-desk", "sql-analyst"]
+    for spent in report.agents:
+        sums = step_sums(two_agents[spent.agent])
+        assert (spent.total.calls, spent.total.tokens_in, spent.total.tokens_out) == (
+            sums["calls"],
+            sums["tokens_in"],
+            sums["tokens_out"],
+        )
+        assert spent.total.cost_usd == sums["cost"]
+        for day, spend in spent.by_day.items():
+            start = datetime.combine(day, time.min, UTC)
+            on_day = step_sums(
+                two_agents[spent.agent],
+                created_at__gte=start,
+                created_at__lt=start + timedelta(days=1),
+            )
+            assert (spend.calls, spend.cost_usd) == (on_day["calls"], on_day["cost"])
+    sql, refund = report.agents[1], report.agents[0]
+    assert sql.by_day[yesterday].cost_usd == Decimal("0.01")  # 23:59 UTC is still yesterday
+    assert sql.by_day[today].calls == 2 and sql.by_day[today].cost_usd == Decimal("0.023")
+    assert list(refund.by_day) == [yesterday]
+    assert refund.total.tokens_in == 7500 and refund.total.cost_usd == Decimal("0.75")
+    assert report.total.calls == 5 and report.total.cost_usd == Decimal("0.783")
+    assert report.days[-2:] == [yesterday, today] and len(report.days) == costs.DEFAULT_DAYS
+
+
+def test_a_discarded_answer_charged_to_the_run_only_is_not_counted(two_agents):
+    # runs/engine/model.py _charge_discarded: the run's counter moves, no step is written.
+    refund = two_agents["refund-desk"][0]
+    Run.objects.filter(pk=refund.pk).update(cost_usd=Decimal("10"))
+    spent = costs.cost_by_agent(agent="refund-desk").agents[0]
+    assert spent.total.cost_usd == Decimal("0.75")
+
+
+def test_the_window_starts_at_midnight_utc_and_leaves_older_steps_out(operator, no_enqueue):
+    now = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
+    run = make_run(operator)
+    start = datetime(2026, 3, 9, tzinfo=UTC)  # days=2: yesterday and today
+    record(run, start - timedelta(microseconds=1), cost="1", tokens_in=1, tokens_out=1)
+    record(run, start, cost="0.25", tokens_in=2, tokens_out=3)
+    report = costs.cost_by_agent(days=2, now=now)
+    assert report.since == start
+    assert report.days == [start.date(), now.date()]
+    assert report.total.calls == 1 and report.total.cost_usd == Decimal("0.25")
+    assert costs.cost_by_agent(days=3, now=now).total.cost_usd == Decimal("1.25")
+
+
+def test_one_agent_only(two_agents):
+    report = costs.cost_by_agent(agent="refund-desk")
+    assert [a.agent for a in report.agents] == ["refund-desk"]
+    assert report.total.cost_usd == Decimal("0.75")
+    assert costs.cost_by_agent(agent="nobody").agents == []
+
+
+@pytest.mark.parametrize("days", [0, -1, costs.MAX_DAYS + 1])
+def test_the_window_is_bounded(days):
+    with pytest.raises(ValueError, match="between 1 and"):
+        costs.cost_by_agent(days=days)
+
+
+# --- API ------------------------------------------------------------------------------------
+def bearer(user) -> Client:
+    _, raw = ApiToken.issue(user, "tests")
+    return Client(headers={"Authorization": f"Bearer {raw}"})
+
+
+def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
+    response = bearer(viewer).get("/api/costs", {"days": 7})
+    assert response.status_code == 200
+    body = response.json()
+    today = today_utc().date()
+    yesterday = today - timedelta(days=1)
+    assert body["days"] == 7
+    assert body["since"].startswith((today - timedelta(days=6)).isoformat())
+    assert body["rows"] == [
+        {
+            "agent": "refund-desk",
+            "day": yesterday.isoformat(),
+            "model_calls": 2,
+            "tokens_in": 7500,
+            "tokens_out": 750,
+            "cost_usd": "0.750000",
+        },
+        {
+            "agent": "sql-analyst",
+            "day": yesterday.isoformat(),
+            "model_calls": 1,
+            "tokens_in": 100,
+            "tokens_out": 10,
+            "cost_usd": "0.010000",
+        },
+        {
+            "agent": "sql-analyst",
+            "day": today.isoformat(),
+            "model_calls": 2,
+            "tokens_in": 230,
+            "tokens_out": 23,
+            "cost_usd": "0.023000",
+        },
+    ]
+    assert body["agents"] == [
+        {
+            "agent": "refund-desk",
+            "model_calls": 2,
+            "tokens_in": 7500,
+            "tokens_out": 750,
+            "cost_usd": "0.750000",
+        },
+        {
+            "agent": "sql-analyst",
+            "model_calls": 3,
+            "tokens_in": 330,
+            "tokens_out": 33,
+            "cost_usd": "0.033000",
+        },
+    ]
+    assert body["total"] == {
+        "model_calls": 5,
+        "tokens_in": 7830,
+        "tokens_out": 783,
+        "cost_usd": "0.783000",
+    }
+
+
+def test_the_api_filters_by_agent(two_agents, viewer):
+    body = bearer(viewer).get("/api/costs", {"agent": "sql-analyst"}).json()
+    assert {r["agent"] for r in body["rows"]} == {"sql-analyst"}
+    assert [a["agent"] for a in body["agents"]] == ["sql-analyst"]
+    assert body["days"] == costs.DEFAULT_DAYS
+
+
+@pytest.mark.parametrize("days", ["0", "91", "seven", "-3"])
+def test_a_bad_window_is_422_with_a_message(viewer, days):
+    response = bearer(viewer).get("/api/costs", {"days": days})
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["query", "days"] and error["msg"]
+
+
+def test_the_api_needs_a_role(client, django_user_model):
+    assert client.get("/api/costs").status_code == 401
+    nobody = django_user_model.objects.create_user("nobody", password="x")
+    assert bearer(nobody).get("/api/costs").status_code in (401, 403)
