@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from agentops.agents import CATALOGUE, Agent, get_agent
 
-from . import charts, engine, rendering
+from . import charts, costs, engine, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
 from .models import Run, Step
 from .schemas import RunExportOut, StepOut, with_pending_count
@@ -62,7 +62,9 @@ def favicon(request: HttpRequest) -> HttpResponse:
 def dashboard(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_view)
     template = _partial(
-        request, rendering.DASHBOARD, {"dashboard-stats", "inflight", "dashboard-approvals"}
+        request,
+        rendering.DASHBOARD,
+        {"dashboard-stats", "inflight", "dashboard-approvals", "dashboard-costs"},
     )
     # An htmx request (the stats refresh every 15 s) reads only what its fragment shows.
     fragment = template.partition("#")[2]
@@ -72,6 +74,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         context["inflight"] = [rendering.run_context(r) for r in inflight]
     if fragment in ("", "dashboard-stats"):
         context.update(_dashboard_stats(timezone.now()))
+    if fragment in ("", "dashboard-costs"):
+        context["costs"] = costs.cost_by_agent()
     return render(request, template, context)
 
 

@@ -1,4 +1,4 @@
-"""Spend per agent and per UTC day (runs/costs.py) and in the API."""
+"""Spend per agent and per UTC day (runs/costs.py), in the API and on the dashboard."""
 
 from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
@@ -7,6 +7,7 @@ import pytest
 from django.db import transaction
 from django.db.models import Count, Sum
 from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ApiToken
@@ -219,3 +220,44 @@ def test_the_api_needs_a_role(client, django_user_model):
     assert client.get("/api/costs").status_code == 401
     nobody = django_user_model.objects.create_user("nobody", password="x")
     assert bearer(nobody).get("/api/costs").status_code in (401, 403)
+
+
+# --- dashboard ------------------------------------------------------------------------------
+def test_the_dashboard_shows_cost_by_agent(client, viewer, two_agents):
+    client.force_login(viewer)
+    response = client.get(reverse("runs:dashboard"))
+    html = response.content.decode()
+    assert '<section id="dashboard-costs"' in html
+    assert "Cost by agent" in html and "from recorded model steps" in html
+    refund_row = html.split('data-agent="refund-desk"', 1)[1].split("</tr>", 1)[0]
+    assert "$0.7500" in refund_row and ">7500<" in refund_row and ">2<" in refund_row
+    sql_row = html.split('data-agent="sql-analyst"', 1)[1].split("</tr>", 1)[0]
+    assert "$0.0100" in sql_row and "$0.0230" in sql_row and "$0.0330" in sql_row
+    totals = html.split("All agents", 1)[1].split("</tr>", 1)[0]
+    assert "$0.7830" in totals and ">7830<" in totals
+
+
+def test_the_cost_card_refreshes_alone(client, viewer, two_agents):
+    client.force_login(viewer)
+    response = client.get(
+        reverse("runs:dashboard"), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="dashboard-costs"
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="dashboard-costs"')
+    assert "Runs by status" not in html and "$0.7830" in html
+
+
+def test_the_cost_card_escapes_agent_names_and_says_when_empty(
+    client, viewer, operator, no_enqueue
+):
+    client.force_login(viewer)
+    assert (
+        "No model calls in the last 7 days."
+        in client.get(reverse("runs:dashboard")).content.decode()
+    )
+    run = make_run(operator)
+    Run.objects.filter(pk=run.pk).update(agent='<img src=x onerror="alert(1)">')
+    record(run, timezone.now(), cost="0.1", tokens_in=1, tokens_out=1)
+    html = client.get(reverse("runs:dashboard")).content.decode()
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html
+    assert '<img src=x onerror="alert(1)">' not in html
