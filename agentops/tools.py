@@ -9,13 +9,14 @@ import enum
 import functools
 import inspect
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
+
+from agentops.circuit import CircuitBreaker
 
 
 class Blast(enum.IntEnum):
@@ -220,36 +221,5 @@ def get_tool(name: str) -> Tool | None:
     return REGISTRY.get(name)
 
 
-class CircuitBreaker:
-    """Per tool, per process: after `threshold` consecutive infrastructure failures the tool
-    fails fast for `cooldown` seconds, then one trial call is let through."""
-
-    def __init__(self, threshold: int = 5, cooldown: float = 30.0):
-        self.threshold = threshold
-        self.cooldown = cooldown
-        self._lock = threading.Lock()
-        self._failures: dict[str, int] = {}
-        self._open_until: dict[str, float] = {}
-
-    def allow(self, name: str) -> bool:
-        with self._lock:
-            return time.monotonic() >= self._open_until.get(name, 0.0)
-
-    def record(self, name: str, *, ok: bool) -> None:
-        with self._lock:
-            if ok:
-                self._failures.pop(name, None)
-                self._open_until.pop(name, None)
-                return
-            count = self._failures.get(name, 0) + 1
-            self._failures[name] = count
-            if count >= self.threshold:
-                self._open_until[name] = time.monotonic() + self.cooldown
-
-    def reset(self) -> None:
-        with self._lock:
-            self._failures.clear()
-            self._open_until.clear()
-
-
+# Shared by the workers through Redis when there is one (agentops/circuit.py).
 breaker = CircuitBreaker()
