@@ -19,7 +19,7 @@ from runs.schemas import RunDetailOut, with_pending_count
 
 from .fork import MAX_INSTRUCTION_CHARS, ForkError, fork
 from .replay import replay
-from .transfer import MAX_IMPORT_BYTES, ImportError_, import_run
+from .transfer import MAX_IMPORT_BYTES, ImportRefused, import_run
 
 router = Router(tags=["history"])
 OPERATORS = api_auth("can_operate")
@@ -106,6 +106,6 @@ def import_exported_run(request: HttpRequest) -> Status:
         run = import_run(text)
     except UnicodeDecodeError:
         raise HttpError(422, "the file is not UTF-8 text") from None
-    except ImportError_ as exc:
+    except ImportRefused as exc:
         raise HttpError(422, str(exc)) from None
     return Status(201, with_pending_count(run))

@@ -11,7 +11,7 @@ import copy
 
 from agentops.agents import Limits, get_agent
 from runs import engine
-from runs.models import Run, Step
+from runs.models import Run
 
 MAX_INSTRUCTION_CHARS = 4000
 
@@ -43,7 +43,6 @@ def fork(run: Run, seq: int, *, instruction: str = "", by=None) -> Run:
         # The fork's own gates decide; the origin's approvals and retries stay the origin's.
         item.update({"approval": None, "regate": True, "llm_seq": 1})
         item.pop("cleared_at_attempt", None)
-    model_calls = run.steps.filter(seq__lte=seq, kind=Step.Kind.LLM).count()
     return engine.launch(
         agent=agent,
         input=run.input,
@@ -64,7 +63,6 @@ def fork(run: Run, seq: int, *, instruction: str = "", by=None) -> Run:
             checkpoint=checkpoint,
             messages=messages,
             state=state,
-            model_calls=model_calls,
             instruction=instruction,
         ),
     )

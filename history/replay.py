@@ -380,7 +380,6 @@ def _fork_point(run: Run, recording: Recording) -> engine.ForkPoint | None:
         seq=int(origin.get("seq", 0)),
         messages=launched["history"],
         state=first or {"pending": [], "recent_calls": []},
-        model_calls=sum(1 for m in launched["history"] if m["role"] == "assistant"),
         instruction=launched.get("instruction", ""),
     )
 

@@ -25,7 +25,7 @@ from runs.models import Checkpoint, Run, Step
 MAX_IMPORT_BYTES = 50 * 1024 * 1024
 
 
-class ImportError_(ValueError):
+class ImportRefused(ValueError):
     """Why the file cannot be imported, in words for the person importing it."""
 
 
@@ -40,7 +40,7 @@ def parse(text: str) -> _Parsed:
     """The run, steps and checkpoints of an export file, JSON Lines or JSON."""
     text = text.strip()
     if not text:
-        raise ImportError_("the file is empty")
+        raise ImportRefused("the file is empty")
     try:
         whole = json.loads(text)
     except ValueError:
@@ -51,9 +51,9 @@ def parse(text: str) -> _Parsed:
     else:
         parsed = _parse_lines(text.splitlines())
     if not isinstance(parsed.run, dict) or not parsed.run.get("id"):
-        raise ImportError_('the file does not start with a run record ({"run": {...}})')
+        raise ImportRefused('the file does not start with a run record ({"run": {...}})')
     if not all(isinstance(s, dict) for s in parsed.steps + parsed.checkpoints):
-        raise ImportError_("every step and checkpoint must be an object")
+        raise ImportRefused("every step and checkpoint must be an object")
     return parsed
 
 
@@ -65,9 +65,9 @@ def _parse_lines(lines: Iterable[str]) -> _Parsed:
         try:
             record = json.loads(line)
         except ValueError as exc:
-            raise ImportError_(f"line {number} is not JSON: {exc}") from None
+            raise ImportRefused(f"line {number} is not JSON: {exc}") from None
         if not isinstance(record, dict):
-            raise ImportError_(f"line {number} is not an object")
+            raise ImportRefused(f"line {number} is not an object")
         if parsed is None:
             parsed = _Parsed(run=record.get("run"))
         elif "checkpoint" in record:
@@ -75,7 +75,7 @@ def _parse_lines(lines: Iterable[str]) -> _Parsed:
         else:
             parsed.steps.append(record)
     if parsed is None:
-        raise ImportError_("the file is empty")
+        raise ImportRefused("the file is empty")
     return parsed
 
 
@@ -87,11 +87,11 @@ def import_run(text: str) -> Run:
         steps = [_step(run, s) for s in parsed.steps]
         checkpoints = [_checkpoint(run, c) for c in parsed.checkpoints]
     except (KeyError, TypeError, ValueError, InvalidOperation) as exc:
-        raise ImportError_(f"the file is not a run export: {type(exc).__name__}: {exc}") from None
+        raise ImportRefused(f"the file is not a run export: {type(exc).__name__}: {exc}") from None
     _verify(run, steps)
     with transaction.atomic():
         if Run.objects.filter(pk=run.pk).exists():
-            raise ImportError_(f"run {run.pk} is here already")
+            raise ImportRefused(f"run {run.pk} is here already")
         run.save(force_insert=True)
         Step.objects.bulk_create(steps, batch_size=500)
         Checkpoint.objects.bulk_create(checkpoints, batch_size=500)
@@ -102,14 +102,14 @@ def _verify(run: Run, steps: list[Step]) -> None:
     prev = ""
     for expected, step in enumerate(steps, start=1):
         if step.seq != expected:
-            raise ImportError_(f"step #{expected} is missing (found #{step.seq} there)")
+            raise ImportRefused(f"step #{expected} is missing (found #{step.seq} there)")
         if step.prev_hash != prev:
-            raise ImportError_(f"step #{step.seq} is not chained to the step before it")
+            raise ImportRefused(f"step #{step.seq} is not chained to the step before it")
         if step.compute_hash() != step.hash:
-            raise ImportError_(f"step #{step.seq} was changed: its hash is not its content's")
+            raise ImportRefused(f"step #{step.seq} was changed: its hash is not its content's")
         prev = step.hash
     if len(steps) != run.last_seq:
-        raise ImportError_(
+        raise ImportRefused(
             f"the run says its timeline has {run.last_seq} step(s); the file holds {len(steps)}"
         )
     run.last_hash = prev

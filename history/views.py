@@ -25,7 +25,7 @@ def _run_to_operate(request: HttpRequest, pk) -> Run:
 def fork_run(request: HttpRequest, pk, seq: int) -> HttpResponse:
     """GET: what the fork starts from, and a box for an instruction; POST: fork."""
     run = _run_to_operate(request, pk)
-    checkpoint = get_object_or_404(run.checkpoints.only("seq", "created_at"), seq=seq)
+    checkpoint = get_object_or_404(run.checkpoints, seq=seq)
     error = ""
     instruction = ""
     if request.method == "POST":
@@ -42,7 +42,7 @@ def fork_run(request: HttpRequest, pk, seq: int) -> HttpResponse:
         "checkpoint": checkpoint,
         "ending": _ending(messages[-1]) if messages else None,
         "turns": len(messages),
-        "pending": [p["name"] for p in run.checkpoints.get(seq=seq).state.get("pending", [])],
+        "pending": [p["name"] for p in checkpoint.state.get("pending", [])],
         "error": error,
         "instruction": instruction,
         "max_chars": MAX_INSTRUCTION_CHARS,

@@ -25,7 +25,7 @@ from agentops.agents import CATALOGUE, Agent, get_agent
 
 from . import charts, costs, engine, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
-from .models import Run, Step
+from .models import Checkpoint, Run, Step
 from .schemas import RunExportOut, StepOut, with_pending_count
 
 RUNS_PER_PAGE = 50
@@ -261,6 +261,12 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         # The runs this one came from and led to (chained, forked, replayed).
         "parent": Run.objects.filter(pk=run.parent_id).only("agent", "status").first()
         if run.parent_id
+        else None,
+        # The checkpoint's seq only: its state can be large.
+        "forked_at": Checkpoint.objects.filter(pk=run.forked_from_id)
+        .values_list("seq", flat=True)
+        .first()
+        if run.forked_from_id
         else None,
         "children": list(
             run.children.only("agent", "status", "trigger").order_by("created_at")[:50]

@@ -47,9 +47,14 @@ class ForkPoint:
     seq: int  # the step after which the checkpoint was saved
     messages: list[dict]
     state: dict
-    model_calls: int  # the origin's by then: a scripted model goes on with the next turn
     instruction: str = ""
     checkpoint: Checkpoint | None = None  # None when only its copy is at hand (a replay)
+
+    @property
+    def model_calls(self) -> int:
+        """The model turns in the conversation (a fork's included): the new run's count
+        goes on from there, so a scripted model goes on with the next turn."""
+        return sum(1 for m in self.messages if m["role"] == "assistant")
 
 
 def launch(

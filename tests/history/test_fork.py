@@ -98,3 +98,15 @@ def test_an_instruction_comes_after_the_results_of_pending_calls(refunded, opera
 def test_no_checkpoint_there_is_a_clear_error(refunded, operator):
     with pytest.raises(ForkError, match="no checkpoint after step #999"):
         fork(refunded, 999, by=operator)
+
+
+def test_a_fork_of_a_fork_counts_every_model_turn_before_it(refunded, operator):
+    after_lookup = seq_of(refunded, Step.Kind.TOOL, tool="lookup_order")
+    child = fork(refunded, after_lookup, by=operator)
+    assert child.step_count == 1
+    assert engine.advance(child.pk, time_slice=30) == Run.Status.WAITING  # the refund turn
+    gate = seq_of(child, Step.Kind.GATE, tool="issue_refund")
+    grandchild = fork(child, gate, by=operator)
+    # The lookup turn (inherited by the child) and the refund turn: the scripted model goes
+    # on with the e-mail, not the refund again.
+    assert grandchild.step_count == 2

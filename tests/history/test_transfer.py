@@ -12,7 +12,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 
-from history.transfer import ImportError_, import_run
+from history.transfer import ImportRefused, import_run
 from runs.models import Run, Step
 
 pytestmark = pytest.mark.django_db
@@ -84,9 +84,9 @@ def rehomed(doc: dict) -> dict:
 
 def test_an_import_keeps_the_timeline_and_its_chain(client, refunded, operator):
     doc = json.loads(exported(client, operator, refunded, fmt="json"))
-    with pytest.raises(ImportError_, match="is here already"):
+    with pytest.raises(ImportRefused, match="is here already"):
         import_run(json.dumps(doc))
-    with pytest.raises(ImportError_, match="step #1 was changed"):
+    with pytest.raises(ImportRefused, match="step #1 was changed"):
         # The steps' hashes are over the run's own id: another id breaks them all.
         import_run(json.dumps({**doc, "run": {**doc["run"], "id": str(uuid.uuid4())}}))
 
@@ -142,7 +142,7 @@ def test_a_changed_or_truncated_file_is_refused_and_nothing_is_stored(
     lines = _lines(rehomed(doc))
     change(lines)
     runs = Run.objects.count()
-    with pytest.raises(ImportError_, match=message):
+    with pytest.raises(ImportRefused, match=message):
         import_run(_text(lines))
     assert Run.objects.count() == runs
 
@@ -153,7 +153,7 @@ def test_garbage_is_refused_with_a_message():
         ("not json", "line 1 is not JSON"),
         ('{"run": {"id": "x"}}', "not a run export"),
     ]:
-        with pytest.raises(ImportError_, match=message):
+        with pytest.raises(ImportRefused, match=message):
             import_run(text)
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from history.replay import replay
-from history.transfer import ImportError_, import_run
+from history.transfer import ImportRefused, import_run
 
 
 class Command(BaseCommand):
@@ -25,7 +25,7 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {file}: {exc}") from None
         try:
             run = import_run(text)
-        except ImportError_ as exc:
+        except ImportRefused as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(
             f"imported run {run.pk} ({run.agent}, {run.last_seq} steps, {run.status})"
