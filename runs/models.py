@@ -181,6 +181,10 @@ class Run(models.Model):
         APPROVAL_EXPIRED = "approval_expired", "approval expired"
         REJECTED = "rejected", "action rejected by an approver"
         LLM_ERROR = "llm_error", "model call failed"
+        VERIFICATION_FAILED = "verification_failed", "verification failed"
+        OUTPUT_INVALID = "output_invalid", "output failed validation"
+        BLOCKED = "blocked", "blocked by a guardrail"
+        PENDING_TIMEOUT = "pending_timeout", "a pending operation timed out"
 
     TRANSITIONS: dict[str, set[str]] = {
         Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},
@@ -615,6 +619,10 @@ class Step(models.Model):
         TOOL = "tool"  # a tool call with its result or error
         GATE = "gate"  # a gated call waiting for a human
         DECISION = "decision"  # a human decision or answer
+        VERIFY = "verify"  # a verifier's check of the agent's work, passed or not
+        SUMMARY = "summary"  # older turns summarised by a model call to fit the context
+        GUARD = "guard"  # a guardrail's finding: invalid output, PII, a rate limit reached
+        PENDING = "pending"  # an operation the run awaits: opened, completed, timed out
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
     seq = models.PositiveIntegerField()
