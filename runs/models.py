@@ -56,8 +56,23 @@ _TERMINATIONS = [
     "approval_expired",
     "rejected",
     "llm_error",
+    "verification_failed",
+    "output_invalid",
+    "blocked",
+    "pending_timeout",
 ]
-_STEP_KINDS = ["status", "llm", "llm_error", "tool", "gate", "decision"]
+_STEP_KINDS = [
+    "status",
+    "llm",
+    "llm_error",
+    "tool",
+    "gate",
+    "decision",
+    "verify",
+    "summary",
+    "guard",
+    "pending",
+]
 
 
 # Search results up to this many are sorted after the search index found them, more are

@@ -9,7 +9,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -18,160 +17,376 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Checkpoint',
+            name="Checkpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.PositiveIntegerField(help_text='Timeline seq this state follows.')),
-                ('state', models.JSONField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.PositiveIntegerField(help_text="Timeline seq this state follows.")),
+                ("state", models.JSONField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['run', '-seq'],
+                "ordering": ["run", "-seq"],
             },
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('agent', models.SlugField(max_length=64)),
-                ('agent_config', models.JSONField(help_text="Snapshot of the agent's config at launch.")),
-                ('provider', models.CharField(help_text='scripted or anthropic', max_length=32)),
-                ('input', models.JSONField()),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('waiting', 'Waiting'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
-                ('status_detail', models.CharField(blank=True, max_length=500)),
-                ('termination_reason', models.CharField(blank=True, choices=[('completed', 'completed'), ('max_steps', 'max steps reached'), ('max_cost', 'max cost reached'), ('max_seconds', 'max wall time reached'), ('consecutive_errors', 'too many consecutive errors'), ('no_progress', 'no progress (same tool call repeated)'), ('cancelled', 'cancelled by an operator'), ('approval_expired', 'approval expired'), ('rejected', 'action rejected by an approver'), ('llm_error', 'model call failed')], max_length=32)),
-                ('output', models.TextField(blank=True)),
-                ('trigger', models.CharField(choices=[('form', 'Form'), ('api', 'Api'), ('webhook', 'Webhook'), ('schedule', 'Schedule'), ('chained', 'Chained'), ('fork', 'Fork'), ('replay', 'Replay')], default='api', max_length=16)),
-                ('max_steps', models.PositiveIntegerField()),
-                ('max_cost_usd', models.DecimalField(decimal_places=4, max_digits=10)),
-                ('max_seconds', models.PositiveIntegerField()),
-                ('max_consecutive_errors', models.PositiveIntegerField()),
-                ('step_count', models.PositiveIntegerField(default=0, help_text='Model calls made.')),
-                ('error_count', models.PositiveIntegerField(default=0)),
-                ('consecutive_errors', models.PositiveIntegerField(default=0)),
-                ('retry_count', models.PositiveIntegerField(default=0)),
-                ('tokens_in', models.PositiveBigIntegerField(default=0)),
-                ('tokens_out', models.PositiveBigIntegerField(default=0)),
-                ('cost_usd', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=12)),
-                ('last_seq', models.PositiveIntegerField(default=0)),
-                ('last_hash', models.CharField(blank=True, max_length=64)),
-                ('version', models.PositiveIntegerField(default=0)),
-                ('lease_owner', models.CharField(blank=True, max_length=100)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('forked_from', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.checkpoint')),
-                ('launched_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='runs.run')),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("agent", models.SlugField(max_length=64)),
+                (
+                    "agent_config",
+                    models.JSONField(help_text="Snapshot of the agent's config at launch."),
+                ),
+                ("provider", models.CharField(help_text="scripted or anthropic", max_length=32)),
+                ("input", models.JSONField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("waiting", "Waiting"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("status_detail", models.CharField(blank=True, max_length=500)),
+                (
+                    "termination_reason",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("completed", "completed"),
+                            ("max_steps", "max steps reached"),
+                            ("max_cost", "max cost reached"),
+                            ("max_seconds", "max wall time reached"),
+                            ("consecutive_errors", "too many consecutive errors"),
+                            ("no_progress", "no progress (same tool call repeated)"),
+                            ("cancelled", "cancelled by an operator"),
+                            ("approval_expired", "approval expired"),
+                            ("rejected", "action rejected by an approver"),
+                            ("llm_error", "model call failed"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("output", models.TextField(blank=True)),
+                (
+                    "trigger",
+                    models.CharField(
+                        choices=[
+                            ("form", "Form"),
+                            ("api", "Api"),
+                            ("webhook", "Webhook"),
+                            ("schedule", "Schedule"),
+                            ("chained", "Chained"),
+                            ("fork", "Fork"),
+                            ("replay", "Replay"),
+                        ],
+                        default="api",
+                        max_length=16,
+                    ),
+                ),
+                ("max_steps", models.PositiveIntegerField()),
+                ("max_cost_usd", models.DecimalField(decimal_places=4, max_digits=10)),
+                ("max_seconds", models.PositiveIntegerField()),
+                ("max_consecutive_errors", models.PositiveIntegerField()),
+                (
+                    "step_count",
+                    models.PositiveIntegerField(default=0, help_text="Model calls made."),
+                ),
+                ("error_count", models.PositiveIntegerField(default=0)),
+                ("consecutive_errors", models.PositiveIntegerField(default=0)),
+                ("retry_count", models.PositiveIntegerField(default=0)),
+                ("tokens_in", models.PositiveBigIntegerField(default=0)),
+                ("tokens_out", models.PositiveBigIntegerField(default=0)),
+                (
+                    "cost_usd",
+                    models.DecimalField(decimal_places=6, default=Decimal("0"), max_digits=12),
+                ),
+                ("last_seq", models.PositiveIntegerField(default=0)),
+                ("last_hash", models.CharField(blank=True, max_length=64)),
+                ("version", models.PositiveIntegerField(default=0)),
+                ("lease_owner", models.CharField(blank=True, max_length=100)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "forked_from",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.checkpoint",
+                    ),
+                ),
+                (
+                    "launched_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.AddField(
-            model_name='checkpoint',
-            name='run',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='runs.run'),
+            model_name="checkpoint",
+            name="run",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="checkpoints",
+                to="runs.run",
+            ),
         ),
         migrations.CreateModel(
-            name='SideEffect',
+            name="SideEffect",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=64, unique=True)),
-                ('step_seq', models.PositiveIntegerField(help_text='Seq of the model step that asked for it.')),
-                ('tool', models.CharField(max_length=64)),
-                ('args', models.JSONField()),
-                ('status', models.CharField(choices=[('intent', 'Intent'), ('committed', 'Committed'), ('failed', 'Failed'), ('unknown', 'Unknown')], default='intent', max_length=16)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=1)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='side_effects', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=64, unique=True)),
+                (
+                    "step_seq",
+                    models.PositiveIntegerField(
+                        help_text="Seq of the model step that asked for it."
+                    ),
+                ),
+                ("tool", models.CharField(max_length=64)),
+                ("args", models.JSONField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("intent", "Intent"),
+                            ("committed", "Committed"),
+                            ("failed", "Failed"),
+                            ("unknown", "Unknown"),
+                        ],
+                        default="intent",
+                        max_length=16,
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=1)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="side_effects",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at'],
+                "ordering": ["created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Step',
+            name="Step",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.PositiveIntegerField()),
-                ('kind', models.CharField(choices=[('status', 'Status'), ('llm', 'Llm'), ('llm_error', 'Llm Error'), ('tool', 'Tool'), ('gate', 'Gate'), ('decision', 'Decision')], max_length=16)),
-                ('data', models.JSONField()),
-                ('cost_usd', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=12)),
-                ('tokens_in', models.PositiveIntegerField(default=0)),
-                ('tokens_out', models.PositiveIntegerField(default=0)),
-                ('latency_ms', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('prev_hash', models.CharField(blank=True, max_length=64)),
-                ('hash', models.CharField(max_length=64)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.PositiveIntegerField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("status", "Status"),
+                            ("llm", "Llm"),
+                            ("llm_error", "Llm Error"),
+                            ("tool", "Tool"),
+                            ("gate", "Gate"),
+                            ("decision", "Decision"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("data", models.JSONField()),
+                (
+                    "cost_usd",
+                    models.DecimalField(decimal_places=6, default=Decimal("0"), max_digits=12),
+                ),
+                ("tokens_in", models.PositiveIntegerField(default=0)),
+                ("tokens_out", models.PositiveIntegerField(default=0)),
+                ("latency_ms", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("prev_hash", models.CharField(blank=True, max_length=64)),
+                ("hash", models.CharField(max_length=64)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'seq'],
+                "ordering": ["run", "seq"],
             },
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['status', '-created_at'], name='runs_run_status_f151c0_idx'),
+            model_name="run",
+            index=models.Index(fields=["status", "-created_at"], name="runs_run_status_f151c0_idx"),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['agent', '-created_at'], name='runs_run_agent_03d617_idx'),
+            model_name="run",
+            index=models.Index(fields=["agent", "-created_at"], name="runs_run_agent_03d617_idx"),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['trigger', '-created_at'], name='runs_run_trigger_e724de_idx'),
+            model_name="run",
+            index=models.Index(
+                fields=["trigger", "-created_at"], name="runs_run_trigger_e724de_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['launched_by', '-created_at'], name='runs_run_launche_455604_idx'),
+            model_name="run",
+            index=models.Index(
+                fields=["launched_by", "-created_at"], name="runs_run_launche_455604_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['-created_at'], name='runs_run_created_79307a_idx'),
+            model_name="run",
+            index=models.Index(fields=["-created_at"], name="runs_run_created_79307a_idx"),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['status', 'lease_expires_at'], name='runs_run_status_ab3a90_idx'),
+            model_name="run",
+            index=models.Index(
+                fields=["status", "lease_expires_at"], name="runs_run_status_ab3a90_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled'])), name='run_status_valid'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "status__in",
+                        ["queued", "running", "waiting", "succeeded", "failed", "cancelled"],
+                    )
+                ),
+                name="run_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(('trigger__in', ['form', 'api', 'webhook', 'schedule', 'chained', 'fork', 'replay'])), name='run_trigger_valid'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "trigger__in",
+                        ["form", "api", "webhook", "schedule", "chained", "fork", "replay"],
+                    )
+                ),
+                name="run_trigger_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(('termination_reason', ''), ('termination_reason__in', ['completed', 'max_steps', 'max_cost', 'max_seconds', 'consecutive_errors', 'no_progress', 'cancelled', 'approval_expired', 'rejected', 'llm_error']), _connector='OR'), name='run_termination_valid'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("termination_reason", ""),
+                    (
+                        "termination_reason__in",
+                        [
+                            "completed",
+                            "max_steps",
+                            "max_cost",
+                            "max_seconds",
+                            "consecutive_errors",
+                            "no_progress",
+                            "cancelled",
+                            "approval_expired",
+                            "rejected",
+                            "llm_error",
+                        ],
+                    ),
+                    _connector="OR",
+                ),
+                name="run_termination_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status__in', ['succeeded', 'failed', 'cancelled']), _negated=True), models.Q(('termination_reason', ''), _negated=True), _connector='OR'), name='run_terminal_has_reason'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status__in", ["succeeded", "failed", "cancelled"]), _negated=True),
+                    models.Q(("termination_reason", ""), _negated=True),
+                    _connector="OR",
+                ),
+                name="run_terminal_has_reason",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='checkpoint',
-            constraint=models.UniqueConstraint(fields=('run', 'seq'), name='checkpoint_seq_unique_per_run'),
+            model_name="checkpoint",
+            constraint=models.UniqueConstraint(
+                fields=("run", "seq"), name="checkpoint_seq_unique_per_run"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='sideeffect',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['intent', 'committed', 'failed', 'unknown'])), name='side_effect_status_valid'),
+            model_name="sideeffect",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("status__in", ["intent", "committed", "failed", "unknown"])),
+                name="side_effect_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.UniqueConstraint(fields=('run', 'seq'), name='step_seq_unique_per_run'),
+            model_name="step",
+            constraint=models.UniqueConstraint(
+                fields=("run", "seq"), name="step_seq_unique_per_run"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.CheckConstraint(condition=models.Q(('seq__gte', 1)), name='step_seq_positive'),
+            model_name="step",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("seq__gte", 1)), name="step_seq_positive"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['status', 'llm', 'llm_error', 'tool', 'gate', 'decision'])), name='step_kind_valid'),
+            model_name="step",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("kind__in", ["status", "llm", "llm_error", "tool", "gate", "decision"])
+                ),
+                name="step_kind_valid",
+            ),
         ),
     ]

@@ -5,19 +5,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0005_run_search'),
+        ("runs", "0005_run_search"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('status__in', ['queued', 'running', 'waiting'])), fields=['-created_at'], name='runs_run_active_idx'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("status__in", ["queued", "running", "waiting"])),
+                fields=["-created_at"],
+                name="runs_run_active_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('status', 'failed')), fields=['-finished_at', '-created_at'], name='runs_run_failed_idx'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("status", "failed")),
+                fields=["-finished_at", "-created_at"],
+                name="runs_run_failed_idx",
+            ),
         ),
     ]

@@ -5,20 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0006_dashboard_indexes'),
+        ("runs", "0006_dashboard_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='source',
+            model_name="run",
+            name="source",
             field=models.CharField(blank=True, max_length=200),
         ),
         migrations.AlterField(
-            model_name='run',
-            name='parent',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='children', to='runs.run'),
+            model_name="run",
+            name="parent",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="children",
+                to="runs.run",
+            ),
         ),
     ]

@@ -4,14 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0007_run_source'),
+        ("runs", "0007_run_source"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='step',
-            index=models.Index(condition=models.Q(('kind', 'llm')), fields=['created_at'], name='runs_step_llm_created_idx'),
+            model_name="step",
+            index=models.Index(
+                condition=models.Q(("kind", "llm")),
+                fields=["created_at"],
+                name="runs_step_llm_created_idx",
+            ),
         ),
     ]
