@@ -21,6 +21,7 @@ from agentops.middleware import database_unavailable
 from approvals.api import router as approvals_router
 from history.api import router as history_router
 from runs.api import router as runs_router
+from runs.pending_api import router as pending_router
 from triggers.webhooks import router as webhooks_router
 
 api = NinjaAPI(
@@ -36,6 +37,8 @@ api.add_router("/approvals", approvals_router)
 api.add_router("/", history_router)
 # POST /api/hooks/<agent>: authenticated by its signature, not by a user (auth=None there).
 api.add_router("/", webhooks_router)
+# POST /api/pending/<token>: a pending operation's callback, authenticated by its signed token.
+api.add_router("/", pending_router)
 
 
 @api.exception_handler(AuthenticationError)

@@ -18,7 +18,7 @@ from django.db import connections
 
 from agentops.celery import app as default_app
 from approvals import decisions
-from runs import chains, engine, queue
+from runs import chains, engine, pending, queue
 from runs.models import Run
 from triggers import scheduler
 
@@ -140,6 +140,7 @@ class Sweeps(threading.Thread):
             if expired:
                 log.info("expired %d approval(s)", expired)
             chains.sweep()
+            pending.sweep()
             launched = scheduler.launch_due_schedules()
             if launched:
                 log.info("launched %d scheduled run(s)", launched)

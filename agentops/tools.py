@@ -12,11 +12,17 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pydantic
+from django.conf import settings
+from django.core import signing
 
 from agentops.circuit import CircuitBreaker
+
+# Signs a pending operation's callback token (runs/pending.py checks it).
+CALLBACK_SALT = "agentops.pending.callback"
 
 
 class Blast(enum.IntEnum):
@@ -65,6 +71,43 @@ class ToolContext:
     @property
     def seconds_left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    @property
+    def callback_url(self) -> str:
+        """Where the outside world reports that what this call started has finished (a tool
+        returning `Pending(completion="callback")` hands it on: in an e-mail, to an API).
+        The signed token is the only credential: unguessable, bound to this one call."""
+        token = signing.Signer(salt=CALLBACK_SALT).sign(self.idempotency_key)
+        base = settings.AGENTOPS["PUBLIC_URL"].rstrip("/")
+        return f"{base}/api/pending/{token}"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What a tool returns when the call started something that finishes later: an e-mail
+    whose reply the agent needs, an export, a ticket. The run records it as an operation it
+    awaits (runs/pending.py): shown to the model on every turn and on the run page; when the
+    model has nothing else to do, the run waits without a worker until the operation
+    completes (a callback to `ctx.callback_url`, an operator marking it done, or `poll`)
+    or its deadline passes (the agent is told, or a person is asked: `on_timeout`)."""
+
+    awaits: str  # in words: "the supplier's reply to quote request Q-17"
+    deadline: timedelta
+    result: Any = None  # what the call returned meanwhile (a message id), shown to the model
+    completion: str = "callback"  # "callback", "operator" or "poll"
+    # For completion="poll": a tool without side effects, called with these arguments every
+    # poll_every; it returns Pending while not done, a result when done (ToolError: failed).
+    poll: tuple[str, dict] | None = None
+    poll_every: timedelta | None = None
+    on_timeout: str = "agent"  # "agent": told it timed out; "person": an operator decides
+
+    def __post_init__(self):
+        if self.completion not in ("callback", "operator", "poll"):
+            raise ValueError(f"unknown completion {self.completion!r}")
+        if self.on_timeout not in ("agent", "person"):
+            raise ValueError(f"unknown on_timeout {self.on_timeout!r}")
+        if (self.completion == "poll") != (self.poll is not None):
+            raise ValueError("poll=(tool, args) goes with completion='poll', and only with it")
 
 
 @dataclass(frozen=True)

@@ -390,3 +390,72 @@ register(
         follow_ups=(FollowUp(agent="refund-desk", input=refund_for_complaint),),
     )
 )
+
+
+# --- Supplier quote (waits for a reply without a worker) --------------------------------------
+class SupplierQuoteInput(forms.Form):
+    supplier = forms.EmailField(initial="sales@acme-parts.example", max_length=254)
+    product = forms.CharField(max_length=200, initial="M4 hex bolts, stainless")
+    quantity = forms.IntegerField(min_value=1, max_value=100_000, initial=500)
+
+
+def last_operation_report(messages: list[dict]) -> str:
+    """The newest "Operation #… completed/timed out" text the run was told."""
+    for message in reversed(messages):
+        if message["role"] == "user" and isinstance(message["content"], list):
+            for block in reversed(message["content"]):
+                if block.get("type") == "text" and block["text"].startswith("Operation #"):
+                    return block["text"]
+    return ""
+
+
+def supplier_quote_script(data: dict) -> list:
+    def conclude(messages):
+        report = last_operation_report(messages)
+        if " completed: " not in report:
+            return [text(f"The supplier did not answer: {report or 'no reply'}. No quote.")]
+        reply = report.split(" completed: ", 1)[1]
+        try:
+            quote = json.loads(reply)
+            price = f"{quote['unit_price']} {quote.get('currency', '')}".strip()
+        except (ValueError, TypeError, KeyError):
+            return [text(f"The supplier replied, but not with a price: {reply}")]
+        return [text(f"{data['supplier']} quotes {price} per unit for {data['quantity']}.")]
+
+    return [
+        [
+            text("I'll ask the supplier for a quote."),
+            tool_use(
+                "request_quote",
+                supplier=data["supplier"],
+                product=data["product"],
+                quantity=data["quantity"],
+            ),
+        ],
+        [text("The request is out. Nothing else to do until the supplier replies.")],
+        conclude,
+    ]
+
+
+register(
+    Agent(
+        slug="supplier-quote",
+        title="Supplier quote",
+        description=(
+            "E-mails a supplier for a quote and waits for the reply (a pending operation: "
+            "the run holds no worker meanwhile), then reports the price."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You get price quotes from suppliers. Ask the supplier once with request_quote, "
+            "wait for the reply, then report the unit price."
+        ),
+        tools=("request_quote",),
+        input_form=SupplierQuoteInput,
+        prompt=lambda d: f"Get a quote from {d['supplier']} for {d['quantity']} x {d['product']}.",
+        script=supplier_quote_script,
+        summary=lambda d: f"{d['quantity']} x {d['product']} · {d['supplier']}",
+        limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=300),
+        gates=GateRules(never_gate=("request_quote",)),
+    )
+)

@@ -3,6 +3,7 @@
 import json
 import sqlite3
 import time
+from datetime import timedelta
 from decimal import Decimal
 
 from django.core.mail import EmailMessage
@@ -10,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from pydantic import EmailStr, Field
 
-from agentops.tools import Blast, ToolContext, ToolError, tool
+from agentops.tools import Blast, Pending, ToolContext, ToolError, tool
 
 from . import shop
 from .models import Refund
@@ -186,6 +187,37 @@ def send_customer_email(
     """E-mail a customer. Irreversible, and the mail system cannot de-duplicate retries."""
     EmailMessage(subject=subject, body=body, to=[to]).send()
     return {"sent_to": to, "subject": subject}
+
+
+@tool(
+    reversible=False,
+    blast=Blast.LOW,
+    accepts_idempotency_key=True,
+    timeout_seconds=10,
+    describe="Ask {supplier} for a quote: {quantity} x {product}",
+)
+def request_quote(
+    supplier: EmailStr,
+    product: str = Field(max_length=200),
+    quantity: int = Field(ge=1, le=100_000),
+    ctx: ToolContext = None,
+) -> Pending:
+    """E-mail a supplier for a price quote. The reply comes later: the run is told when it
+    arrives (or when the supplier has not answered within the hour)."""
+    body = (
+        f"Please quote your price for {quantity} x {product}.\n\n"
+        f"Reply by posting your quote to {ctx.callback_url}\n"
+        'as JSON, e.g. {"result": {"unit_price": "4.20", "currency": "EUR"}}.'
+    )
+    headers = {"X-Idempotency-Key": ctx.idempotency_key}
+    EmailMessage(
+        subject=f"Quote request: {product}", body=body, to=[supplier], headers=headers
+    ).send()
+    return Pending(
+        awaits=f"{supplier}'s quote for {quantity} x {product}",
+        deadline=timedelta(hours=1),
+        result={"sent_to": supplier},
+    )
 
 
 def tool_result_json(value) -> str:

@@ -188,6 +188,8 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
                 ToolUse(str(d.get("tool", "")), Block.of(label, d[args_key], full=full))
             )
         return view
+    if kind == Step.Kind.PENDING:
+        return _pending_view(step, d, full=full)
     if d.get("event") == "follow_up":
         return _follow_up_view(step, d, full=full)
     # Status changes.
@@ -283,6 +285,25 @@ def gauges(run: Run) -> list[Gauge]:
             _percent(working, run.max_seconds),
         ),
     ]
+
+
+def _pending_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """An operation the run awaited: completed, failed, timed out, escalated to a person."""
+    event = str(d.get("event", ""))
+    view = StepView(
+        step,
+        f"operation #{d.get('operation')} {event.replace('_', ' ')}",
+        error=event in ("failed", "timed_out", "escalated"),
+    )
+    view.facts = [("tool", str(d.get("tool", ""))), ("awaited", str(d.get("awaits", "")))]
+    if d.get("by"):
+        view.facts.append(("by", str(d["by"])))
+    if "result" in d:
+        view.texts.append(Block.of("result", d["result"], full=full))
+    for key in ("error", "detail"):
+        if d.get(key):
+            view.texts.append(Block.of(key, d[key], full=full, error=key == "error"))
+    return view
 
 
 def run_context(run: Run) -> dict:

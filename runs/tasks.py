@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from . import chains, engine
+from . import chains, engine, pending
 
 # A database that is restarting or unreachable: the message is sent again with backoff and
 # jitter (up to 2, 4 ... 64 s), not lost. The sweep stays the safety net for whatever else
@@ -29,5 +29,6 @@ def launch_follow_ups(run_id: str) -> int:
 
 @shared_task(ignore_result=True)
 def sweep() -> int:
-    """Runs whose lease expired or whose message was lost, and lost follow-ups."""
-    return engine.sweep() + chains.sweep()
+    """Runs whose lease expired or whose message was lost, lost follow-ups, and pending
+    operations past their deadline or due for a poll."""
+    return engine.sweep() + chains.sweep() + pending.sweep()

@@ -23,9 +23,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from agentops.agents import CATALOGUE, Agent, get_agent
 
-from . import charts, costs, engine, rendering
+from . import charts, costs, engine, pending, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
-from .models import Checkpoint, Run, Step
+from .models import Checkpoint, PendingOperation, Run, Step
 from .schemas import RunExportOut, StepOut, with_pending_count
 
 RUNS_PER_PAGE = 50
@@ -273,8 +273,62 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         ),
         # What the run declared it would launch on success (chained runs).
         "follow_ups": run.agent_config.get("follow_ups") or [],
+        **_operations(run),
     }
     return render(request, _partial(request, rendering.RUN_PAGE, {"run-header"}), context)
+
+
+def _operations(run: Run) -> dict:
+    operations = list(run.pending_operations.all()[:50])
+    return {
+        "operations": operations,
+        "has_open_operations": any(op.is_open for op in operations) and not run.is_terminal,
+    }
+
+
+@require_GET
+@login_required
+def run_pending(request: HttpRequest, pk) -> HttpResponse:
+    """The run page's pending operations (refreshed while some are open)."""
+    run = _get_run_for_user(request, pk)
+    context = {"run": run, **_operations(run)}
+    return render(request, rendering.RUN_PAGE + "#pending-ops", context)
+
+
+@require_POST
+@login_required
+def run_pending_finish(request: HttpRequest, pk, op_id: int) -> HttpResponse:
+    """An operator marks an operation done (its result: JSON, else the text) or failed."""
+    run = _get_run_for_user(request, pk, write=True)
+    op = get_object_or_404(run.pending_operations, pk=op_id)
+    text = request.POST.get("result", "").strip()[:10000]
+    by = f"operator {request.user.get_username()}"
+    error, status = "", 200
+    try:
+        if request.POST.get("action") == "fail":
+            pending.finish(op.pk, PendingOperation.Status.FAILED, error=text or "failed", by=by)
+        elif request.POST.get("action") == "complete":
+            pending.finish(
+                op.pk, PendingOperation.Status.COMPLETED, result=_json_or_text(text), by=by
+            )
+        else:
+            error, status = "choose Mark done or Mark failed", 400
+    except pending.AlreadyFinished as exc:
+        error, status = str(exc), 409
+    if not request.htmx:
+        if error:
+            return HttpResponse(error, status=status, content_type="text/plain")
+        return redirect("runs:detail", pk=run.pk)
+    run.refresh_from_db()
+    context = {"run": run, "pending_error": error, **_operations(run)}
+    return render(request, rendering.RUN_PAGE + "#pending-ops", context, status=status)
+
+
+def _json_or_text(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 @require_GET

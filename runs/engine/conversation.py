@@ -12,7 +12,7 @@ from ..models import Run, Step, canonical_json
 
 TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
 # The steps the model's conversation is rebuilt from.
-CONVERSATION_KINDS = [Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS]
+CONVERSATION_KINDS = [Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS, Step.Kind.PENDING]
 
 
 def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
@@ -47,6 +47,8 @@ def messages(rows) -> list[dict]:
                 out.append({"role": "user", "content": [*results, *texts]})
                 results, texts = [], []
             out.append({"role": "assistant", "content": data["content"]})
+        elif kind == Step.Kind.PENDING:
+            texts.append({"type": "text", "text": pending_report(data)})
         elif kind == Step.Kind.TOOL:
             last = out[-1] if out else None
             if (
@@ -83,6 +85,16 @@ def _instruction(out: list[dict], text: str) -> list[dict]:
         last["content"] = [*content, block]
         return []
     return [block]
+
+
+def pending_report(data: dict) -> str:
+    """How the model is told that an operation it awaited finished (a `pending` step)."""
+    head = f"Operation #{data['operation']} ({data['tool']}: awaits {data['awaits']})"
+    if data["event"] == "completed":
+        result = data.get("result")
+        text = result if isinstance(result, str) else canonical_json(result)
+        return f"{head} completed: {text[:TOOL_RESULT_MAX_CHARS]}"
+    return f"{head} {data['event'].replace('_', ' ')}: {data.get('error', '')}"
 
 
 def tool_result_block(data: dict) -> dict:

@@ -29,7 +29,7 @@ from ..models import (
     Step,
     canonical_json,
 )
-from . import gates, humans, lease, ledger, model, replaying, terminator
+from . import awaiting, gates, humans, lease, ledger, model, replaying, terminator
 from .conversation import CONVERSATION_KINDS, messages
 from .owned import StepAgain, Stop, Work, cfg, initial_state
 from .tools import ASK_OPERATOR
@@ -204,6 +204,8 @@ def step(work: Work) -> None:
             # An operator may have cancelled the run since our last write: stop before paying
             # for another model call (and hold the lease for as long as that call may take).
             lease.still_mine(work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
+            if work.state.get("awaiting"):
+                awaiting.settle(work)
             terminator.precheck(work)
             humans.continue_checkpoint(work)
             model.ask(work)

@@ -18,7 +18,7 @@ from django.db.models import F
 from agentops import llm
 
 from ..models import Run, Step
-from . import gates, lease, owned, retry, terminator, tools
+from . import awaiting, gates, lease, owned, retry, terminator, tools
 from .conversation import fit_context, tool_result_block
 from .owned import Stop, Work, cfg, renewal
 
@@ -31,9 +31,12 @@ def ask(work: Work) -> None:
     messages, trimmed = fit_context(
         work.messages, cfg("CONTEXT_TOKEN_BUDGET"), chars=work.messages_chars
     )
+    system = config["system_prompt"]
+    if work.state.get("awaiting"):
+        system += awaiting.in_context(work.state)
     request = llm.LLMRequest(
         model=config["model"],
-        system=config["system_prompt"],
+        system=system,
         messages=messages,
         tools=work.tool_schemas(),
         max_tokens=config.get("max_tokens", 1024),
@@ -122,6 +125,9 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
         raise
     work.add_message({"role": "assistant", "content": response.content})
     if not tool_uses:
+        if work.state.get("awaiting"):
+            awaiting.wait(work)  # returns when one finished meanwhile: the next step reports it
+            return
         raise Stop
     for _, tool_data, _ in then:
         work.add_tool_result(tool_result_block(tool_data))
@@ -170,6 +176,8 @@ def _what_follows(
     between the final answer and the end would leave a finished conversation that a resume
     sends to the model again), or the results of the calls that run at once."""
     if not response.tool_uses:
+        if work.state.get("awaiting"):
+            return ()  # not an answer: the model waits for what it started
         ended, end_update = terminator.termination(
             work, Run.Termination.COMPLETED, output=response.text
         )

@@ -82,6 +82,16 @@ class Work:
         else:
             self.add_message({"role": "user", "content": [block]})
 
+    def add_user_text(self, text: str) -> None:
+        """A text block for the next user message (after any tool results there)."""
+        block = {"type": "text", "text": text}
+        last = self.messages[-1]
+        if last["role"] == "user" and isinstance(last["content"], list):
+            last["content"].append(block)
+            self.messages_chars += len(canonical_json(block)) + 1
+        else:
+            self.add_message({"role": "user", "content": [block]})
+
     @property
     def active_seconds(self) -> float:
         return self.run.elapsed_seconds - self.waited

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from agentops.tools import (
+    Pending,
     Tool,
     ToolArgsError,
     ToolContext,
@@ -23,7 +24,7 @@ from agentops.tools import (
 )
 
 from ..models import Step, canonical_json
-from . import gates, lease, replaying, retry, terminator
+from . import awaiting, gates, lease, replaying, retry, terminator
 from .owned import Work, cfg, renewal
 
 log = logging.getLogger("agentops.engine")
@@ -82,6 +83,9 @@ def _planned(work: Work, allowed: set[str], llm_seq: int, index: int, use: dict)
             item["args"] = tool.validate(use.get("input"))
         except ToolArgsError as exc:
             item["error"] = str(exc)
+        else:
+            if work.state.get("awaiting"):
+                item["error"] = awaiting.already_open(work.state, tool.name, item["args"])
     return item
 
 
@@ -211,6 +215,8 @@ def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | N
         breaker.record(tool.name, ok=False)
         return None, f"{tool.name} failed: {type(exc).__name__}: {exc}"
     breaker.record(tool.name, ok=True)
+    if isinstance(result, Pending):
+        result = awaiting.open_operation(work, tool, args, key, result)
     return result, None
 
 
