@@ -24,6 +24,7 @@ from agentops.llm.scripted import ScriptedProvider, Turn, text, tool_use
 from agentops.tools import (
     REGISTRY,
     Blast,
+    Pending,
     RetryPolicy,
     ToolContext,
     ToolError,
@@ -147,7 +148,50 @@ def t_notify(to: str) -> dict:
     return {"notified": to}
 
 
+@tool(reversible=False, blast=Blast.LOW, accepts_idempotency_key=True, name="t_start")
+def t_start(job: str, escalate: bool = False, ctx: ToolContext = None) -> Pending:
+    """Start a job that finishes later; completion by callback."""
+    _count("t_start")
+    return Pending(
+        awaits=f"job {job}",
+        deadline=timedelta(minutes=5),
+        result={"job": job, "callback": ctx.callback_url},
+        on_timeout="person" if escalate else "agent",
+    )
+
+
+# Polls left before t_export_status says the export is ready.
+EXPORT_POLLS: Counter = Counter()
+
+
+@tool(reversible=False, blast=Blast.LOW, accepts_idempotency_key=True, name="t_export")
+def t_export(table: str) -> Pending:
+    """Start an export; done when t_export_status says so."""
+    _count("t_export")
+    return Pending(
+        awaits=f"the export of {table}",
+        deadline=timedelta(minutes=10),
+        completion="poll",
+        poll=("t_export_status", {"table": table}),
+        poll_every=timedelta(seconds=30),
+    )
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_export_status")
+def t_export_status(table: str) -> Pending | dict:
+    """How the export of a table is going."""
+    _count("t_export_status")
+    with _calls_lock:
+        if EXPORT_POLLS[table] > 0:
+            EXPORT_POLLS[table] -= 1
+            return Pending(awaits="", deadline=timedelta(0))
+    return {"file": f"{table}.csv", "rows": 42}
+
+
 TEST_TOOLS = (
+    "t_start",
+    "t_export",
+    "t_export_status",
     "t_notify",
     "t_charge",
     "t_echo",
