@@ -316,12 +316,28 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
     refreshed header (status, usage) and, once the run is terminal, its controls without
     Cancel. Rendered once; every viewer gets the same bytes."""
     html = render_to_string(RUN_PAGE + "#step-push", {"v": step_view(step)})
+    if _changes_operations(step):
+        # Each viewer fetches the section itself: what it shows depends on who looks (an
+        # operator's buttons), and this message is the same bytes for everyone.
+        url = reverse("runs:pending", args=[step.run_id])
+        html += (
+            f'<div id="pending-ops" hx-swap-oob="true" hx-get="{url}" hx-trigger="load" '
+            'hx-swap="outerHTML"></div>'
+        )
     if with_header:
         run = run or Run.objects.select_related("launched_by").get(pk=step.run_id)
         html += render_to_string(RUN_PAGE + "#run-header", {**run_context(run), "oob": True})
         if run.is_terminal:
             html += render_to_string(RUN_PAGE + "#run-actions", {"run": run, "oob": True})
     return {"html": html}
+
+
+def _changes_operations(step: Step) -> bool:
+    """An operation opened (a tool's pending result) or finished."""
+    if step.kind == Step.Kind.PENDING:
+        return True
+    result = step.data.get("result") if step.kind == Step.Kind.TOOL else None
+    return isinstance(result, dict) and result.get("status") == "pending"
 
 
 def render_run_event(run: Run, launched: bool) -> dict:
