@@ -26,7 +26,7 @@ from agentops.llm.base import LLMError, LLMResponse, LLMTransientError, Usage
 from agentops.tools import get_tool
 from runs import chains, engine
 from runs.engine import gates, replaying
-from runs.models import Run, Step, args_hash, canonical_json
+from runs.models import PendingOperation, Run, Step, args_hash, canonical_json
 
 # A run longer than this is compared up to here (a replay holds one transaction open).
 MAX_STEPS = 5000
@@ -102,6 +102,8 @@ def signature(kind: str, data: dict) -> str:
         return f"model error {data.get('status')}"
     if kind == Step.Kind.DECISION:
         return f"decision {data.get('decision')} {data.get('tool') or ''}".rstrip()
+    if kind == Step.Kind.PENDING:
+        return f"operation {data.get('tool')} {data.get('event')}"
     event = data.get("event")
     if event == "launched":
         prompt = data.get("history") or data.get("prompt")
@@ -170,7 +172,7 @@ class Recording:
             if step[0] <= seq:
                 continue
             kind, data = step[1], step[2]
-            if kind == Step.Kind.DECISION or (
+            if kind in (Step.Kind.DECISION, Step.Kind.PENDING) or (
                 kind == Step.Kind.STATUS and data.get("event") in _HUMAN_EVENTS
             ):
                 out.append(step)
@@ -398,11 +400,25 @@ def _feed_people(copy: Run, recording: Recording) -> bool:
                 if data.get("approval"):
                     recording.decided[data["approval"]] = data
                 locked.append_step(kind, data)
+            elif kind == Step.Kind.PENDING:
+                _feed_operation(locked, data)
             elif data.get("event") == "resumed":
                 locked.resume(data.get("detail", ""))
             else:  # cancelled
                 locked.cancel(reason=data.get("detail") or data.get("reason") or "")
     return True
+
+
+def _feed_operation(copy: Run, data: dict) -> None:
+    """How an operation the recorded run awaited ended, for the replay's own operation of the
+    same call (the oldest still open of that tool)."""
+    op = copy.pending_operations.filter(tool=data.get("tool"), status="open").first()
+    step = copy.append_step(Step.Kind.PENDING, {**data, "operation": op.pk if op else None})
+    if op is not None and data.get("event") in PendingOperation.FINISHED:
+        outcome = data.get("result") if "result" in data else {"error": data.get("error")}
+        copy.pending_operations.filter(pk=op.pk).update(
+            status=data["event"], result=outcome, reported_seq=step.seq
+        )
 
 
 def _compare(result: ReplayResult, run: Run, agent: Agent, replayed: list) -> None:

@@ -10,6 +10,8 @@ each model call, finished operations are reported into the conversation as a `pe
 Agents that never start one pay one dict lookup per model call.
 """
 
+from datetime import timedelta
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -64,6 +66,21 @@ def open_operation(work: Work, tool: Tool, args: dict, key: str, pending: Pendin
         "deadline": op.deadline.isoformat(),
         "started": pending.result,
     }
+
+
+def was_pending(result) -> bool:
+    """A recorded call's result that opened an operation (what `open_operation` returns)."""
+    return isinstance(result, dict) and result.get("status") == "pending" and "operation" in result
+
+
+def as_pending(recorded: dict) -> Pending:
+    """The operation a recorded call opened, opened again by a replay (in its transaction
+    that is rolled back): the outcome then comes from the recording too."""
+    return Pending(
+        awaits=str(recorded.get("awaits", "")),
+        deadline=timedelta(hours=1),
+        result=recorded.get("started"),
+    )
 
 
 def already_open(state: dict, tool: str, args: dict) -> str | None:

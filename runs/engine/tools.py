@@ -191,7 +191,10 @@ def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | N
     """One call: (result, business error). ToolInfraError, the retryable kind, propagates."""
     recording = replaying.current()
     if recording is not None:
-        return recording.tool_result(tool.name, args)
+        result, error = recording.tool_result(tool.name, args)
+        if awaiting.was_pending(result):
+            result = awaiting.open_operation(work, tool, args, key, awaiting.as_pending(result))
+        return result, error
     if not breaker.allow(tool.name):
         return (
             None,

@@ -153,3 +153,18 @@ def test_cancelling_the_run_cancels_what_it_awaits(operator, no_enqueue):
     run.refresh_from_db()
     assert run.cancel(by=operator)
     assert PendingOperation.objects.get(run=run).status == "cancelled"
+
+
+def test_a_run_that_waited_for_an_operation_replays_identically(operator, no_enqueue):
+    from history.replay import replay
+
+    run = launch(operator)
+    engine.advance(run.pk, time_slice=30)
+    op = PendingOperation.objects.get(run=run)
+    pending.finish(op.pk, "completed", result={"unit_price": "0.12"}, by="callback")
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    outbox = len(mail.outbox)
+    result = replay(Run.objects.get(pk=run.pk))
+    assert result.identical, result.as_dict()
+    assert PendingOperation.objects.count() == 1  # the replay's own was rolled back
+    assert len(mail.outbox) == outbox  # and it sent nothing
