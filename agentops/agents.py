@@ -157,6 +157,9 @@ class Agent:
     # Agents launched when a run succeeds, with its output mapped into their input
     # (runs/chains.py). The agents named must be registered first.
     follow_ups: tuple[FollowUp, ...] = ()
+    # Past a pending operation's deadline: "agent" (it is told), "person" (an operator
+    # decides), or "" for what the tool's Pending says.
+    on_pending_timeout: str = ""
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -238,6 +241,8 @@ class Agent:
             "gates": self.gates.as_dict(),
             "max_tokens": self.max_tokens,
         }
+        if self.on_pending_timeout:
+            snapshot["on_pending_timeout"] = self.on_pending_timeout
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
@@ -252,6 +257,8 @@ def register(agent: Agent) -> Agent:
     if missing:
         raise LookupError(f"agent {agent.slug} uses unknown tools: {missing}")
     _check_follow_ups(agent)
+    if agent.on_pending_timeout not in ("", "agent", "person"):
+        raise ValueError(f"agent {agent.slug}: on_pending_timeout must be agent or person")
     CATALOGUE[agent.slug] = agent
     return agent
 

@@ -42,7 +42,7 @@ def open_operation(work: Work, tool: Tool, args: dict, key: str, pending: Pendin
                 int(pending.poll_every.total_seconds()) if pending.poll_every else None
             ),
             "next_poll_at": now + pending.poll_every if pending.poll_every else None,
-            "on_timeout": pending.on_timeout,
+            "on_timeout": work.agent_config.get("on_pending_timeout") or pending.on_timeout,
             "deadline": now + pending.deadline,
             "created_at": now,
         },

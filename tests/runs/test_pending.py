@@ -1,6 +1,7 @@
 """Pending operations in the engine: opened by a tool, shown to the model, waited for without
 a worker, finished by a callback, an operator, a poll or the deadline (runs/pending.py)."""
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -182,7 +183,7 @@ def test_a_resumed_call_reuses_its_operation(launch, script):
     """A worker that dies after the tool returned and before its step: the call runs again
     under the same key and finds its operation instead of opening a second one."""
     run, _, op = waiting_run(launch, script)
-    work = type("W", (), {"run": run, "state": {"awaiting": []}})()
+    work = type("W", (), {"run": run, "state": {"awaiting": []}, "agent_config": {}})()
     again = open_operation(work, harness.REGISTRY["t_start"], {"job": "a"}, op.key, _pending())
     assert again["operation"] == op.pk
     assert PendingOperation.objects.count() == 1
@@ -200,3 +201,15 @@ def test_a_run_without_pending_operations_never_reads_them(launch, script):
     with CaptureQueriesContext(connection) as queries:
         assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
     assert not [q for q in queries.captured_queries if "pendingoperation" in q["sql"]]
+
+
+def test_an_agent_may_send_every_late_operation_to_a_person(test_agent, no_enqueue, script):
+    script([[tool_use("t_start", job="a")], [text("Waiting.")]])
+    agent = dataclasses.replace(test_agent, on_pending_timeout="person")
+    run = engine.launch(agent=agent, input={"task": "t", "script": ""}, provider="scripted")
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.WAITING
+    op = PendingOperation.objects.get(run=run)
+    assert op.on_timeout == "person"  # the tool said "agent"
+    pending.sweep(now=op.deadline)
+    op.refresh_from_db()
+    assert op.status == Status.ESCALATED
