@@ -4,13 +4,16 @@ The views and their own tests check their rules one by one; this module walks th
 map, so a page added without its checks fails here.
 """
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from approvals.models import Approval, ApprovalView
-from runs.models import Run
+from runs.models import PendingOperation, Run
 from tests.approvals.test_views import gated_run
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +43,15 @@ def users(django_user_model):
 def world(users, no_enqueue):
     """A run waiting on an approval, launched by the operator (so others may decide it)."""
     run, approval = gated_run(users["operator"])
-    return {"run": run, "approval": approval}
+    operation = PendingOperation.objects.create(
+        run=run,
+        key="k" * 64,
+        tool="send_customer_email",
+        awaits="a reply",
+        completion="operator",
+        deadline=timezone.now() + timedelta(hours=1),
+    )
+    return {"run": run, "approval": approval, "operation": operation}
 
 
 def client_for(users, role: str, *, csrf: bool = False) -> Client:
@@ -83,6 +94,8 @@ PAGES = {
     "runs:audit": ("GET", "view"),
     "runs:audit_run": ("GET", "view"),
     "runs:cancel": ("POST", "operate"),
+    "runs:pending": ("GET", "view"),
+    "runs:pending_finish": ("POST", "operate"),
     "approvals:queue": ("GET", "view"),
     "approvals:stats": ("GET", "admin"),
     "approvals:detail": ("GET", "view"),
@@ -108,6 +121,8 @@ def url_of(name: str, world) -> str:
         "runs:export": [run.pk, "json"],
         "runs:audit_run": [run.pk],
         "runs:cancel": [run.pk],
+        "runs:pending": [run.pk],
+        "runs:pending_finish": [run.pk, world["operation"].pk],
         "approvals:detail": [approval.pk],
         "approvals:opened": [approval.pk],
         "approvals:decide": [approval.pk],
@@ -133,7 +148,10 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
     method, need = PAGES[name]
     client = client_for(users, role)
     url = url_of(name, world)
-    data = {"decision": "reject", "reason": "matrix"} if name == "approvals:decide" else {}
+    data = {
+        "approvals:decide": {"decision": "reject", "reason": "matrix"},
+        "runs:pending_finish": {"action": "complete", "result": "done"},
+    }.get(name, {})
     response = client.post(url, data) if method == "POST" else client.get(url)
     if role == "anonymous":
         assert response.status_code == 302
@@ -198,6 +216,7 @@ def test_state_changing_pages_refuse_get_and_change_nothing(name, users, world):
 
 POSTS = {
     "runs:cancel": {},
+    "runs:pending_finish": {"action": "complete"},
     "runs:new": {"agent": "sql-analyst", "question": "Revenue?", "report_to": "a@example.com"},
     "approvals:opened": {},
     "approvals:decide": {"decision": "reject", "reason": "no"},
