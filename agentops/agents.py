@@ -160,6 +160,11 @@ class Agent:
     # Past a pending operation's deadline: "agent" (it is told), "person" (an operator
     # decides), or "" for what the tool's Pending says.
     on_pending_timeout: str = ""
+    # The tokens the model's conversation may take (0: AGENTOPS["CONTEXT_TOKEN_BUDGET"]).
+    # Past it the oldest turns are summarised by a model call when `summarise_context`
+    # (runs/engine/summary.py), else dropped.
+    context_budget_tokens: int = 0
+    summarise_context: bool = False
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -243,6 +248,10 @@ class Agent:
         }
         if self.on_pending_timeout:
             snapshot["on_pending_timeout"] = self.on_pending_timeout
+        if self.context_budget_tokens:
+            snapshot["context_budget_tokens"] = self.context_budget_tokens
+        if self.summarise_context:
+            snapshot["summarise_context"] = True
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
@@ -259,6 +268,8 @@ def register(agent: Agent) -> Agent:
     _check_follow_ups(agent)
     if agent.on_pending_timeout not in ("", "agent", "person"):
         raise ValueError(f"agent {agent.slug}: on_pending_timeout must be agent or person")
+    if agent.context_budget_tokens < 0:
+        raise ValueError(f"agent {agent.slug}: context_budget_tokens must not be negative")
     CATALOGUE[agent.slug] = agent
     return agent
 

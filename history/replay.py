@@ -104,6 +104,9 @@ def signature(kind: str, data: dict) -> str:
         return f"decision {data.get('decision')} {data.get('tool') or ''}".rstrip()
     if kind == Step.Kind.PENDING:
         return f"operation {data.get('tool')} {data.get('event')}"
+    if kind == Step.Kind.SUMMARY:
+        covered = (data.get("covers") or {}).get("messages")
+        return f"summary of {covered} message(s){' failed' if data.get('failed') else ''}"
     event = data.get("event")
     if event == "launched":
         prompt = data.get("history") or data.get("prompt")
@@ -131,6 +134,9 @@ class Recording:
             (seq, kind, data, cost)
             for seq, kind, data, cost in steps
             if kind in (Step.Kind.LLM, Step.Kind.LLM_ERROR)
+        ]
+        self._summaries = [
+            (seq, kind, data, cost) for seq, kind, data, cost in steps if kind == Step.Kind.SUMMARY
         ]
         self._results: dict[str, list[dict]] = {}
         for _, kind, data, _ in steps:
@@ -165,6 +171,9 @@ class Recording:
             raise RecordingEnded("the recording has no further model turn")
         return self._model_turns.pop(0)
 
+    def next_summary(self) -> tuple[int, str, dict, Any] | None:
+        return self._summaries.pop(0) if self._summaries else None
+
     def human_steps_after(self, seq: int) -> list[tuple[int, str, dict, Any]]:
         """The recorded people's steps right after `seq` (decisions, a resume, a cancel)."""
         out = []
@@ -190,6 +199,8 @@ class _RecordedModel:
         self.recording = recording
 
     def complete(self, request: llm.LLMRequest) -> LLMResponse:
+        if request.metadata.get("purpose") == "summary":
+            return self._summary(request)
         _, kind, data, cost = self.recording.next_model_turn()
         if kind == Step.Kind.LLM_ERROR:
             error = LLMTransientError if data.get("retryable") else LLMError
@@ -198,6 +209,26 @@ class _RecordedModel:
         return LLMResponse(
             content=data["content"],
             stop_reason=data.get("stop_reason", "end_turn"),
+            usage=Usage(**{k: v for k, v in usage.items() if k in Usage.__dataclass_fields__}),
+            model=data.get("model", request.model),
+            cost_usd=cost,
+            latency_ms=0,
+            request_id=data.get("request_id", ""),
+        )
+
+    def _summary(self, request: llm.LLMRequest) -> LLMResponse:
+        """The recorded summary of the older turns (its own queue: not a model turn)."""
+        recorded = self.recording.next_summary()
+        if recorded is None:
+            self.recording.note("the replay summarised older turns; the recorded run did not")
+            raise LLMError("replay: no recorded summary")
+        _, _, data, cost = recorded
+        if data.get("failed"):
+            raise LLMError(data.get("error", "recorded summary failure"), status=data.get("status"))
+        usage = data.get("usage") or {}
+        return LLMResponse(
+            content=[{"type": "text", "text": data["summary"]}],
+            stop_reason="end_turn",
             usage=Usage(**{k: v for k, v in usage.items() if k in Usage.__dataclass_fields__}),
             model=data.get("model", request.model),
             cost_usd=cost,

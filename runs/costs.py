@@ -4,7 +4,9 @@ The timeline is the source of truth: each model call is a `llm` step carrying it
 and tokens (runs/engine/model.py `_model_step`), so these figures are sums over those steps,
 never a second set of counters. One exception is not in them: an answer that came back after
 its run was cancelled (or taken over) is charged to the run's counters only, with no step
-(`_charge_discarded`), so a run's own `cost_usd` can be a little higher than its steps' sum.
+(`owned.charge_discarded`), so a run's own `cost_usd` can be a little higher than its steps' sum.
+Nor are context summaries (`summary` steps, runs/engine/summary.py): they carry their cost and
+count in the run's counters, but these sums read the model turns' partial index only.
 """
 
 from dataclasses import dataclass, field

@@ -190,6 +190,8 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         return view
     if kind == Step.Kind.PENDING:
         return _pending_view(step, d, full=full)
+    if kind == Step.Kind.SUMMARY:
+        return _summary_view(step, d, full=full)
     if d.get("event") == "follow_up":
         return _follow_up_view(step, d, full=full)
     # Status changes.
@@ -207,6 +209,30 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         view.texts.append(Block.of("detail", d["detail"], full=full, error=view.error))
     if event == "launched":
         view.texts.append(Block.of("input", d.get("input"), full=full))
+    return view
+
+
+def _summary_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """Older turns summarised to fit the context (runs/engine/summary.py), or why not."""
+    covers = d.get("covers") or {}
+    if d.get("failed"):
+        view = StepView(step, "context summary failed", error=True)
+        view.texts.append(Block.of("error", d.get("error", ""), full=full, error=True))
+        view.facts = [("then", str(d.get("note", "")))]
+        return view
+    view = StepView(step, "context summarised")
+    view.texts.append(Block.of("summary", d.get("summary", ""), full=full))
+    for decision in d.get("decisions") or []:
+        view.texts.append(Block.of("decision (verbatim)", decision, full=full))
+    usage = d.get("usage") or {}
+    view.facts = [("covers", f"{covers.get('messages', 0)} message(s)")]
+    if covers.get("to_seq"):
+        view.facts.append(("steps", f"#{covers.get('from_seq')} to #{covers['to_seq']}"))
+    view.facts += [
+        ("model", str(d.get("model", ""))),
+        ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
+        ("latency", f"{step.latency_ms} ms"),
+    ]
     return view
 
 

@@ -20,6 +20,14 @@ def tool_use(name: str, **args) -> dict:
     return {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": name, "input": args}
 
 
+def scripted_summary(metadata: dict) -> str:
+    """A deterministic summary of the turns the engine asks to summarise."""
+    calls = metadata.get("tool_calls") or []
+    counts = {name: calls.count(name) for name in dict.fromkeys(calls)}
+    done = ", ".join(f"{name} x{n}" for name, n in counts.items()) or "no tool"
+    return f"Earlier ({metadata.get('covers', 0)} messages), the agent called {done}."
+
+
 class ScriptedProvider:
     name = "scripted"
 
@@ -32,7 +40,10 @@ class ScriptedProvider:
         if self.latency:
             time.sleep(self.latency)
         index = request.metadata.get("turn", 0)
-        if index < len(self.turns):
+        if request.metadata.get("purpose") == "summary":
+            # The engine summarising older turns: answered apart, so the turns do not shift.
+            content = [text(scripted_summary(request.metadata))]
+        elif index < len(self.turns):
             turn = self.turns[index]
             content = turn(request.messages) if callable(turn) else turn
         else:

@@ -6,13 +6,23 @@ its model steps' content and its tool steps' results, in seq order. Nothing here
 
 import copy
 
+from django.conf import settings
+
 from agentops.llm import pricing
 
 from ..models import Run, Step, canonical_json
 
 TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
 # The steps the model's conversation is rebuilt from.
-CONVERSATION_KINDS = [Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS, Step.Kind.PENDING]
+CONVERSATION_KINDS = [
+    Step.Kind.LLM,
+    Step.Kind.TOOL,
+    Step.Kind.STATUS,
+    Step.Kind.PENDING,
+    Step.Kind.SUMMARY,
+]
+# How the summary of the older turns starts, in the first user message (summary.py).
+SUMMARY_MARK = "[Summary of the earlier conversation"
 
 
 def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
@@ -49,6 +59,11 @@ def messages(rows) -> list[dict]:
             out.append({"role": "assistant", "content": data["content"]})
         elif kind == Step.Kind.PENDING:
             texts.append({"type": "text", "text": pending_report(data)})
+        elif kind == Step.Kind.SUMMARY:
+            if not data.get("failed"):
+                # The turns it covers are all in `out`: it always keeps the last turn.
+                covered = data["covers"]["messages"]
+                out = apply_summary(out, covered, data["summary"], data["decisions"])
         elif kind == Step.Kind.TOOL:
             last = out[-1] if out else None
             if (
@@ -110,6 +125,49 @@ def tool_result_block(data: dict) -> dict:
     if data.get("is_error"):
         block["is_error"] = True
     return block
+
+
+def context_budget(agent_config: dict) -> int:
+    """The tokens the agent's conversation may take (Agent.context_budget_tokens, else the
+    deployment's AGENTOPS["CONTEXT_TOKEN_BUDGET"])."""
+    return agent_config.get("context_budget_tokens") or settings.AGENTOPS["CONTEXT_TOKEN_BUDGET"]
+
+
+def summary_cut(messages: list[dict], budget_tokens: int, *, chars: int) -> int:
+    """How many messages after the first (the goal) to summarise: 0 while the conversation
+    fits the budget; else the oldest whole turns (an assistant message and the user message
+    answering it, so a tool_use keeps its tool_result) until the rest is at most half the
+    budget, always keeping the last turn. Half: a summary covers many turns and is rare."""
+    if chars // 3 + 1 <= budget_tokens or len(messages) <= 3:
+        return 0
+    rest = chars - len(canonical_json(messages[0]))
+    covered = 0
+    while len(messages) - 1 - covered > 2 and rest // 3 > budget_tokens // 2:
+        for message in messages[1 + covered : 3 + covered]:
+            rest -= len(canonical_json(message)) + 1
+        covered += 2
+    return covered
+
+
+def apply_summary(
+    messages: list[dict], covered: int, summary: str, decisions: list[str]
+) -> list[dict]:
+    """The conversation with its `covered` messages after the goal replaced by the summary:
+    the goal verbatim with the summary (and people's decisions, verbatim) after it, then the
+    turns after those. An earlier summary in the goal's message is replaced (the new one
+    covers it)."""
+    head = messages[0]
+    content = head["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    content = [
+        b for b in content if not (b.get("type") == "text" and b["text"].startswith(SUMMARY_MARK))
+    ]
+    text = f"{SUMMARY_MARK}, which the timeline keeps in full]\n{summary}"
+    if decisions:
+        text += "\n\nDecisions of people, verbatim:\n" + "\n".join(f"- {d}" for d in decisions)
+    head = {"role": "user", "content": [*content, {"type": "text", "text": text}]}
+    return [head, *copy.deepcopy(messages[1 + covered :])]
 
 
 def fit_context(

@@ -13,13 +13,12 @@ import time
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
 
 from agentops import llm
 
 from ..models import Run, Step
-from . import awaiting, gates, lease, owned, retry, terminator, tools
-from .conversation import fit_context, tool_result_block
+from . import awaiting, gates, lease, owned, retry, summary, terminator, tools
+from .conversation import context_budget, fit_context, tool_result_block
 from .owned import Stop, Work, cfg, renewal
 
 log = logging.getLogger("agentops.engine")
@@ -28,9 +27,10 @@ log = logging.getLogger("agentops.engine")
 def ask(work: Work) -> None:
     """One model call for the run's next turn, and its answer recorded."""
     config = work.agent_config
-    messages, trimmed = fit_context(
-        work.messages, cfg("CONTEXT_TOKEN_BUDGET"), chars=work.messages_chars
-    )
+    budget = context_budget(config)
+    if config.get("summarise_context"):
+        summary.fit(work, budget)  # past the budget: the oldest turns become a summary
+    messages, trimmed = fit_context(work.messages, budget, chars=work.messages_chars)
     system = config["system_prompt"]
     if work.state.get("awaiting"):
         system += awaiting.in_context(work.state)
@@ -121,7 +121,7 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
                 owned.write_checkpoint(work)
     except Stop:
         # Only the ownership checks raise Stop in there: cancelled or taken over meanwhile.
-        _charge_discarded(work, response)
+        owned.charge_discarded(work, response)
         raise
     work.add_message({"role": "assistant", "content": response.content})
     if not tool_uses:
@@ -192,18 +192,5 @@ def _what_follows(
     except Exception:
         # Nothing is written yet: the run is retried from its checkpoint and asks the model
         # again, but this answer was paid for.
-        _charge_discarded(work, response)
+        owned.charge_discarded(work, response)
         raise
-
-
-def _charge_discarded(work: Work, response: llm.LLMResponse) -> None:
-    """The run was cancelled (or taken over) while the model answered: the answer is not
-    used, but it was paid for, so the run's spend says so (no step: the run is not ours)."""
-    log.info("run %s: discarding a %s USD response", work.run.pk, response.cost_usd)
-    Run.objects.filter(pk=work.run.pk).update(
-        cost_usd=F("cost_usd") + response.cost_usd,
-        tokens_in=F("tokens_in")
-        + response.usage.input_tokens
-        + response.usage.cache_read_input_tokens,
-        tokens_out=F("tokens_out") + response.usage.output_tokens,
-    )

@@ -7,6 +7,7 @@ counters and a renewed lease, and the checkpoint, in one statement on Postgres. 
 decides what to do next; it may not call the model or tools.
 """
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from .. import sql
@@ -27,6 +29,8 @@ LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to reco
 # read), and what the call returned is discarded then. Calls with side effects always read
 # first.
 RECHECK_AFTER_SECONDS = 1.0
+
+log = logging.getLogger("agentops.engine")
 
 
 def cfg(name: str) -> Any:
@@ -203,4 +207,17 @@ def write_checkpoint(work: Work) -> None:
         CHECKPOINT_COLUMNS,
         conflict=("run", "seq"),
         update_names=("state",),
+    )
+
+
+def charge_discarded(work: Work, response: Any) -> None:
+    """The run was cancelled (or taken over) while the model answered: the answer is not
+    used, but it was paid for, so the run's spend says so (no step: the run is not ours)."""
+    log.info("run %s: discarding a %s USD response", work.run.pk, response.cost_usd)
+    Run.objects.filter(pk=work.run.pk).update(
+        cost_usd=F("cost_usd") + response.cost_usd,
+        tokens_in=F("tokens_in")
+        + response.usage.input_tokens
+        + response.usage.cache_read_input_tokens,
+        tokens_out=F("tokens_out") + response.usage.output_tokens,
     )

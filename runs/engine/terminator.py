@@ -16,6 +16,7 @@ from agentops.llm import pricing
 
 from ..models import Run, Step, canonical_json
 from . import owned
+from .conversation import context_budget
 from .owned import Stop, Work
 
 NO_PROGRESS_REPEATS = 3  # the same tool call with the same arguments, this many times
@@ -24,6 +25,7 @@ NO_PROGRESS_REPEATS = 3  # the same tool call with the same arguments, this many
 NO_PROGRESS_WINDOW = 30
 # Anthropic adds a tool-use system prompt of a few hundred tokens when tools are given.
 TOOL_USE_OVERHEAD_TOKENS = 500
+SUMMARY_MAX_TOKENS = 1024  # a summary's output (summary.py asks for at most this)
 
 
 def precheck(work: Work) -> None:
@@ -79,10 +81,13 @@ def estimate_next_cost(work: Work) -> Decimal:
     """An upper bound for the next call: the whole untrimmed conversation, the tool schemas,
     and max_tokens of output. Bytes, not characters, so non-Latin text is not underestimated.
     Scripted runs are priced by the same table, so cost limits behave the same in demos."""
+    config = work.agent_config
     tokens = request_chars(work) // 3 + 1 + TOOL_USE_OVERHEAD_TOKENS
-    return pricing.estimate_max_cost(
-        work.agent_config["model"], tokens, work.agent_config.get("max_tokens", 1024)
-    )
+    cost = pricing.estimate_max_cost(config["model"], tokens, config.get("max_tokens", 1024))
+    if config.get("summarise_context") and tokens > context_budget(config):
+        # The call may be preceded by a summary of the older turns, which reads about as much.
+        cost += pricing.estimate_max_cost(config["model"], tokens, SUMMARY_MAX_TOKENS)
+    return cost
 
 
 def terminate(work: Work, reason: str, detail: str = "", *, output: str = "") -> None:

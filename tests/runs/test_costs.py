@@ -104,7 +104,7 @@ def test_totals_are_the_sums_of_the_model_steps_per_agent_and_day(two_agents):
 
 
 def test_a_discarded_answer_charged_to_the_run_only_is_not_counted(two_agents):
-    # runs/engine/model.py _charge_discarded: the run's counter moves, no step is written.
+    # runs/engine/owned.py charge_discarded: the run's counter moves, no step is written.
     refund = two_agents["refund-desk"][0]
     Run.objects.filter(pk=refund.pk).update(cost_usd=Decimal("10"))
     spent = costs.cost_by_agent(agent="refund-desk").agents[0]
