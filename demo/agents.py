@@ -459,3 +459,45 @@ register(
         gates=GateRules(never_gate=("request_quote",)),
     )
 )
+
+
+# --- Order review (a long run whose older turns are summarised to fit its context) ------------
+class OrderReviewInput(forms.Form):
+    first_order = forms.IntegerField(min_value=1, max_value=390, initial=40)
+    count = forms.IntegerField(min_value=2, max_value=10, initial=10)
+
+
+def order_review_script(data: dict) -> list:
+    first, count = data["first_order"], data["count"]
+    orders = range(first, first + count)
+    return [
+        *([text(f"Next, order {n}."), tool_use("lookup_order", order_id=n)] for n in orders),
+        [text(f"Reviewed orders {first} to {first + count - 1}: none needs a refund.")],
+    ]
+
+
+register(
+    Agent(
+        slug="order-review",
+        title="Order review",
+        description=(
+            "Looks at a range of orders one by one. Its context is small on purpose: the "
+            "oldest lookups are summarised by a model call (a step in the trace) as it goes."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You review shop orders one at a time with lookup_order and say at the end which "
+            "ones need a refund."
+        ),
+        tools=("lookup_order",),
+        input_form=OrderReviewInput,
+        prompt=lambda d: (
+            f"Review orders {d['first_order']} to {d['first_order'] + d['count'] - 1}, one by one."
+        ),
+        script=order_review_script,
+        summary=lambda d: f"orders {d['first_order']}+{d['count']}",
+        limits=Limits(max_steps=14, max_cost_usd=Decimal("0.50"), max_seconds=300),
+        context_budget_tokens=1200,
+        summarise_context=True,
+    )
+)
