@@ -3,8 +3,9 @@
 `plan_calls` validates every proposed call and asks the gate policy about each before any
 runs. Calls without side effects run at once (`run_inline`) and are written with the model's
 step; calls with side effects go through the ledger (ledger.py). `call_tool` is the one
-place a tool is called: under its circuit breaker, with its deadline in its context,
-retrying infrastructure errors as the tool's policy and the run's retry budget allow.
+place a tool is called: under its circuit breaker, with its deadline in its context and
+enforced (deadlines.py: past it the call is abandoned and timed out), retrying
+infrastructure errors as the tool's policy and the run's retry budget allow.
 """
 
 import hashlib
@@ -24,7 +25,7 @@ from agentops.tools import (
 )
 
 from ..models import Step, canonical_json
-from . import awaiting, gates, lease, replaying, retry, terminator
+from . import awaiting, deadlines, gates, lease, replaying, retry, terminator
 from .owned import Work, cfg, renewal
 
 log = logging.getLogger("agentops.engine")
@@ -206,7 +207,9 @@ def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | N
         deadline=time.monotonic() + tool.timeout_seconds,
     )
     try:
-        result = tool.call(args, ctx)
+        # Abandoned past its deadline (deadlines.py): a ToolTimeout, retried like any
+        # infrastructure error, or "outcome unknown" for an effect that cannot be repeated.
+        result = deadlines.call(tool, args, ctx)
     except ToolError as exc:
         breaker.record(tool.name, ok=True)
         return None, str(exc)

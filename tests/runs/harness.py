@@ -188,7 +188,72 @@ def t_export_status(table: str) -> Pending | dict:
     return {"file": f"{table}.csv", "rows": 42}
 
 
+# Calls still to hang, per tool (the t_hang* tools), until RELEASE is set; what each call
+# was given and when it came back, for the deadline tests.
+HANG_LEFT: Counter = Counter()
+RELEASE = threading.Event()
+HUNG: list[dict] = []
+HANG_TIMEOUT = 0.3
+
+
+def _maybe_hang(name: str, key: str = "") -> bool:
+    _count(name)
+    with _calls_lock:
+        hang = HANG_LEFT[name] > 0
+        if hang:
+            HANG_LEFT[name] -= 1
+    if hang:
+        call = {"tool": name, "key": key, "returned": threading.Event()}
+        HUNG.append(call)
+        RELEASE.wait(timeout=30)
+        call["returned"].set()
+    return hang
+
+
+@tool(
+    reversible=True, blast=Blast.NONE, name="t_hang", timeout_seconds=HANG_TIMEOUT, retry=FAST_RETRY
+)
+def t_hang(n: int) -> dict:
+    """A read-only lookup that hangs while HANG_LEFT["t_hang"] > 0."""
+    late = _maybe_hang("t_hang")
+    return {"n": n, "late": late}
+
+
+@tool(
+    reversible=False,
+    blast=Blast.LOW,
+    name="t_hang_notify",
+    timeout_seconds=HANG_TIMEOUT,
+    retry=FAST_RETRY,
+)
+def t_hang_notify(to: str) -> dict:
+    """An effect that cannot de-duplicate retries; hangs while HANG_LEFT says so."""
+    late = _maybe_hang("t_hang_notify")
+    return {"notified": to, "late": late}
+
+
+@tool(
+    reversible=False,
+    blast=Blast.LOW,
+    accepts_idempotency_key=True,
+    name="t_hang_charge",
+    timeout_seconds=HANG_TIMEOUT,
+    retry=FAST_RETRY,
+)
+def t_hang_charge(amount: int, ctx: ToolContext = None) -> dict:
+    """An effect that honours idempotency keys; hangs while HANG_LEFT says so."""
+    HUNG_KEYS.append(ctx.idempotency_key)
+    late = _maybe_hang("t_hang_charge", ctx.idempotency_key)
+    return {"charged": amount, "key": ctx.idempotency_key, "late": late}
+
+
+HUNG_KEYS: list[str] = []
+
+
 TEST_TOOLS = (
+    "t_hang",
+    "t_hang_notify",
+    "t_hang_charge",
     "t_start",
     "t_export",
     "t_export_status",

@@ -140,9 +140,11 @@ def test_a_crash_after_the_summary_resumes_from_the_timeline(summarising, script
     crashed = []
 
     def crash_once_after_summary(request):
-        if request.metadata.get("purpose") != "summary" and SUMMARY_MARK in str(
-            request.messages[0]
-        ) and not crashed:
+        if (
+            request.metadata.get("purpose") != "summary"
+            and SUMMARY_MARK in str(request.messages[0])
+            and not crashed
+        ):
             crashed.append(request)
             raise RuntimeError("worker died")
 
