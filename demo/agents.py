@@ -1,6 +1,8 @@
 """The demo agents: an SQL analyst, a refund desk (its default refund is gated), an order
-inquiry desk that asks the operator instead of guessing, and a complaint triage whose verdict
-launches the refund desk (a chained run)."""
+inquiry desk that asks the operator instead of guessing, a complaint triage whose verdict
+launches the refund desk (a chained run), a supplier quote that waits for a reply, an order
+review whose small context is summarised as it goes, and a stock check whose first supplier's
+API hangs past the tool's deadline."""
 
 import json
 import re
@@ -499,5 +501,67 @@ register(
         limits=Limits(max_steps=14, max_cost_usd=Decimal("0.50"), max_seconds=300),
         context_budget_tokens=1200,
         summarise_context=True,
+    )
+)
+
+
+# --- Stock check (a supplier's API hangs: the call is abandoned at its deadline) ---------------
+class StockCheckInput(forms.Form):
+    product = forms.CharField(max_length=200, initial="M4 hex bolts, stainless")
+    first_supplier = forms.EmailField(initial="api@slow-parts.example", max_length=254)
+    second_supplier = forms.EmailField(initial="sales@acme-parts.example", max_length=254)
+
+
+def stock_check_script(data: dict) -> list:
+    def conclude(messages):
+        result = last_tool_result(messages)
+        if isinstance(result, dict) and "in_stock" in result:
+            return [text(f"{result['supplier']} has {result['in_stock']} in stock.")]
+        return [text(f"Neither supplier answered: {result}")]
+
+    def second(messages):
+        result = last_tool_result(messages)
+        note = "did not answer in time" if "timed out" in str(result) else "answered"
+        return [
+            text(f"{data['first_supplier']} {note}; I'll ask {data['second_supplier']}."),
+            tool_use(
+                "check_supplier_stock", supplier=data["second_supplier"], product=data["product"]
+            ),
+        ]
+
+    return [
+        [
+            text(f"I'll ask {data['first_supplier']} first."),
+            tool_use(
+                "check_supplier_stock", supplier=data["first_supplier"], product=data["product"]
+            ),
+        ],
+        second,
+        conclude,
+    ]
+
+
+register(
+    Agent(
+        slug="stock-check",
+        title="Stock check",
+        description=(
+            "Asks suppliers' stock APIs for a product. The first one's API hangs: the engine "
+            "abandons the call at its 2 s deadline, retries once, and the agent moves on."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You find a supplier with the product in stock. Ask one supplier at a time with "
+            "check_supplier_stock; if one does not answer, ask the next."
+        ),
+        tools=("check_supplier_stock",),
+        input_form=StockCheckInput,
+        prompt=lambda d: (
+            f"Who has {d['product']} in stock? Ask {d['first_supplier']}, "
+            f"then {d['second_supplier']} if needed."
+        ),
+        script=stock_check_script,
+        summary=lambda d: f"{d['product']} · {d['first_supplier']}",
+        limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=120),
     )
 )

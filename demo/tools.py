@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from pydantic import EmailStr, Field
 
-from agentops.tools import Blast, Pending, ToolContext, ToolError, tool
+from agentops.tools import Blast, Pending, RetryPolicy, ToolContext, ToolError, tool
 
 from . import shop
 from .models import Refund
@@ -218,6 +218,27 @@ def request_quote(
         deadline=timedelta(hours=1),
         result={"sent_to": supplier},
     )
+
+
+# Suppliers whose stock API hangs (the demo of enforced deadlines: check_supplier_stock).
+HANGING_SUPPLIER_DOMAINS = ("slow-parts.example",)
+HANG_SECONDS = 30
+
+
+@tool(
+    reversible=True,
+    blast=Blast.NONE,
+    timeout_seconds=2,
+    retry=RetryPolicy(max_attempts=2, base_seconds=0.2, max_seconds=0.5),
+)
+def check_supplier_stock(supplier: EmailStr, product: str = Field(max_length=200)) -> dict:
+    """Ask a supplier's stock API how many units of a product it has. Read-only."""
+    if supplier.rsplit("@", 1)[-1] in HANGING_SUPPLIER_DOMAINS:
+        # Their API accepts the connection and never answers; the engine abandons the call
+        # at its deadline (2 s) and retries once, then tells the agent it timed out.
+        time.sleep(HANG_SECONDS)
+    units = sum(map(ord, supplier + product)) % 900 + 100
+    return {"supplier": supplier, "product": product, "in_stock": units}
 
 
 def tool_result_json(value) -> str:

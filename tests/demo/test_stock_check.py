@@ -1,0 +1,28 @@
+"""The stock-check demo: a supplier's API hangs, the call is abandoned at its deadline and
+retried once, and the agent asks the next supplier. Transactional: the call runs on a tool
+thread (runs/engine/deadlines.py)."""
+
+import time
+
+import pytest
+
+from runs import engine
+from runs.models import Run
+
+from .test_demo_flows import launch_default
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_hanging_supplier_times_out_and_the_agent_asks_the_next(operator, no_enqueue):
+    run = launch_default("stock-check", operator)
+    started = time.monotonic()
+    assert engine.advance(run.pk, time_slice=60) == Run.Status.SUCCEEDED
+    took = time.monotonic() - started
+    assert took < 2 * 2.5 + 1.5  # two 2 s deadlines and their grace, not the 30 s hang
+    slow, fast = [s.data for s in run.steps.filter(kind="tool").order_by("seq")]
+    assert slow["is_error"] and slow["attempts"] == 2
+    assert slow["error"] == "check_supplier_stock timed out after 2s (after 2 attempts)"
+    assert not fast["is_error"] and fast["result"]["in_stock"] > 0
+    run.refresh_from_db()
+    assert "sales@acme-parts.example has" in run.output
