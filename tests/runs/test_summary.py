@@ -6,6 +6,7 @@ import dataclasses
 from decimal import Decimal
 
 import pytest
+from django.urls import reverse
 
 from agentops.agents import register
 from agentops.llm import LLMTransientError
@@ -15,10 +16,10 @@ from history.replay import replay
 from runs import engine
 from runs.engine import terminator
 from runs.engine.conversation import SUMMARY_MARK
-from runs.models import Run, Step
+from runs.models import Run, Step, canonical_json
 from tests.demo.test_demo_flows import launch_default
 
-from .harness import AGENT, CALLS, drive, tool_steps
+from .harness import AGENT, CALLS, drive, tamper, tool_steps
 from .test_engine import _assert_tool_pairs_intact
 from .test_terminator import decide
 
@@ -215,3 +216,17 @@ def test_the_demo_order_review_summarises_and_replays_identically(operator, no_e
     result = replay(run)
     assert result.identical, result.summary
     assert any(s.startswith("summary of") for s in result.replayed)
+
+
+def test_the_run_page_shows_the_summary_step_escaped(client, viewer, operator, no_enqueue):
+    run = launch_default("order-review", operator)
+    engine.advance(run.pk, time_slice=30)
+    summary = summaries(run)[0]
+    # As untrusted as any model output: a summary that quotes markup stays text.
+    forged = {**summary.data, "summary": "<b>x</b> ok"}
+    tamper("UPDATE runs_step SET data = %s WHERE id = %s", [canonical_json(forged), summary.pk])
+    client.force_login(viewer)
+    html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert f'id="step-{summary.seq}" data-seq="{summary.seq}" data-kind="summary"' in html
+    assert "context summarised" in html and "8 message(s)" in html
+    assert "&lt;b&gt;x&lt;/b&gt; ok" in html and "<b>x</b>" not in html
