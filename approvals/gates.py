@@ -92,7 +92,7 @@ def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) 
         kind=Approval.Kind.QUESTION,
         tool=tool.name,
         question=(
-            f"A worker stopped while calling {tool.name}, which cannot de-duplicate retries. "
+            f"{_why_unknown(item, tool)}, and {tool.name} cannot de-duplicate retries. "
             f"Did this {tool.name} call take effect?"
         ),
         options=["happened", "did_not_happen"],
@@ -102,6 +102,15 @@ def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) 
         suffix=f":unknown:{effect.attempts}",
     )
     return str(approval.pk)
+
+
+def _why_unknown(item: dict, tool: Tool) -> str:
+    """What left the outcome unknown: the call's own failure (a timeout, a dropped connection:
+    runs/engine/ledger.py notes it), else a worker that stopped during the call."""
+    because = item.get("unknown_because")
+    if because:
+        return f"The {tool.name} call failed without saying whether it took effect ({because})"
+    return f"A worker stopped while calling {tool.name}"
 
 
 def pending_count(run: Run) -> int:

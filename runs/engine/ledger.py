@@ -56,7 +56,8 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
             run.retry_count,
             retry_blindly=effect is None or tool.accepts_idempotency_key,
         )
-    except OutcomeUnknown:
+    except OutcomeUnknown as exc:
+        item["unknown_because"] = str(exc)  # the question says why (a timeout, a dropped call)
         outcome_unknown(work, item, tool, effect)
     record_tool_result(
         work,
@@ -104,6 +105,7 @@ def _intent(work: Work, item: dict, tool: Tool, args: dict, key: str) -> SideEff
     # An intent without an outcome: a worker died between the call and its record.
     cleared = item.get("cleared_at_attempt") == effect.attempts
     if not (cleared or tool.accepts_idempotency_key):
+        item.pop("unknown_because", None)  # this time the worker stopped
         outcome_unknown(work, item, tool, effect)
     SideEffect.objects.filter(pk=effect.pk).update(
         status=SideEffect.Status.INTENT, attempts=F("attempts") + 1

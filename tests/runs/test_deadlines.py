@@ -100,6 +100,7 @@ def test_an_overrunning_effect_without_keys_asks_whether_it_happened(launch, scr
     assert effect.status == SideEffect.Status.UNKNOWN
     approval = Approval.objects.get(run=run, status=Approval.Status.PENDING)
     assert approval.side_effect_id == effect.pk
+    assert f"t_hang_notify timed out after {HANG_TIMEOUT:g}s" in approval.question
     release_abandoned_calls()
     # Its late success writes nothing: the person's answer decides.
     assert not run.steps.filter(kind=Step.Kind.TOOL).exists()
