@@ -23,6 +23,7 @@ CONVERSATION_KINDS = [
 ]
 # How the summary of the older turns starts, in the first user message (summary.py).
 SUMMARY_MARK = "[Summary of the earlier conversation"
+MIN_SUMMARY_TURNS = 2
 
 
 def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
@@ -137,7 +138,8 @@ def summary_cut(messages: list[dict], budget_tokens: int, *, chars: int) -> int:
     """How many messages after the first (the goal) to summarise: 0 while the conversation
     fits the budget; else the oldest whole turns (an assistant message and the user message
     answering it, so a tool_use keeps its tool_result) until the rest is at most half the
-    budget, always keeping the last turn. Half: a summary covers many turns and is rare."""
+    budget, always keeping the last turn. Half: a summary covers many turns and is rare;
+    0 too when it would cover fewer than MIN_SUMMARY_TURNS."""
     if chars // 3 + 1 <= budget_tokens or len(messages) <= 3:
         return 0
     rest = chars - len(canonical_json(messages[0]))
@@ -146,7 +148,9 @@ def summary_cut(messages: list[dict], budget_tokens: int, *, chars: int) -> int:
         for message in messages[1 + covered : 3 + covered]:
             rest -= len(canonical_json(message)) + 1
         covered += 2
-    return covered
+    # Fewer turns are left out (fit_context) rather than summarised: a summary call per turn
+    # would read as much as the turns it saves.
+    return covered if covered >= 2 * MIN_SUMMARY_TURNS else 0
 
 
 def apply_summary(

@@ -230,3 +230,19 @@ def test_the_run_page_shows_the_summary_step_escaped(client, viewer, operator, n
     assert f'id="step-{summary.seq}" data-seq="{summary.seq}" data-kind="summary"' in html
     assert "context summarised" in html and "8 message(s)" in html
     assert "&lt;b&gt;x&lt;/b&gt; ok" in html and "<b>x</b>" not in html
+
+
+def test_too_few_turns_to_summarise_are_left_out_instead():
+    from runs.engine.conversation import summary_cut
+
+    goal = {"role": "user", "content": "goal"}
+    turn = [
+        {"role": "assistant", "content": [text("x" * 3000)]},
+        {"role": "user", "content": [{"type": "text", "text": "y" * 3000}]},
+    ]
+    two_turns = [goal, *turn, *turn]
+    chars = len(canonical_json(two_turns))
+    # Only the first turn could go: not worth a summary call.
+    assert summary_cut(two_turns, 1500, chars=chars) == 0
+    three_turns = [*two_turns, *turn]
+    assert summary_cut(three_turns, 1500, chars=len(canonical_json(three_turns))) == 4
