@@ -5,7 +5,9 @@
 - owned.py: the run a worker owns: what it holds, and the writes it makes under its lease
 - model.py: asking the model, with retries, and recording its answer with what follows it
 - conversation.py: the model's conversation rebuilt from the timeline, fitted to the budget
+- summary.py: past the budget, the oldest turns summarised by a model call (when declared)
 - tools.py: planning the calls the model asked for, calling a tool, describing the call
+- deadlines.py: a tool call on a pool thread, abandoned as timed out past its deadline
 - ledger.py: calls with side effects happen once (intent, outcome, "outcome unknown")
 - humans.py: gated calls, questions and "continue?" checkpoints; applying decisions
 - gates.py: the interface through which the approvals app says what needs a person
@@ -16,8 +18,8 @@
 
 Deadlines are enforced here, not by Celery (its time limits do not apply on the threads
 pool): a task works one time slice, a run stops at max_seconds, a model call has the
-provider's timeout, a tool gets a deadline in its context; a worker that hangs or dies stops
-renewing its lease, and the sweep hands the run to another worker.
+provider's timeout, a tool call is abandoned at its deadline (deadlines.py); a worker that
+hangs or dies stops renewing its lease, and the sweep hands the run to another worker.
 
 Tasks, views and tests call the names below; the rest is the parts' own.
 """
