@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core import signing
 
 from agentops.circuit import CircuitBreaker
+from agentops.verification import json_schema
 
 # Signs a pending operation's callback token (runs/pending.py checks it).
 CALLBACK_SALT = "agentops.pending.callback"
@@ -127,6 +128,8 @@ class Tool:
     # How the call's effect reads to a person ("Refund 600.00 on order 42"): a format string
     # over the parsed arguments or a function of them; see `effect`.
     describe: "str | Callable[[dict], str] | None" = None
+    # The JSON schema its result must match (README "Output validation"); None: unchecked.
+    output_schema: dict | None = None
 
     @property
     def has_side_effects(self) -> bool:
@@ -219,10 +222,13 @@ def tool(
     on_reject: str = "tell_agent",
     name: str | None = None,
     describe: str | Callable[[dict], str] | None = None,
+    output_schema: "dict | type[pydantic.BaseModel] | None" = None,
 ) -> Callable[[Callable], Callable]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
-    parsed arguments ("Send {subject!r} to {to}") or a function of them."""
+    parsed arguments ("Send {subject!r} to {to}") or a function of them. `output_schema`
+    (a JSON schema or a pydantic model) is what its result must match: a result that does
+    not is a guard step, and the model gets an error instead."""
 
     def register(fn: Callable) -> Callable:
         tool_name = name or fn.__name__
@@ -254,6 +260,7 @@ def tool(
             on_reject=on_reject,
             wants_ctx=wants_ctx,
             describe=describe,
+            output_schema=json_schema(output_schema) if output_schema is not None else None,
         )
         return fn
 

@@ -104,6 +104,29 @@ def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) 
     return str(approval.pk)
 
 
+def open_verification_question(run: Run, failed: dict) -> str:
+    """A final answer failed its verifier as often as allowed and a person decides
+    (Verifier(on_fail="person")); the approval's id. Free text, so "send back" can carry a
+    note: "accept" and "fail" are the two words the engine reads as such."""
+    approval = _open(
+        run,
+        {"llm_seq": failed["llm_seq"], "id": f"verify:{failed['llm_seq']}", "args": {}},
+        kind=Approval.Kind.QUESTION,
+        tool="",
+        question=(
+            f"The agent's final answer failed verification by {failed['verifier']} "
+            f"{failed['attempts']} time(s): {failed['reason']}\n"
+            'Answer "accept" to accept the answer as it is, "fail" to fail the run, or write '
+            "a note to send the answer back to the agent with it."
+        ),
+        options=[],
+        explanation=f"verification failed: {failed['reason']}"[:1000],
+        risk=Approval.Risk.MEDIUM,
+        context=str(failed["output"])[:4000],
+    )
+    return str(approval.pk)
+
+
 def pending_count(run: Run) -> int:
     return Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
 

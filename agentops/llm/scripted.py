@@ -23,20 +23,30 @@ def tool_use(name: str, **args) -> dict:
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, turns: Sequence[Turn], *, latency: float = 0.0):
+    def __init__(
+        self, turns: Sequence[Turn], *, latency: float = 0.0, verifier_turns: Sequence[Turn] = ()
+    ):
         self.turns = list(turns)
         self.latency = latency
+        # A verifier's model calls (metadata purpose "verify") are answered from these, one
+        # per attempt, so they never shift the agent's own turns.
+        self.verifier_turns = list(verifier_turns)
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         started = time.monotonic()
         if self.latency:
             time.sleep(self.latency)
-        index = request.metadata.get("turn", 0)
-        if index < len(self.turns):
-            turn = self.turns[index]
+        if request.metadata.get("purpose") == "verify":
+            turns, index = self.verifier_turns, request.metadata.get("attempt", 1) - 1
+            fallback = "PASS"
+        else:
+            turns, index = self.turns, request.metadata.get("turn", 0)
+            fallback = "Done."
+        if index < len(turns):
+            turn = turns[index]
             content = turn(request.messages) if callable(turn) else turn
         else:
-            content = [text("Done.")]
+            content = [text(fallback)]
         # Fresh ids each call, like a real model; the engine persists them with the step.
         content = [
             {**b, "id": f"toolu_{uuid.uuid4().hex[:20]}"} if b.get("type") == "tool_use" else b

@@ -12,7 +12,14 @@ from ..models import Run, Step, canonical_json
 
 TOOL_RESULT_MAX_CHARS = 20_000  # what the model sees; the timeline keeps the full result
 # The steps the model's conversation is rebuilt from.
-CONVERSATION_KINDS = [Step.Kind.LLM, Step.Kind.TOOL, Step.Kind.STATUS, Step.Kind.PENDING]
+CONVERSATION_KINDS = [
+    Step.Kind.LLM,
+    Step.Kind.TOOL,
+    Step.Kind.STATUS,
+    Step.Kind.PENDING,
+    Step.Kind.VERIFY,
+    Step.Kind.GUARD,
+]
 
 
 def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
@@ -49,6 +56,9 @@ def messages(rows) -> list[dict]:
             out.append({"role": "assistant", "content": data["content"]})
         elif kind == Step.Kind.PENDING:
             texts.append({"type": "text", "text": pending_report(data)})
+        elif kind in (Step.Kind.VERIFY, Step.Kind.GUARD):
+            if data.get("told"):  # a failed check the agent was sent back with
+                texts.append({"type": "text", "text": data["told"]})
         elif kind == Step.Kind.TOOL:
             last = out[-1] if out else None
             if (

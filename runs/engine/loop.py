@@ -29,7 +29,7 @@ from ..models import (
     Step,
     canonical_json,
 )
-from . import awaiting, gates, humans, lease, ledger, model, replaying, terminator
+from . import awaiting, gates, humans, lease, ledger, model, replaying, terminator, verification
 from .conversation import CONVERSATION_KINDS, messages
 from .owned import StepAgain, Stop, Work, cfg, initial_state
 from .tools import ASK_OPERATOR
@@ -200,6 +200,8 @@ def step(work: Work) -> None:
     try:
         if work.state["pending"]:
             _next_pending_call(work)
+        elif "checking" in work.state:
+            verification.check(work)  # a final answer the agent declared checks for
         else:
             # An operator may have cancelled the run since our last write: stop before paying
             # for another model call (and hold the lease for as long as that call may take).

@@ -22,6 +22,7 @@ from agentops.tools import (
     breaker,
     get_tool,
 )
+from agentops.verification import schema_errors
 
 from ..models import Step, canonical_json
 from . import awaiting, gates, lease, replaying, retry, terminator
@@ -119,7 +120,7 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
         ):
             break
         else:
-            steps.append(_inline_call(work, item, tool, errors))
+            steps.extend(_inline_call(work, item, tool, errors))
         left.pop(0)
     counters.update(errors)
     counters.update(renewal(model_call_next=not left))
@@ -127,12 +128,13 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
     return tuple(steps)
 
 
-def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> tuple[str, dict, dict]:
+def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> list[tuple[str, dict, dict]]:
     lease.still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
     key = idempotency_key(work.run.pk, item["llm_seq"], item["index"], tool.name, item["args"])
     result, error, attempts, duration_ms = call_tool(
         work, tool, item["args"], key, errors["retry_count"]
     )
+    error, guard = guard_output(tool, item, result, error)
     data = tool_step(
         errors,
         item,
@@ -142,7 +144,37 @@ def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> tuple[str,
         duration_ms=duration_ms,
         args=item["args"],
     )
-    return (Step.Kind.TOOL, data, {"latency_ms": duration_ms})
+    steps = [(Step.Kind.TOOL, data, {"latency_ms": duration_ms})]
+    if guard is not None:
+        data["rejected_output"] = result
+        steps.append((Step.Kind.GUARD, guard, {}))
+    return steps
+
+
+def guard_output(
+    tool: Tool, item: dict, result: Any, error: str | None
+) -> tuple[str | None, dict | None]:
+    """A result that breaks the tool's declared output schema becomes an error the model
+    sees, with a guard step saying why: (the call's error, the guard step's data or None).
+    Tools without a schema pay one attribute read."""
+    if tool.output_schema is None or error is not None or awaiting.was_pending(result):
+        return error, None
+    errors = schema_errors(tool.output_schema, result)
+    if not errors:
+        return None, None
+    guard = {
+        "subject": f"{tool.name} output",
+        "tool": tool.name,
+        "tool_use_id": item["id"],
+        "check": "output schema",
+        "passed": False,
+        "errors": errors,
+    }
+    message = (
+        f"{tool.name} returned a result that does not match its output schema, so it is not "
+        f"used: {'; '.join(errors)}"
+    )
+    return message, guard
 
 
 class OutcomeUnknown(Exception):
