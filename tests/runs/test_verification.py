@@ -16,6 +16,7 @@ from agentops.tools import Blast, tool
 from agentops.verification import Verifier
 from approvals import decisions
 from approvals.models import Approval
+from history.replay import replay
 from runs import engine
 from runs.models import Run, SideEffect, Step
 
@@ -359,3 +360,39 @@ def test_an_agent_without_checks_pays_nothing_for_them(launch, script):
     ended, answer = run.steps.order_by("-seq")[:2]
     assert answer.kind == Step.Kind.LLM and ended.data["event"] == "terminated"
     assert not run.steps.filter(kind__in=(Step.Kind.VERIFY, Step.Kind.GUARD)).exists()
+
+
+# --- replay ---------------------------------------------------------------------------------------
+def test_a_model_verifier_is_answered_from_the_recording_in_a_replay(agent_with, script):
+    script(
+        [[text("41")], [text("42")]],
+        verifier_turns=[[text("FAIL: off by one")], [text("PASS")]],
+    )
+    run = agent_with(verifier=Verifier(prompt="Check it."))
+    engine.advance(run.pk, time_slice=30)
+    run.refresh_from_db()
+    script([])  # a replay must not ask any model: the recording answers
+    result = replay(run)
+    assert result.identical, result.summary
+    assert result.compared == run.last_seq
+
+
+def test_a_person_s_verdict_is_replayed_from_the_recording(agent_with, script, approver):
+    run, approval = failed_to_person(agent_with, script, [text("42")])
+    decisions.decide(approval.pk, user=approver, decision="answer", answer="Recount.")
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    run.refresh_from_db()
+    result = replay(run)
+    assert result.identical, result.summary
+    assert Approval.objects.filter(run__trigger=Run.Trigger.REPLAY).count() == 0
+
+
+def test_a_rejected_tool_output_replays_the_same(agent_with, script):
+    script([[tool_use("t_shaped", n=-1)], [text("ok")]])
+    run = agent_with()
+    engine.advance(run.pk, time_slice=30)
+    run.refresh_from_db()
+    calls = harness.CALLS["t_shaped"]
+    result = replay(run)
+    assert result.identical, result.summary
+    assert harness.CALLS["t_shaped"] == calls  # the recording answered
