@@ -48,6 +48,9 @@ class Verifier:
     max_attempts: int = 2
     on_fail: str = "agent"
     name: str = ""  # how the step names it; the check's or tool's name by default
+    # Check each successful call of these tools instead of the final answer: `result.output`
+    # is then the call as JSON, {"tool", "args", "result"}; passing, the run goes on.
+    after_tools: tuple[str, ...] = ()
 
     def __post_init__(self):
         ways = (
@@ -90,7 +93,22 @@ class Verifier:
         if self.prompt:
             out["prompt"] = self.prompt
             out["model"] = self.model or agent_model
+        if self.after_tools:
+            out["after_tools"] = list(self.after_tools)
         return out
+
+
+def checks_final_answer(config: dict) -> bool:
+    """Whether an agent's snapshot has its final answers checked before the run may end."""
+    return "output_schema" in config or (
+        "verifier" in config and not config["verifier"].get("after_tools")
+    )
+
+
+def checks_call(config: dict, tool: str) -> bool:
+    """Whether a successful call of `tool` is checked by the agent's verifier."""
+    verifier = config.get("verifier")
+    return verifier is not None and tool in verifier.get("after_tools", ())
 
 
 def json_schema(schema: dict | type[pydantic.BaseModel]) -> dict:

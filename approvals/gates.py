@@ -110,11 +110,11 @@ def open_verification_question(run: Run, failed: dict) -> str:
     note: "accept" and "fail" are the two words the engine reads as such."""
     approval = _open(
         run,
-        {"llm_seq": failed["llm_seq"], "id": f"verify:{failed['llm_seq']}", "args": {}},
+        {"llm_seq": failed["llm_seq"], "id": failed["key"], "args": {}},
         kind=Approval.Kind.QUESTION,
         tool="",
         question=(
-            f"The agent's final answer failed verification by {failed['verifier']} "
+            f"The agent's {failed['subject']} failed verification by {failed['verifier']} "
             f"{failed['attempts']} time(s): {failed['reason']}\n"
             'Answer "accept" to accept the answer as it is, "fail" to fail the run, or write '
             "a note to send the answer back to the agent with it."

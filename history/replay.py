@@ -268,7 +268,7 @@ class _RecordedGates:
         raise RecordingEnded("replay does not follow an 'outcome unknown' question")
 
     def open_verification_question(self, run: Run, failed: dict) -> str:
-        data = self.recording.gates_by_use.get(f"verify:{failed['llm_seq']}")
+        data = self.recording.gates_by_use.get(failed["key"])
         if data is None:
             raise RecordingEnded("the recorded run did not ask a person about this verification")
         run.append_step(Step.Kind.GATE, data)

@@ -69,7 +69,8 @@ class Gates(Protocol):
 
     def open_verification_question(self, run: Run, failed: dict) -> str:
         """Ask a person what to do with a final answer that failed verification as often as
-        the verifier allows (`failed`: llm_seq, verifier, reason, attempts, output): answer
+        the verifier allows (`failed`: key, llm_seq, subject, verifier, reason, attempts,
+        output; `key` names the question, one per checked answer or call): answer
         "accept", "fail", or a note that sends it back to the agent. The approval id."""
 
     def pending_count(self, run: Run) -> int:

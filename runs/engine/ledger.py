@@ -183,6 +183,7 @@ def record_tool_result(
             "result": {"error": data["error"]} if data["is_error"] else {"result": data["result"]},
         }
     work.state["pending"] = pending = work.state["pending"][1:]
+    tools.check_after(work, item, data)
     update = {**counters, **renewal(model_call_next=not pending)}
     try:
         # With a ledger entry, its outcome commits with the step, in the step's one statement.

@@ -198,10 +198,11 @@ def step(work: Work) -> None:
     """One unit of progress: run the next pending tool call, or make the next model call."""
     logs.set_seq(work.run.last_seq + 1)
     try:
-        if work.state["pending"]:
+        if "checking" in work.state:
+            # A final answer or a call the agent declared checks for, before anything else.
+            verification.check(work)
+        elif work.state["pending"]:
             _next_pending_call(work)
-        elif "checking" in work.state:
-            verification.check(work)  # a final answer the agent declared checks for
         else:
             # An operator may have cancelled the run since our last write: stop before paying
             # for another model call (and hold the lease for as long as that call may take).

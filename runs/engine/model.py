@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from agentops import llm
+from agentops.verification import checks_final_answer
 
 from ..models import Run, Step
 from . import awaiting, gates, lease, owned, retry, terminator, tools
@@ -182,8 +183,7 @@ def _what_follows(
     if not response.tool_uses:
         if work.state.get("awaiting"):
             return ()  # not an answer: the model waits for what it started
-        config = work.agent_config
-        if "verifier" in config or "output_schema" in config:
+        if checks_final_answer(work.agent_config):
             # Checked before the run may end (verification.py), from the next step on, so a
             # resume checks it rather than asking the model again.
             work.state["checking"] = {"llm_seq": work.run.last_seq + 1, "output": response.text}

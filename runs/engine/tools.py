@@ -22,7 +22,7 @@ from agentops.tools import (
     breaker,
     get_tool,
 )
-from agentops.verification import schema_errors
+from agentops.verification import checks_call, schema_errors
 
 from ..models import Step, canonical_json
 from . import awaiting, gates, lease, replaying, retry, terminator
@@ -122,6 +122,8 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
         else:
             steps.extend(_inline_call(work, item, tool, errors))
         left.pop(0)
+        if "checking" in work.state:
+            break  # its check comes next, before the calls after it (verification.py)
     counters.update(errors)
     counters.update(renewal(model_call_next=not left))
     work.state["pending"] = left
@@ -148,7 +150,20 @@ def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> list[tuple
     if guard is not None:
         data["rejected_output"] = result
         steps.append((Step.Kind.GUARD, guard, {}))
+    check_after(work, item, data)
     return steps
+
+
+def check_after(work: Work, item: dict, data: dict) -> None:
+    """A successful call of a tool the agent's verifier checks: its check is due next."""
+    if not data["is_error"] and checks_call(work.agent_config, item["name"]):
+        work.state["checking"] = {
+            "llm_seq": item["llm_seq"],
+            "tool": item["name"],
+            "output": canonical_json(
+                {"tool": item["name"], "args": data["args"], "result": data["result"]}
+            ),
+        }
 
 
 def guard_output(

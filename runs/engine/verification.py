@@ -9,6 +9,8 @@ that asks the model again. Each round is one write: a guard step (the schema), a
 agent is told of a failure is in those steps (`told`), so the conversation rebuilt from the
 timeline has it. A verifier that ran out of attempts with on_fail="person" asks a person
 through the gate interface: accept the answer, send it back with a note, or fail the run.
+A verifier declared `after_tools` checks each successful call of those tools the same way,
+before anything else runs (tools.check_after marks it due); passing, the run goes on.
 """
 
 from typing import Any
@@ -27,14 +29,10 @@ from .owned import Stop, Work, renewal
 ACCEPT, FAIL = "accept", "fail"
 
 
-def declared(config: dict) -> bool:
-    """Whether the agent's final answers are checked (a dict lookup: the plain path's cost)."""
-    return "verifier" in config or "output_schema" in config
-
-
 def check(work: Work) -> None:
-    """Check the final answer the state says is due: end the run, or tell the agent why not
-    (the next step asks the model again), or park it for a person."""
+    """Check the final answer (or a call, for a verifier `after_tools`) the state says is
+    due: end the run, go on, tell the agent why not (the next step asks the model again), or
+    park the run for a person."""
     checking = work.state["checking"]
     if checking.get("approval"):
         _apply_person(work, checking)
@@ -44,7 +42,8 @@ def check(work: Work) -> None:
     result = RunResult(str(work.run.pk), work.run.agent, work.run.input, checking["output"])
     steps: list[tuple[str, dict, dict]] = []
     counters: dict[str, Any] = {}
-    if "output_schema" in config:
+    final = "tool" not in checking
+    if final and "output_schema" in config:
         guard = _output_guard(config, result, failures)
         steps.append((Step.Kind.GUARD, guard, {}))
         if not guard["passed"]:
@@ -52,8 +51,8 @@ def check(work: Work) -> None:
                 detail = f"the final answer failed its schema {guard['attempt']} time(s)"
                 return _end(work, steps, counters, Run.Termination.OUTPUT_INVALID, detail)
             return _send_back(work, steps, counters)
-    if "verifier" in config:
-        verify, columns = _verify(work, config["verifier"], result, failures, counters)
+    if "verifier" in config and (not final or not config["verifier"].get("after_tools")):
+        verify, columns = _verify(work, config["verifier"], checking, result, failures, counters)
         steps.append((Step.Kind.VERIFY, verify, columns))
         if not verify["passed"]:
             if verify["attempt"] < verify["max_attempts"]:
@@ -62,6 +61,9 @@ def check(work: Work) -> None:
                 return _ask_person(work, steps, counters, checking, verify)
             detail = f"{verify['verifier']}: {verify['reason']}"
             return _end(work, steps, counters, Run.Termination.VERIFICATION_FAILED, detail)
+    if not final:
+        failures["verify"] = 0  # each checked call has its own attempts
+        return _go_on(work, steps, counters)
     _end(work, steps, counters, Run.Termination.COMPLETED, output=checking["output"])
 
 
@@ -90,7 +92,7 @@ def _output_guard(config: dict, result: RunResult, failures: dict) -> dict:
 
 
 def _verify(
-    work: Work, declared: dict, result: RunResult, failures: dict, counters: dict
+    work: Work, declared: dict, checking: dict, result: RunResult, failures: dict, counters: dict
 ) -> tuple[dict, dict]:
     """Run the verifier once: its step's data and columns (cost, tokens when a model call)."""
     attempt = failures["verify"] + 1
@@ -101,6 +103,8 @@ def _verify(
         "max_attempts": declared["max_attempts"],
         "on_fail": declared["on_fail"],
     }
+    if "tool" in checking:
+        data["after"] = checking["tool"]
     columns: dict[str, Any] = {}
     agent = get_agent(work.run.agent)
     verifier = agent.verifier if agent is not None else None
@@ -118,7 +122,7 @@ def _verify(
         failures["verify"] = attempt
         data["reason"] = reason[:2000]
         if attempt < declared["max_attempts"]:
-            data["told"] = _told(declared, reason, attempt)
+            data["told"] = _told(declared, checking, reason, attempt)
     return data, columns
 
 
@@ -216,10 +220,12 @@ def _task(work: Work) -> str:
     return "\n".join(b.get("text", "") for b in first if b.get("type") == "text")
 
 
-def _told(declared: dict, reason: str, attempt: int) -> str:
+def _told(declared: dict, checking: dict, reason: str, attempt: int) -> str:
+    what = f"Your call to {checking['tool']}" if "tool" in checking else "Your answer"
+    then = "Correct it." if "tool" in checking else "Correct it and give your final answer again."
     return (
-        f"Your answer did not pass verification ({declared['name']}, attempt {attempt} of "
-        f"{declared['max_attempts']}): {reason}\nCorrect it and give your final answer again."
+        f"{what} did not pass verification ({declared['name']}, attempt {attempt} of "
+        f"{declared['max_attempts']}): {reason}\n{then}"
     )
 
 
@@ -234,6 +240,13 @@ def _send_back(work: Work, steps: list, counters: dict) -> None:
     counters.update(renewal(model_call_next=True))
     _write(work, steps, counters)
     work.add_user_text(steps[-1][1]["told"])
+
+
+def _go_on(work: Work, steps: list, counters: dict) -> None:
+    """A call passed its check (or a person accepted it): the run goes on."""
+    del work.state["checking"]
+    counters.update(renewal(model_call_next=not work.state["pending"]))
+    _write(work, steps, counters)
 
 
 def _end(
@@ -263,7 +276,11 @@ def _ask_person(work: Work, steps: list, counters: dict, checking: dict, verify:
         checking["approval"] = gates.current().open_verification_question(
             work.run,
             {
+                # One question per checked answer or call (a turn may make several calls).
+                "key": f"verify:{checking['llm_seq']}"
+                + (f":{checking['tool']}" if "tool" in checking else ""),
                 "llm_seq": checking["llm_seq"],
+                "subject": f"call to {checking['tool']}" if "tool" in checking else "final answer",
                 "verifier": verify["verifier"],
                 "reason": verify["reason"],
                 "attempts": verify["attempt"],
@@ -285,6 +302,9 @@ def _apply_person(work: Work, checking: dict) -> None:
     answer = decision.answer.strip()
     if decision.status == gates.ANSWERED and answer.casefold() == ACCEPT:
         step = {"event": "accepted", "by": who, "passed": True}
+        if "tool" in checking:
+            _go_on(work, [(Step.Kind.VERIFY, step, {})], {})
+            return
         _end(
             work,
             [(Step.Kind.VERIFY, step, {})],
@@ -296,7 +316,8 @@ def _apply_person(work: Work, checking: dict) -> None:
         # Sent back with a note: the agent answers again, and gets one more verification.
         declared = work.agent_config["verifier"]
         work.state["check_failures"]["verify"] = declared["max_attempts"] - 1
-        note = f"A reviewer ({who}) sent your answer back: {answer}"
+        what = f"your call to {checking['tool']}" if "tool" in checking else "your answer"
+        note = f"A reviewer ({who}) sent {what} back: {answer}"
         step = {"event": "sent_back", "by": who, "passed": False, "note": answer, "told": note}
         _send_back(work, [(Step.Kind.VERIFY, step, {})], {})
         return

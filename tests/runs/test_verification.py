@@ -396,3 +396,52 @@ def test_a_rejected_tool_output_replays_the_same(agent_with, script):
     result = replay(run)
     assert result.identical, result.summary
     assert harness.CALLS["t_shaped"] == calls  # the recording answered
+
+
+# --- after chosen tools ---------------------------------------------------------------------------
+def echoed_ok(result) -> str | None:
+    call = result.json()
+    return None if call["result"]["echo"] == "ok" else f"{call['args']['text']!r} is not ok"
+
+
+def test_a_verifier_after_a_tool_checks_each_call_and_the_run_goes_on(agent_with, script):
+    provider = script(
+        [
+            [tool_use("t_echo", text="bad")],
+            [tool_use("t_echo", text="ok"), tool_use("t_echo", text="worse")],
+            [text("done")],
+        ]
+    )
+    run = agent_with(verifier=Verifier(check=echoed_ok, after_tools=("t_echo",)))
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    assert [e for e in events(run) if e[0] != Step.Kind.STATUS] == [
+        (Step.Kind.LLM, ""),
+        (Step.Kind.TOOL, "t_echo"),
+        (Step.Kind.VERIFY, False),
+        (Step.Kind.LLM, ""),
+        (Step.Kind.TOOL, "t_echo"),
+        (Step.Kind.VERIFY, True),  # checked before the turn's next call runs
+        (Step.Kind.TOOL, "t_echo"),
+        (Step.Kind.VERIFY, False),  # its own first attempt: a pass resets the count
+        (Step.Kind.LLM, ""),  # the final answer: not what this verifier checks
+    ]
+    first = provider.requests[1].messages[-1]["content"]
+    assert first[0]["type"] == "tool_result"
+    assert first[1]["text"].startswith(
+        "Your call to t_echo did not pass verification (echoed_ok, attempt 1 of 2): 'bad' is not ok"
+    )
+    last = provider.requests[2].messages[-1]["content"]
+    assert [b["type"] for b in last] == ["tool_result", "tool_result", "text"]
+    assert "'worse' is not ok" in last[2]["text"]
+    assert engine.conversation(run)[:-1] == provider.requests[2].messages
+    verify = run.steps.filter(kind=Step.Kind.VERIFY).order_by("seq").last().data
+    assert verify["after"] == "t_echo" and verify["attempt"] == 1
+
+
+def test_a_call_that_fails_its_check_too_often_fails_the_run(agent_with, script):
+    script([[tool_use("t_echo", text="bad")], [tool_use("t_echo", text="bad!")], [text("x")]])
+    run = agent_with(verifier=Verifier(check=echoed_ok, after_tools=("t_echo",)))
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.FAILED
+    run.refresh_from_db()
+    assert run.termination_reason == Run.Termination.VERIFICATION_FAILED
+    assert run.step_count == 2
