@@ -445,3 +445,22 @@ def test_a_call_that_fails_its_check_too_often_fails_the_run(agent_with, script)
     run.refresh_from_db()
     assert run.termination_reason == Run.Termination.VERIFICATION_FAILED
     assert run.step_count == 2
+
+
+# --- forks --------------------------------------------------------------------------------------
+def test_a_fork_of_an_unverified_answer_checks_it_or_follows_the_instruction(
+    agent_with, script, approver
+):
+    from history.fork import fork
+
+    script([[text("41")], [text("42")]])
+    run, approval = failed_to_person(agent_with, script, [text("42")])
+    answered = run.steps.get(kind=Step.Kind.LLM).seq  # its checkpoint: the check is due
+    again = fork(run, answered)
+    assert engine.advance(again.pk, time_slice=30) == Run.Status.WAITING
+    asked = Approval.objects.get(run=again)  # the fork's own question, not the origin's
+    assert asked.pk != approval.pk and "the total is 42, not '41'" in asked.question
+    told = fork(run, answered, instruction="Count again.")
+    assert engine.advance(told.pk, time_slice=30) == Run.Status.SUCCEEDED
+    told.refresh_from_db()
+    assert told.output == "42"
