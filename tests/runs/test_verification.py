@@ -16,6 +16,7 @@ from agentops.tools import Blast, tool
 from agentops.verification import Verifier
 from approvals import decisions
 from approvals.models import Approval
+from history.fork import fork
 from history.replay import replay
 from runs import engine
 from runs.models import Run, SideEffect, Step
@@ -197,12 +198,16 @@ def failed_to_person(agent_with, script, *more_turns):
     return run, Approval.objects.get(run=run)
 
 
-def test_out_of_attempts_a_person_is_asked_with_the_reason(agent_with, script, approver):
+def test_out_of_attempts_a_person_is_asked_with_the_reason(agent_with, script, approver, client):
     run, approval = failed_to_person(agent_with, script)
     assert approval.kind == Approval.Kind.QUESTION and approval.status == "pending"
     assert "the total is 42, not '41'" in approval.question
     assert approval.explanation.startswith("verification failed: the total is 42")
     assert approval.context_summary == "41"
+    # The approval card shows why, and the answer in question (escaped: the model wrote it).
+    client.force_login(approver)
+    card = client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "verification failed: the total is 42, not &#x27;41&#x27;" in card
     decisions.decide(approval.pk, user=approver, decision="answer", answer="accept")
     assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
     run.refresh_from_db()
@@ -451,7 +456,6 @@ def test_a_call_that_fails_its_check_too_often_fails_the_run(agent_with, script)
 def test_a_fork_of_an_unverified_answer_checks_it_or_follows_the_instruction(
     agent_with, script, approver
 ):
-    from history.fork import fork
 
     script([[text("41")], [text("42")]])
     run, approval = failed_to_person(agent_with, script, [text("42")])
