@@ -10,12 +10,14 @@ import functools
 import inspect
 import json
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import pydantic
+import typing_extensions  # is_typeddict: both kinds of TypedDict (pydantic needs its own)
 from django.conf import settings
 from django.core import signing
 
@@ -167,7 +169,10 @@ class Tool:
         kwargs = dict(self.args_model.model_validate(args))
         if self.wants_ctx:
             kwargs["ctx"] = ctx
-        return self.fn(**kwargs)
+        result = self.fn(**kwargs)
+        if isinstance(result, pydantic.BaseModel):  # a typed result: recorded as JSON
+            return result.model_dump(mode="json")
+        return result
 
     def effect(self, args: dict) -> str:
         """One line saying what this call would do, from its parsed arguments. The tool's own
@@ -260,11 +265,25 @@ def tool(
             on_reject=on_reject,
             wants_ctx=wants_ctx,
             describe=describe,
-            output_schema=json_schema(output_schema) if output_schema is not None else None,
+            output_schema=json_schema(output_schema) if output_schema is not None else _returns(fn),
         )
         return fn
 
     return register
+
+
+def _returns(fn: Callable) -> dict | None:
+    """The output schema a tool's return annotation gives: a pydantic model or a TypedDict
+    says what the result must be; anything else (dict, Any, none) says nothing checkable."""
+    try:
+        returns = typing.get_type_hints(fn).get("return")
+    except (NameError, TypeError):
+        return None
+    if isinstance(returns, type) and (
+        issubclass(returns, pydantic.BaseModel) or typing_extensions.is_typeddict(returns)
+    ):
+        return pydantic.TypeAdapter(returns).json_schema()
+    return None
 
 
 def get_tool(name: str) -> Tool | None:

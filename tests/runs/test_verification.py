@@ -5,10 +5,12 @@ tool's result that breaks its output schema is a guard step and an error the mod
 
 import dataclasses
 
+import pydantic
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from typing_extensions import TypedDict  # pydantic needs it on Python 3.11
 
 from agentops.agents import register
 from agentops.llm.scripted import text, tool_use
@@ -48,6 +50,28 @@ def t_shaped_effect(n: int) -> dict:
     return {"n": n} if n >= 0 else {"n": None}
 
 
+class Price(pydantic.BaseModel):
+    amount: float
+    currency: str
+
+
+class Stock(TypedDict):
+    sku: str
+    count: int
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_price")
+def t_price(sku: str) -> Price:
+    """A typed result: its schema comes from the return annotation."""
+    return Price(amount=9.5, currency="EUR")
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_stock")
+def t_stock(sku: str) -> Stock:
+    """A TypedDict result that leaves out a key for an unknown sku."""
+    return {"sku": sku, "count": 3} if sku == "A" else {"sku": sku}
+
+
 @tool(reversible=True, blast=Blast.NONE, name="t_total")
 def t_total() -> dict:
     """The true total (what a verifier recomputes)."""
@@ -76,7 +100,7 @@ def agent_with(test_agent, no_enqueue):
     """Register the test agent with these declarations and launch a run of it."""
 
     def launch(**declared):
-        tools = (*test_agent.tools, "t_shaped", "t_shaped_effect", "t_total")
+        tools = (*test_agent.tools, "t_shaped", "t_shaped_effect", "t_total", "t_price", "t_stock")
         agent = register(dataclasses.replace(test_agent, tools=tools, **declared))
         return engine.launch(agent=agent, input={"task": "add up", "script": ""})
 
@@ -468,3 +492,33 @@ def test_a_fork_of_an_unverified_answer_checks_it_or_follows_the_instruction(
     assert engine.advance(told.pk, time_slice=30) == Run.Status.SUCCEEDED
     told.refresh_from_db()
     assert told.output == "42"
+
+
+def test_a_person_accepts_a_call_that_failed_its_check_and_the_run_goes_on(
+    agent_with, script, approver
+):
+    script([[tool_use("t_echo", text="bad")], [text("done")]])
+    verifier = Verifier(check=echoed_ok, after_tools=("t_echo",), max_attempts=1, on_fail="person")
+    run = agent_with(verifier=verifier)
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.WAITING
+    approval = Approval.objects.get(run=run)
+    assert approval.question.startswith("The agent's call to t_echo failed verification")
+    assert approval.tool_use_id.endswith(":t_echo")
+    decisions.decide(approval.pk, user=approver, decision="answer", answer="accept")
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    run.refresh_from_db()
+    assert run.output == "done"  # the final answer, not the accepted call
+
+
+def test_a_tool_s_return_annotation_is_its_output_schema(agent_with, script):
+    provider = script(
+        [[tool_use("t_price", sku="A"), tool_use("t_stock", sku="A"), tool_use("t_stock", sku="B")]]
+    )
+    run = agent_with()
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    price, stock, missing = harness.tool_steps(run)
+    assert price["result"] == {"amount": 9.5, "currency": "EUR"}  # the model, as JSON
+    assert stock["result"] == {"sku": "A", "count": 3}
+    assert missing["is_error"] and "'count' is a required property" in missing["error"]
+    assert run.steps.get(kind=Step.Kind.GUARD).data["tool"] == "t_stock"
+    assert provider.requests[1].messages[-1]["content"][2]["is_error"] is True
