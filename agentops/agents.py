@@ -17,6 +17,7 @@ from django import forms
 from agentops.llm.base import Provider
 from agentops.llm.scripted import ScriptedProvider, Turn
 from agentops.tools import REGISTRY, Tool
+from agentops.verification import Verifier, json_schema
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,12 @@ class Agent:
     # (runs/engine/summary.py), else dropped.
     context_budget_tokens: int = 0
     summarise_context: bool = False
+    # Checked after the model's final answer, before the run may succeed (README
+    # "Verification"); the final answer's JSON schema, or a pydantic model (README "Output
+    # validation"), and how many invalid answers the agent may give before the run fails.
+    verifier: Verifier | None = None
+    output_schema: dict | type | None = None
+    output_attempts: int = 2
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -190,7 +197,9 @@ class Agent:
         return [REGISTRY[name] for name in self.tools]
 
     def scripted_provider(self, input: dict) -> ScriptedProvider:
-        return ScriptedProvider(self.script(input))
+        verifier = self.verifier
+        review = verifier.script(input) if verifier and verifier.script else ()
+        return ScriptedProvider(self.script(input), verifier_turns=review)
 
     def validate_input(self, data: Any) -> tuple[dict | None, dict[str, list[str]]]:
         """(cleaned input, {}) or (None, field errors). The web form and the API share it."""
@@ -252,6 +261,11 @@ class Agent:
             snapshot["context_budget_tokens"] = self.context_budget_tokens
         if self.summarise_context:
             snapshot["summarise_context"] = True
+        if self.verifier is not None:
+            snapshot["verifier"] = self.verifier.as_dict(self.model)
+        if self.output_schema is not None:
+            snapshot["output_schema"] = json_schema(self.output_schema)
+            snapshot["output_attempts"] = self.output_attempts
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
@@ -270,8 +284,24 @@ def register(agent: Agent) -> Agent:
         raise ValueError(f"agent {agent.slug}: on_pending_timeout must be agent or person")
     if agent.context_budget_tokens < 0:
         raise ValueError(f"agent {agent.slug}: context_budget_tokens must not be negative")
+    _check_verification(agent)
     CATALOGUE[agent.slug] = agent
     return agent
+
+
+def _check_verification(agent: Agent) -> None:
+    verifier = agent.verifier
+    if verifier is not None and verifier.tool is not None:
+        tool = REGISTRY.get(verifier.tool[0])
+        if tool is None or tool.has_side_effects:
+            raise ValueError(
+                f"agent {agent.slug}: a verifier's tool must be registered and have no side "
+                f"effects ({verifier.tool[0]!r})"
+            )
+    if agent.output_schema is not None:
+        json_schema(agent.output_schema)  # a bad schema fails here, not in a run
+    if agent.output_attempts < 1:
+        raise ValueError(f"agent {agent.slug}: output_attempts must be at least 1")
 
 
 def _check_follow_ups(agent: Agent) -> None:

@@ -10,16 +10,19 @@ import functools
 import inspect
 import json
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import pydantic
+import typing_extensions  # is_typeddict: both kinds of TypedDict (pydantic needs its own)
 from django.conf import settings
 from django.core import signing
 
 from agentops.circuit import CircuitBreaker
+from agentops.verification import json_schema
 
 # Signs a pending operation's callback token (runs/pending.py checks it).
 CALLBACK_SALT = "agentops.pending.callback"
@@ -127,6 +130,8 @@ class Tool:
     # How the call's effect reads to a person ("Refund 600.00 on order 42"): a format string
     # over the parsed arguments or a function of them; see `effect`.
     describe: "str | Callable[[dict], str] | None" = None
+    # The JSON schema its result must match (README "Output validation"); None: unchecked.
+    output_schema: dict | None = None
 
     @property
     def has_side_effects(self) -> bool:
@@ -164,7 +169,10 @@ class Tool:
         kwargs = dict(self.args_model.model_validate(args))
         if self.wants_ctx:
             kwargs["ctx"] = ctx
-        return self.fn(**kwargs)
+        result = self.fn(**kwargs)
+        if isinstance(result, pydantic.BaseModel):  # a typed result: recorded as JSON
+            return result.model_dump(mode="json")
+        return result
 
     def effect(self, args: dict) -> str:
         """One line saying what this call would do, from its parsed arguments. The tool's own
@@ -219,10 +227,13 @@ def tool(
     on_reject: str = "tell_agent",
     name: str | None = None,
     describe: str | Callable[[dict], str] | None = None,
+    output_schema: "dict | type[pydantic.BaseModel] | None" = None,
 ) -> Callable[[Callable], Callable]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
-    parsed arguments ("Send {subject!r} to {to}") or a function of them."""
+    parsed arguments ("Send {subject!r} to {to}") or a function of them. `output_schema`
+    (a JSON schema or a pydantic model) is what its result must match: a result that does
+    not is a guard step, and the model gets an error instead."""
 
     def register(fn: Callable) -> Callable:
         tool_name = name or fn.__name__
@@ -254,10 +265,25 @@ def tool(
             on_reject=on_reject,
             wants_ctx=wants_ctx,
             describe=describe,
+            output_schema=json_schema(output_schema) if output_schema is not None else _returns(fn),
         )
         return fn
 
     return register
+
+
+def _returns(fn: Callable) -> dict | None:
+    """The output schema a tool's return annotation gives: a pydantic model or a TypedDict
+    says what the result must be; anything else (dict, Any, none) says nothing checkable."""
+    try:
+        returns = typing.get_type_hints(fn).get("return")
+    except (NameError, TypeError):
+        return None
+    if isinstance(returns, type) and (
+        issubclass(returns, pydantic.BaseModel) or typing_extensions.is_typeddict(returns)
+    ):
+        return pydantic.TypeAdapter(returns).json_schema()
+    return None
 
 
 def get_tool(name: str) -> Tool | None:

@@ -113,6 +113,29 @@ def _why_unknown(item: dict, tool: Tool) -> str:
     return f"A worker stopped while calling {tool.name}"
 
 
+def open_verification_question(run: Run, failed: dict) -> str:
+    """A final answer failed its verifier as often as allowed and a person decides
+    (Verifier(on_fail="person")); the approval's id. Free text, so "send back" can carry a
+    note: "accept" and "fail" are the two words the engine reads as such."""
+    approval = _open(
+        run,
+        {"llm_seq": failed["llm_seq"], "id": failed["key"], "args": {}},
+        kind=Approval.Kind.QUESTION,
+        tool="",
+        question=(
+            f"The agent's {failed['subject']} failed verification by {failed['verifier']} "
+            f"{failed['attempts']} time(s): {failed['reason']}\n"
+            'Answer "accept" to accept the answer as it is, "fail" to fail the run, or write '
+            "a note to send the answer back to the agent with it."
+        ),
+        options=[],
+        explanation=f"verification failed: {failed['reason']}"[:1000],
+        risk=Approval.Risk.MEDIUM,
+        context=str(failed["output"])[:4000],
+    )
+    return str(approval.pk)
+
+
 def pending_count(run: Run) -> int:
     return Approval.objects.filter(run=run, status=Approval.Status.PENDING).count()
 

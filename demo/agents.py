@@ -1,8 +1,9 @@
 """The demo agents: an SQL analyst, a refund desk (its default refund is gated), an order
 inquiry desk that asks the operator instead of guessing, a complaint triage whose verdict
 launches the refund desk (a chained run), a supplier quote that waits for a reply, an order
-review whose small context is summarised as it goes, and a stock check whose first supplier's
-API hangs past the tool's deadline."""
+review whose small context is summarised as it goes, a stock check whose first supplier's
+API hangs past the tool's deadline, and a revenue check whose answer is validated and
+verified before the run may succeed."""
 
 import json
 import re
@@ -14,6 +15,7 @@ from django import forms
 import approvals.gates  # noqa: F401  (registers ask_operator)
 from agentops.agents import Agent, FollowUp, GateRules, Limits, RunResult, register
 from agentops.llm.scripted import text, tool_use
+from agentops.verification import Verifier
 
 from . import tools  # noqa: F401  (registers the tools)
 
@@ -563,5 +565,101 @@ register(
         script=stock_check_script,
         summary=lambda d: f"{d['product']} · {d['first_supplier']}",
         limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=120),
+    )
+)
+
+
+# --- Revenue check (its answer is checked: an output schema, then a verifier) ---------------
+class RevenueCheckInput(forms.Form):
+    question = forms.CharField(
+        max_length=500,
+        initial="What is the shop's total revenue over all orders?",
+        help_text="A question whose answer is one revenue figure.",
+    )
+
+
+# The figure the verifier recomputes, whatever query the agent ran.
+TOTAL_REVENUE_SQL = "SELECT ROUND(SUM(total), 2) AS revenue, COUNT(*) AS orders FROM orders"
+DELIVERED_REVENUE_SQL = (
+    "SELECT ROUND(SUM(total), 2) AS revenue, COUNT(*) AS orders FROM orders "
+    "WHERE status = 'delivered'"
+)
+REVENUE_ANSWER = {
+    "type": "object",
+    "required": ["revenue", "orders"],
+    "properties": {
+        "revenue": {"type": "number", "minimum": 0},
+        "orders": {"type": "integer", "minimum": 0},
+        "note": {"type": "string", "maxLength": 300},
+    },
+    "additionalProperties": False,
+}
+
+
+def same_revenue(result: RunResult, recomputed: dict) -> str | None:
+    """The verifier's judgement: the answer's figure against the one recomputed over every
+    order (None: they agree to the cent)."""
+    revenue, orders = recomputed["rows"][0]
+    said = result.json()
+    if abs(float(said["revenue"]) - float(revenue)) < 0.005 and said["orders"] == orders:
+        return None
+    return (
+        f"recomputed over all {orders} orders the revenue is {revenue}; the answer says "
+        f"{said['revenue']} over {said['orders']} orders"
+    )
+
+
+def revenue_check_script(data: dict) -> list:
+    def figures(messages) -> tuple:
+        result = last_tool_result(messages) or {}
+        rows = result.get("rows") if isinstance(result, dict) else None
+        return tuple(rows[0]) if rows else (0, 0)
+
+    def prose(messages):
+        revenue, _ = figures(messages)
+        return [text(f"Total revenue is {revenue}.")]
+
+    def as_json(messages):
+        revenue, orders = figures(messages)
+        return [text(json.dumps({"revenue": revenue, "orders": orders}))]
+
+    return [
+        # The mistake the verifier is for: "revenue" counted on delivered orders only.
+        [text("I'll sum the delivered orders."), tool_use("run_query", sql=DELIVERED_REVENUE_SQL)],
+        prose,  # not JSON: the output schema sends it back
+        as_json,  # JSON, but the wrong figure: the verifier sends it back
+        [
+            text("Revenue counts every order, not only delivered ones. Summing them all."),
+            tool_use("run_query", sql=TOTAL_REVENUE_SQL),
+        ],
+        as_json,
+    ]
+
+
+register(
+    Agent(
+        slug="revenue-check",
+        title="Revenue check",
+        description=(
+            "Answers with one revenue figure as JSON; the answer must match a schema, and a "
+            "verifier recomputes the figure with a read-only query before the run may succeed."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You answer revenue questions over the shop database (read-only SQLite). Answer "
+            'with one JSON object: {"revenue": <number>, "orders": <orders counted>}.'
+        ),
+        tools=("list_tables", "describe_table", "run_query"),
+        input_form=RevenueCheckInput,
+        prompt=lambda d: d["question"],
+        script=revenue_check_script,
+        limits=Limits(max_steps=8, max_cost_usd=Decimal("0.30"), max_seconds=120),
+        output_schema=REVENUE_ANSWER,
+        verifier=Verifier(
+            name="revenue recomputed",
+            tool=("run_query", lambda result: {"sql": TOTAL_REVENUE_SQL}),
+            check=same_revenue,
+            max_attempts=2,
+        ),
     )
 )

@@ -34,7 +34,13 @@ def fork(run: Run, seq: int, *, instruction: str = "", by=None) -> Run:
     state = copy.deepcopy(checkpoint.state)
     messages = engine.conversation(run, upto_seq=seq)
     last = messages[-1] if messages else None
-    if last and last["role"] == "assistant" and not state.get("pending") and not instruction:
+    checking = state.get("checking")  # a final answer (or call) not yet verified
+    if checking is not None:
+        if instruction:
+            del state["checking"]  # the operator's instruction comes first; the model answers it
+        else:
+            checking.pop("approval", None)  # checked again, and the fork's own people decide
+    elif last and last["role"] == "assistant" and not state.get("pending") and not instruction:
         raise ForkError(
             "the agent had given its final answer at this checkpoint: "
             "add an instruction for it to go on"

@@ -107,6 +107,12 @@ def signature(kind: str, data: dict) -> str:
     if kind == Step.Kind.SUMMARY:
         covered = (data.get("covers") or {}).get("messages")
         return f"summary of {covered} message(s){' failed' if data.get('failed') else ''}"
+    if kind == Step.Kind.VERIFY:
+        what = data.get("event") or f"{data.get('verifier')} {data.get('attempt')}"
+        return f"verify {what} {'passed' if data.get('passed') else 'failed'}"
+    if kind == Step.Kind.GUARD:
+        subject = data.get("tool") or data.get("subject")
+        return f"guard {subject} {'passed' if data.get('passed') else 'failed'}"
     event = data.get("event")
     if event == "launched":
         prompt = data.get("history") or data.get("prompt")
@@ -138,9 +144,18 @@ class Recording:
         self._summaries = [
             (seq, kind, data, cost) for seq, kind, data, cost in steps if kind == Step.Kind.SUMMARY
         ]
+        # A verifier's model calls, answered in order like the agent's turns.
+        self._verifier_turns = [
+            (seq, kind, data, cost)
+            for seq, kind, data, cost in steps
+            if kind == Step.Kind.VERIFY and "content" in data
+        ]
         self._results: dict[str, list[dict]] = {}
         for _, kind, data, _ in steps:
-            if kind == Step.Kind.TOOL and data.get("attempts", 0) > 0:
+            # Tool steps that called the tool, and a verifier's read-only calls.
+            if (kind == Step.Kind.TOOL and data.get("attempts", 0) > 0) or (
+                kind == Step.Kind.VERIFY and data.get("tool")
+            ):
                 key = args_hash(data["tool"], data.get("args") or {})
                 self._results.setdefault(key, []).append(data)
         self.gates_by_use = {
@@ -164,12 +179,17 @@ class Recording:
             )
             return None, "replay: no recorded result for this call"
         data = queue.pop(0)
+        if "rejected_output" in data:
+            # What the tool returned that failed its output schema: checked again today.
+            return data["rejected_output"], None
         return (None, data["error"]) if data.get("is_error") else (data.get("result"), None)
 
-    def next_model_turn(self) -> tuple[int, str, dict, Any]:
-        if not self._model_turns:
-            raise RecordingEnded("the recording has no further model turn")
-        return self._model_turns.pop(0)
+    def next_model_turn(self, *, verifier: bool = False) -> tuple[int, str, dict, Any]:
+        turns = self._verifier_turns if verifier else self._model_turns
+        if not turns:
+            whose = "verifier" if verifier else "model"
+            raise RecordingEnded(f"the recording has no further {whose} turn")
+        return turns.pop(0)
 
     def next_summary(self) -> tuple[int, str, dict, Any] | None:
         return self._summaries.pop(0) if self._summaries else None
@@ -201,7 +221,8 @@ class _RecordedModel:
     def complete(self, request: llm.LLMRequest) -> LLMResponse:
         if request.metadata.get("purpose") == "summary":
             return self._summary(request)
-        _, kind, data, cost = self.recording.next_model_turn()
+        verifier = request.metadata.get("purpose") == "verify"
+        _, kind, data, cost = self.recording.next_model_turn(verifier=verifier)
         if kind == Step.Kind.LLM_ERROR:
             error = LLMTransientError if data.get("retryable") else LLMError
             raise error(data.get("error", "recorded model error"), status=data.get("status"))
@@ -276,6 +297,14 @@ class _RecordedGates:
 
     def open_outcome_question(self, run, item, tool, effect) -> str:
         raise RecordingEnded("replay does not follow an 'outcome unknown' question")
+
+    def open_verification_question(self, run: Run, failed: dict) -> str:
+        data = self.recording.gates_by_use.get(failed["key"])
+        if data is None:
+            raise RecordingEnded("the recorded run did not ask a person about this verification")
+        run.append_step(Step.Kind.GATE, data)
+        self.recording.opened.append(data["approval"])
+        return data["approval"]
 
     def pending_count(self, run: Run) -> int:
         return sum(1 for a in self.recording.opened if a not in self.recording.decided)

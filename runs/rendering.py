@@ -192,6 +192,10 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         return _pending_view(step, d, full=full)
     if kind == Step.Kind.SUMMARY:
         return _summary_view(step, d, full=full)
+    if kind == Step.Kind.VERIFY:
+        return _verify_view(step, d, full=full)
+    if kind == Step.Kind.GUARD:
+        return _guard_view(step, d, full=full)
     if d.get("event") == "follow_up":
         return _follow_up_view(step, d, full=full)
     # Status changes.
@@ -233,6 +237,75 @@ def _summary_view(step: Step, d: dict, *, full: bool) -> StepView:
         ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
         ("latency", f"{step.latency_ms} ms"),
     ]
+    return view
+
+
+# What a person's decision about a failed verification is called in the timeline.
+VERIFY_EVENTS = {
+    "accepted": "verification: answer accepted by a person",
+    "sent_back": "verification: sent back by a person",
+    "failed": "verification: failed by a person",
+}
+
+
+def _verify_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """A verifier's check of the final answer (runs/engine/verification.py), or a person's
+    decision after it failed."""
+    passed = bool(d.get("passed"))
+    if d.get("event"):
+        view = StepView(step, VERIFY_EVENTS.get(str(d["event"]), "verification"))
+        view.error = d["event"] == "failed"
+        view.facts.append(("by", str(d.get("by") or "the system")))
+        if d.get("note"):
+            view.texts.append(Block.of("note", d["note"], full=full))
+        if d.get("reason"):
+            view.texts.append(Block.of("reason", d["reason"], full=full, error=True))
+        return view
+    verdict = "passed" if passed else "failed"
+    view = StepView(step, f"verification {verdict}: {d.get('verifier', '')}", error=not passed)
+    view.facts = [
+        ("check", str(d.get("kind", ""))),
+        ("attempt", f"{d.get('attempt', '')} of {d.get('max_attempts', '')}"),
+    ]
+    if not passed:
+        then = (
+            "a person decides"
+            if d.get("to_person")
+            else ("sent back to the agent" if d.get("told") else "the run fails")
+        )
+        view.facts.append(("then", then))
+    if d.get("model"):
+        usage = d.get("usage") or {}
+        view.facts.append(("model", str(d["model"])))
+        view.facts.append(
+            ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out")
+        )
+    if d.get("reason"):
+        # May quote the model or a tool: untrusted text.
+        view.texts.append(Block.of("reason", d["reason"], full=full, error=True))
+    if d.get("tool"):
+        view.tool_uses.append(ToolUse(str(d["tool"]), Block.of("args", d.get("args"), full=full)))
+        if d.get("is_error"):
+            view.texts.append(Block.of("error", d.get("error", ""), full=full, error=True))
+        else:
+            view.texts.append(Block.of("result", d.get("result"), full=full))
+    for block in d.get("content") or []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            view.texts.append(Block.of("verifier", block.get("text", ""), full=full))
+    return view
+
+
+def _guard_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """A guardrail's finding: a final answer or a tool's result checked against a schema."""
+    passed = bool(d.get("passed"))
+    subject = str(d.get("subject") or "output")
+    view = StepView(step, f"guard: {subject} {'valid' if passed else 'invalid'}", error=not passed)
+    view.facts.append(("check", str(d.get("check", ""))))
+    if d.get("attempt"):
+        view.facts.append(("attempt", f"{d['attempt']} of {d.get('max_attempts', '')}"))
+    if d.get("errors"):
+        # The schema's messages quote the rejected value: untrusted text.
+        view.texts.append(Block.of("errors", "\n".join(d["errors"]), full=full, error=True))
     return view
 
 

@@ -31,23 +31,35 @@ def scripted_summary(metadata: dict) -> str:
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, turns: Sequence[Turn], *, latency: float = 0.0):
+    def __init__(
+        self, turns: Sequence[Turn], *, latency: float = 0.0, verifier_turns: Sequence[Turn] = ()
+    ):
         self.turns = list(turns)
         self.latency = latency
+        # A verifier's model calls (metadata purpose "verify") are answered from these, one
+        # per attempt, so they never shift the agent's own turns.
+        self.verifier_turns = list(verifier_turns)
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         started = time.monotonic()
         if self.latency:
             time.sleep(self.latency)
-        index = request.metadata.get("turn", 0)
-        if request.metadata.get("purpose") == "summary":
+        purpose = request.metadata.get("purpose")
+        if purpose == "summary":
             # The engine summarising older turns: answered apart, so the turns do not shift.
             content = [text(scripted_summary(request.metadata))]
-        elif index < len(self.turns):
-            turn = self.turns[index]
-            content = turn(request.messages) if callable(turn) else turn
         else:
-            content = [text("Done.")]
+            if purpose == "verify":
+                turns, index = self.verifier_turns, request.metadata.get("attempt", 1) - 1
+                fallback = "PASS"
+            else:
+                turns, index = self.turns, request.metadata.get("turn", 0)
+                fallback = "Done."
+            if index < len(turns):
+                turn = turns[index]
+                content = turn(request.messages) if callable(turn) else turn
+            else:
+                content = [text(fallback)]
         # Fresh ids each call, like a real model; the engine persists them with the step.
         content = [
             {**b, "id": f"toolu_{uuid.uuid4().hex[:20]}"} if b.get("type") == "tool_use" else b

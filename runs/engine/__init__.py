@@ -12,6 +12,8 @@
 - humans.py: gated calls, questions and "continue?" checkpoints; applying decisions
 - gates.py: the interface through which the approvals app says what needs a person
 - terminator.py: the explicit decision that a run stops (limits, no progress, completion)
+- verification.py: a final answer (or a chosen tool's call) checked before the run may succeed:
+  its output schema, the agent's verifier; a failure goes back to the agent or to a person
 - retry.py: backoff with jitter for infrastructure errors
 - replaying.py: while a replay runs (history/replay.py), the recording answers for the model,
   the tools and the people

@@ -20,6 +20,8 @@ CONVERSATION_KINDS = [
     Step.Kind.STATUS,
     Step.Kind.PENDING,
     Step.Kind.SUMMARY,
+    Step.Kind.VERIFY,
+    Step.Kind.GUARD,
 ]
 # How the summary of the older turns starts, in the first user message (summary.py).
 SUMMARY_MARK = "[Summary of the earlier conversation"
@@ -65,6 +67,9 @@ def messages(rows) -> list[dict]:
                 # The turns it covers are all in `out`: it always keeps the last turn.
                 covered = data["covers"]["messages"]
                 out = apply_summary(out, covered, data["summary"], data["decisions"])
+        elif kind in (Step.Kind.VERIFY, Step.Kind.GUARD):
+            if data.get("told"):  # a failed check the agent was sent back with
+                texts.append({"type": "text", "text": data["told"]})
         elif kind == Step.Kind.TOOL:
             last = out[-1] if out else None
             if (

@@ -67,6 +67,12 @@ class Gates(Protocol):
     def open_outcome_question(self, run: Run, item: dict, tool: Tool, effect: SideEffect) -> str:
         """Ask whether a call whose outcome was never recorded took effect; the approval id."""
 
+    def open_verification_question(self, run: Run, failed: dict) -> str:
+        """Ask a person what to do with a final answer that failed verification as often as
+        the verifier allows (`failed`: key, llm_seq, subject, verifier, reason, attempts,
+        output; `key` names the question, one per checked answer or call): answer
+        "accept", "fail", or a note that sends it back to the agent. The approval id."""
+
     def pending_count(self, run: Run) -> int:
         """How many of the run's approvals wait for a person."""
 

@@ -59,9 +59,11 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
     except OutcomeUnknown as exc:
         item["unknown_because"] = str(exc)  # the question says why (a timeout, a dropped call)
         outcome_unknown(work, item, tool, effect)
+    error, guard = tools.guard_output(tool, item, result, error)
     record_tool_result(
         work,
         item,
+        guard=guard,
         result=result,
         error=error,
         attempts=attempts,
@@ -160,17 +162,30 @@ def resolve_unknown_outcome(work: Work, item: dict, decision: gates.Decision) ->
 
 
 def record_tool_result(
-    work: Work, item: dict, *, ledger: SideEffect | None = None, **call: Any
+    work: Work,
+    item: dict,
+    *,
+    ledger: SideEffect | None = None,
+    guard: dict | None = None,
+    **call: Any,
 ) -> None:
     """Record a call (tool_step's keywords) as a step of its own, with its ledger outcome
-    when it has an entry there."""
+    when it has an entry there, and the guard step when its result broke the tool's output
+    schema (the model sees an error; the ledger keeps what the call did return)."""
     counters = error_counters(work.run)
+    if guard is not None:
+        returned, call["result"] = call.get("result"), None
     data = tool_step(counters, item, **call)
-    outcome = {
-        "status": SideEffect.Status.FAILED if data["is_error"] else SideEffect.Status.COMMITTED,
-        "result": {"error": data["error"]} if data["is_error"] else {"result": data["result"]},
-    }
+    if guard is not None:
+        data["rejected_output"] = returned
+        outcome = {"status": SideEffect.Status.COMMITTED, "result": {"result": returned}}
+    else:
+        outcome = {
+            "status": SideEffect.Status.FAILED if data["is_error"] else SideEffect.Status.COMMITTED,
+            "result": {"error": data["error"]} if data["is_error"] else {"result": data["result"]},
+        }
     work.state["pending"] = pending = work.state["pending"][1:]
+    tools.check_after(work, item, data)
     update = {**counters, **renewal(model_call_next=not pending)}
     try:
         # With a ledger entry, its outcome commits with the step, in the step's one statement.
@@ -181,6 +196,7 @@ def record_tool_result(
             update,
             checkpoint=True,
             also=[(SideEffect, outcome, {"id": ledger.pk})] if ledger is not None else [],
+            then=((Step.Kind.GUARD, guard, {}),) if guard is not None else (),
             latency_ms=data["duration_ms"],
         )
     except Stop:

@@ -29,7 +29,7 @@ from ..models import (
     Step,
     canonical_json,
 )
-from . import awaiting, gates, humans, lease, ledger, model, replaying, terminator
+from . import awaiting, gates, humans, lease, ledger, model, replaying, terminator, verification
 from .conversation import CONVERSATION_KINDS, messages
 from .owned import StepAgain, Stop, Work, cfg, initial_state
 from .tools import ASK_OPERATOR
@@ -198,7 +198,10 @@ def step(work: Work) -> None:
     """One unit of progress: run the next pending tool call, or make the next model call."""
     logs.set_seq(work.run.last_seq + 1)
     try:
-        if work.state["pending"]:
+        if "checking" in work.state:
+            # A final answer or a call the agent declared checks for, before anything else.
+            verification.check(work)
+        elif work.state["pending"]:
             _next_pending_call(work)
         else:
             # An operator may have cancelled the run since our last write: stop before paying

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from agentops import llm
+from agentops.verification import checks_final_answer
 
 from ..models import Run, Step
 from . import awaiting, gates, lease, owned, retry, summary, terminator, tools
@@ -47,11 +48,12 @@ def ask(work: Work) -> None:
             "input_chars": terminator.request_chars(work),
         },
     )
-    response = _call_with_retries(work, request)
+    response = call_with_retries(work, request)
     _record_response(work, response, trimmed)
 
 
-def _call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
+def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
+    """The model's response, infrastructure errors retried (each failed attempt a step)."""
     max_retries = cfg("LLM_MAX_RETRIES")
     attempt = 0
     while True:
@@ -128,9 +130,12 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
         if work.state.get("awaiting"):
             awaiting.wait(work)  # returns when one finished meanwhile: the next step reports it
             return
+        if "checking" in work.state:
+            return  # the next step checks the answer (verification.py)
         raise Stop
-    for _, tool_data, _ in then:
-        work.add_tool_result(tool_result_block(tool_data))
+    for kind, tool_data, _ in then:
+        if kind == Step.Kind.TOOL:  # not a guard step that came with it
+            work.add_tool_result(tool_result_block(tool_data))
     if repeated:
         terminator.terminate(
             work,
@@ -178,6 +183,11 @@ def _what_follows(
     if not response.tool_uses:
         if work.state.get("awaiting"):
             return ()  # not an answer: the model waits for what it started
+        if checks_final_answer(work.agent_config):
+            # Checked before the run may end (verification.py), from the next step on, so a
+            # resume checks it rather than asking the model again.
+            work.state["checking"] = {"llm_seq": work.run.last_seq + 1, "output": response.text}
+            return ()
         ended, end_update = terminator.termination(
             work, Run.Termination.COMPLETED, output=response.text
         )

@@ -23,6 +23,7 @@ from agentops.tools import (
     breaker,
     get_tool,
 )
+from agentops.verification import checks_call, schema_errors
 
 from ..models import Step, canonical_json
 from . import awaiting, deadlines, gates, lease, replaying, retry, terminator
@@ -120,20 +121,23 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
         ):
             break
         else:
-            steps.append(_inline_call(work, item, tool, errors))
+            steps.extend(_inline_call(work, item, tool, errors))
         left.pop(0)
+        if "checking" in work.state:
+            break  # its check comes next, before the calls after it (verification.py)
     counters.update(errors)
     counters.update(renewal(model_call_next=not left))
     work.state["pending"] = left
     return tuple(steps)
 
 
-def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> tuple[str, dict, dict]:
+def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> list[tuple[str, dict, dict]]:
     lease.still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
     key = idempotency_key(work.run.pk, item["llm_seq"], item["index"], tool.name, item["args"])
     result, error, attempts, duration_ms = call_tool(
         work, tool, item["args"], key, errors["retry_count"]
     )
+    error, guard = guard_output(tool, item, result, error)
     data = tool_step(
         errors,
         item,
@@ -143,7 +147,50 @@ def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> tuple[str,
         duration_ms=duration_ms,
         args=item["args"],
     )
-    return (Step.Kind.TOOL, data, {"latency_ms": duration_ms})
+    steps = [(Step.Kind.TOOL, data, {"latency_ms": duration_ms})]
+    if guard is not None:
+        data["rejected_output"] = result
+        steps.append((Step.Kind.GUARD, guard, {}))
+    check_after(work, item, data)
+    return steps
+
+
+def check_after(work: Work, item: dict, data: dict) -> None:
+    """A successful call of a tool the agent's verifier checks: its check is due next."""
+    if not data["is_error"] and checks_call(work.agent_config, item["name"]):
+        work.state["checking"] = {
+            "llm_seq": item["llm_seq"],
+            "tool": item["name"],
+            "output": canonical_json(
+                {"tool": item["name"], "args": data["args"], "result": data["result"]}
+            ),
+        }
+
+
+def guard_output(
+    tool: Tool, item: dict, result: Any, error: str | None
+) -> tuple[str | None, dict | None]:
+    """A result that breaks the tool's declared output schema becomes an error the model
+    sees, with a guard step saying why: (the call's error, the guard step's data or None).
+    Tools without a schema pay one attribute read."""
+    if tool.output_schema is None or error is not None or awaiting.was_pending(result):
+        return error, None
+    errors = schema_errors(tool.output_schema, result)
+    if not errors:
+        return None, None
+    guard = {
+        "subject": f"{tool.name} output",
+        "tool": tool.name,
+        "tool_use_id": item["id"],
+        "check": "output schema",
+        "passed": False,
+        "errors": errors,
+    }
+    message = (
+        f"{tool.name} returned a result that does not match its output schema, so it is not "
+        f"used: {'; '.join(errors)}"
+    )
+    return message, guard
 
 
 class OutcomeUnknown(Exception):

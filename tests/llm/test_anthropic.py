@@ -1,12 +1,13 @@
 """AnthropicProvider through the real SDK and a real HTTP round trip to the fake API, driven
 by the engine as a worker would drive it."""
 
+import dataclasses
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from agentops.agents import get_agent
+from agentops.agents import CATALOGUE, get_agent, register
 from agentops.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
 from agentops.llm.anthropic import AnthropicProvider, retry_after
 from agentops.llm.fake_server import (
@@ -22,6 +23,7 @@ from agentops.llm.fake_server import (
     text,
     tool_use,
 )
+from agentops.verification import Verifier
 from runs import engine
 from runs.engine import retry
 from runs.models import Run, Step
@@ -443,3 +445,35 @@ def test_retry_after_as_http_date(monkeypatch):
     monkeypatch.setattr(module, "time", SimpleNamespace(time=lambda: now))
     assert retry_after({"retry-after": formatdate(now + 10, usegmt=True)}) == 10
     assert retry_after({"retry-after": formatdate(now - 10, usegmt=True)}) == 0
+
+
+def test_a_model_verifier_is_a_plain_messages_call_through_the_sdk(no_enqueue, fake_api):
+    analyst = get_agent("sql-analyst")
+    register(
+        dataclasses.replace(
+            analyst, verifier=Verifier(prompt="Check the answer.", model="claude-haiku-4-5")
+        )
+    )
+    try:
+        fake_api.push(
+            reply([text("There are two tables.")]),
+            reply([text("FAIL: there are three")]),
+            reply([text("There are three tables.")]),
+            reply([text("PASS")]),
+        )
+        run = launch_analyst()
+        assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    finally:
+        CATALOGUE["sql-analyst"] = analyst
+    _, review, again, _ = fake_api.messages_requests()
+    assert review.body["model"] == "claude-haiku-4-5" and "tools" not in review.body
+    assert review.body["system"].startswith("Check the answer.")
+    assert "There are two tables." in review.body["messages"][0]["content"]
+    assert "metadata" not in review.body  # the engine's own, never sent
+    assert again.body["messages"][-1]["content"][-1]["text"].startswith(
+        "Your answer did not pass verification (model review, attempt 1 of 2): there are three"
+    )
+    run.refresh_from_db()
+    assert run.output == "There are three tables."
+    verifies = steps(run, Step.Kind.VERIFY)
+    assert [v.data["passed"] for v in verifies] == [False, True] and verifies[0].cost_usd > 0

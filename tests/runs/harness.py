@@ -379,8 +379,9 @@ class Script:
         errors: Sequence[Exception | None] = (),
         on_call: Callable[[LLMRequest], None] | None = None,
         latency: float = 0.0,
+        verifier_turns: Sequence[Turn] = (),
     ):
-        self.inner = ScriptedProvider(list(turns), latency=latency)
+        self.inner = ScriptedProvider(list(turns), latency=latency, verifier_turns=verifier_turns)
         self.errors = list(errors)
         self.on_call = on_call
         self.requests: list[LLMRequest] = []
