@@ -16,7 +16,8 @@ from django import forms
 
 from agentops.llm.base import Provider
 from agentops.llm.scripted import ScriptedProvider, Turn
-from agentops.tools import REGISTRY, Tool
+from agentops.pii import PiiPolicy
+from agentops.tools import REGISTRY, RateLimit, Tool
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,11 @@ class Agent:
     # Past a pending operation's deadline: "agent" (it is told), "person" (an operator
     # decides), or "" for what the tool's Pending says.
     on_pending_timeout: str = ""
+    # Personal data in what leaves the system (calls' arguments, the final answer): redact,
+    # gate or block (agentops/pii.py). None: not looked for.
+    pii: PiiPolicy | None = None
+    # tool -> RateLimit across all runs of this agent, on top of the tool's own limit.
+    rate_limits: dict[str, RateLimit] = field(default_factory=dict)
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -243,6 +249,11 @@ class Agent:
         }
         if self.on_pending_timeout:
             snapshot["on_pending_timeout"] = self.on_pending_timeout
+        # Only when declared: the engine's guards look for these keys, and nothing else pays.
+        if self.pii is not None:
+            snapshot["pii"] = self.pii.as_dict()
+        if self.rate_limits:
+            snapshot["rate_limits"] = {t: r.as_dict() for t, r in self.rate_limits.items()}
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
@@ -259,8 +270,23 @@ def register(agent: Agent) -> Agent:
     _check_follow_ups(agent)
     if agent.on_pending_timeout not in ("", "agent", "person"):
         raise ValueError(f"agent {agent.slug}: on_pending_timeout must be agent or person")
+    _check_guards(agent)
     CATALOGUE[agent.slug] = agent
     return agent
+
+
+def _check_guards(agent: Agent) -> None:
+    """Guards name the agent's own tools; rate limits only tools with side effects (the ones
+    that go through the ledger, where the limit is counted)."""
+    for name in agent.rate_limits:
+        if name not in agent.tools:
+            raise LookupError(f"agent {agent.slug}: rate limit for {name}, not one of its tools")
+        if not REGISTRY[name].has_side_effects:
+            raise ValueError(f"agent {agent.slug}: rate limits apply to tools with side effects")
+    if agent.pii is not None:
+        unknown = [t for t in agent.pii.tools if t not in agent.tools]
+        if unknown:
+            raise LookupError(f"agent {agent.slug}: PII guard for tools it lacks: {unknown}")
 
 
 def _check_follow_ups(agent: Agent) -> None:

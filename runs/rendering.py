@@ -190,6 +190,8 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         return view
     if kind == Step.Kind.PENDING:
         return _pending_view(step, d, full=full)
+    if kind == Step.Kind.GUARD:
+        return _guard_view(step, d, full=full)
     if d.get("event") == "follow_up":
         return _follow_up_view(step, d, full=full)
     # Status changes.
@@ -207,6 +209,27 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         view.texts.append(Block.of("detail", d["detail"], full=full, error=view.error))
     if event == "launched":
         view.texts.append(Block.of("input", d.get("input"), full=full))
+    return view
+
+
+def _guard_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """A guardrail's finding: the PII guard (what, where, masked) or a rate limit reached."""
+    action = str(d.get("action") or "")
+    if d.get("guard") == "rate_limit":
+        title = f"rate limit: {d.get('tool', '')} {'waits' if action == 'wait' else 'refused'}"
+        view = StepView(step, title, error=action != "wait")
+        view.facts = [("limit", str(d.get("limit", ""))), ("scope", str(d.get("scope", "")))]
+        if d.get("retry_at"):
+            when = parse_datetime(str(d["retry_at"]))
+            view.facts.append(("next slot", f"{when:%Y-%m-%d %H:%M:%S} UTC" if when else ""))
+        return view
+    where = f"the call to {d['tool']}" if d.get("tool") else "the final answer"
+    view = StepView(step, f"PII guard: {action} in {where}", error=action == "blocked")
+    view.facts = [
+        (str(f.get("kind", "")), f"{f.get('field', '')}: {f.get('masked', '')}")
+        for f in d.get("findings") or []
+        if isinstance(f, dict)
+    ]
     return view
 
 
