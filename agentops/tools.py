@@ -85,10 +85,12 @@ class RateLimit:
         }
 
     def describe(self) -> str:
-        return f"at most {self.calls} per {_window(int(self.per.total_seconds()))}"
+        return f"at most {self.calls} per {window_words(self.per)}"
 
 
-def _window(seconds: int) -> str:
+def window_words(per: timedelta) -> str:
+    """A window as a person says it: "hour", "15 minutes", "2 days"."""
+    seconds = int(per.total_seconds())
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds % size == 0:
             n = seconds // size
