@@ -237,6 +237,9 @@ class PiiPolicy:
     # Your own national id patterns, by name: {"de_tax_id": r"\b\d{11}\b"}; name them in
     # `detectors` too.
     patterns: dict[str, str] = field(default_factory=dict)
+    # Arguments not scanned, as "tool.argument": where a call goes is not what it leaks (an
+    # e-mail's recipient is an address by design).
+    exempt: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name, action in (("on_tool_args", self.on_tool_args), ("on_output", self.on_output)):
@@ -255,4 +258,5 @@ class PiiPolicy:
             "on_output": self.on_output,
             "tools": list(self.tools),
             "patterns": dict(self.patterns),
+            "exempt": list(self.exempt),
         }

@@ -63,9 +63,16 @@ def check_calls(work: Work, pending: list[dict]) -> list[tuple[str, dict, dict]]
         found = get_tool(item["name"]) if item["args"] is not None else None
         if found is None or not covers(policy, found):
             continue
-        cleaned, findings = pii.scan(item["args"], policy["detectors"], policy.get("patterns"))
+        exempt = {
+            arg: item["args"][arg]
+            for arg in item["args"]
+            if f"{found.name}.{arg}" in policy.get("exempt", ())
+        }
+        scanned = {arg: v for arg, v in item["args"].items() if arg not in exempt}
+        cleaned, findings = pii.scan(scanned, policy["detectors"], policy.get("patterns"))
         if not findings:
             continue
+        cleaned = {arg: cleaned.get(arg, exempt.get(arg)) for arg in item["args"]}
         done = _apply(item, found, action, cleaned, findings)
         steps.append(
             (
