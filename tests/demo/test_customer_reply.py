@@ -46,6 +46,11 @@ def test_the_e_mail_waits_for_a_person_who_sees_what_was_found(operator, approve
     assert "**** **** **** 4242" in findings and "+44 ** **** **58" in findings
     assert CARD not in findings and PHONE not in findings  # masked in the list
     assert CARD in page  # the exact call is shown once, in full, to decide on
+    detail = client.get(f"/api/approvals/{approval.pk}").json()
+    assert [f["masked"] for f in detail["pii_findings"]] == [
+        "**** **** **** 4242",
+        "+44 ** **** **58",
+    ]
 
     decisions.decide(approval.pk, user=approver, decision="approve")
     assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
