@@ -16,7 +16,6 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from agentops import llm
-from agentops.tools import get_tool
 
 from ..models import Run, Step
 from . import awaiting, gates, lease, owned, pii_guard, retry, terminator, tools
@@ -111,15 +110,7 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
     )
     output = ("", None)
     if not tool_uses and "pii" in work.agent_config and not work.state.get("awaiting"):
-        output = pii_guard.check_output(work, response.text)
-        if output[0]:
-            guarded = [output[1][1]]
-        if output[0] == "gate":
-            # The answer waits for a person as a call of its own (pii_guard.settle_output).
-            held = output[1][0]
-            pending = [held]
-            gate = gates.current().gate_for_call(work.run, held, get_tool(held["name"]), response)
-            gated = [(held, gate)]
+        output, pending, gated, guarded = pii_guard.judge_output(work, response)
     work.state["pending"] = pending
     data, counters, columns = _model_step(work, response, trimmed)
     try:
@@ -146,7 +137,8 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
     if not tool_uses:
         if gated:
             lease.park_for_humans(work)  # the held answer; returns when decided meanwhile
-            return
+        if work.state["pending"]:
+            return  # the held answer: the next step settles it
         if work.state.get("awaiting"):
             awaiting.wait(work)  # returns when one finished meanwhile: the next step reports it
             return

@@ -159,6 +159,22 @@ def check_output(work: Work, text: str) -> tuple[str, Any]:
     return action, (item, step)
 
 
+def judge_output(work: Work, response) -> tuple[tuple, list, list, list]:
+    """The policy applied to a final answer, in the shapes the model step is recorded with:
+    (check_output's verdict, the pending calls, the gated calls, the guard steps). A gated
+    answer is held as the one pending call, with its approval to open."""
+    verdict = check_output(work, response.text)
+    action, what = verdict
+    if not action:
+        return verdict, [], [], []
+    if action != "gate":
+        return verdict, [], [], [what[1]]
+    held, step = what
+    gate = gates.current().gate_for_call(work.run, held, get_tool(FINAL_ANSWER), response)
+    # A policy that does not ask (it must): the held answer then ends the run BLOCKED.
+    return verdict, [held], [(held, gate)] if gate is not None else [], [step]
+
+
 def held_output(item: dict) -> bool:
     return item["name"] == FINAL_ANSWER
 

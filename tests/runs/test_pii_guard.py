@@ -196,3 +196,10 @@ def test_agents_without_a_policy_never_scan(start, monkeypatch):
     monkeypatch.setattr(pii, "scan", boom)
     run, _ = start(None, [[tool_use("t_notify", to=MAIL)], [text(f"Mail {MAIL}")]])
     assert run.status == Run.Status.SUCCEEDED and run.output == f"Mail {MAIL}"
+
+
+def test_a_held_output_no_policy_asks_about_ends_the_run_blocked(start, monkeypatch):
+    monkeypatch.setattr("approvals.gates.gate_for_call", lambda *args, **kwargs: None)
+    run, _ = start(PiiPolicy(on_output="gate"), [[text(f"Write to {MAIL}.")]])
+    assert run.termination_reason == Run.Termination.BLOCKED, run.status_detail
+    assert run.output == "" and "never put to a person" in run.status_detail
