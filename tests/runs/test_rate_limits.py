@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agentops.agents import CATALOGUE, register
 from agentops.llm.scripted import text, tool_use
 from agentops.tools import Blast, RateLimit, tool
 from runs import engine, rate_limits
@@ -184,3 +185,33 @@ def test_racing_workers_never_exceed_the_limit(test_agent):
     results = race(8, worker)
     assert sum(results) == 12
     assert RateLimitUse.objects.filter(scope="tool:race").count() == 12
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_racing_through_the_engine_never_exceed_a_limit(test_agent, no_enqueue):
+    """Six runs, each on its own worker thread, each sending one e-mail under a limit of two
+    an hour: two are sent, four refused with the limit, on SQLite and on Postgres."""
+    agent = register(
+        dataclasses.replace(
+            test_agent,
+            slug="rate-race",
+            tools=("t_mail_fail",),
+            script=lambda d: [
+                [tool_use("t_mail_fail", to=f"{d['task']}@example.com")],
+                [text("done")],
+            ],
+        )
+    )
+    try:
+        runs = [
+            engine.launch(agent=agent, input={"task": f"c{i}", "script": ""}, provider="scripted")
+            for i in range(6)
+        ]
+        race(6, lambda i: engine.advance(runs[i].pk, time_slice=30))
+        assert harness.CALLS["t_mail_fail"] == 2
+        refused = Step.objects.filter(kind=Step.Kind.GUARD, data__action="fail").count()
+        assert refused == 4
+        assert RateLimitUse.objects.filter(scope="tool:t_mail_fail").count() == 2
+        assert set(Run.objects.values_list("status", flat=True)) == {Run.Status.SUCCEEDED}
+    finally:
+        CATALOGUE.pop("rate-race", None)
