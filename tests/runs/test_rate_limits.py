@@ -14,6 +14,7 @@ from agentops.tools import Blast, RateLimit, tool
 from runs import engine, rate_limits
 from runs.engine.rate_limited import Scope, reserve
 from runs.models import RateLimitUse, RateLimitWait, Run, Step
+from runs.rendering import step_view
 
 from . import harness
 from .test_race import race
@@ -215,3 +216,17 @@ def test_runs_racing_through_the_engine_never_exceed_a_limit(test_agent, no_enqu
         assert set(Run.objects.values_list("status", flat=True)) == {Run.Status.SUCCEEDED}
     finally:
         CATALOGUE.pop("rate-race", None)
+
+
+@pytest.mark.django_db
+def test_the_trace_says_which_limit_and_when_the_next_slot_opens(start):
+    start([[tool_use("t_mail_wait", to="a@example.com")], [text("ok")]])
+    run = start([[tool_use("t_mail_wait", to="b@example.com")], [text("ok")]])
+    view = step_view(run.steps.get(kind=Step.Kind.GUARD))
+    until = RateLimitWait.objects.get(run=run).until
+    assert view.title == "rate limit: t_mail_wait waits"
+    assert dict(view.facts) == {
+        "limit": "t_mail_wait: at most 1 per hour across all runs",
+        "scope": "tool:t_mail_wait",
+        "next slot": f"{until:%Y-%m-%d %H:%M:%S} UTC",
+    }
