@@ -16,7 +16,8 @@ from django import forms
 
 from agentops.llm.base import Provider
 from agentops.llm.scripted import ScriptedProvider, Turn
-from agentops.tools import REGISTRY, Tool
+from agentops.pii import PiiPolicy
+from agentops.tools import REGISTRY, RateLimit, Tool
 from agentops.verification import Verifier, json_schema
 
 
@@ -172,6 +173,11 @@ class Agent:
     verifier: Verifier | None = None
     output_schema: dict | type | None = None
     output_attempts: int = 2
+    # Personal data in what leaves the system (calls' arguments, the final answer): redact,
+    # gate or block (agentops/pii.py). None: not looked for.
+    pii: PiiPolicy | None = None
+    # tool -> RateLimit across all runs of this agent, on top of the tool's own limit.
+    rate_limits: dict[str, RateLimit] = field(default_factory=dict)
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -266,6 +272,11 @@ class Agent:
         if self.output_schema is not None:
             snapshot["output_schema"] = json_schema(self.output_schema)
             snapshot["output_attempts"] = self.output_attempts
+        # Only when declared: the engine's guards look for these keys, and nothing else pays.
+        if self.pii is not None:
+            snapshot["pii"] = self.pii.as_dict()
+        if self.rate_limits:
+            snapshot["rate_limits"] = {t: r.as_dict() for t, r in self.rate_limits.items()}
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
@@ -285,6 +296,7 @@ def register(agent: Agent) -> Agent:
     if agent.context_budget_tokens < 0:
         raise ValueError(f"agent {agent.slug}: context_budget_tokens must not be negative")
     _check_verification(agent)
+    _check_guards(agent)
     CATALOGUE[agent.slug] = agent
     return agent
 
@@ -302,6 +314,28 @@ def _check_verification(agent: Agent) -> None:
         json_schema(agent.output_schema)  # a bad schema fails here, not in a run
     if agent.output_attempts < 1:
         raise ValueError(f"agent {agent.slug}: output_attempts must be at least 1")
+
+
+def _check_guards(agent: Agent) -> None:
+    """Guards name the agent's own tools; rate limits only tools with side effects (the ones
+    that go through the ledger, where the limit is counted)."""
+    for name in agent.rate_limits:
+        if name not in agent.tools:
+            raise LookupError(f"agent {agent.slug}: rate limit for {name}, not one of its tools")
+        if not REGISTRY[name].has_side_effects:
+            raise ValueError(f"agent {agent.slug}: rate limits apply to tools with side effects")
+    if agent.pii is not None:
+        unknown = [t for t in agent.pii.tools if t not in agent.tools]
+        if unknown:
+            raise LookupError(f"agent {agent.slug}: PII guard for tools it lacks: {unknown}")
+        checked = agent.verifier is not None or agent.output_schema is not None
+        if agent.pii.on_output and checked:
+            # A checked answer ends the run in verification.py, which does not hold it for the
+            # PII guard: refused rather than letting personal data through unguarded.
+            raise ValueError(
+                f"agent {agent.slug}: a PII guard on the final answer cannot be combined with "
+                "a verifier or an output schema yet"
+            )
 
 
 def _check_follow_ups(agent: Agent) -> None:

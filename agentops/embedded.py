@@ -18,7 +18,7 @@ from django.db import connections
 
 from agentops.celery import app as default_app
 from approvals import decisions
-from runs import chains, engine, pending, queue
+from runs import chains, engine, pending, queue, rate_limits
 from runs.models import Run
 from triggers import scheduler
 
@@ -141,6 +141,7 @@ class Sweeps(threading.Thread):
                 log.info("expired %d approval(s)", expired)
             chains.sweep()
             pending.sweep()
+            rate_limits.sweep()
             launched = scheduler.launch_due_schedules()
             if launched:
                 log.info("launched %d scheduled run(s)", launched)

@@ -64,6 +64,44 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class RateLimit:
+    """At most `calls` calls in any window of `per`, across all runs and workers (counted in
+    the database: runs/rate_limits.py). Only calls that run count. Past it, "wait": the run
+    waits without a worker until the window has room (the trace says until when); "fail":
+    the call is refused and the model told the limit."""
+
+    calls: int
+    per: timedelta
+    on_limit: str = "wait"
+
+    def __post_init__(self):
+        if self.calls < 1 or self.per.total_seconds() < 1:
+            raise ValueError("RateLimit needs calls >= 1 and a window of at least a second")
+        if self.on_limit not in ("wait", "fail"):
+            raise ValueError(f"RateLimit.on_limit must be wait or fail, not {self.on_limit!r}")
+
+    def as_dict(self) -> dict:
+        return {
+            "calls": self.calls,
+            "per_seconds": int(self.per.total_seconds()),
+            "on_limit": self.on_limit,
+        }
+
+    def describe(self) -> str:
+        return f"at most {self.calls} per {window_words(self.per)}"
+
+
+def window_words(per: timedelta) -> str:
+    """A window as a person says it: "hour", "15 minutes", "2 days"."""
+    seconds = int(per.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            n = seconds // size
+            return unit if n == 1 else f"{n} {unit}s"
+    return f"{seconds} seconds"
+
+
+@dataclass(frozen=True)
 class ToolContext:
     """What the engine passes a tool that asks for it (a `ctx` parameter)."""
 
@@ -132,6 +170,8 @@ class Tool:
     describe: "str | Callable[[dict], str] | None" = None
     # The JSON schema its result must match (README "Output validation"); None: unchecked.
     output_schema: dict | None = None
+    # Across all runs of all agents (an agent may add its own: Agent.rate_limits).
+    rate_limit: RateLimit | None = None
 
     @property
     def has_side_effects(self) -> bool:
@@ -146,6 +186,7 @@ class Tool:
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema(),
+            **({"rate_limit": self.rate_limit.as_dict()} if self.rate_limit else {}),
         }
 
     def validate(self, args: Any) -> dict:
@@ -228,15 +269,20 @@ def tool(
     name: str | None = None,
     describe: str | Callable[[dict], str] | None = None,
     output_schema: "dict | type[pydantic.BaseModel] | None" = None,
+    rate_limit: RateLimit | None = None,
 ) -> Callable[[Callable], Callable]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
     parsed arguments ("Send {subject!r} to {to}") or a function of them. `output_schema`
     (a JSON schema or a pydantic model) is what its result must match: a result that does
-    not is a guard step, and the model gets an error instead."""
+    not is a guard step, and the model gets an error instead. `rate_limit` caps its calls
+    across all runs (tools with side effects only: those go step by step through the
+    ledger, where the limit is counted)."""
 
     def register(fn: Callable) -> Callable:
         tool_name = name or fn.__name__
+        if rate_limit is not None and reversible and blast == Blast.NONE:
+            raise ValueError(f"tool {tool_name}: rate limits apply to tools with side effects")
         sig = inspect.signature(fn)
         fields: dict[str, Any] = {}
         wants_ctx = False
@@ -266,6 +312,7 @@ def tool(
             wants_ctx=wants_ctx,
             describe=describe,
             output_schema=json_schema(output_schema) if output_schema is not None else _returns(fn),
+            rate_limit=rate_limit,
         )
         return fn
 

@@ -19,7 +19,7 @@ from agentops.tools import get_tool
 from runs.api import MAX_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 
-from . import decisions, stats
+from . import decisions, evidence, stats
 from .models import Approval, ApprovalView
 
 router = Router(tags=["approvals"])
@@ -258,6 +258,8 @@ def _detail(approval: Approval, user, *, opened_at=None) -> dict:
         "reason": approval.reason,
         "answer": approval.answer,
         "context": approval.context_summary,
+        # What the PII guard found in the call (kind, argument, masked value); [] otherwise.
+        "pii_findings": evidence.pii_findings(approval),
         "on_expiry": approval.on_expiry,
         "opened_at": opened_at,
         "votes_needed": decisions.votes_needed(approval, rules),

@@ -73,3 +73,15 @@ def _from_step(step: Step) -> list[Evidence]:
         if isinstance(block, dict) and block.get("type") == "text" and block.get("text")
     ]
     return [_cut(step.seq, "model", "the model said", "\n\n".join(texts), url)] if texts else []
+
+
+def pii_findings(approval: Approval) -> list[dict]:
+    """What the PII guard found in the gated call (kind, where, masked value), from its
+    gate step; empty for approvals it did not open."""
+    data = (
+        approval.run.steps.filter(seq=approval.gate_seq, kind=Step.Kind.GATE)
+        .values_list("data", flat=True)
+        .first()
+    )
+    findings = (data or {}).get("findings") if isinstance(data, dict) else None
+    return [f for f in findings or [] if isinstance(f, dict)]

@@ -15,6 +15,7 @@ from django.utils import timezone
 from agentops.tools import Blast, Tool, ToolError, tool
 from runs import events
 from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, Decision
+from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, SideEffect, Step, args_hash
 
 from . import policy, tasks
@@ -60,6 +61,8 @@ def gate_for_call(
             "explanation": "the agent asked the operator a question",
             "risk": Approval.Risk.LOW,
         }
+    if item.get("pii"):
+        return _pii_gate(run, item, tool, response, rng)
     verdict = policy.evaluate(
         tool=tool,
         args=item["args"],
@@ -76,6 +79,34 @@ def gate_for_call(
         "risk": verdict.risk,
         "sampled": verdict.sampled,
         "context": (response.text if response is not None else "")[:4000],
+    }
+
+
+def _pii_gate(run: Run, item: dict, tool: Tool, response, rng) -> dict:
+    """The agent's PII guard gates this call (or its final answer, held as a call): the
+    approval lists what was found, masked (runs/engine/pii_guard.py), with whatever the
+    gate policy would have said of the call as well."""
+    found = "; ".join(f"{f['kind']} in {f['field']}" for f in item["pii"])
+    explanation = f"personal data leaving the system ({found})"
+    risk = max(tool.blast, Blast.MEDIUM).label
+    if tool.name != FINAL_ANSWER:
+        verdict = policy.evaluate(
+            tool=tool,
+            args=item["args"],
+            rules=run.agent_config.get("gates", {}),
+            confidence=policy.model_confidence(response),
+            rng=rng or sampling_rng,
+        )
+        if verdict.gated:
+            explanation += f"; and {verdict.explanation}"
+        risk = max(policy.BLAST_BY_LABEL[verdict.risk], Blast.MEDIUM).label
+    return {
+        "kind": Approval.Kind.ACTION,
+        "tool": tool.name,
+        "explanation": explanation,
+        "risk": risk,
+        "context": (response.text if response is not None else "")[:4000],
+        "findings": item["pii"],
     }
 
 
@@ -245,6 +276,7 @@ def _open(
     context: str = "",
     side_effect: SideEffect | None = None,
     suffix: str = "",
+    findings: list | None = None,
 ) -> Approval:
     timeout, on_expiry = _deadline(run)
     now = timezone.now()
@@ -283,6 +315,8 @@ def _open(
             "risk": approval.risk,
             "sampled": sampled,
             "expires_at": approval.expires_at.isoformat(),
+            # The PII guard's findings (masked), for the approval card.
+            **({"findings": findings} if findings else {}),
         },
     )
     events.publish_approvals_changed(approval.pk)

@@ -124,6 +124,7 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "diff": _edit_preview(approval, submitted or {}) if fields else None,
         "steps": [rendering.step_view(s) for s in recent],
         "evidence": evidence.for_approval(approval),
+        "findings": evidence.pii_findings(approval),
         "effect": approval.effect() if approval.kind == Approval.Kind.ACTION else "",
         "can_decide": request.user.can_approve and approval.status == Approval.Status.PENDING,
         "decided": _decided(result),

@@ -2,8 +2,9 @@
 inquiry desk that asks the operator instead of guessing, a complaint triage whose verdict
 launches the refund desk (a chained run), a supplier quote that waits for a reply, an order
 review whose small context is summarised as it goes, a stock check whose first supplier's
-API hangs past the tool's deadline, and a revenue check whose answer is validated and
-verified before the run may succeed."""
+API hangs past the tool's deadline, a revenue check whose answer is validated and verified
+before the run may succeed, and a customer reply whose personal data is guarded and whose
+e-mails are rate limited."""
 
 import json
 import re
@@ -15,6 +16,8 @@ from django import forms
 import approvals.gates  # noqa: F401  (registers ask_operator)
 from agentops.agents import Agent, FollowUp, GateRules, Limits, RunResult, register
 from agentops.llm.scripted import text, tool_use
+from agentops.pii import PiiPolicy
+from agentops.tools import RateLimit
 from agentops.verification import Verifier
 
 from . import tools  # noqa: F401  (registers the tools)
@@ -661,5 +664,83 @@ register(
             check=same_revenue,
             max_attempts=2,
         ),
+    )
+)
+
+
+# --- Customer reply (PII guard and a rate limit) ------------------------------------------------
+class CustomerReplyInput(forms.Form):
+    order_id = forms.IntegerField(
+        min_value=1,
+        max_value=2**63 - 1,
+        initial=13,
+        help_text="The order the customer wrote about.",
+    )
+    message = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        initial=(
+            "I was charged twice for this order on my card 4242 4242 4242 4242. "
+            "Please call me back on +44 20 7946 0958."
+        ),
+        help_text="What the customer wrote (it may carry personal data).",
+    )
+
+
+def customer_reply_script(data: dict) -> list:
+    """Quotes the customer's message back in the reply (as a hasty agent would): the card
+    number and phone in it are what the PII guard puts before a person."""
+
+    def reply(messages):
+        order = last_tool_result(messages)
+        if not isinstance(order, dict):
+            return [text(f"I could not look up order {data['order_id']}: {order}.")]
+        return [
+            text("Replying to the customer, quoting their message."),
+            tool_use(
+                "send_customer_email",
+                to=order.get("customer_email", "customer@example.com"),
+                subject=f"About your order {data['order_id']}",
+                body=(
+                    f"You wrote: {data['message']}\n\n"
+                    "We are looking into it and will get back to you within a day."
+                ),
+            ),
+        ]
+
+    return [
+        [text("Looking the order up."), tool_use("lookup_order", order_id=data["order_id"])],
+        reply,
+        [text(f"Replied to the customer about order {data['order_id']}: {data['message']}")],
+    ]
+
+
+register(
+    Agent(
+        slug="customer-reply",
+        title="Customer reply",
+        description=(
+            "Answers a customer's message about an order by e-mail. Personal data in the e-mail "
+            "is put before a person, and redacted from the run's output; at most 20 replies "
+            "an hour."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You answer customers' messages about their orders. Look the order up, then reply "
+            "by e-mail. Never repeat card numbers or phone numbers."
+        ),
+        tools=("lookup_order", "send_customer_email"),
+        input_form=CustomerReplyInput,
+        prompt=lambda d: f"Order {d['order_id']}: the customer wrote: {d['message']}",
+        script=customer_reply_script,
+        summary=lambda d: f"order {d['order_id']} · customer reply",
+        limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=300),
+        pii=PiiPolicy(
+            detectors=("email", "phone", "card", "iban", "us_ssn", "uk_nino"),
+            on_tool_args="gate",
+            on_output="redact",
+            exempt=("send_customer_email.to",),  # the recipient is where it goes
+        ),
+        rate_limits={"send_customer_email": RateLimit(20, per=timedelta(hours=1))},
     )
 )

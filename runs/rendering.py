@@ -295,8 +295,8 @@ def _verify_view(step: Step, d: dict, *, full: bool) -> StepView:
     return view
 
 
-def _guard_view(step: Step, d: dict, *, full: bool) -> StepView:
-    """A guardrail's finding: a final answer or a tool's result checked against a schema."""
+def _schema_guard_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """A final answer or a tool's result checked against its schema (output validation)."""
     passed = bool(d.get("passed"))
     subject = str(d.get("subject") or "output")
     view = StepView(step, f"guard: {subject} {'valid' if passed else 'invalid'}", error=not passed)
@@ -306,6 +306,30 @@ def _guard_view(step: Step, d: dict, *, full: bool) -> StepView:
     if d.get("errors"):
         # The schema's messages quote the rejected value: untrusted text.
         view.texts.append(Block.of("errors", "\n".join(d["errors"]), full=full, error=True))
+    return view
+
+
+def _guard_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """A guardrail's finding: the PII guard (what, where, masked), a rate limit reached, or
+    an output checked against its schema."""
+    if "check" in d:
+        return _schema_guard_view(step, d, full=full)
+    action = str(d.get("action") or "")
+    if d.get("guard") == "rate_limit":
+        title = f"rate limit: {d.get('tool', '')} {'waits' if action == 'wait' else 'refused'}"
+        view = StepView(step, title, error=action != "wait")
+        view.facts = [("limit", str(d.get("limit", ""))), ("scope", str(d.get("scope", "")))]
+        if d.get("retry_at"):
+            when = parse_datetime(str(d["retry_at"]))
+            view.facts.append(("next slot", f"{when:%Y-%m-%d %H:%M:%S} UTC" if when else ""))
+        return view
+    where = f"the call to {d['tool']}" if d.get("tool") else "the final answer"
+    view = StepView(step, f"PII guard: {action} in {where}", error=action == "blocked")
+    view.facts = [
+        (str(f.get("kind", "")), f"{f.get('field', '')}: {f.get('masked', '')}")
+        for f in d.get("findings") or []
+        if isinstance(f, dict)
+    ]
     return view
 
 

@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from . import chains, engine, pending
+from . import chains, engine, pending, rate_limits
 
 # A database that is restarting or unreachable: the message is sent again with backoff and
 # jitter (up to 2, 4 ... 64 s), not lost. The sweep stays the safety net for whatever else
@@ -29,6 +29,7 @@ def launch_follow_ups(run_id: str) -> int:
 
 @shared_task(ignore_result=True)
 def sweep() -> int:
-    """Runs whose lease expired or whose message was lost, lost follow-ups, and pending
-    operations past their deadline or due for a poll."""
-    return engine.sweep() + chains.sweep() + pending.sweep()
+    """Runs whose lease expired or whose message was lost, lost follow-ups, pending
+    operations past their deadline or due for a poll, and runs whose rate limit wait is
+    over."""
+    return engine.sweep() + chains.sweep() + pending.sweep() + rate_limits.sweep()

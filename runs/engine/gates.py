@@ -59,7 +59,9 @@ class ContinueAnswer:
 
 class Gates(Protocol):
     def gate_for_call(self, run: Run, item: dict, tool: Tool, response: Any) -> dict | None:
-        """What to ask a person about this proposed call, or None: it may run. No writes."""
+        """What to ask a person about this proposed call, or None: it may run. No writes.
+        An item with `pii` (the agent's PII guard's findings, masked) must be gated, and its
+        approval show them; that includes the final answer held as a call (pii_guard)."""
 
     def open_gate(self, run: Run, item: dict, gate: dict) -> str:
         """Open the approval `gate_for_call` described (and its gate step); its id."""

@@ -18,7 +18,7 @@ from agentops.tools import Tool
 
 from .. import sql
 from ..models import SideEffect, Step
-from . import gates, lease, owned, tools
+from . import gates, lease, owned, rate_limited, tools
 from .conversation import tool_result_block
 from .owned import StepAgain, Stop, Work, renewal
 from .tools import OutcomeUnknown, error_counters, idempotency_key, tool_step
@@ -44,6 +44,10 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
     key = idempotency_key(run.pk, item["llm_seq"], item["index"], tool.name, args)
     effect = None
     if tool.has_side_effects:
+        refused = rate_limited.admit(work, item, tool, key)
+        if refused:
+            record_tool_result(work, item, error=refused, attempts=0)
+            return
         effect = _intent(work, item, tool, args, key)
         if effect is None:
             return  # recorded before a crash: reported again, never run again

@@ -29,7 +29,18 @@ from ..models import (
     Step,
     canonical_json,
 )
-from . import awaiting, gates, humans, lease, ledger, model, replaying, terminator, verification
+from . import (
+    awaiting,
+    gates,
+    humans,
+    lease,
+    ledger,
+    model,
+    pii_guard,
+    replaying,
+    terminator,
+    verification,
+)
 from .conversation import CONVERSATION_KINDS, messages
 from .owned import StepAgain, Stop, Work, cfg, initial_state
 from .tools import ASK_OPERATOR
@@ -235,6 +246,8 @@ def _next_pending_call(work: Work) -> None:
     if item["error"] or tool is None:
         ledger.record_tool_result(work, item, error=item["error"] or "unknown tool", attempts=0)
         return
+    if pii_guard.held_output(item):
+        pii_guard.settle_output(work, item, decision)  # the run ends either way
     args = item["args"]
     if decision is not None:
         args = humans.apply_decision(work, item, tool, decision)

@@ -18,7 +18,7 @@ from agentops import llm
 from agentops.verification import checks_final_answer
 
 from ..models import Run, Step
-from . import awaiting, gates, lease, owned, retry, summary, terminator, tools
+from . import awaiting, gates, lease, owned, pii_guard, retry, summary, terminator, tools
 from .conversation import context_budget, fit_context, tool_result_block
 from .owned import Stop, Work, cfg, renewal
 
@@ -107,16 +107,26 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
     tool_uses = response.tool_uses
     # Planned before the write, so that step, counters and checkpoint are one statement;
     # only a gated call (an Approval and a gate step) needs a transaction of several.
-    pending, repeated, gated = tools.plan_calls(work, work.run.last_seq + 1, tool_uses, response)
+    pending, repeated, gated, guarded = tools.plan_calls(
+        work, work.run.last_seq + 1, tool_uses, response
+    )
+    output = ("", None)
+    if not tool_uses and "pii" in work.agent_config and not work.state.get("awaiting"):
+        output, pending, gated, guarded = pii_guard.judge_output(work, response)
     work.state["pending"] = pending
     data, counters, columns = _model_step(work, response, trimmed)
     try:
-        then = _what_follows(work, response, pending, counters, runs_now=not (gated or repeated))
+        then = _what_follows(
+            work, response, pending, counters, runs_now=not (gated or repeated), output=output
+        )
         if not gated:
+            then = (*guarded, *then)
             owned.append(work, Step.Kind.LLM, data, counters, checkpoint=True, then=then, **columns)
         else:
             with transaction.atomic():
                 owned.append(work, Step.Kind.LLM, data, counters, **columns)
+                for kind, guard_data, _ in guarded:
+                    work.run.append_step(kind, guard_data)
                 policy = gates.current()
                 for item, gate in gated:
                     item["approval"] = policy.open_gate(work.run, item, gate)
@@ -127,6 +137,10 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
         raise
     work.add_message({"role": "assistant", "content": response.content})
     if not tool_uses:
+        if gated:
+            lease.park_for_humans(work)  # the held answer; returns when decided meanwhile
+        if work.state["pending"]:
+            return  # the held answer: the next step settles it
         if work.state.get("awaiting"):
             awaiting.wait(work)  # returns when one finished meanwhile: the next step reports it
             return
@@ -175,11 +189,18 @@ def _model_step(work: Work, response: llm.LLMResponse, trimmed: int) -> tuple[di
 
 
 def _what_follows(
-    work: Work, response: llm.LLMResponse, pending: list[dict], counters: dict, *, runs_now: bool
+    work: Work,
+    response: llm.LLMResponse,
+    pending: list[dict],
+    counters: dict,
+    *,
+    runs_now: bool,
+    output: tuple = ("", None),
 ) -> tuple:
     """The steps written with the model's: the run's end when it asked for no tool (a crash
     between the final answer and the end would leave a finished conversation that a resume
-    sends to the model again), or the results of the calls that run at once."""
+    sends to the model again), or the results of the calls that run at once. `output` is
+    the PII guard's verdict on a final answer (pii_guard.check_output)."""
     if not response.tool_uses:
         if work.state.get("awaiting"):
             return ()  # not an answer: the model waits for what it started
@@ -188,9 +209,15 @@ def _what_follows(
             # resume checks it rather than asking the model again.
             work.state["checking"] = {"llm_seq": work.run.last_seq + 1, "output": response.text}
             return ()
-        ended, end_update = terminator.termination(
-            work, Run.Termination.COMPLETED, output=response.text
-        )
+        action, verdict = output
+        if action == "gate":
+            return ()  # held for a person
+        reason, text, detail = Run.Termination.COMPLETED, response.text, ""
+        if action == "redact":
+            text = verdict[0]
+        elif action == "block":
+            reason, text, detail = Run.Termination.BLOCKED, "", verdict[0]
+        ended, end_update = terminator.termination(work, reason, detail, output=text)
         counters.update(end_update)
         return ((Step.Kind.STATUS, ended, {}),)
     if not runs_now:

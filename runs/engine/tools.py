@@ -26,7 +26,7 @@ from agentops.tools import (
 from agentops.verification import checks_call, schema_errors
 
 from ..models import Step, canonical_json
-from . import awaiting, deadlines, gates, lease, replaying, retry, terminator
+from . import awaiting, deadlines, gates, lease, pii_guard, replaying, retry, terminator
 from .owned import Work, cfg, renewal
 
 log = logging.getLogger("agentops.engine")
@@ -41,14 +41,16 @@ def idempotency_key(run_id, llm_seq: int, index: int, tool: str, args: dict) -> 
 
 def plan_calls(
     work: Work, llm_seq: int, tool_uses: list[dict], response
-) -> tuple[list[dict], str, list[tuple[dict, dict]]]:
-    """Validate every proposed call and ask the gate policy about each, before running any:
-    (pending calls, the tool repeated without progress or "", the gated calls with what to
-    ask). No writes: the caller opens the gates with the model step, so parallel calls are
-    decided together and nothing runs until all are decided.
+) -> tuple[list[dict], str, list[tuple[dict, dict]], list[tuple[str, dict, dict]]]:
+    """Validate every proposed call, apply the agent's PII guard and ask the gate policy
+    about each, before running any: (pending calls, the tool repeated without progress or
+    "", the gated calls with what to ask, the guard steps). No writes: the caller opens the
+    gates with the model step, so parallel calls are decided together and nothing runs until
+    all are decided.
     """
     allowed = {t["name"] for t in work.agent_config["tools"]}
     pending = [_planned(work, allowed, llm_seq, index, use) for index, use in enumerate(tool_uses)]
+    guarded = pii_guard.check_calls(work, pending) if "pii" in work.agent_config else []
     repeated = ""
     for item in pending:
         if item["args"] is not None and terminator.repeats(work.state, item["name"], item["args"]):
@@ -62,7 +64,7 @@ def plan_calls(
                 gate = policy.gate_for_call(work.run, item, get_tool(item["name"]), response)
                 if gate is not None:
                     gated.append((item, gate))
-    return pending, repeated, gated
+    return pending, repeated, gated, guarded
 
 
 def _planned(work: Work, allowed: set[str], llm_seq: int, index: int, use: dict) -> dict:
