@@ -160,6 +160,12 @@ class Agent:
     # Past a pending operation's deadline: "agent" (it is told), "person" (an operator
     # decides), or "" for what the tool's Pending says.
     on_pending_timeout: str = ""
+    # The model's text appears in the run's live trace as it is written (the provider's
+    # streaming API), not only once the answer is complete.
+    stream_text: bool = False
+    # Seconds between the scripted model's words when it streams, so that a demo without an
+    # API key is seen typing. Only for runs of an agent with stream_text.
+    scripted_typing: float = 0.0
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -185,7 +191,7 @@ class Agent:
         return [REGISTRY[name] for name in self.tools]
 
     def scripted_provider(self, input: dict) -> ScriptedProvider:
-        return ScriptedProvider(self.script(input))
+        return ScriptedProvider(self.script(input), typing=self.scripted_typing)
 
     def validate_input(self, data: Any) -> tuple[dict | None, dict[str, list[str]]]:
         """(cleaned input, {}) or (None, field errors). The web form and the API share it."""
@@ -243,6 +249,8 @@ class Agent:
         }
         if self.on_pending_timeout:
             snapshot["on_pending_timeout"] = self.on_pending_timeout
+        if self.stream_text:
+            snapshot["stream_text"] = True
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]

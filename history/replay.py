@@ -189,7 +189,10 @@ class _RecordedModel:
     def __init__(self, recording: Recording):
         self.recording = recording
 
-    def complete(self, request: llm.LLMRequest) -> LLMResponse:
+    def complete(
+        self, request: llm.LLMRequest, *, on_text: llm.OnText | None = None
+    ) -> LLMResponse:
+        # A recorded answer is there at once: nothing to stream (on_text is left unused).
         _, kind, data, cost = self.recording.next_model_turn()
         if kind == Step.Kind.LLM_ERROR:
             error = LLMTransientError if data.get("retryable") else LLMError

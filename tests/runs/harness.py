@@ -314,8 +314,9 @@ class Script:
         errors: Sequence[Exception | None] = (),
         on_call: Callable[[LLMRequest], None] | None = None,
         latency: float = 0.0,
+        typing: float = 0.0,
     ):
-        self.inner = ScriptedProvider(list(turns), latency=latency)
+        self.inner = ScriptedProvider(list(turns), latency=latency, typing=typing)
         self.errors = list(errors)
         self.on_call = on_call
         self.requests: list[LLMRequest] = []
@@ -325,7 +326,7 @@ class Script:
     def calls(self) -> int:
         return len(self.requests)
 
-    def complete(self, request: LLMRequest) -> LLMResponse:
+    def complete(self, request: LLMRequest, *, on_text=None) -> LLMResponse:
         with self._lock:
             index = len(self.requests)
             # A copy: the engine keeps appending to the conversation list it passed in.
@@ -334,7 +335,7 @@ class Script:
             self.on_call(request)
         if index < len(self.errors) and self.errors[index] is not None:
             raise self.errors[index]
-        return self.inner.complete(request)
+        return self.inner.complete(request, on_text=on_text)
 
 
 def forever(make: Callable[[int], list[dict]]) -> list[Callable]:
