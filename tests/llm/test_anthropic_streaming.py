@@ -2,9 +2,12 @@
 server-sent events: the same response as a plain call, the text handed over as it comes, and
 errors mid-stream mapped as the plain call's are."""
 
+import dataclasses
+
 import pytest
 
-from agentops.llm import LLMError, LLMRequest, LLMTransientError, pricing
+from agentops.agents import CATALOGUE, get_agent, register
+from agentops.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
 from agentops.llm.anthropic import AnthropicProvider
 from agentops.llm.fake_server import (
     Fault,
@@ -17,6 +20,8 @@ from agentops.llm.fake_server import (
     tool_use,
     truncated_stream,
 )
+from runs import engine, events
+from runs.models import Run, Step
 
 LONG = "The orders table holds one row per order; " * 20
 
@@ -123,3 +128,37 @@ def test_a_stream_that_is_not_events_is_a_transient_error(fake_api):
 
     with pytest.raises(LLMTransientError, match="malformed"):
         AnthropicProvider.from_settings().complete(request(), on_text=lambda _: None)
+
+
+@pytest.mark.django_db
+def test_an_agent_with_stream_text_drafts_through_the_sdk_and_records_the_same_step(
+    no_enqueue, fake_api, monkeypatch, operator
+):
+    drafts: list[tuple[int, str]] = []
+    monkeypatch.setattr(
+        events, "publish_draft", lambda run_id, seq, text, omitted=0: drafts.append((seq, text))
+    )
+    fake_api.stream_delay = 0.002
+    fake_api.push(reply([text(LONG)], usage={"input_tokens": 900, "output_tokens": 300}))
+    base = get_agent("order-briefing")
+    agent = register(dataclasses.replace(base, slug="streaming-anthropic", tools=()))
+    try:
+        run = engine.launch(
+            agent=agent,
+            input={"order_id": 1, "audience": "ops"},
+            launched_by=operator,
+            provider="anthropic",
+        )
+        assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    finally:
+        CATALOGUE.pop("streaming-anthropic", None)
+
+    step = run.steps.get(kind=Step.Kind.LLM)
+    assert fake_api.messages_requests()[0].body["stream"] is True
+    assert step.data["content"] == [{"type": "text", "text": LONG}]
+    assert step.data["usage"]["output_tokens"] == 300 and step.data["request_id"].startswith("req_")
+    assert step.tokens_in == 900 and step.cost_usd == pricing.cost(
+        "claude-sonnet-4-6", Usage(**step.data["usage"])
+    )
+    assert {seq for seq, _ in drafts} == {step.seq}
+    assert 2 <= len(drafts) < 50 and drafts[-1][1] == LONG
