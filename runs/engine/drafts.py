@@ -9,9 +9,12 @@ the complete text when the answer is complete; a long answer costs a bounded num
 WebSocket messages. The web process drops a draft whose step has arrived (runs/feeds.py).
 """
 
+import logging
 import time
 
 from .. import events
+
+log = logging.getLogger("agentops.engine")
 
 # Drafts this far apart at most: four a second reads as continuous typing.
 DRAFT_INTERVAL_SECONDS = 0.25
@@ -47,5 +50,10 @@ class Draft:
         self.pieces = [text]
         self.published_at, self.unpublished = now, False
         omitted = max(0, len(text) - DRAFT_MAX_CHARS)
-        events.publish_draft(self.run_id, self.seq, text[omitted:], omitted=omitted)
+        try:
+            events.publish_draft(self.run_id, self.seq, text[omitted:], omitted=omitted)
+        except Exception:
+            # A draft is a convenience for viewers: it must never fail the model call.
+            log.exception("publishing a draft of run %s failed", self.run_id)
+            return
         self.sent += 1
