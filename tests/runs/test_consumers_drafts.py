@@ -6,6 +6,9 @@ import re
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels_redis.core import RedisChannelLayer
+from django.conf import settings
 
 from runs import events
 from runs.models import Run
@@ -106,4 +109,22 @@ async def test_a_draft_whose_step_was_read_from_the_database_is_not_shown(run, v
     await publish_draft(run.pk, 6, "late")
     await publish_draft(run.pk, 8, "the next answer")
     assert draft_of(await socket.receive_from(timeout=5)) == (8, "the next answer")
+    await socket.disconnect()
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL=redis://…")
+async def test_over_redis_a_burst_of_drafts_ends_with_the_whole_text(run, viewer):
+    # Through the worker's outbox: drafts queued while it sends merge into the newest, and
+    # each carries the whole text so far, so the last one a socket gets is complete.
+    assert isinstance(get_channel_layer(), RedisChannelLayer)
+    socket, _ = await connect(f"/ws/runs/{run.pk}/?after=5", viewer)
+    words = [f"w{i}" for i in range(200)]
+    for i in range(1, len(words) + 1):
+        events.publish_draft(run.pk, 6, " ".join(words[:i]))
+    whole = " ".join(words)
+    received = await receive_until(socket, lambda m: draft_of(m) == (6, whole))
+    assert all(draft_of(m) and draft_of(m)[0] == 6 for m in received)
+    texts = [draft_of(m)[1] for m in received]
+    assert all(whole.startswith(t) for t in texts)
     await socket.disconnect()
