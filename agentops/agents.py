@@ -178,6 +178,12 @@ class Agent:
     pii: PiiPolicy | None = None
     # tool -> RateLimit across all runs of this agent, on top of the tool's own limit.
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
+    # The model's text appears in the run's live trace as it is written (the provider's
+    # streaming API), not only once the answer is complete.
+    stream_text: bool = False
+    # Seconds between the scripted model's words when it streams, so that a demo without an
+    # API key is seen typing. Only for runs of an agent with stream_text.
+    scripted_typing: float = 0.0
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -205,7 +211,9 @@ class Agent:
     def scripted_provider(self, input: dict) -> ScriptedProvider:
         verifier = self.verifier
         review = verifier.script(input) if verifier and verifier.script else ()
-        return ScriptedProvider(self.script(input), verifier_turns=review)
+        return ScriptedProvider(
+            self.script(input), verifier_turns=review, typing=self.scripted_typing
+        )
 
     def validate_input(self, data: Any) -> tuple[dict | None, dict[str, list[str]]]:
         """(cleaned input, {}) or (None, field errors). The web form and the API share it."""
@@ -277,6 +285,8 @@ class Agent:
             snapshot["pii"] = self.pii.as_dict()
         if self.rate_limits:
             snapshot["rate_limits"] = {t: r.as_dict() for t, r in self.rate_limits.items()}
+        if self.stream_text:
+            snapshot["stream_text"] = True
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]

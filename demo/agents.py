@@ -3,8 +3,9 @@ inquiry desk that asks the operator instead of guessing, a complaint triage whos
 launches the refund desk (a chained run), a supplier quote that waits for a reply, an order
 review whose small context is summarised as it goes, a stock check whose first supplier's
 API hangs past the tool's deadline, a revenue check whose answer is validated and verified
-before the run may succeed, and a customer reply whose personal data is guarded and whose
-e-mails are rate limited."""
+before the run may succeed, a customer reply whose personal data is guarded and whose
+e-mails are rate limited, and an order briefing whose text streams into the trace as it is
+written."""
 
 import json
 import re
@@ -742,5 +743,68 @@ register(
             exempt=("send_customer_email.to",),  # the recipient is where it goes
         ),
         rate_limits={"send_customer_email": RateLimit(20, per=timedelta(hours=1))},
+    )
+)
+
+
+# --- Order briefing (streaming model text) ------------------------------------------------------
+class OrderBriefingInput(forms.Form):
+    order_id = forms.IntegerField(label="Order", min_value=1, initial=42)
+    audience = forms.CharField(
+        max_length=200,
+        initial="the support team",
+        help_text="Who reads the briefing.",
+    )
+
+
+def order_briefing_script(data: dict) -> list:
+    def brief(messages):
+        order = last_tool_result(messages)
+        if not isinstance(order, dict):
+            return [text(f"Order {data['order_id']} could not be found: {order}")]
+        facts = ", ".join(f"{k} {v}" for k, v in order.items() if k != "customer_email")
+        return [
+            text(
+                f"Briefing on order {order.get('id')} for {data['audience']}.\n\n"
+                f"{order.get('customer')} ordered {order.get('product')}; the order stands at "
+                f"{order.get('total')} and its status is {order.get('status')}. So far "
+                f"{order.get('refunded')} has been refunded on it.\n\n"
+                "What this means for you: if the customer writes in, start from the status "
+                "above rather than from what the customer remembers, check the refunded "
+                "amount before promising anything, and say plainly what happens next and "
+                "when. Nothing in the order calls for an action today; if the status has not "
+                "moved in a week, ask the warehouse before answering.\n\n"
+                f"The record as read: {facts}."
+            )
+        ]
+
+    return [
+        [text("I'll read the order first."), tool_use("lookup_order", order_id=data["order_id"])],
+        brief,
+    ]
+
+
+register(
+    Agent(
+        slug="order-briefing",
+        title="Order briefing",
+        description=(
+            "Reads an order and writes a briefing on it. Its text appears in the trace as the "
+            "model writes it (streaming)."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You brief colleagues on one order. Read it with lookup_order, then write a short, "
+            "plain briefing: the facts, what they mean for the reader, what to do next."
+        ),
+        tools=("lookup_order",),
+        input_form=OrderBriefingInput,
+        prompt=lambda d: f"Write a briefing on order {d['order_id']} for {d['audience']}.",
+        script=order_briefing_script,
+        summary=lambda d: f"order {d['order_id']} · for {d['audience']}",
+        limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=300),
+        stream_text=True,
+        # About 150 words at 25 a second: long enough to watch it being written.
+        scripted_typing=0.04,
     )
 )

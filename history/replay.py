@@ -218,7 +218,10 @@ class _RecordedModel:
     def __init__(self, recording: Recording):
         self.recording = recording
 
-    def complete(self, request: llm.LLMRequest) -> LLMResponse:
+    def complete(
+        self, request: llm.LLMRequest, *, on_text: llm.OnText | None = None
+    ) -> LLMResponse:
+        # A recorded answer is there at once: nothing to stream (on_text is left unused).
         if request.metadata.get("purpose") == "summary":
             return self._summary(request)
         verifier = request.metadata.get("purpose") == "verify"

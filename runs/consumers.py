@@ -238,6 +238,15 @@ class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
                 await self._deliver(payload)
         # No await since the check above: from here on the feed delivers.
         self.catching_up = False
+        # Mid-answer: the model's text so far, unless its step is among those just sent.
+        draft = self.feed.draft
+        if draft is not None and draft["seq"] > self.last_seq:
+            await send_html_or_json(self, draft)
+
+    async def take_draft(self, payload: dict) -> None:
+        # While catching up, the feed keeps the newest draft for the end of the catch-up.
+        if not self.catching_up and payload["seq"] > self.last_seq:
+            await send_html_or_json(self, payload)
 
     async def _deliver(self, payload: dict):
         # Each step once and in order: what the socket has is dropped, and so is what would

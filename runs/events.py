@@ -279,6 +279,17 @@ def publish_step(step) -> None:
         )
 
 
+def publish_draft(run_id, seq: int, text: str, *, omitted: int = 0) -> None:
+    """The model's text so far for the step `seq` of a run (runs/engine/drafts.py). Not a
+    step and nothing to commit: sent now, to the run's viewers only. Drafts of one step
+    waiting to be sent merge into the newest (each carries the whole text so far)."""
+    send(
+        run_group(run_id),
+        {"type": "run.draft", "run_id": str(run_id), "seq": seq, "text": text, "omitted": omitted},
+        merge_key=("draft", run_id, seq),
+    )
+
+
 def publish_approvals_changed(approval_id) -> None:
     transaction.on_commit(lambda: publish_approval(approval_id))
 

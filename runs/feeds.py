@@ -12,6 +12,11 @@ A socket (runs/consumers.py RunConsumer) has `last_seq`, the newest step it has 
 its own read is done. The feed holds no state of a run besides its sockets: the database is
 the record, events only say "there is more".
 
+Drafts of the model's text (runs/engine/drafts.py) come the same way: the feed keeps the newest
+one until the step it stands for is handed out, so a socket that joins mid-answer is shown the
+text so far once it has caught up; each draft holds the whole text, so a feed that has missed
+some (it joined late) is whole again with the next.
+
 The registry belongs to one event loop (daphne has one; tests start a new one per test,
 which starts an empty registry).
 """
@@ -47,6 +52,9 @@ class Watcher(Protocol):
     async def take(self, payloads: list[dict]) -> None:
         """Steps in seq order, starting at or before last_seq + 1."""
 
+    async def take_draft(self, payload: dict) -> None:
+        """The newest draft of the model's text for the step payload["seq"]."""
+
 
 class RunFeed:
     def __init__(self, run_id: str):
@@ -54,6 +62,8 @@ class RunFeed:
         self.group = events.run_group(run_id)
         self.layer = get_channel_layer()
         self.sockets: set[Watcher] = set()
+        # The newest draft whose step has not been handed out (a draft payload), or None.
+        self.draft: dict | None = None
         # Live events and the poll both deliver; one at a time keeps seqs in order.
         self.delivering = asyncio.Lock()
         self.tasks: list[asyncio.Task] = []
@@ -86,16 +96,24 @@ class RunFeed:
                 log.exception("receiving run %s's live events failed", self.run_id)
                 await asyncio.sleep(1.0)
                 continue
-            if event.get("type") != "run.step":
+            kind = event.get("type")
+            if kind not in ("run.step", "run.draft"):
                 continue
             try:
                 async with self.delivering:
-                    await self._on_step(event)
+                    if kind == "run.step":
+                        await self._on_step(event)
+                    else:
+                        await self._on_draft(event)
             except Exception:
-                log.exception("live step %s of run %s not delivered", event.get("seq"), self.run_id)
+                log.exception(
+                    "live %s %s of run %s not delivered", kind, event.get("seq"), self.run_id
+                )
 
     async def _on_step(self, event: dict) -> None:
         seq = event["seq"]
+        if self.draft is not None and seq >= self.draft["seq"]:
+            self.draft = None  # even if no socket needs the step (they read it themselves)
         if all(not s.catching_up and s.last_seq >= seq for s in self.sockets):
             return  # a repeated event
         need = self._oldest_seq()
@@ -104,6 +122,20 @@ class RunFeed:
             await self._catch_up(need)
             return
         await self._hand_out([await live.step_payload(event)])
+
+    async def _on_draft(self, event: dict) -> None:
+        if self.draft is not None and self.draft["seq"] > event["seq"]:
+            return  # an older model call's, late
+        if any(s.last_seq >= event["seq"] for s in self.sockets if not s.catching_up):
+            # Its step (or what took its seq: an error, a cancel) was handed out already.
+            return
+        self.draft = payload = await live.draft_payload(event)
+        for socket in list(self.sockets):
+            try:
+                await socket.take_draft(payload)
+            except Exception:
+                log.exception("a live socket of run %s failed; dropped", self.run_id)
+                self.sockets.discard(socket)
 
     async def _poll(self) -> None:
         while True:
@@ -128,6 +160,8 @@ class RunFeed:
             await self._hand_out(batch)
 
     async def _hand_out(self, payloads: list[dict]) -> None:
+        if self.draft is not None and payloads and payloads[-1]["seq"] >= self.draft["seq"]:
+            self.draft = None  # its step (or what took its seq) is here
         for i, socket in enumerate(list(self.sockets), 1):
             if socket not in self.sockets:
                 continue  # it left while the loop wrote to the ones before

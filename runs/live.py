@@ -191,6 +191,18 @@ async def step_payload(event: dict) -> dict:
     return {**summary(event), **await cache.get(key, _step_html, event, inline=inline)}
 
 
+def _draft_html(event: dict) -> dict:
+    return rendering.render_draft_event(event["seq"], event["text"], event.get("omitted", 0))
+
+
+async def draft_payload(event: dict) -> dict:
+    """A draft of the model's text with its HTML (#draft), without the text itself."""
+    # Each draft of a step is longer than the one before; its length tells them apart.
+    key = ("draft", event["run_id"], event["seq"], event.get("omitted", 0) + len(event["text"]))
+    html = await cache.get(key, _draft_html, event, inline=True)
+    return {"run_id": event["run_id"], "seq": event["seq"], "draft": True, **html}
+
+
 async def run_payload(event: dict) -> dict:
     """A runs group event with its HTML: the run's rows in the runs list and dashboard."""
     run_id, seq = event["run_id"], event["seq"]

@@ -455,6 +455,13 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
     return {"html": html}
 
 
+def render_draft_event(seq: int, text: str, omitted: int) -> dict:
+    """The run group's message for a draft of the model's text (runs/engine/drafts.py): it
+    replaces #draft. Rendered once; every viewer gets the same bytes."""
+    context = {"seq": seq, "text": text, "omitted": omitted}
+    return {"html": render_to_string(RUN_PAGE + "#draft", context)}
+
+
 def _changes_operations(step: Step) -> bool:
     """An operation opened (a tool's pending result) or finished."""
     if step.kind == Step.Kind.PENDING:

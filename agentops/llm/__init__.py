@@ -2,13 +2,14 @@
 
 from django.conf import settings
 
-from .base import LLMError, LLMRequest, LLMResponse, LLMTransientError, Provider, Usage
+from .base import LLMError, LLMRequest, LLMResponse, LLMTransientError, OnText, Provider, Usage
 
 __all__ = [
     "LLMError",
     "LLMRequest",
     "LLMResponse",
     "LLMTransientError",
+    "OnText",
     "Provider",
     "Usage",
     "default_provider_name",

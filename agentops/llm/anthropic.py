@@ -3,6 +3,11 @@
 Errors are translated into the engine's two kinds: LLMTransientError (timeouts, connection
 errors, 408/409/429/5xx/529: retry with backoff) and LLMError (anything else: the request
 itself is wrong, retrying would give the same answer).
+
+Given an `on_text` callback, the call streams (server-sent events) and hands over the text as
+it arrives; the events are put together into the same message the plain call returns, so the
+response (content, usage, cost, request id) is the same either way. An error event or a
+broken connection mid-stream, or a stream that does not add up to a message, is transient.
 """
 
 import email.utils
@@ -18,7 +23,7 @@ import httpx2
 from django.conf import settings
 
 from . import pricing
-from .base import LLMError, LLMRequest, LLMResponse, LLMTransientError, Usage
+from .base import LLMError, LLMRequest, LLMResponse, LLMTransientError, OnText, Usage
 
 # Statuses the SDK's own retry policy treats as transient; the engine retries them instead.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
@@ -90,7 +95,7 @@ class AnthropicProvider:
             traces=settings.ANTHROPIC_OPEN_TELEMETRY,
         )
 
-    def complete(self, request: LLMRequest) -> LLMResponse:
+    def complete(self, request: LLMRequest, *, on_text: OnText | None = None) -> LLMResponse:
         client = self.client
         if client is None:
             raise LLMError("ANTHROPIC_API_KEY is not set")
@@ -104,6 +109,8 @@ class AnthropicProvider:
         if request.tools:
             params["tools"] = request.tools
         started = time.monotonic()
+        if on_text is not None:
+            return self._stream(client, params, on_text, started)
         try:
             # The body as JSON, not as the SDK's typed Message: the timeline stores plain dicts,
             # and building the typed models first was a sixth of the SDK's CPU per call
@@ -122,6 +129,131 @@ class AnthropicProvider:
             raise _malformed(f"body is not JSON ({exc})") from exc
         latency_ms = int((time.monotonic() - started) * 1000)
         return _response(message, raw.request_id or "", latency_ms)
+
+    def _stream(
+        self, client: anthropic.Anthropic, params: dict, on_text: OnText, started: float
+    ) -> LLMResponse:
+        # The client's timeout bounds each read; the call as a whole keeps the same deadline
+        # as a plain one, so a stream that trickles forever still ends.
+        deadline = started + self.timeout
+        try:
+            raw = client.messages.with_raw_response.create(**params, stream=True)
+            request_id = raw.request_id or ""
+            with raw.parse() as events:
+                message = _assemble(events, on_text, deadline)
+        except _Late as exc:
+            raise LLMTransientError(f"model call timed out after {self.timeout:g}s") from exc
+        except anthropic.APITimeoutError as exc:
+            raise LLMTransientError(f"model call timed out after {self.timeout:g}s") from exc
+        except anthropic.APIConnectionError as exc:
+            raise LLMTransientError(f"could not reach the model API: {exc}") from exc
+        except anthropic.APIStatusError as exc:
+            if exc.status_code == 200:  # an error event after the stream began
+                raise _stream_error(exc) from exc
+            raise _status_error(exc) from exc
+        except anthropic.AnthropicError as exc:
+            raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        # Mid-stream the SDK lets the transport's errors through unwrapped.
+        except httpx2.TimeoutException as exc:
+            raise LLMTransientError(f"model call timed out after {self.timeout:g}s") from exc
+        except httpx2.HTTPError as exc:
+            raise LLMTransientError(f"the model API's stream broke off: {exc}") from exc
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # An event that is not JSON or not the shape its type says.
+            raise _malformed(f"stream event unreadable ({type(exc).__name__}: {exc})") from exc
+        latency_ms = int((time.monotonic() - started) * 1000)
+        return _response(message, request_id, latency_ms)
+
+
+class _Late(Exception):
+    """The stream went on past the call's deadline."""
+
+
+# Error events that say the request itself is wrong; any other, mid-stream, is the server's.
+_REQUEST_ERRORS = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+    }
+)
+
+
+def _stream_error(exc: anthropic.APIStatusError) -> LLMError:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    kind = error.get("type") or "error"
+    message = f"Anthropic API error mid-stream {kind}: {error.get('message') or exc.message}"
+    if kind in _REQUEST_ERRORS:
+        return LLMError(message, status=exc.status_code)
+    return LLMTransientError(message, status=exc.status_code)
+
+
+def _assemble(events: Any, on_text: OnText, deadline: float) -> dict:
+    """The message the stream's events add up to, as the plain call's body would be.
+
+    Text deltas go to `on_text` as they come; tool-call arguments arrive as pieces of JSON
+    and are parsed once whole (kept as sent if they do not parse, as a plain call keeps an
+    input that is not an object: the engine answers the model with the error).
+    """
+    message: dict | None = None
+    blocks: list[dict] = []
+    partial_json: dict[int, list[str]] = {}
+    stopped = False
+    for event in events:
+        if time.monotonic() > deadline:
+            raise _Late()
+        kind = event.type
+        if kind == "message_start":
+            message = event.message.to_dict()
+            message["content"] = blocks
+            continue
+        if message is None or stopped:
+            raise _malformed(
+                f"{kind} {'after message_stop' if stopped else 'before message_start'}"
+            )
+        if kind == "content_block_delta":
+            delta, block = event.delta, blocks[event.index]
+            if delta.type == "text_delta":
+                block["text"] += delta.text
+                if delta.text:
+                    on_text(delta.text)
+            elif delta.type == "input_json_delta":
+                partial_json[event.index].append(delta.partial_json)
+            elif delta.type == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta.thinking
+            elif delta.type == "signature_delta":
+                block["signature"] = block.get("signature", "") + delta.signature
+            elif delta.type == "citations_delta":
+                block.setdefault("citations", []).append(delta.citation.to_dict())
+        elif kind == "content_block_start":
+            if event.index != len(blocks):
+                raise _malformed(f"content block {event.index} started out of order")
+            block = event.content_block.to_dict()
+            if block.get("type") in ("tool_use", "server_tool_use"):
+                partial_json[event.index] = []
+            blocks.append(block)
+        elif kind == "content_block_stop":
+            pieces = partial_json.pop(event.index, None)
+            if pieces:
+                joined = "".join(pieces)
+                try:
+                    blocks[event.index]["input"] = json.loads(joined)
+                except ValueError:
+                    blocks[event.index]["input"] = joined
+        elif kind == "message_delta":
+            message["stop_reason"] = event.delta.stop_reason
+            message["stop_sequence"] = event.delta.stop_sequence
+            # The counts here are the totals so far; the ones not given stay as started.
+            usage = {k: v for k, v in event.usage.to_dict().items() if v is not None}
+            message["usage"] = {**(message.get("usage") or {}), **usage}
+        elif kind == "message_stop":
+            stopped = True
+    if message is None or not stopped:
+        raise _malformed("the stream ended before message_stop")
+    return message
 
 
 def _response(message: Any, request_id: str, latency_ms: int) -> LLMResponse:

@@ -1,8 +1,13 @@
 """What the engine needs from a model provider, independent of the vendor."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Protocol
+
+# Called with each piece of text the model writes, as it writes it (streaming). Never with
+# tool-call arguments. The pieces joined are the response's text blocks.
+OnText = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -80,4 +85,6 @@ class LLMTransientError(LLMError):
 class Provider(Protocol):
     name: str
 
-    def complete(self, request: LLMRequest) -> LLMResponse: ...
+    def complete(self, request: LLMRequest, *, on_text: OnText | None = None) -> LLMResponse:
+        """The model's answer. With `on_text`, a provider that can stream calls it with the
+        text as it arrives; the response is the same as without it."""

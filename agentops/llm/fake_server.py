@@ -26,6 +26,15 @@ answers; the client must time out), `garbled` (a 200 whose body is not a message
 misbehaving proxy's), and `malformed_tool_input` (a tool_use whose input is not what the
 tool's schema asks for, or not an object at all).
 
+A request with `"stream": true` is answered as the real API streams: server-sent events
+message_start, content_block_start / content_block_delta (text_delta, input_json_delta) /
+content_block_stop per block, message_delta (stop_reason, usage), message_stop, the text cut
+into pieces of `stream_chunk` characters `stream_delay` seconds apart (after the latency, which
+is the time to the first event). A Reply's `stream_fault` breaks such a stream on purpose after
+`fault_after` events: `broken_stream` (the connection drops), `error_mid_stream` (an error
+event, as the API sends when overloaded mid-answer) and `truncated_stream` (the events stop
+before message_stop, the connection closes cleanly). A plain request gets the Reply whole.
+
 When the script is empty the default policy answers, deterministically and per conversation
 (so concurrent runs do not disturb each other): while the conversation has fewer than
 `tool_turns` assistant turns, call the first offered tool that takes no required arguments;
@@ -48,7 +57,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -61,6 +70,8 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "bad_request",
+    "broken_stream",
+    "error_mid_stream",
     "garbled",
     "hang",
     "malformed_tool_input",
@@ -70,6 +81,7 @@ __all__ = [
     "server_error",
     "text",
     "tool_use",
+    "truncated_stream",
 ]
 
 
@@ -81,6 +93,8 @@ class Reply:
     stop_reason: str | None = None
     usage: dict = field(default_factory=dict)  # overrides the estimated token counts
     latency: float | None = None  # overrides the server's latency for this reply
+    stream_fault: str = ""  # "cut", "error" or "truncated": how a streamed answer breaks
+    fault_after: int = 3  # events sent before it breaks
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,21 @@ Item = Reply | Fault | Callable[[dict], Reply | Fault]
 
 def reply(content: list[dict], **kwargs: Any) -> Reply:
     return Reply(content=content, **kwargs)
+
+
+def broken_stream(content: list[dict], after: int = 3) -> Reply:
+    """Streamed: the connection drops after `after` events."""
+    return Reply(content=content, stream_fault="cut", fault_after=after)
+
+
+def error_mid_stream(content: list[dict], after: int = 3) -> Reply:
+    """Streamed: an overloaded_error event after `after` events, and the stream ends."""
+    return Reply(content=content, stream_fault="error", fault_after=after)
+
+
+def truncated_stream(content: list[dict], after: int = 3) -> Reply:
+    """Streamed: the events stop after `after`, without message_stop; the body ends."""
+    return Reply(content=content, stream_fault="truncated", fault_after=after)
 
 
 def rate_limited(retry_after: float = 1.0) -> Fault:
@@ -170,8 +199,12 @@ class FakeMessagesServer:
         api_key: str | None = None,
         hang_seconds: float = 120.0,
         verbose: bool = False,
+        stream_delay: float = 0.0,
+        stream_chunk: int = 12,
     ):
         self.latency = latency
+        self.stream_delay = stream_delay
+        self.stream_chunk = stream_chunk
         self.tool_turns = tool_turns
         self.api_key = api_key
         self.hang_seconds = hang_seconds
@@ -240,8 +273,9 @@ class FakeMessagesServer:
     # --- answering ---
     def handle(
         self, method: str, path: str, headers: dict[str, str], raw: bytes
-    ) -> tuple[int, dict[str, str], dict | bytes] | None:
-        """(status, headers, body) for one request, or None to close without answering."""
+    ) -> tuple[int, dict[str, str], dict | bytes | Iterator[bytes]] | None:
+        """(status, headers, body) for one request, or None to close without answering. A
+        streamed body is an iterator of server-sent events, written as they come."""
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -253,7 +287,7 @@ class FakeMessagesServer:
 
     def _handle(
         self, method: str, path: str, headers: dict[str, str], raw: bytes
-    ) -> tuple[int, dict[str, str], dict | bytes] | None:
+    ) -> tuple[int, dict[str, str], dict | bytes | Iterator[bytes]] | None:
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -281,7 +315,11 @@ class FakeMessagesServer:
             self._sleep(self.latency)
             return self._error(answer)
         self._sleep(self.latency if answer.latency is None else answer.latency)
-        return 200, self._headers(), self._message(body, raw, answer)
+        message = self._message(body, raw, answer)
+        if body.get("stream") is True:
+            headers = {**self._headers(), "content-type": "text/event-stream"}
+            return 200, headers, self._events(message, answer)
+        return 200, self._headers(), message
 
     def _check_auth(self, headers: dict[str, str]) -> str:
         given = headers.get("x-api-key") or ""
@@ -332,6 +370,53 @@ class FakeMessagesServer:
             "usage": usage,
         }
 
+    def _events(self, message: dict, answer: Reply) -> Iterator[bytes]:
+        """The message as the API streams it, with the Reply's fault if it has one."""
+        usage = message["usage"]
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {**usage, "output_tokens": 1},
+        }
+        events: list[tuple[str, dict]] = [("message_start", {"message": start})]
+        for i, block in enumerate(message["content"]):
+            if block["type"] == "text":
+                events.append(
+                    ("content_block_start", {"index": i, "content_block": {**block, "text": ""}})
+                )
+                value, size = block["text"], max(1, self.stream_chunk)
+                for piece in (value[j : j + size] for j in range(0, len(value), size)):
+                    delta = {"type": "text_delta", "text": piece}
+                    events.append(("content_block_delta", {"index": i, "delta": delta}))
+            elif block["type"] == "tool_use":
+                events.append(
+                    ("content_block_start", {"index": i, "content_block": {**block, "input": {}}})
+                )
+                whole = json.dumps(block["input"])
+                for piece in (whole[: len(whole) // 2], whole[len(whole) // 2 :]):
+                    delta = {"type": "input_json_delta", "partial_json": piece}
+                    events.append(("content_block_delta", {"index": i, "delta": delta}))
+            else:
+                events.append(("content_block_start", {"index": i, "content_block": block}))
+            events.append(("content_block_stop", {"index": i}))
+        delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+        events.append(
+            ("message_delta", {"delta": delta, "usage": {"output_tokens": usage["output_tokens"]}})
+        )
+        events.append(("message_stop", {}))
+        for n, (name, data) in enumerate(events):
+            if answer.stream_fault and n == answer.fault_after:
+                if answer.stream_fault == "error":
+                    error = {"type": "overloaded_error", "message": "Overloaded"}
+                    yield _sse("error", {"type": "error", "error": error})
+                elif answer.stream_fault == "cut":
+                    raise ConnectionAbortedError("the stream is cut here on purpose")
+                return
+            if name == "content_block_delta":
+                self._sleep(self.stream_delay)
+            yield _sse(name, {"type": name, **data})
+
     def _error(self, fault: Fault) -> tuple[int, dict[str, str], dict | bytes]:
         headers = self._headers()
         headers.update(fault.headers)
@@ -351,6 +436,10 @@ class FakeMessagesServer:
     def _sleep(self, seconds: float) -> None:
         if seconds > 0:
             self._stopping.wait(seconds)
+
+
+def _sse(name: str, data: dict) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
 def validate_messages_request(body: Any) -> str:
@@ -446,6 +535,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         status, extra, payload = outcome
+        if isinstance(payload, Iterator):
+            self._stream(status, extra, payload)
+            return
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         extra = {"content-type": "application/json", **extra}
         try:
@@ -456,6 +548,25 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
         except OSError:  # the client gave up (timeout) or the server is stopping
+            self.close_connection = True
+
+    def _stream(self, status: int, headers: dict[str, str], events: Iterator[bytes]) -> None:
+        # Chunked, so the connection stays open for the next request, as the real API's does.
+        try:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except ConnectionAbortedError:  # a fault: drop the connection mid-body
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:  # the client gave up or the server is stopping
             self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -476,6 +587,9 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="assistant turns that call an argument-free tool before the final answer",
     )
+    parser.add_argument(
+        "--stream-delay", type=float, default=0.02, help="seconds between streamed text pieces"
+    )
     parser.add_argument("--api-key", default=None, help="accept only this key (default: any)")
     parser.add_argument("--quiet", action="store_true", help="do not log each request")
     args = parser.parse_args(argv)
@@ -486,6 +600,7 @@ def main(argv: list[str] | None = None) -> None:
         tool_turns=args.tool_turns,
         api_key=args.api_key,
         verbose=not args.quiet,
+        stream_delay=args.stream_delay,
     )
     server.start()
     print(f"fake Messages API on {server.base_url}", flush=True)

@@ -1,11 +1,12 @@
 """Deterministic model turns per agent: for demos, tests and benchmarks. Tools still run."""
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
 
 from . import pricing
-from .base import LLMRequest, LLMResponse, Usage
+from .base import LLMRequest, LLMResponse, OnText, Usage
 
 # A turn is the assistant's content blocks, or a function of the conversation so far that
 # returns them (so a scripted report can quote the query result it just got).
@@ -32,15 +33,22 @@ class ScriptedProvider:
     name = "scripted"
 
     def __init__(
-        self, turns: Sequence[Turn], *, latency: float = 0.0, verifier_turns: Sequence[Turn] = ()
+        self,
+        turns: Sequence[Turn],
+        *,
+        latency: float = 0.0,
+        verifier_turns: Sequence[Turn] = (),
+        typing: float = 0.0,
     ):
         self.turns = list(turns)
         self.latency = latency
         # A verifier's model calls (metadata purpose "verify") are answered from these, one
         # per attempt, so they never shift the agent's own turns.
         self.verifier_turns = list(verifier_turns)
+        # Seconds between words when asked to stream (on_text): a demo is seen typing.
+        self.typing = typing
 
-    def complete(self, request: LLMRequest) -> LLMResponse:
+    def complete(self, request: LLMRequest, *, on_text: OnText | None = None) -> LLMResponse:
         started = time.monotonic()
         if self.latency:
             time.sleep(self.latency)
@@ -65,6 +73,8 @@ class ScriptedProvider:
             {**b, "id": f"toolu_{uuid.uuid4().hex[:20]}"} if b.get("type") == "tool_use" else b
             for b in content
         ]
+        if on_text is not None:
+            self._type(content, on_text)
         stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
         # The engine passes the request's size; serialising it again here would make each
         # call cost more the longer the run.
@@ -84,3 +94,13 @@ class ScriptedProvider:
             latency_ms=int((time.monotonic() - started) * 1000),
             request_id=f"scripted-{uuid.uuid4().hex[:12]}",
         )
+
+    def _type(self, content: list[dict], on_text: OnText) -> None:
+        """The turn's text handed over a word at a time, as a streaming model would."""
+        for block in content:
+            if block.get("type") != "text":
+                continue
+            for i, word in enumerate(re.findall(r"\s*\S+|\s+", block["text"])):
+                if i and self.typing:
+                    time.sleep(self.typing)
+                on_text(word)

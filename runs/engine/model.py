@@ -18,7 +18,7 @@ from agentops import llm
 from agentops.verification import checks_final_answer
 
 from ..models import Run, Step
-from . import awaiting, gates, lease, owned, pii_guard, retry, summary, terminator, tools
+from . import awaiting, drafts, gates, lease, owned, pii_guard, retry, summary, terminator, tools
 from .conversation import context_budget, fit_context, tool_result_block
 from .owned import Stop, Work, cfg, renewal
 
@@ -63,7 +63,14 @@ def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
             lease.still_mine(work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
         _release_db_connection()
         try:
-            return work.provider.complete(request)
+            if not work.agent_config.get("stream_text"):
+                return work.provider.complete(request)
+            # The seq the model's step will have: an error step takes it if this attempt fails,
+            # and the next attempt's drafts carry the one after.
+            draft = drafts.Draft(work.run.pk, work.run.last_seq + 1)
+            response = work.provider.complete(request, on_text=draft)
+            draft.finish()
+            return response
         except llm.LLMError as exc:
             will_retry = (
                 exc.retryable

@@ -168,6 +168,7 @@
         if (xhr) return text; // only WebSocket messages
         var tpl = document.createElement("template");
         tpl.innerHTML = text;
+        dropDrafts(tpl.content);
         Array.prototype.slice.call(tpl.content.children).forEach(function (child) {
           var oob = child.getAttribute("hx-swap-oob") || "true";
           var colon = oob.indexOf(":");
@@ -177,6 +178,28 @@
         return tpl.innerHTML;
       },
     });
+  }
+
+  /* 3c. The model's text while it writes (#draft, data-draft-seq: the seq its step will
+   * have) is never shown with its step: a draft whose step (or what took its seq, an error or
+   * a cancel) is on the page is not swapped in, and a step that arrives clears the draft, in
+   * the same task as the step's swap, so no frame shows both. */
+  function dropDrafts(content) {
+    var last = lastSeq();
+    var newest = 0;
+    content.querySelectorAll(".step[data-seq]").forEach(function (el) {
+      newest = Math.max(newest, parseInt(el.getAttribute("data-seq"), 10) || 0);
+    });
+    var incoming = content.querySelector("#draft[data-draft-seq]");
+    if (incoming && parseInt(incoming.getAttribute("data-draft-seq"), 10) <= Math.max(last, newest)) {
+      incoming.remove();
+    }
+    var shown = document.querySelector("#draft[data-draft-seq]");
+    if (shown && newest && parseInt(shown.getAttribute("data-draft-seq"), 10) <= newest) {
+      var empty = document.createElement("div");
+      empty.id = "draft";
+      shown.replaceWith(empty);
+    }
   }
 
   // Deferred scripts run in order after parsing: htmx and its ws extension are loaded, and

@@ -272,3 +272,49 @@ def test_it_runs_from_the_command_line(settings):
     finally:
         process.terminate()
         process.wait(timeout=5)
+
+
+def test_a_streamed_request_is_answered_as_server_sent_events_in_the_apis_order(fake_api):
+    fake_api.stream_chunk = 5
+    fake_api.push(reply([text("Hello there."), tool_use("lookup", table="t")]))
+    request = urllib.request.Request(
+        fake_api.base_url + "/v1/messages",
+        data=json.dumps(
+            {
+                "model": "m",
+                "max_tokens": 10,
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+        ).encode(),
+        headers={"content-type": "application/json", "x-api-key": API_KEY},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.headers["content-type"] == "text/event-stream"
+        assert response.headers["request-id"].startswith("req_")
+        raw = response.read().decode()
+    events = [
+        (chunk.split("\n")[0].removeprefix("event: "), json.loads(chunk.split("\ndata: ")[1]))
+        for chunk in raw.strip().split("\n\n")
+    ]
+    names = [name for name, _ in events]
+    assert names == [
+        "message_start",
+        "content_block_start",
+        *["content_block_delta"] * 3,  # "Hello there." in pieces of 5
+        "content_block_stop",
+        "content_block_start",
+        *["content_block_delta"] * 2,  # the tool's input as two pieces of JSON
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert all(data["type"] == name for name, data in events)
+    assert "".join(d["delta"]["text"] for n, d in events[2:5]) == "Hello there."
+    assert json.loads("".join(d["delta"]["partial_json"] for n, d in events[7:9])) == {"table": "t"}
+    assert (
+        events[0][1]["message"]["content"] == [] and events[0][1]["message"]["stop_reason"] is None
+    )
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+    assert events[-2][1]["usage"]["output_tokens"] > 1

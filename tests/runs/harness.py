@@ -380,8 +380,11 @@ class Script:
         on_call: Callable[[LLMRequest], None] | None = None,
         latency: float = 0.0,
         verifier_turns: Sequence[Turn] = (),
+        typing: float = 0.0,
     ):
-        self.inner = ScriptedProvider(list(turns), latency=latency, verifier_turns=verifier_turns)
+        self.inner = ScriptedProvider(
+            list(turns), latency=latency, verifier_turns=verifier_turns, typing=typing
+        )
         self.errors = list(errors)
         self.on_call = on_call
         self.requests: list[LLMRequest] = []
@@ -391,7 +394,7 @@ class Script:
     def calls(self) -> int:
         return len(self.requests)
 
-    def complete(self, request: LLMRequest) -> LLMResponse:
+    def complete(self, request: LLMRequest, *, on_text=None) -> LLMResponse:
         with self._lock:
             index = len(self.requests)
             # A copy: the engine keeps appending to the conversation list it passed in.
@@ -400,7 +403,7 @@ class Script:
             self.on_call(request)
         if index < len(self.errors) and self.errors[index] is not None:
             raise self.errors[index]
-        return self.inner.complete(request)
+        return self.inner.complete(request, on_text=on_text)
 
 
 def forever(make: Callable[[int], list[dict]]) -> list[Callable]:
