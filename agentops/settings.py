@@ -201,6 +201,9 @@ AGENTOPS = {
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),
     # Rubber-stamp guard: decisions made faster than this after opening are flagged.
     "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
+    # One-tap decision links in approval e-mails (approvals/one_tap.py) live at most this long
+    # (and never past the approval's own deadline).
+    "ONE_TAP_MAX_AGE_SECONDS": env.int("AGENTOPS_ONE_TAP_MAX_AGE_SECONDS", default=24 * 3600),
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")

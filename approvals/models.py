@@ -209,3 +209,28 @@ class ApprovalView(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} opened {self.approval_id} at {self.first_opened_at:%Y-%m-%d %H:%M}"
+
+
+class DecisionLink(models.Model):
+    """A one-tap decision link e-mailed to one approver for one approval (approvals/one_tap.py).
+
+    The signed token in the e-mail names this row's nonce; the row is what makes the link
+    single-use (`used_at`, set by a compare-and-set in the decision's own transaction) and
+    bounds its life (`expires_at`: never later than the approval's own deadline).
+    """
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="links")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    nonce = models.CharField(max_length=43, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # A retried e-mail carries the same link, not a second one.
+            models.UniqueConstraint(fields=["approval", "user"], name="decision_link_once_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"link for {self.user_id} on {self.approval_id}"

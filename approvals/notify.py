@@ -48,6 +48,7 @@ from django.urls import NoReverseMatch, reverse
 
 from accounts.models import Role
 
+from . import one_tap
 from .models import Approval
 
 log = logging.getLogger("agentops.notify")
@@ -185,21 +186,36 @@ def _one_line(text: str, limit: int) -> str:
 
 
 # --- e-mail ----------------------------------------------------------------------------------
-def approver_emails(approval: Approval) -> list[str]:
+def approvers_to_email(approval: Approval) -> list:
+    """The users the request e-mail goes to, one per address (each gets a personal link)."""
     users = get_user_model().objects.filter(is_active=True).exclude(email="")
     named = approval.run.agent_config.get("gates", {}).get("approvers") or []
     if named:
         users = users.filter(username__in=named)
     else:
         users = users.filter(Q(groups__name__in=[Role.APPROVER, Role.ADMIN]) | Q(is_superuser=True))
-    return sorted(set(users.values_list("email", flat=True)))
+    by_address = {}
+    for user in users.distinct().order_by("email", "pk"):
+        by_address.setdefault(user.email, user)
+    return list(by_address.values())
+
+
+def approver_emails(approval: Approval) -> list[str]:
+    return [user.email for user in approvers_to_email(approval)]
+
+
+def one_tap_url(approval: Approval, user) -> str:
+    """The approver's personal, single-use decision link (approvals/one_tap.py)."""
+    token = one_tap.token_for(approval, user)
+    return _cfg("PUBLIC_URL").rstrip("/") + reverse("approvals:one_tap", args=[token])
 
 
 def send_email(approval_id: str) -> int:
-    """Send the request e-mail; DeliveryError (retried) when the backend fails."""
+    """Send the request e-mail, one per approver (each carries that approver's one-tap link);
+    DeliveryError (retried) when the backend fails. Returns how many were sent."""
     approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
-    recipients = approver_emails(approval)
-    if not recipients:
+    recipients = approvers_to_email(approval)
+    if not recipients or approval.status != Approval.Status.PENDING:
         return 0
     urls = links(approval)
     body = [
@@ -220,17 +236,26 @@ def send_email(approval_id: str) -> int:
         f"Decide: {urls['approval']}",
         f"Run: {urls['run']}",
     ]
-    message = EmailMessage(
-        subject=_one_line(f"[agentops] {headline(approval)}", 200),
-        body="\n".join(body),
-        to=recipients,
-        # Backends that honour it (the demo outbox) store a retried send once.
-        headers={"X-Idempotency-Key": f"approval-requested:{approval.pk}"},
-    )
-    try:
-        return message.send()
-    except OSError as exc:  # smtplib errors are OSErrors
-        raise DeliveryError(f"e-mail for approval {approval.pk} failed: {exc}") from exc
+    sent = 0
+    for user in recipients:
+        personal = [
+            *body,
+            "",
+            f"Decide on your phone (a one-time link for {user.get_username()} only, "
+            f"sign-in required): {one_tap_url(approval, user)}",
+        ]
+        message = EmailMessage(
+            subject=_one_line(f"[agentops] {headline(approval)}", 200),
+            body="\n".join(personal),
+            to=[user.email],
+            # Backends that honour it (the demo outbox) store a retried send once.
+            headers={"X-Idempotency-Key": f"approval-requested:{approval.pk}:{user.pk}"},
+        )
+        try:
+            sent += message.send()
+        except OSError as exc:  # smtplib errors are OSErrors
+            raise DeliveryError(f"e-mail for approval {approval.pk} failed: {exc}") from exc
+    return sent
 
 
 # --- webhooks --------------------------------------------------------------------------------

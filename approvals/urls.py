@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import one_tap_views, views
 
 app_name = "approvals"
 urlpatterns = [
@@ -10,4 +10,5 @@ urlpatterns = [
     path("<uuid:pk>/opened/", views.opened, name="opened"),
     path("<uuid:pk>/decide/", views.decide, name="decide"),
     path("<uuid:pk>/edit-preview/", views.edit_preview, name="edit_preview"),
+    path("link/<str:token>/", one_tap_views.one_tap_page, name="one_tap"),
 ]
