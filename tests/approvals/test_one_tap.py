@@ -2,8 +2,8 @@
 expiry, the signature, a password for high-risk approvals; every refusal decides nothing."""
 
 import re
-from urllib.parse import unquote
 from datetime import timedelta
+from urllib.parse import unquote
 
 import pytest
 from django.core import mail, signing
