@@ -6,9 +6,10 @@ Each item goes through `decisions.decide` on its own (its own locks and transact
 conflict or refusal never blocks or undoes the others, and the answer has a result per item.
 
 What a batch will not do, on purpose:
-- approve a high-risk or irreversible call (the calls whose screen asks to confirm the exact
-  effect): a row in a list is not that confirmation, so those are refused "decide it on its
-  own screen" and stay pending;
+- approve a high- or critical-risk call: a row in a list is not the confirmation of the exact
+  effect its own screen asks for, so those are refused ("approve it on its own screen") and
+  stay pending. Lower-risk calls, irreversible ones included, can be: each row shows the
+  call's effect in the tool's words, which is what that confirmation shows;
 - answer questions (each needs its own answer).
 """
 
@@ -108,10 +109,10 @@ def _refusal(approval: Approval, decision: str, shown: str) -> tuple[int, str] |
     # the lock; `decide` checks it again for approvals. A reject is checked here only.
     if shown != args_hash(approval.tool, approval.args or {}):
         return 409, "not the call you were shown; nothing was decided. Reload the queue."
-    if decision == "approve" and approval.needs_confirmation:
+    if decision == "approve" and approval.risk in Approval.CONFIRM_RISKS:
         return 422, (
-            f"a {approval.risk}-risk or irreversible call is approved on its own screen, "
-            "where its exact effect is confirmed"
+            f"a {approval.risk}-risk call is approved on its own screen, where its exact "
+            "effect is confirmed"
         )
     return None
 
