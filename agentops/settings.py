@@ -170,6 +170,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "sweep-expired-leases": {"task": "runs.tasks.sweep", "schedule": 15.0},
     "expire-approvals": {"task": "approvals.tasks.expire_approvals", "schedule": 30.0},
+    "escalate-approvals": {"task": "approvals.tasks.escalate_approvals", "schedule": 30.0},
     "launch-due-schedules": {"task": "triggers.tasks.launch_due_schedules", "schedule": 15.0},
 }
 

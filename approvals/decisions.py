@@ -39,7 +39,8 @@ from runs import events
 from runs.models import Run, Step, args_hash
 
 from . import policy
-from .models import Approval, ApprovalView, ApprovalVote
+from .escalation import escalated_to
+from .models import Approval, ApprovalView, ApprovalVote, Delegation
 
 DECISIONS = ("approve", "reject", "answer")
 OUTCOME_ANSWERS = ("happened", "did_not_happen")
@@ -123,9 +124,18 @@ def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approv
         return "only approvers and admins can decide approvals"
     rules = gate_rules(run)
     named = rules.get("approvers") or []
-    if named and user.get_username() not in named:
+    if (
+        named
+        and user.get_username() not in named
+        # An escalation tier told about it may decide it too (approvals/escalation.py).
+        and not (rules.get("escalation") and user.get_username() in escalated_to(approval))
+    ):
         return f"only this agent's named approvers can decide: {', '.join(named)}"
-    four_eyes_from = rules.get("four_eyes_from") or ""
+    return _four_eyes_reason(approval, run, user, decision)
+
+
+def _four_eyes_reason(approval: Approval, run: Run, user, decision: str) -> str:
+    four_eyes_from = gate_rules(run).get("four_eyes_from") or ""
     if (
         decision != "reject"
         and four_eyes_from
@@ -138,6 +148,22 @@ def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approv
             f"action in it (from {four_eyes_from} up another approver must decide)"
         )
     return ""
+
+
+def acting_for(approval: Approval, run: Run, user, decision: str):
+    """Whom `user` decides for through an active Delegation, when they may not decide this
+    themselves: the first delegator who could. None if nobody. The delegate's own four-eyes
+    rule still holds, and a quorum needs each approver's own vote, so delegates do not vote
+    on one."""
+    if _four_eyes_reason(approval, run, user, decision):
+        return None
+    if votes_needed(approval, gate_rules(run)) > 1:
+        return None
+    delegations = Delegation.objects.active().filter(delegate=user).select_related("user")
+    for delegation in delegations.order_by("starts"):
+        if not forbidden_reason(approval, run, delegation.user, decision):
+            return delegation.user
+    return None
 
 
 def may_decide(approval: Approval, user) -> bool:
@@ -218,7 +244,8 @@ def decide(
         if decision == "approve" and shown_args_hash is not None:
             _check_shown(approval, shown_args_hash)
         why = forbidden_reason(approval, run, user, decision)
-        if why:
+        principal = acting_for(approval, run, user, decision) if why else None
+        if why and principal is None:
             raise DecisionForbidden(why)
         rules = gate_rules(run)
         needed = votes_needed(approval, rules)
@@ -259,6 +286,9 @@ def decide(
             "opened_at": opened.isoformat() if opened else None,
             "seconds_open": round((now - opened).total_seconds(), 3) if opened else None,
         }
+        if principal is not None:
+            # In the step, so in the run's hash chain: who decided, and for whom.
+            step["acting_for"] = principal.get_username()
         if needed > 1:
             step["votes"] = f"{approvals_so_far} of {needed}"
 

@@ -234,3 +234,63 @@ class DecisionLink(models.Model):
 
     def __str__(self) -> str:
         return f"link for {self.user_id} on {self.approval_id}"
+
+
+class Escalation(models.Model):
+    """A tier of the agent's escalation chain was notified about a pending approval: the row
+    makes each tier's notice go out once (the sweep may run on several hosts), names who was
+    told (they may decide it from then on), and is shown on the approval card."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="escalations")
+    tier = models.PositiveSmallIntegerField(help_text="1 is the chain's first tier.")
+    notified = models.JSONField(default=list, help_text="Usernames of the tier's people.")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tier"]
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "tier"], name="escalation_once_per_tier")
+        ]
+
+    def __str__(self) -> str:
+        return f"tier {self.tier} of {self.approval_id} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class DelegationQuerySet(models.QuerySet):
+    def active(self, at=None):
+        at = at or timezone.now()
+        return self.filter(starts__lte=at, ends__gt=at)
+
+
+class Delegation(models.Model):
+    """`delegate` decides for `user` from `starts` to `ends` (an approver away on leave).
+
+    The delegate may decide what `user` could (named approvers), never what the four-eyes
+    rule keeps the delegate themselves from; each such decision's step records
+    {"by": delegate, "acting_for": user} in the run's hash chain."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations_given"
+    )
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations_received"
+    )
+    starts = models.DateTimeField(default=timezone.now)
+    ends = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = DelegationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-starts"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends__gt=models.F("starts")), name="delegation_ends_after_start"
+            ),
+            models.CheckConstraint(
+                condition=~Q(user=models.F("delegate")), name="delegation_not_to_self"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.delegate_id} for {self.user_id} until {self.ends:%Y-%m-%d %H:%M}"

@@ -49,7 +49,7 @@ from django.urls import NoReverseMatch, reverse
 from accounts.models import Role
 
 from . import one_tap
-from .models import Approval
+from .models import Approval, Delegation
 
 log = logging.getLogger("agentops.notify")
 
@@ -191,7 +191,15 @@ def approvers_to_email(approval: Approval) -> list:
     users = get_user_model().objects.filter(is_active=True).exclude(email="")
     named = approval.run.agent_config.get("gates", {}).get("approvers") or []
     if named:
-        users = users.filter(username__in=named)
+        # An approver away on leave: their delegate (an approver too) is told instead.
+        delegates = Delegation.objects.active().filter(user__username__in=named)
+        users = users.filter(
+            Q(username__in=named)
+            | Q(
+                pk__in=delegates.values("delegate_id"),
+                groups__name__in=[Role.APPROVER, Role.ADMIN],
+            )
+        )
     else:
         users = users.filter(Q(groups__name__in=[Role.APPROVER, Role.ADMIN]) | Q(is_superuser=True))
     by_address = {}
@@ -214,15 +222,41 @@ def send_email(approval_id: str) -> int:
     """Send the request e-mail, one per approver (each carries that approver's one-tap link);
     DeliveryError (retried) when the backend fails. Returns how many were sent."""
     approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
-    recipients = approvers_to_email(approval)
+    return _send(
+        approval,
+        approvers_to_email(approval),
+        subject=f"[agentops] {headline(approval)}",
+        key="approval-requested",
+    )
+
+
+def send_escalation_email(approval_id: str, tier: int) -> int:
+    """Tell an escalation tier's people (approvals/escalation.py); like `send_email`."""
+    approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
+    escalation = approval.escalations.filter(tier=tier).first()
+    if escalation is None:
+        return 0
+    users = (
+        get_user_model()
+        .objects.filter(is_active=True, username__in=escalation.notified)
+        .exclude(email="")
+        .order_by("email")
+    )
+    waited = int((escalation.at - approval.requested_at).total_seconds() // 60)
+    return _send(
+        approval,
+        list(users),
+        subject=f"[agentops] Escalated, no decision after {waited} min: {headline(approval)}",
+        key=f"approval-escalated:{tier}",
+        intro=f"Nobody has decided this after {waited} minutes; you are escalation tier {tier}.",
+    )
+
+
+def _send(approval: Approval, recipients: list, *, subject: str, key: str, intro: str = "") -> int:
     if not recipients or approval.status != Approval.Status.PENDING:
         return 0
     urls = links(approval)
-    body = [
-        headline(approval),
-        "",
-        f"Why: {approval.explanation}",
-    ]
+    body = [*([intro, ""] if intro else []), headline(approval), "", f"Why: {approval.explanation}"]
     if approval.kind == Approval.Kind.ACTION:
         body += [f"Tool: {approval.tool}", f"Arguments: {_args(approval.args, 5000)}"]
     else:
@@ -245,11 +279,11 @@ def send_email(approval_id: str) -> int:
             f"sign-in required): {one_tap_url(approval, user)}",
         ]
         message = EmailMessage(
-            subject=_one_line(f"[agentops] {headline(approval)}", 200),
+            subject=_one_line(subject, 200),
             body="\n".join(personal),
             to=[user.email],
             # Backends that honour it (the demo outbox) store a retried send once.
-            headers={"X-Idempotency-Key": f"approval-requested:{approval.pk}:{user.pk}"},
+            headers={"X-Idempotency-Key": f"{key}:{approval.pk}:{user.pk}"},
         )
         try:
             sent += message.send()

@@ -10,7 +10,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from . import decisions, notify
+from . import decisions, escalation, notify
 from .models import Approval
 from .notify import DeliveryError, DeliveryRefused
 
@@ -30,6 +30,21 @@ _DELIVERY = {
 @shared_task(ignore_result=True)
 def expire_approvals() -> int:
     return decisions.expire_due()
+
+
+@shared_task(ignore_result=True)
+def escalate_approvals() -> int:
+    return escalation.escalate_due(approval_escalated)
+
+
+def approval_escalated(approval_id: str, tier: int) -> None:
+    """Queue the e-mail to an escalation tier (after commit); never raises, like below."""
+    if not settings.AGENTOPS["NOTIFY_EMAIL"]:
+        return
+    try:
+        send_escalation_email.delay(approval_id, tier)
+    except Exception:
+        log.exception("approval %s: could not queue the escalation e-mail", approval_id)
 
 
 def approval_requested(approval_id) -> None:
@@ -69,3 +84,8 @@ def deliver_approval_webhook(approval_id: str, url: str) -> int:
     except DeliveryRefused as exc:
         log.warning("approval %s: webhook not delivered: %s", approval_id, exc)
         return 0
+
+
+@shared_task(**_DELIVERY)
+def send_escalation_email(approval_id: str, tier: int) -> int:
+    return notify.send_escalation_email(approval_id, tier)
