@@ -294,3 +294,34 @@ class Delegation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.delegate_id} for {self.user_id} until {self.ends:%Y-%m-%d %H:%M}"
+
+
+class SlackMessage(models.Model):
+    """The Slack message that asked for this approval (approvals/slack.py), to update it with
+    who decided."""
+
+    approval = models.OneToOneField(Approval, on_delete=models.CASCADE, related_name="slack")
+    channel = models.CharField(max_length=32)
+    ts = models.CharField(max_length=32)
+    posted_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.channel}/{self.ts}"
+
+
+class SlackUser(models.Model):
+    """Which agentops user a Slack user is (an admin adds these; with
+    AGENTOPS_SLACK_MAP_BY_EMAIL they are found by the Slack profile's e-mail on first use)."""
+
+    team_id = models.CharField(max_length=32)
+    slack_id = models.CharField(max_length=32)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team_id", "slack_id"], name="slack_user_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.slack_id} -> {self.user_id}"

@@ -134,11 +134,16 @@ def headline(approval: Approval) -> str:
 def slack_payload(approval: Approval) -> dict:
     """Slack incoming-webhook body: a plain `text` fallback plus Block Kit blocks."""
     urls = links(approval)
-    lines = [f"*{_slack(headline(approval))}*", f"*Why:* {_slack(approval.explanation)}"]
+    lines = [
+        f"*{slack_escape(headline(approval))}*",
+        f"*Why:* {slack_escape(approval.explanation)}",
+    ]
     if approval.kind == Approval.Kind.ACTION:
-        lines.append(f"*Call:* `{_slack(approval.tool)}` {_slack(_args(approval.args, 1500))}")
+        lines.append(
+            f"*Call:* `{slack_escape(approval.tool)}` {slack_escape(_args(approval.args, 1500))}"
+        )
     elif approval.options:
-        lines.append("*Options:* " + _slack(", ".join(map(str, approval.options))))
+        lines.append("*Options:* " + slack_escape(", ".join(map(str, approval.options))))
     return {
         "text": f"{headline(approval)}: {urls['approval']}",
         "blocks": [
@@ -148,7 +153,7 @@ def slack_payload(approval: Approval) -> dict:
                 "elements": [
                     {
                         "type": "mrkdwn",
-                        "text": _slack(
+                        "text": slack_escape(
                             f"run {approval.run_id} · expires "
                             f"{approval.expires_at:%Y-%m-%d %H:%M} UTC"
                         ),
@@ -169,7 +174,7 @@ def slack_payload(approval: Approval) -> dict:
     }
 
 
-def _slack(text: str) -> str:
+def slack_escape(text: str) -> str:
     # Slack mrkdwn control characters; model-written text must not become links or mentions.
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 

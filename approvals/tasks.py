@@ -9,8 +9,9 @@ import logging
 
 from celery import shared_task
 from django.conf import settings
+from slack_sdk.errors import SlackApiError
 
-from . import decisions, escalation, notify
+from . import decisions, escalation, notify, slack
 from .models import Approval
 from .notify import DeliveryError, DeliveryRefused
 
@@ -69,6 +70,9 @@ def notify_approval_requested(approval_id: str) -> int:
     for url in settings.AGENTOPS["WEBHOOK_URLS"]:
         deliver_approval_webhook.delay(str(approval.pk), url)
         queued += 1
+    if slack.enabled():
+        post_approval_to_slack.delay(str(approval.pk))
+        queued += 1
     return queued
 
 
@@ -89,3 +93,8 @@ def deliver_approval_webhook(approval_id: str, url: str) -> int:
 @shared_task(**_DELIVERY)
 def send_escalation_email(approval_id: str, tier: int) -> int:
     return notify.send_escalation_email(approval_id, tier)
+
+
+@shared_task(**{**_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
+def post_approval_to_slack(approval_id: str) -> str:
+    return slack.post_request(approval_id)
