@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
@@ -76,8 +76,13 @@ def delegations(request: HttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def end_delegation(request: HttpRequest, pk: int) -> HttpResponse:
-    """End one of your delegations now (one not started yet is removed)."""
-    delegation = get_object_or_404(Delegation, pk=pk, user=request.user)
+    """End one of your delegations now (one not started yet is removed); an admin may end
+    anyone's (someone who left)."""
+    if not request.user.can_approve:
+        raise PermissionDenied
+    delegation = get_object_or_404(Delegation, pk=pk)
+    if delegation.user_id != request.user.pk and not request.user.is_admin:
+        raise Http404("no such delegation of yours")
     now = timezone.now()
     if delegation.starts >= now:
         delegation.delete()
