@@ -8,9 +8,11 @@ and swallowed, delivery happens in workers, and the run never waits for it.
 
 Settings (settings.AGENTOPS, from the environment):
 - NOTIFY_EMAIL (AGENTOPS_NOTIFY_EMAIL, default on): e-mail the approvers through Django's
-  e-mail backend. Approvers are the agent's named approvers (GateRules.approvers) if it names
-  any, otherwise every active user with the approver or admin role (or superuser), in both
-  cases only those with an e-mail address.
+  e-mail backend, one message each with that approver's own one-tap decision link
+  (approvals/one_tap.py). Approvers are the agent's named approvers (GateRules.approvers) and
+  their active delegates if it names any, otherwise every active user with the approver or
+  admin role (or superuser), in both cases only those with an e-mail address. Escalation
+  tiers get the same e-mail when their time comes (approvals/escalation.py).
 - WEBHOOK_URLS (AGENTOPS_WEBHOOK_URLS, comma-separated): each gets a POST. A URL whose host is
   hooks.slack.com, or written with a "slack+" prefix ("slack+https://chat.example/hook", the
   prefix is dropped before sending), gets a Slack-compatible {"text", "blocks"} payload;

@@ -4,13 +4,23 @@ launches the refund desk (a chained run)."""
 
 import json
 import re
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
 from django import forms
 
 import approvals.gates  # noqa: F401  (registers ask_operator)
-from agentops.agents import Agent, FollowUp, GateRules, Limits, RunResult, register
+from agentops.agents import (
+    CATALOGUE,
+    Agent,
+    EscalationTier,
+    FollowUp,
+    GateRules,
+    Limits,
+    RunResult,
+    register,
+)
 from agentops.llm.scripted import text, tool_use
 
 from . import tools  # noqa: F401  (registers the tools)
@@ -457,5 +467,28 @@ register(
         summary=lambda d: f"{d['quantity']} x {d['product']} · {d['supplier']}",
         limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=300),
         gates=GateRules(never_gate=("request_quote",)),
+    )
+)
+
+
+# --- Decide from anywhere: escalation ------------------------------------------------------------
+# The refund desk, but only the approver decides its refunds over 500; when they have not
+# decided after 2 minutes the admins are told (e-mail with their own one-tap links) and may
+# decide too; after 30 minutes the refund is not made and the agent is told so (on_expiry).
+register(
+    replace(
+        CATALOGUE["refund-desk"],
+        slug="refund-desk-escalating",
+        title="Refund desk (escalating)",
+        description=(
+            "The refund desk with an escalation chain: large refunds go to the approver, "
+            "then to the admins after 2 minutes without a decision."
+        ),
+        gates=GateRules(
+            thresholds={"issue_refund": {"amount": Decimal(500)}},
+            approval_timeout=timedelta(minutes=30),
+            approvers=("approver",),
+            escalation=(EscalationTier(after=timedelta(minutes=2), roles=("admin",)),),
+        ),
     )
 )

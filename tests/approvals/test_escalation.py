@@ -134,3 +134,19 @@ def test_the_periodic_task_runs_the_sweep_and_queues_the_email(
         assert tasks.escalate_approvals() == 1
     assert queued == [(str(approval.pk), 1)]
     assert Run.objects.get(pk=approval.run_id).status == Run.Status.WAITING
+
+
+def test_the_demo_refund_desk_escalates_to_the_admins(sweep, operator, admin_user, no_enqueue):
+    _, approval = gated(
+        "refund-desk-escalating",
+        {"order_id": 3, "amount": "600.00", "reason": "Broken"},
+        by=operator,
+    )
+    assert approval.tool == "issue_refund"
+    with pytest.raises(decisions.DecisionForbidden):
+        decisions.decide(approval.pk, user=admin_user, decision="reject", reason="no")
+    assert sweep(approval, 3) == [(str(approval.pk), 1)]
+    assert Escalation.objects.get(approval=approval).notified == ["ada"]
+    decisions.decide(approval.pk, user=admin_user, decision="reject", reason="too large")
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.REJECTED
