@@ -133,8 +133,10 @@ def test_the_delegation_page_sets_and_ends_a_delegation(bea, dan, viewer):
     assert Delegation.objects.active().count() == 1
     client.post(reverse("approvals:end_delegation", args=[delegation.pk]))
     assert Delegation.objects.active().count() == 0
-    # Someone else cannot end it, and a viewer has no delegation page.
+    # Another approver cannot end it, and a viewer has no delegation page.
     other = Client()
+    other.force_login(dan)
+    assert other.post(reverse("approvals:end_delegation", args=[delegation.pk])).status_code == 404
     other.force_login(viewer)
     assert other.get(page).status_code == 403
-    assert other.post(reverse("approvals:end_delegation", args=[delegation.pk])).status_code == 404
+    assert other.post(reverse("approvals:end_delegation", args=[delegation.pk])).status_code == 403
