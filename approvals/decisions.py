@@ -31,6 +31,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
+from django.dispatch import Signal
 from django.utils import timezone
 
 from agentops import metrics
@@ -43,6 +44,9 @@ from .escalation import escalated_to
 from .models import Approval, ApprovalView, ApprovalVote, Delegation
 
 DECISIONS = ("approve", "reject", "answer")
+# Sent after commit with `approval_id` once an approval is decided or expired (the Slack app
+# updates its message: approvals/tasks.py).
+decided = Signal()
 OUTCOME_ANSWERS = ("happened", "did_not_happen")
 _STATUS_BY_DECISION = {
     "approve": Approval.Status.APPROVED,
@@ -323,6 +327,7 @@ def decide(
         # The run's outcome counter moves in the step's own write, under the run's lock.
         _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})
         events.publish_approvals_changed(approval.pk)
+        transaction.on_commit(lambda: decided.send(sender=Approval, approval_id=approval.pk))
         waited = (now - approval.requested_at).total_seconds()
         transaction.on_commit(
             lambda: metrics.decision_seconds.labels(approval.kind, plan.status).observe(waited)
@@ -636,6 +641,9 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
             expired += 1
             approval = Approval.objects.get(pk=approval_id)
             events.publish_approvals_changed(approval.pk)
+            transaction.on_commit(
+                lambda pk=approval.pk: decided.send(sender=Approval, approval_id=pk)
+            )
             transaction.on_commit(metrics.approvals_expired.labels(approval.kind).inc)
             if run.is_terminal:
                 continue  # the run ended without it (cancelled): nothing left to apply

@@ -12,7 +12,8 @@ Off unless SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET and SLACK_CHANNEL are set. Then
   decides nothing;
 - the decision goes through `decisions.decide` like every other one (roles, named approvers,
   four-eyes, the shown-call hash, exactly once); the message is then updated to say who
-  decided (chat.update), and a refusal or a lost race is told to the presser only (an
+  decided (chat.update, after any decision or expiry, wherever it was made), and a refusal
+  or a lost race is told to the presser only (an
   ephemeral reply on the action's response_url) with the same message the web UI shows;
 - Reject records the reason "Rejected from Slack" (the agent is told it); for another reason
   press Open. Approving a high- or critical-risk call is refused in Slack: those are approved
@@ -215,9 +216,6 @@ def handle_action(payload: dict) -> str:
             shown_args_hash=shown if decision == "approve" else None,
         )
     except decisions.DecisionConflict as exc:
-        approval.refresh_from_db()
-        if approval.status != Approval.Status.PENDING:
-            update_message(approval)
         return _tell(payload, f"Already decided: {exc.message}")
     except decisions.DecisionError as exc:
         return _tell(payload, f"Nothing was decided: {exc.message}")
@@ -225,7 +223,8 @@ def handle_action(payload: dict) -> str:
         return _tell(payload, "Nothing was decided: no such approval.")
     if decided.status == Approval.Status.PENDING:
         return _tell(payload, "Your approval is recorded; more approvers are needed.")
-    update_message(decided)
+    # The message is updated after the commit, as for a decision made anywhere else
+    # (decisions.decided -> tasks.update_slack_message).
     return ""
 
 

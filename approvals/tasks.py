@@ -98,3 +98,20 @@ def send_escalation_email(approval_id: str, tier: int) -> int:
 @shared_task(**{**_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
 def post_approval_to_slack(approval_id: str) -> str:
     return slack.post_request(approval_id)
+
+
+def slack_on_decided(sender, approval_id, **kwargs) -> None:
+    """A decided or expired approval: its Slack message says so (decisions.decided)."""
+    if not slack.enabled():
+        return
+    try:
+        update_slack_message.delay(str(approval_id))
+    except Exception:
+        log.exception("approval %s: could not queue the Slack update", approval_id)
+
+
+@shared_task(ignore_result=True)
+def update_slack_message(approval_id: str) -> None:
+    approval = Approval.objects.select_related("run", "decided_by").filter(pk=approval_id).first()
+    if approval is not None:
+        slack.update_message(approval)

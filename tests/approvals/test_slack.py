@@ -16,7 +16,8 @@ from django.test import Client
 from django.urls import reverse
 
 from agentops.agents import get_agent
-from approvals import slack, tasks
+from agentops.celery import app as celery_app
+from approvals import decisions, slack, tasks
 from approvals.models import Approval, SlackMessage, SlackUser
 from runs import engine
 from runs.models import Run, Step, args_hash
@@ -101,7 +102,11 @@ def fake(settings):
         "SLACK_API_URL": fake.url + "/api/",
         "SLACK_MAP_BY_EMAIL": False,
     }
+    # Tasks run inline, so a decision's Slack update (after its commit) is seen here.
+    before = celery_app.conf.CELERY_TASK_ALWAYS_EAGER
+    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = True
     yield fake
+    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = before
     fake.close()
 
 
@@ -182,11 +187,14 @@ def test_the_notification_task_posts_when_the_app_is_configured(
 
 
 @pytest.mark.django_db
-def test_approve_from_slack_decides_and_updates_the_message(fake, operator, approver, no_enqueue):
+def test_approve_from_slack_decides_and_updates_the_message(
+    fake, operator, approver, no_enqueue, django_capture_on_commit_callbacks
+):
     run, approval = report(operator)
     slack.post_request(str(approval.pk))
     link(approver)
-    assert press(fake, approval, "approve").status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        assert press(fake, approval, "approve").status_code == 200
     approval.refresh_from_db()
     assert approval.status == Approval.Status.APPROVED and approval.decided_by == approver
     step = Step.objects.get(run=run, kind=Step.Kind.DECISION)
@@ -295,22 +303,23 @@ def test_a_high_risk_call_is_approved_in_agentops_not_in_slack(
 
 @pytest.mark.django_db
 def test_a_browser_decision_first_gives_slack_the_conflict_message(
-    fake, operator, approver, admin_user, no_enqueue
+    fake, operator, approver, admin_user, no_enqueue, django_capture_on_commit_callbacks
 ):
     _, approval = report(operator)
     slack.post_request(str(approval.pk))
     link(approver)
     browser = Client()
     browser.force_login(admin_user)
-    browser.post(
-        reverse("approvals:decide", args=[approval.pk]), {"decision": "reject", "reason": "no"}
-    )
+    with django_capture_on_commit_callbacks(execute=True):
+        browser.post(
+            reverse("approvals:decide", args=[approval.pk]), {"decision": "reject", "reason": "no"}
+        )
+    # The message shows the browser's decision, without its buttons.
+    (update,) = fake.called("/api/chat.update")
+    assert "*Rejected* by ada" in update["blocks"][-1]["text"]["text"]
     press(fake, approval, "approve")
     (reply,) = fake.replies()
     assert reply.startswith("Already decided: already rejected by ada at ")
-    # The message catches up with the browser's decision.
-    (update,) = fake.called("/api/chat.update")
-    assert "*Rejected* by ada" in update["blocks"][-1]["text"]["text"]
 
 
 @pytest.mark.django_db
@@ -381,3 +390,15 @@ def test_the_endpoint_is_off_without_configuration(operator, approver, no_enqueu
         "/slack/actions", "payload=%7B%7D", content_type="application/x-www-form-urlencoded"
     )
     assert response.status_code == 404
+
+
+@pytest.mark.django_db
+def test_an_expired_request_says_so_in_slack(
+    fake, operator, no_enqueue, django_capture_on_commit_callbacks
+):
+    _, approval = report(operator)
+    slack.post_request(str(approval.pk))
+    with django_capture_on_commit_callbacks(execute=True):
+        decisions.expire_due(now=approval.expires_at)
+    (update,) = fake.called("/api/chat.update")
+    assert "*Expired* by the system" in update["blocks"][-1]["text"]["text"]
