@@ -170,11 +170,18 @@ def acting_for(approval: Approval, run: Run, user, decision: str):
     return None
 
 
+def may_approve(approval: Approval, run: Run, user) -> bool:
+    """Whether `user` may approve it, themselves or for someone they act for."""
+    if not forbidden_reason(approval, run, user, "approve"):
+        return True
+    return acting_for(approval, run, user, "approve") is not None
+
+
 def may_decide(approval: Approval, user) -> bool:
     """For lists ("assigned to me"): pending, allowed, and not already voted by this user."""
     if approval.status != Approval.Status.PENDING or approval.run.is_terminal:
         return False
-    if forbidden_reason(approval, approval.run, user, "approve"):
+    if not may_approve(approval, approval.run, user):
         return False
     return not approval.votes.filter(user=user).exists()
 

@@ -52,9 +52,7 @@ def assigned_to(user, rows: list[Approval]) -> list[Approval]:
     return [
         a
         for a in rows
-        if a.pk not in voted
-        and not a.run.is_terminal
-        and not decisions.forbidden_reason(a, a.run, user, "approve")
+        if a.pk not in voted and not a.run.is_terminal and decisions.may_approve(a, a.run, user)
     ]
 
 

@@ -140,3 +140,14 @@ def test_the_delegation_page_sets_and_ends_a_delegation(bea, dan, viewer):
     other.force_login(viewer)
     assert other.get(page).status_code == 403
     assert other.post(reverse("approvals:end_delegation", args=[delegation.pk])).status_code == 403
+
+
+def test_delegated_approvals_are_assigned_to_the_delegate(named, bea, dan):
+    _, approval = named
+    client = Client()
+    client.force_login(dan)
+    queue = reverse("approvals:queue") + "?mine=1"
+    assert str(approval.pk) not in client.get(queue).content.decode()
+    delegate(bea, dan)
+    assert str(approval.pk) in client.get(queue).content.decode()
+    assert decisions.may_decide(approval, dan)
