@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals import notify, one_tap
-from approvals.models import Approval, DecisionLink
+from approvals.models import Approval, DecisionLink, Delegation
 from runs.models import Run, args_hash
 from tests.conftest import make_user
 
@@ -265,3 +265,28 @@ def test_the_page_needs_a_csrf_token(transfer, approver):
     token = one_tap.token_for(approval, approver)
     assert post(client, token, approval, decision="reject", reason="x").status_code == 403
     assert_nothing_decided(run, approval, seq)
+
+
+def test_a_question_is_answered_from_its_link(operator, approver, no_enqueue):
+    _, approval = gated("test-asker", {"topic": "the backup"}, by=operator)
+    assert approval.kind == Approval.Kind.QUESTION
+    token = one_tap.token_for(approval, approver)
+    client = client_for(approver)
+    page = client.get(url(token)).content.decode()
+    assert "Which region for the backup?" in page and 'id="one-tap-answer"' in page
+    response = client.post(url(token), {"decision": "answer", "answer": "eu"})
+    assert response.status_code == 200
+    approval.refresh_from_db()
+    assert (approval.status, approval.answer) == (Approval.Status.ANSWERED, "eu")
+
+
+def test_a_delegates_link_decides_acting_for_the_approver(operator, django_user_model, no_enqueue):
+    bea = make_user(django_user_model, "bea", "approver")
+    dan = make_user(django_user_model, "dan", "approver")
+    run, approval = gated("test-payer", AMOUNT, by=operator, approvers=["bea"])
+    Delegation.objects.create(user=bea, delegate=dan, ends=timezone.now() + timedelta(days=1))
+    token = one_tap.token_for(approval, dan)
+    response = post(client_for(dan), token, approval, decision="reject", reason="on bea's behalf")
+    assert response.status_code == 200
+    step = run.steps.get(kind="decision")
+    assert (step.data["by"], step.data["acting_for"]) == ("dan", "bea")
