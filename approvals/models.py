@@ -225,6 +225,8 @@ class DecisionLink(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
+    # Wrong passwords typed on its page; at one_tap.MAX_PASSWORD_FAILURES the link is dead.
+    password_failures = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         constraints = [

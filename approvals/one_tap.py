@@ -15,7 +15,8 @@ never decides anything:
   needs the approver's password again on the page. Why a password, not a second login: the
   phone's browser session lives for weeks, so "logged in" proves little about who holds the
   phone now; re-entering the password is a fresh proof of the person, needs no new factor
-  infrastructure, and still takes one screen. Rejecting never needs it (it cannot do harm).
+  infrastructure, and still takes one screen; five wrong ones lock the link. Rejecting
+  never needs it (it cannot do harm).
 
 Every refusal leaves the approval pending and the run's timeline untouched.
 """
@@ -25,12 +26,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core import signing
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from .models import Approval, DecisionLink
 
 SALT = "approvals.one_tap"
+# Wrong passwords before a link stops working (whoever holds the phone cannot keep guessing).
+MAX_PASSWORD_FAILURES = 5
 
 
 class LinkRefused(Exception):
@@ -90,7 +93,19 @@ def read(token: str, user) -> DecisionLink:
         )
     if link.expires_at <= timezone.now():
         raise LinkRefused(410, "This decision link has expired.")
+    if link.password_failures >= MAX_PASSWORD_FAILURES:
+        raise LinkRefused(
+            410,
+            "This decision link is locked after too many wrong passwords; open the approval "
+            "in agentops instead.",
+        )
     return link
+
+
+def password_failed(link: DecisionLink) -> None:
+    DecisionLink.objects.filter(pk=link.pk).update(
+        password_failures=models.F("password_failures") + 1
+    )
 
 
 def consume(link: DecisionLink) -> None:

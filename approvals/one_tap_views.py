@@ -41,6 +41,7 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
     if one_tap.needs_password(approval, decision) and not request.user.check_password(
         request.POST.get("password", "")
     ):
+        one_tap.password_failed(link)
         return _page(
             request,
             approval,

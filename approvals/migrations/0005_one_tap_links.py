@@ -22,6 +22,7 @@ class Migration(migrations.Migration):
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
                 ('expires_at', models.DateTimeField()),
                 ('used_at', models.DateTimeField(blank=True, null=True)),
+                ('password_failures', models.PositiveSmallIntegerField(default=0)),
                 ('approval', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='links', to='approvals.approval')),
                 ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
             ],

@@ -290,3 +290,17 @@ def test_a_delegates_link_decides_acting_for_the_approver(operator, django_user_
     assert response.status_code == 200
     step = run.steps.get(kind="decision")
     assert (step.data["by"], step.data["acting_for"]) == ("dan", "bea")
+
+
+def test_a_link_locks_after_too_many_wrong_passwords(transfer, approver):
+    run, approval = transfer
+    token = one_tap.token_for(approval, approver)
+    client = client_for(approver)
+    seq = run.last_seq
+    for _ in range(one_tap.MAX_PASSWORD_FAILURES):
+        assert (
+            post(client, token, approval, decision="approve", password="guess").status_code == 403
+        )
+    response = post(client, token, approval, decision="approve", password="pw-arthur")
+    assert response.status_code == 410 and "locked" in response.content.decode()
+    assert_nothing_decided(run, approval, seq)
