@@ -38,6 +38,24 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class EscalationTier:
+    """One step of an approval's escalation chain: after `after` with no decision, these
+    people are notified (usernames, and everyone holding one of `roles`), and from then on
+    they may decide it too, even when the agent names its approvers."""
+
+    after: timedelta
+    users: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {
+            "after_seconds": int(self.after.total_seconds()),
+            "users": list(self.users),
+            "roles": list(self.roles),
+        }
+
+
+@dataclass(frozen=True)
 class GateRules:
     """Declared gate policy for one agent; evaluated by approvals/policy.py on the server."""
 
@@ -56,6 +74,9 @@ class GateRules:
     quorum_from: str = ""  # blast radius needing `quorum` distinct approvers ("" off)
     quorum: int = 2
     approvers: tuple[str, ...] = ()  # usernames allowed to decide; empty means any approver
+    # Who is notified (and may then decide) when nobody has decided after each tier's delay;
+    # at the deadline `on_expiry` applies as always (approvals/escalation.py).
+    escalation: tuple[EscalationTier, ...] = ()
 
     def as_dict(self) -> dict:
         return {
@@ -76,6 +97,7 @@ class GateRules:
             "quorum_from": self.quorum_from,
             "quorum": self.quorum,
             "approvers": list(self.approvers),
+            "escalation": [tier.as_dict() for tier in self.escalation],
         }
 
 

@@ -18,6 +18,7 @@ from django.db import connections
 
 from agentops.celery import app as default_app
 from approvals import decisions
+from approvals import tasks as approval_tasks
 from runs import chains, engine, pending, queue, rate_limits
 from runs.models import Run
 from triggers import scheduler
@@ -139,6 +140,9 @@ class Sweeps(threading.Thread):
             expired = decisions.expire_due()
             if expired:
                 log.info("expired %d approval(s)", expired)
+            escalated = approval_tasks.escalate_approvals()
+            if escalated:
+                log.info("escalated %d approval(s)", escalated)
             chains.sweep()
             pending.sweep()
             rate_limits.sweep()

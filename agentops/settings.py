@@ -170,6 +170,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "sweep-expired-leases": {"task": "runs.tasks.sweep", "schedule": 15.0},
     "expire-approvals": {"task": "approvals.tasks.expire_approvals", "schedule": 30.0},
+    "escalate-approvals": {"task": "approvals.tasks.escalate_approvals", "schedule": 30.0},
     "launch-due-schedules": {"task": "triggers.tasks.launch_due_schedules", "schedule": 15.0},
 }
 
@@ -201,6 +202,18 @@ AGENTOPS = {
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),
     # Rubber-stamp guard: decisions made faster than this after opening are flagged.
     "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
+    # The Slack app (approvals/slack.py): on only when the token, the signing secret and the
+    # channel are all set. SLACK_API_URL is Slack's Web API (tests point it at a local fake).
+    "SLACK_BOT_TOKEN": env.str("SLACK_BOT_TOKEN", default=""),
+    "SLACK_SIGNING_SECRET": env.str("SLACK_SIGNING_SECRET", default=""),
+    "SLACK_CHANNEL": env.str("SLACK_CHANNEL", default=""),
+    "SLACK_API_URL": env.str("SLACK_API_URL", default="https://slack.com/api/"),
+    # Map an unknown Slack user to the agentops user with the same e-mail (users.info); off
+    # by default: only as safe as the workspace's control of its members' addresses.
+    "SLACK_MAP_BY_EMAIL": env.bool("AGENTOPS_SLACK_MAP_BY_EMAIL", default=False),
+    # One-tap decision links in approval e-mails (approvals/one_tap.py) live at most this long
+    # (and never past the approval's own deadline).
+    "ONE_TAP_MAX_AGE_SECONDS": env.int("AGENTOPS_ONE_TAP_MAX_AGE_SECONDS", default=24 * 3600),
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")

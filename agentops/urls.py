@@ -3,6 +3,7 @@ from django.urls import include, path
 
 from agentops import health, monitoring
 from agentops.api import api
+from approvals.slack_views import slack_actions
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -11,6 +12,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("metrics", monitoring.metrics_view, name="metrics"),
     path("approvals/", include("approvals.urls")),
+    path("slack/actions", slack_actions, name="slack_actions"),
     path("", include("history.urls")),
     path("", include("triggers.urls")),
     path("", include("runs.urls")),

@@ -19,7 +19,7 @@ from agentops.tools import get_tool
 from runs.api import MAX_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 
-from . import decisions, evidence, stats
+from . import batch, decisions, evidence, stats
 from .models import Approval, ApprovalView
 
 router = Router(tags=["approvals"])
@@ -321,3 +321,37 @@ def _clip(value):
     if len(text) <= TEXT_MAX:
         return value
     return text[:TEXT_MAX] + "…"
+
+
+# --- batch decisions -----------------------------------------------------------------------------
+class BatchItemIn(Schema):
+    id: str
+    # The `arguments_hash` of the call the client showed for this approval: an item whose call
+    # is not that one is not decided.
+    args_hash: str
+
+
+class BatchIn(Schema):
+    decision: str  # approve or reject
+    reason: str = ""
+    items: list[BatchItemIn]
+
+
+@router.post("/batch")
+def post_batch(request: HttpRequest, payload: BatchIn):
+    """Approve or reject an explicit set of approvals, each bound to the call shown
+    (approvals/batch.py). 200 with a result per item (decided, voted, conflict, refused,
+    invalid, not_found), or 422 with nothing decided when the batch itself is wrong."""
+    user = _user(request)
+    if not user.can_approve:
+        return _error(403, "only approvers and admins can decide approvals")
+    try:
+        results = batch.decide_batch(
+            user=user,
+            decision=payload.decision,
+            items=[(item.id, item.args_hash) for item in payload.items],
+            reason=payload.reason,
+        )
+    except batch.BatchInvalid as exc:
+        return _error(422, exc.message, errors=exc.errors)
+    return {"results": [r.as_dict() for r in results]}

@@ -10,11 +10,16 @@ class ApprovalsConfig(AppConfig):
         from runs import engine
         from runs.models import Run, run_cancelled
 
-        from . import decisions, gates
+        from . import decisions, gates, tasks
+        from .models import Approval
 
         # The engine asks the gate policy through an interface it owns (runs.engine.gates).
         engine.use_gates(gates)
         # What a cancelled run waited for is cancelled with it.
         run_cancelled.connect(
             decisions.on_run_cancelled, sender=Run, dispatch_uid="approvals.on_run_cancelled"
+        )
+        # A decision from anywhere updates the Slack app's message (when the app is on).
+        decisions.decided.connect(
+            tasks.slack_on_decided, sender=Approval, dispatch_uid="approvals.slack_on_decided"
         )

@@ -31,6 +31,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
+from django.dispatch import Signal
 from django.utils import timezone
 
 from agentops import metrics
@@ -39,9 +40,13 @@ from runs import events
 from runs.models import Run, Step, args_hash
 
 from . import policy
-from .models import Approval, ApprovalView, ApprovalVote
+from .escalation import escalated_to
+from .models import Approval, ApprovalView, ApprovalVote, Delegation
 
 DECISIONS = ("approve", "reject", "answer")
+# Sent after commit with `approval_id` once an approval is decided or expired (the Slack app
+# updates its message: approvals/tasks.py).
+decided = Signal()
 OUTCOME_ANSWERS = ("happened", "did_not_happen")
 _STATUS_BY_DECISION = {
     "approve": Approval.Status.APPROVED,
@@ -123,9 +128,18 @@ def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approv
         return "only approvers and admins can decide approvals"
     rules = gate_rules(run)
     named = rules.get("approvers") or []
-    if named and user.get_username() not in named:
+    if (
+        named
+        and user.get_username() not in named
+        # An escalation tier told about it may decide it too (approvals/escalation.py).
+        and not (rules.get("escalation") and user.get_username() in escalated_to(approval))
+    ):
         return f"only this agent's named approvers can decide: {', '.join(named)}"
-    four_eyes_from = rules.get("four_eyes_from") or ""
+    return _four_eyes_reason(approval, run, user, decision)
+
+
+def _four_eyes_reason(approval: Approval, run: Run, user, decision: str) -> str:
+    four_eyes_from = gate_rules(run).get("four_eyes_from") or ""
     if (
         decision != "reject"
         and four_eyes_from
@@ -140,11 +154,34 @@ def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approv
     return ""
 
 
+def acting_for(approval: Approval, run: Run, user, decision: str):
+    """Whom `user` decides for through an active Delegation, when they may not decide this
+    themselves: the first delegator who could. None if nobody. The delegate's own four-eyes
+    rule still holds, and a quorum needs each approver's own vote, so delegates do not vote
+    on one."""
+    if _four_eyes_reason(approval, run, user, decision):
+        return None
+    if votes_needed(approval, gate_rules(run)) > 1:
+        return None
+    delegations = Delegation.objects.active().filter(delegate=user).select_related("user")
+    for delegation in delegations.order_by("starts"):
+        if not forbidden_reason(approval, run, delegation.user, decision):
+            return delegation.user
+    return None
+
+
+def may_approve(approval: Approval, run: Run, user) -> bool:
+    """Whether `user` may approve it, themselves or for someone they act for."""
+    if not forbidden_reason(approval, run, user, "approve"):
+        return True
+    return acting_for(approval, run, user, "approve") is not None
+
+
 def may_decide(approval: Approval, user) -> bool:
     """For lists ("assigned to me"): pending, allowed, and not already voted by this user."""
     if approval.status != Approval.Status.PENDING or approval.run.is_terminal:
         return False
-    if forbidden_reason(approval, approval.run, user, "approve"):
+    if not may_approve(approval, approval.run, user):
         return False
     return not approval.votes.filter(user=user).exists()
 
@@ -218,7 +255,8 @@ def decide(
         if decision == "approve" and shown_args_hash is not None:
             _check_shown(approval, shown_args_hash)
         why = forbidden_reason(approval, run, user, decision)
-        if why:
+        principal = acting_for(approval, run, user, decision) if why else None
+        if why and principal is None:
             raise DecisionForbidden(why)
         rules = gate_rules(run)
         needed = votes_needed(approval, rules)
@@ -259,6 +297,9 @@ def decide(
             "opened_at": opened.isoformat() if opened else None,
             "seconds_open": round((now - opened).total_seconds(), 3) if opened else None,
         }
+        if principal is not None:
+            # In the step, so in the run's hash chain: who decided, and for whom.
+            step["acting_for"] = principal.get_username()
         if needed > 1:
             step["votes"] = f"{approvals_so_far} of {needed}"
 
@@ -293,6 +334,7 @@ def decide(
         # The run's outcome counter moves in the step's own write, under the run's lock.
         _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})
         events.publish_approvals_changed(approval.pk)
+        transaction.on_commit(lambda: decided.send(sender=Approval, approval_id=approval.pk))
         waited = (now - approval.requested_at).total_seconds()
         transaction.on_commit(
             lambda: metrics.decision_seconds.labels(approval.kind, plan.status).observe(waited)
@@ -606,6 +648,9 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
             expired += 1
             approval = Approval.objects.get(pk=approval_id)
             events.publish_approvals_changed(approval.pk)
+            transaction.on_commit(
+                lambda pk=approval.pk: decided.send(sender=Approval, approval_id=pk)
+            )
             transaction.on_commit(metrics.approvals_expired.labels(approval.kind).inc)
             if run.is_terminal:
                 continue  # the run ended without it (cancelled): nothing left to apply

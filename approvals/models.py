@@ -209,3 +209,121 @@ class ApprovalView(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} opened {self.approval_id} at {self.first_opened_at:%Y-%m-%d %H:%M}"
+
+
+class DecisionLink(models.Model):
+    """A one-tap decision link e-mailed to one approver for one approval (approvals/one_tap.py).
+
+    The signed token in the e-mail names this row's nonce; the row is what makes the link
+    single-use (`used_at`, set by a compare-and-set in the decision's own transaction) and
+    bounds its life (`expires_at`: never later than the approval's own deadline).
+    """
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="links")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    nonce = models.CharField(max_length=43, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    # Wrong passwords typed on its page; at one_tap.MAX_PASSWORD_FAILURES the link is dead.
+    password_failures = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # A retried e-mail carries the same link, not a second one.
+            models.UniqueConstraint(fields=["approval", "user"], name="decision_link_once_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"link for {self.user_id} on {self.approval_id}"
+
+
+class Escalation(models.Model):
+    """A tier of the agent's escalation chain was notified about a pending approval: the row
+    makes each tier's notice go out once (the sweep may run on several hosts), names who was
+    told (they may decide it from then on), and is shown on the approval card."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="escalations")
+    tier = models.PositiveSmallIntegerField(help_text="1 is the chain's first tier.")
+    notified = models.JSONField(default=list, help_text="Usernames of the tier's people.")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tier"]
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "tier"], name="escalation_once_per_tier")
+        ]
+
+    def __str__(self) -> str:
+        return f"tier {self.tier} of {self.approval_id} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class DelegationQuerySet(models.QuerySet):
+    def active(self, at=None):
+        at = at or timezone.now()
+        return self.filter(starts__lte=at, ends__gt=at)
+
+
+class Delegation(models.Model):
+    """`delegate` decides for `user` from `starts` to `ends` (an approver away on leave).
+
+    The delegate may decide what `user` could (named approvers), never what the four-eyes
+    rule keeps the delegate themselves from; each such decision's step records
+    {"by": delegate, "acting_for": user} in the run's hash chain."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations_given"
+    )
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations_received"
+    )
+    starts = models.DateTimeField(default=timezone.now)
+    ends = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = DelegationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-starts"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends__gt=models.F("starts")), name="delegation_ends_after_start"
+            ),
+            models.CheckConstraint(
+                condition=~Q(user=models.F("delegate")), name="delegation_not_to_self"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.delegate_id} for {self.user_id} until {self.ends:%Y-%m-%d %H:%M}"
+
+
+class SlackMessage(models.Model):
+    """The Slack message that asked for this approval (approvals/slack.py), to update it with
+    who decided."""
+
+    approval = models.OneToOneField(Approval, on_delete=models.CASCADE, related_name="slack")
+    channel = models.CharField(max_length=32)
+    ts = models.CharField(max_length=32)
+    posted_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.channel}/{self.ts}"
+
+
+class SlackUser(models.Model):
+    """Which agentops user a Slack user is (an admin adds these; with
+    AGENTOPS_SLACK_MAP_BY_EMAIL they are found by the Slack profile's e-mail on first use)."""
+
+    team_id = models.CharField(max_length=32)
+    slack_id = models.CharField(max_length=32)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team_id", "slack_id"], name="slack_user_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.slack_id} -> {self.user_id}"

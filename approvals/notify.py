@@ -8,9 +8,11 @@ and swallowed, delivery happens in workers, and the run never waits for it.
 
 Settings (settings.AGENTOPS, from the environment):
 - NOTIFY_EMAIL (AGENTOPS_NOTIFY_EMAIL, default on): e-mail the approvers through Django's
-  e-mail backend. Approvers are the agent's named approvers (GateRules.approvers) if it names
-  any, otherwise every active user with the approver or admin role (or superuser), in both
-  cases only those with an e-mail address.
+  e-mail backend, one message each with that approver's own one-tap decision link
+  (approvals/one_tap.py). Approvers are the agent's named approvers (GateRules.approvers) and
+  their active delegates if it names any, otherwise every active user with the approver or
+  admin role (or superuser), in both cases only those with an e-mail address. Escalation
+  tiers get the same e-mail when their time comes (approvals/escalation.py).
 - WEBHOOK_URLS (AGENTOPS_WEBHOOK_URLS, comma-separated): each gets a POST. A URL whose host is
   hooks.slack.com, or written with a "slack+" prefix ("slack+https://chat.example/hook", the
   prefix is dropped before sending), gets a Slack-compatible {"text", "blocks"} payload;
@@ -48,7 +50,8 @@ from django.urls import NoReverseMatch, reverse
 
 from accounts.models import Role
 
-from .models import Approval
+from . import one_tap
+from .models import Approval, Delegation
 
 log = logging.getLogger("agentops.notify")
 
@@ -133,11 +136,16 @@ def headline(approval: Approval) -> str:
 def slack_payload(approval: Approval) -> dict:
     """Slack incoming-webhook body: a plain `text` fallback plus Block Kit blocks."""
     urls = links(approval)
-    lines = [f"*{_slack(headline(approval))}*", f"*Why:* {_slack(approval.explanation)}"]
+    lines = [
+        f"*{slack_escape(headline(approval))}*",
+        f"*Why:* {slack_escape(approval.explanation)}",
+    ]
     if approval.kind == Approval.Kind.ACTION:
-        lines.append(f"*Call:* `{_slack(approval.tool)}` {_slack(_args(approval.args, 1500))}")
+        lines.append(
+            f"*Call:* `{slack_escape(approval.tool)}` {slack_escape(_args(approval.args, 1500))}"
+        )
     elif approval.options:
-        lines.append("*Options:* " + _slack(", ".join(map(str, approval.options))))
+        lines.append("*Options:* " + slack_escape(", ".join(map(str, approval.options))))
     return {
         "text": f"{headline(approval)}: {urls['approval']}",
         "blocks": [
@@ -147,7 +155,7 @@ def slack_payload(approval: Approval) -> dict:
                 "elements": [
                     {
                         "type": "mrkdwn",
-                        "text": _slack(
+                        "text": slack_escape(
                             f"run {approval.run_id} · expires "
                             f"{approval.expires_at:%Y-%m-%d %H:%M} UTC"
                         ),
@@ -168,7 +176,7 @@ def slack_payload(approval: Approval) -> dict:
     }
 
 
-def _slack(text: str) -> str:
+def slack_escape(text: str) -> str:
     # Slack mrkdwn control characters; model-written text must not become links or mentions.
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -185,28 +193,77 @@ def _one_line(text: str, limit: int) -> str:
 
 
 # --- e-mail ----------------------------------------------------------------------------------
-def approver_emails(approval: Approval) -> list[str]:
+def approvers_to_email(approval: Approval) -> list:
+    """The users the request e-mail goes to, one per address (each gets a personal link)."""
     users = get_user_model().objects.filter(is_active=True).exclude(email="")
     named = approval.run.agent_config.get("gates", {}).get("approvers") or []
     if named:
-        users = users.filter(username__in=named)
+        # An approver away on leave: their delegate (an approver too) is told instead.
+        delegates = Delegation.objects.active().filter(user__username__in=named)
+        users = users.filter(
+            Q(username__in=named)
+            | Q(
+                pk__in=delegates.values("delegate_id"),
+                groups__name__in=[Role.APPROVER, Role.ADMIN],
+            )
+        )
     else:
         users = users.filter(Q(groups__name__in=[Role.APPROVER, Role.ADMIN]) | Q(is_superuser=True))
-    return sorted(set(users.values_list("email", flat=True)))
+    by_address = {}
+    for user in users.distinct().order_by("email", "pk"):
+        by_address.setdefault(user.email, user)
+    return list(by_address.values())
+
+
+def approver_emails(approval: Approval) -> list[str]:
+    return [user.email for user in approvers_to_email(approval)]
+
+
+def one_tap_url(approval: Approval, user) -> str:
+    """The approver's personal, single-use decision link (approvals/one_tap.py)."""
+    token = one_tap.token_for(approval, user)
+    return _cfg("PUBLIC_URL").rstrip("/") + reverse("approvals:one_tap", args=[token])
 
 
 def send_email(approval_id: str) -> int:
-    """Send the request e-mail; DeliveryError (retried) when the backend fails."""
+    """Send the request e-mail, one per approver (each carries that approver's one-tap link);
+    DeliveryError (retried) when the backend fails. Returns how many were sent."""
     approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
-    recipients = approver_emails(approval)
-    if not recipients:
+    return _send(
+        approval,
+        approvers_to_email(approval),
+        subject=f"[agentops] {headline(approval)}",
+        key="approval-requested",
+    )
+
+
+def send_escalation_email(approval_id: str, tier: int) -> int:
+    """Tell an escalation tier's people (approvals/escalation.py); like `send_email`."""
+    approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
+    escalation = approval.escalations.filter(tier=tier).first()
+    if escalation is None:
+        return 0
+    users = (
+        get_user_model()
+        .objects.filter(is_active=True, username__in=escalation.notified)
+        .exclude(email="")
+        .order_by("email")
+    )
+    waited = int((escalation.at - approval.requested_at).total_seconds() // 60)
+    return _send(
+        approval,
+        list(users),
+        subject=f"[agentops] Escalated, no decision after {waited} min: {headline(approval)}",
+        key=f"approval-escalated:{tier}",
+        intro=f"Nobody has decided this after {waited} minutes; you are escalation tier {tier}.",
+    )
+
+
+def _send(approval: Approval, recipients: list, *, subject: str, key: str, intro: str = "") -> int:
+    if not recipients or approval.status != Approval.Status.PENDING:
         return 0
     urls = links(approval)
-    body = [
-        headline(approval),
-        "",
-        f"Why: {approval.explanation}",
-    ]
+    body = [*([intro, ""] if intro else []), headline(approval), "", f"Why: {approval.explanation}"]
     if approval.kind == Approval.Kind.ACTION:
         body += [f"Tool: {approval.tool}", f"Arguments: {_args(approval.args, 5000)}"]
     else:
@@ -220,17 +277,26 @@ def send_email(approval_id: str) -> int:
         f"Decide: {urls['approval']}",
         f"Run: {urls['run']}",
     ]
-    message = EmailMessage(
-        subject=_one_line(f"[agentops] {headline(approval)}", 200),
-        body="\n".join(body),
-        to=recipients,
-        # Backends that honour it (the demo outbox) store a retried send once.
-        headers={"X-Idempotency-Key": f"approval-requested:{approval.pk}"},
-    )
-    try:
-        return message.send()
-    except OSError as exc:  # smtplib errors are OSErrors
-        raise DeliveryError(f"e-mail for approval {approval.pk} failed: {exc}") from exc
+    sent = 0
+    for user in recipients:
+        personal = [
+            *body,
+            "",
+            f"Decide on your phone (a one-time link for {user.get_username()} only, "
+            f"sign-in required): {one_tap_url(approval, user)}",
+        ]
+        message = EmailMessage(
+            subject=_one_line(subject, 200),
+            body="\n".join(personal),
+            to=[user.email],
+            # Backends that honour it (the demo outbox) store a retried send once.
+            headers={"X-Idempotency-Key": f"{key}:{approval.pk}:{user.pk}"},
+        )
+        try:
+            sent += message.send()
+        except OSError as exc:  # smtplib errors are OSErrors
+            raise DeliveryError(f"e-mail for approval {approval.pk} failed: {exc}") from exc
+    return sent
 
 
 # --- webhooks --------------------------------------------------------------------------------

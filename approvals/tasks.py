@@ -9,8 +9,9 @@ import logging
 
 from celery import shared_task
 from django.conf import settings
+from slack_sdk.errors import SlackApiError
 
-from . import decisions, notify
+from . import decisions, escalation, notify, slack
 from .models import Approval
 from .notify import DeliveryError, DeliveryRefused
 
@@ -30,6 +31,21 @@ _DELIVERY = {
 @shared_task(ignore_result=True)
 def expire_approvals() -> int:
     return decisions.expire_due()
+
+
+@shared_task(ignore_result=True)
+def escalate_approvals() -> int:
+    return escalation.escalate_due(approval_escalated)
+
+
+def approval_escalated(approval_id: str, tier: int) -> None:
+    """Queue the e-mail to an escalation tier (after commit); never raises, like below."""
+    if not settings.AGENTOPS["NOTIFY_EMAIL"]:
+        return
+    try:
+        send_escalation_email.delay(approval_id, tier)
+    except Exception:
+        log.exception("approval %s: could not queue the escalation e-mail", approval_id)
 
 
 def approval_requested(approval_id) -> None:
@@ -54,6 +70,9 @@ def notify_approval_requested(approval_id: str) -> int:
     for url in settings.AGENTOPS["WEBHOOK_URLS"]:
         deliver_approval_webhook.delay(str(approval.pk), url)
         queued += 1
+    if slack.enabled():
+        post_approval_to_slack.delay(str(approval.pk))
+        queued += 1
     return queued
 
 
@@ -69,3 +88,30 @@ def deliver_approval_webhook(approval_id: str, url: str) -> int:
     except DeliveryRefused as exc:
         log.warning("approval %s: webhook not delivered: %s", approval_id, exc)
         return 0
+
+
+@shared_task(**_DELIVERY)
+def send_escalation_email(approval_id: str, tier: int) -> int:
+    return notify.send_escalation_email(approval_id, tier)
+
+
+@shared_task(**{**_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
+def post_approval_to_slack(approval_id: str) -> str:
+    return slack.post_request(approval_id)
+
+
+def slack_on_decided(sender, approval_id, **kwargs) -> None:
+    """A decided or expired approval: its Slack message says so (decisions.decided)."""
+    if not slack.enabled():
+        return
+    try:
+        update_slack_message.delay(str(approval_id))
+    except Exception:
+        log.exception("approval %s: could not queue the Slack update", approval_id)
+
+
+@shared_task(ignore_result=True)
+def update_slack_message(approval_id: str) -> None:
+    approval = Approval.objects.select_related("run", "decided_by").filter(pk=approval_id).first()
+    if approval is not None:
+        slack.update_message(approval)

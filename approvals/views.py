@@ -52,9 +52,7 @@ def assigned_to(user, rows: list[Approval]) -> list[Approval]:
     return [
         a
         for a in rows
-        if a.pk not in voted
-        and not a.run.is_terminal
-        and not decisions.forbidden_reason(a, a.run, user, "approve")
+        if a.pk not in voted and not a.run.is_terminal and decisions.may_approve(a, a.run, user)
     ]
 
 
@@ -188,7 +186,7 @@ def opened(request: HttpRequest, pk) -> HttpResponse:
     return HttpResponse(status=204)
 
 
-def _opened_at(request: HttpRequest) -> datetime | None:
+def opened_at(request: HttpRequest) -> datetime | None:
     try:
         raw = signing.loads(request.POST.get("opened", ""), salt=OPENED_SALT, max_age=7 * 86400)
         return datetime.fromisoformat(raw)
@@ -263,7 +261,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
                 arguments=arguments,
                 reason=request.POST.get("reason", "").strip(),
                 answer=request.POST.get("answer", "").strip(),
-                opened_at=_opened_at(request),
+                opened_at=opened_at(request),
                 shown_args_hash=request.POST.get("shown_args_hash") or None,
             )
         except decisions.DecisionConflict as exc:

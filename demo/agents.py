@@ -4,18 +4,28 @@ launches the refund desk (a chained run), a supplier quote that waits for a repl
 review whose small context is summarised as it goes, a stock check whose first supplier's
 API hangs past the tool's deadline, a revenue check whose answer is validated and verified
 before the run may succeed, a customer reply whose personal data is guarded and whose
-e-mails are rate limited, and an order briefing whose text streams into the trace as it is
-written."""
+e-mails are rate limited, an order briefing whose text streams into the trace as it is
+written, and a refund desk whose approvals escalate."""
 
 import json
 import re
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
 from django import forms
 
 import approvals.gates  # noqa: F401  (registers ask_operator)
-from agentops.agents import Agent, FollowUp, GateRules, Limits, RunResult, register
+from agentops.agents import (
+    CATALOGUE,
+    Agent,
+    EscalationTier,
+    FollowUp,
+    GateRules,
+    Limits,
+    RunResult,
+    register,
+)
 from agentops.llm.scripted import text, tool_use
 from agentops.pii import PiiPolicy
 from agentops.tools import RateLimit
@@ -806,5 +816,28 @@ register(
         stream_text=True,
         # About 150 words at 25 a second: long enough to watch it being written.
         scripted_typing=0.04,
+    )
+)
+
+
+# --- Decide from anywhere: escalation ------------------------------------------------------------
+# The refund desk, but only the approver decides its refunds over 500; when they have not
+# decided after 2 minutes the admins are told (e-mail with their own one-tap links) and may
+# decide too; after 30 minutes the refund is not made and the agent is told so (on_expiry).
+register(
+    replace(
+        CATALOGUE["refund-desk"],
+        slug="refund-desk-escalating",
+        title="Refund desk (escalating)",
+        description=(
+            "The refund desk with an escalation chain: large refunds go to the approver, "
+            "then to the admins after 2 minutes without a decision."
+        ),
+        gates=GateRules(
+            thresholds={"issue_refund": {"amount": Decimal(500)}},
+            approval_timeout=timedelta(minutes=30),
+            approvers=("approver",),
+            escalation=(EscalationTier(after=timedelta(minutes=2), roles=("admin",)),),
+        ),
     )
 )

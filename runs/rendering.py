@@ -170,7 +170,7 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         view = StepView(step, f"human: {decision}", error=decision == "expire")
         view.approval_id = str(d.get("approval") or "")
         view.facts.append(("by", str(d.get("by") or "the system")))
-        for key in ("status", "votes", "on_expiry"):
+        for key in ("acting_for", "status", "votes", "on_expiry"):
             if d.get(key):
                 view.facts.append((key.replace("_", " "), str(d[key])))
         if d.get("seconds_open") is not None:

@@ -24,6 +24,8 @@ DEFERRED_IMPORTS = {
     ("approvals/apps.py", "runs.engine"),
     ("approvals/apps.py", "approvals.gates"),
     ("approvals/apps.py", "approvals.decisions"),
+    ("approvals/apps.py", "approvals.tasks"),
+    ("approvals/apps.py", "approvals.models"),
     ("approvals/apps.py", "runs.models"),
     ("demo/apps.py", "demo.agents"),
     # The Anthropic SDK: a web process never needs its import time and memory.

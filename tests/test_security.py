@@ -12,8 +12,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from approvals.models import Approval, ApprovalView
-from runs.models import PendingOperation, Run
+from approvals import one_tap
+from approvals.models import Approval, ApprovalView, Delegation
+from runs.models import PendingOperation, Run, args_hash
 from tests.approvals.test_views import gated_run
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +52,10 @@ def world(users, no_enqueue):
         completion="operator",
         deadline=timezone.now() + timedelta(hours=1),
     )
-    return {"run": run, "approval": approval, "operation": operation}
+    delegation = Delegation.objects.create(
+        user=users["approver"], delegate=users["admin"], ends=timezone.now() + timedelta(days=1)
+    )
+    return {"run": run, "approval": approval, "operation": operation, "delegation": delegation}
 
 
 def client_for(users, role: str, *, csrf: bool = False) -> Client:
@@ -102,6 +106,11 @@ PAGES = {
     "approvals:opened": ("POST", "approve"),
     "approvals:decide": ("POST", "approve"),
     "approvals:edit_preview": ("POST", "approve"),
+    "approvals:batch": ("POST", "approve"),
+    "approvals:delegations": ("GET", "approve"),
+    "approvals:end_delegation": ("POST", "approve"),
+    # A one-tap link works for the approver it was sent to only (here: the admin).
+    "approvals:one_tap": ("GET", "link owner"),
     "triggers:schedules": ("GET", "view"),
 }
 ALLOWED = {
@@ -109,6 +118,7 @@ ALLOWED = {
     "operate": {"operator", "admin"},
     "approve": {"approver", "admin"},
     "admin": {"admin"},
+    "link owner": {"admin"},
 }
 
 
@@ -127,6 +137,8 @@ def url_of(name: str, world) -> str:
         "approvals:opened": [approval.pk],
         "approvals:decide": [approval.pk],
         "approvals:edit_preview": [approval.pk],
+        "approvals:end_delegation": [world["delegation"].pk],
+        "approvals:one_tap": [one_tap.token_for(approval, world["delegation"].delegate)],
     }.get(name, [])
     url = reverse(name, args=args)
     return url + "?before=99" if name == "runs:steps" else url
@@ -150,6 +162,7 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
     url = url_of(name, world)
     data = {
         "approvals:decide": {"decision": "reject", "reason": "matrix"},
+        "approvals:batch": {"decision": "reject", "reason": "matrix", "item": "x:y"},
         "runs:pending_finish": {"action": "complete", "result": "done"},
     }.get(name, {})
     response = client.post(url, data) if method == "POST" else client.get(url)
@@ -199,7 +212,8 @@ def test_read_only_pages_refuse_unsafe_methods(name, users, world):
     client = client_for(users, "admin")
     url = url_of(name, world)
     # The launch page's form posts to itself; every other page is read-only.
-    methods = ("put", "patch", "delete") + (() if name == "runs:new" else ("post",))
+    forms = ("runs:new", "approvals:delegations", "approvals:one_tap")
+    methods = ("put", "patch", "delete") + (() if name in forms else ("post",))
     for method in methods:
         assert getattr(client, method)(url).status_code == 405, method
 
@@ -221,6 +235,8 @@ POSTS = {
     "approvals:opened": {},
     "approvals:decide": {"decision": "reject", "reason": "no"},
     "approvals:edit_preview": {},
+    "approvals:batch": {"decision": "reject", "reason": "no", "item": "x:y"},
+    "approvals:end_delegation": {},
     "logout": {},
 }
 
@@ -252,6 +268,7 @@ def test_api_session_posts_need_the_csrf_token_too(users, world):
         (f"/api/runs/{run.pk}/cancel", {}),
         (f"/api/approvals/{approval.pk}/decision", {"decision": "reject", "reason": "no"}),
         (f"/api/approvals/{approval.pk}/open", None),
+        ("/api/approvals/batch", {"decision": "reject", "reason": "no", "items": []}),
     ):
         response = client.post(url, body, content_type="application/json")
         assert response.status_code == 403, url
@@ -274,6 +291,8 @@ def test_api_session_posts_need_the_csrf_token_too(users, world):
         ("approver", "post", "/api/runs/{run}/cancel", 403),
         ("viewer", "post", "/api/approvals/{approval}/decision", 403),
         ("operator", "post", "/api/approvals/{approval}/decision", 403),
+        ("viewer", "post", "/api/approvals/batch", 403),
+        ("operator", "post", "/api/approvals/batch", 403),
         ("approver", "get", "/api/approvals/stats", 403),
         ("admin", "get", "/api/approvals/stats", 200),
     ],
@@ -282,6 +301,10 @@ def test_api_roles(role, method, path, status, users, world):
     client = client_for(users, role)
     path = path.format(run=world["run"].pk, approval=world["approval"].pk)
     body = {"decision": "approve"} if path.endswith("/decision") else {}
+    if path.endswith("/batch"):
+        approval = world["approval"]
+        items = [{"id": str(approval.pk), "args_hash": args_hash(approval.tool, approval.args)}]
+        body = {"decision": "reject", "reason": "no", "items": items}
     if method == "post" and path == "/api/runs":
         body = {"agent": "sql-analyst", "input": {"question": "q", "report_to": "a@b.co"}}
     response = getattr(client, method)(path, body, content_type="application/json")

@@ -5,7 +5,7 @@ from django import template
 from django.db.models import QuerySet
 
 from runs import charts
-from runs.models import Run
+from runs.models import Run, args_hash
 
 from .. import listing, stats
 from ..models import Approval
@@ -71,3 +71,10 @@ def decisions_by_run(runs) -> dict[str, list[tuple[str, str]]]:
 @register.filter
 def of_run(decisions: dict, run: Run) -> list:
     return decisions.get(str(run.pk), [])
+
+
+@register.filter
+def call_hash(approval: Approval) -> str:
+    """The hash of the call a queue row shows: a batch decision sends it back, so only the
+    call on screen can be decided (approvals/batch.py)."""
+    return args_hash(approval.tool, approval.args or {})

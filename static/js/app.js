@@ -202,6 +202,21 @@
     }
   }
 
+  /* The queue's batch ticks survive a live push that re-renders the rows: a row's value
+   * names its approval and the hash of its call, so only the same call is ticked again. */
+  var ticked = {};
+  function rememberTick(evt) {
+    var box = evt.target;
+    if (!box.classList || !box.classList.contains("batch-pick")) return;
+    if (box.checked) ticked[box.value] = true;
+    else delete ticked[box.value];
+  }
+  function restoreTicks() {
+    document.querySelectorAll("input.batch-pick").forEach(function (box) {
+      if (ticked[box.value]) box.checked = true;
+    });
+  }
+
   // Deferred scripts run in order after parsing: htmx and its ws extension are loaded, and
   // htmx connects sockets on DOMContentLoaded, after this.
   install();
@@ -216,6 +231,8 @@
     document.body.addEventListener("htmx:beforeSend", syncDecision);
     document.body.addEventListener("htmx:afterRequest", onRequestDone);
     document.body.addEventListener("htmx:afterSettle", syncDecision);
+    document.addEventListener("change", rememberTick);
+    document.body.addEventListener("htmx:oobAfterSwap", restoreTicks);
     syncDecision();
   });
 })();

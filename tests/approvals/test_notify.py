@@ -322,17 +322,22 @@ def test_approvers_with_an_address_get_the_email(
 
     run, approval = gate_a_run(operator)
 
-    assert len(mail.outbox) == 1
-    message = mail.outbox[0]
-    assert message.to == ["ada@example.com", "arthur@example.com"]
-    assert (
-        message.subject == "[agentops] Approval needed: email_report (medium risk) in sql-analyst"
-    )
-    assert approval.explanation in message.body
-    assert "Arguments: " in message.body and "boss@example.com" in message.body
-    assert f"Decide: {PUBLIC}/approvals/{approval.pk}/" in message.body
-    assert f"Run: {PUBLIC}/runs/{run.pk}/" in message.body
-    assert message.extra_headers["X-Idempotency-Key"] == f"approval-requested:{approval.pk}"
+    # One message per approver: each carries that approver's own one-tap link.
+    assert [m.to for m in mail.outbox] == [["ada@example.com"], ["arthur@example.com"]]
+    for message, user in zip(mail.outbox, (admin_user, approver), strict=True):
+        assert (
+            message.subject
+            == "[agentops] Approval needed: email_report (medium risk) in sql-analyst"
+        )
+        assert approval.explanation in message.body
+        assert "Arguments: " in message.body and "boss@example.com" in message.body
+        assert f"Decide: {PUBLIC}/approvals/{approval.pk}/" in message.body
+        assert f"Run: {PUBLIC}/runs/{run.pk}/" in message.body
+        assert f"{PUBLIC}/approvals/link/" in message.body
+        assert (
+            message.extra_headers["X-Idempotency-Key"]
+            == f"approval-requested:{approval.pk}:{user.pk}"
+        )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -77,7 +77,13 @@ def ensure_demo_users() -> DemoLogins:
                     user.set_password(explicit)
                     user.save(update_fields=["password"])
                 continue
-            user = User(username=demo.username, is_staff=demo.superuser)
+            # An address on a reserved domain: the approval e-mails (with their one-tap
+            # decision links) land in the demo outbox for each demo approver.
+            user = User(
+                username=demo.username,
+                email=f"{demo.username}@agentops.localhost",
+                is_staff=demo.superuser,
+            )
             user.is_superuser = demo.superuser
             # A user created without a known password (see above) cannot log in until an
             # admin or AGENTOPS_DEMO_PASSWORD sets one.

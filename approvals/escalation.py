@@ -1,0 +1,83 @@
+"""Escalation: nobody decided in time, so the next tier of people is told.
+
+An agent declares the chain (GateRules.escalation, snapshotted into the run's gates as
+[{"after_seconds", "users", "roles"}, ...]). A periodic sweep (celery beat in production,
+the embedded sweeps otherwise) finds pending approvals that have waited past a tier's delay
+and notifies that tier once: the Escalation row's unique (approval, tier) is the "once",
+so two sweeps at the same time notify it once. From then on the tier's people may decide it
+(decisions.forbidden_reason), even if the agent names its approvers. At the deadline the
+approval expires and its `on_expiry` applies, as for any approval.
+
+Only approvals whose agent declares a chain are read: one query for the pending approvals,
+filtered in Python on the run's snapshot (pending approvals are few: people decide them).
+"""
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from runs.models import Run
+
+from .models import Approval, Escalation
+
+
+def chain(run: Run) -> list[dict]:
+    """The run's escalation tiers, earliest first."""
+    tiers = (run.agent_config.get("gates") or {}).get("escalation") or []
+    return sorted(tiers, key=lambda t: int(t.get("after_seconds") or 0))
+
+
+def tier_people(tier: dict) -> list[str]:
+    """Usernames of the active people a tier names (by username or by role)."""
+    users = get_user_model().objects.filter(is_active=True)
+    by_role = Q(groups__name__in=tier.get("roles") or [])
+    if "admin" in (tier.get("roles") or []):
+        by_role |= Q(is_superuser=True)
+    found = users.filter(Q(username__in=tier.get("users") or []) | by_role).distinct()
+    return sorted(found.values_list("username", flat=True))
+
+
+def escalate_due(
+    on_notified: Callable[[str, int], None], now: datetime | None = None, *, batch: int = 500
+) -> int:
+    """Record every tier that is due and not notified yet, and call `on_notified(approval id,
+    tier)` after each commits (tasks.approval_escalated queues the e-mail); returns how many."""
+    now = now or timezone.now()
+    pending = (
+        Approval.objects.pending()
+        .filter(expires_at__gt=now, run__status__in=Run.ACTIVE_STATUSES)
+        .select_related("run")
+        .order_by("requested_at")[:batch]
+    )
+    notified = 0
+    for approval in pending:
+        tiers = chain(approval.run)
+        if not tiers:
+            continue
+        done = set(approval.escalations.values_list("tier", flat=True))
+        for number, tier in enumerate(tiers, start=1):
+            due = approval.requested_at + timedelta(seconds=int(tier.get("after_seconds") or 0))
+            if number in done or due > now:
+                continue
+            try:
+                with transaction.atomic():
+                    Escalation.objects.create(
+                        approval=approval, tier=number, notified=tier_people(tier), at=now
+                    )
+                    transaction.on_commit(lambda a=str(approval.pk), n=number: on_notified(a, n))
+            except IntegrityError:
+                continue  # another sweep notified this tier first
+            notified += 1
+    return notified
+
+
+def escalated_to(approval: Approval) -> set[str]:
+    """Everyone a tier has been told about this approval (they may decide it)."""
+    names: set[str] = set()
+    for people in Escalation.objects.filter(approval=approval).values_list("notified", flat=True):
+        names.update(people or [])
+    return names

@@ -1,0 +1,98 @@
+"""The one-tap decision page a link in the approval e-mail opens (approvals/one_tap.py says
+what a link is and why it is safe). The same card as the full screen, sized for a phone:
+the exact call, its effect, the evidence, the risk; Approve / Reject (and Answer for a
+question). Decisions go through `approvals.decisions.decide` like every other one."""
+
+from django.contrib.auth.decorators import login_required
+from django.core import signing
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods
+
+from runs import rendering
+from runs.models import args_hash
+
+from . import decisions, evidence, one_tap, views
+from .models import Approval
+
+TEMPLATE = "approvals/one_tap.html"
+REFUSED_TEMPLATE = "approvals/one_tap_refused.html"
+CHOICES = ("approve", "reject", "answer")
+
+
+@require_http_methods(["GET", "POST"])
+@login_required  # the link never logs anyone in: the redirect back keeps it
+def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
+    try:
+        link = one_tap.read(token, request.user)
+    except one_tap.LinkRefused as exc:
+        return _refused(request, exc)
+    approval = link.approval
+    if not request.user.can_view:
+        return _refused(request, one_tap.LinkRefused(403, "Your account cannot see approvals."))
+    if request.method == "GET":
+        return _page(request, approval)
+
+    decision = request.POST.get("decision", "")
+    if decision not in CHOICES:
+        return _page(request, approval, status=422, message="Choose approve, reject or answer.")
+    if one_tap.needs_password(approval, decision) and not request.user.check_password(
+        request.POST.get("password", "")
+    ):
+        one_tap.password_failed(link)
+        return _page(
+            request,
+            approval,
+            status=403,
+            message="Not approved: enter your password to approve a high-risk call.",
+        )
+    try:
+        with transaction.atomic():
+            # The link is spent only if the decision is recorded: both commit or neither.
+            one_tap.consume(link)
+            outcome = decisions.decide(
+                approval.pk,
+                user=request.user,
+                decision=decision,
+                reason=request.POST.get("reason", "").strip(),
+                answer=request.POST.get("answer", "").strip(),
+                opened_at=views.opened_at(request),
+                shown_args_hash=request.POST.get("shown_args_hash") or "",
+            )
+    except one_tap.LinkRefused as exc:
+        return _refused(request, exc)
+    except decisions.DecisionError as exc:
+        approval.refresh_from_db()
+        return _page(request, approval, status=exc.status, message=str(exc))
+    return _page(request, outcome, status=200, message=_done(decision, outcome), ok=True)
+
+
+def _page(
+    request: HttpRequest, approval: Approval, *, status: int = 200, message: str = "", ok=False
+) -> HttpResponse:
+    context = {
+        "approval": approval,
+        "run": approval.run,
+        "args_text": rendering.pretty(approval.args or {}),
+        "shown_args_hash": args_hash(approval.tool, approval.args or {}),
+        "effect": approval.effect() if approval.kind == Approval.Kind.ACTION else "",
+        "evidence": evidence.for_approval(approval),
+        "needs_password": approval.kind == Approval.Kind.ACTION and approval.needs_confirmation,
+        # When the page was shown travels signed with the decision, as on the full screen.
+        "opened_token": signing.dumps(timezone.now().isoformat(), salt=views.OPENED_SALT),
+        "can_decide": approval.status == Approval.Status.PENDING and not ok,
+        "result": {"status": status, "message": message, "ok": ok} if message else None,
+    }
+    return render(request, TEMPLATE, context, status=status)
+
+
+def _refused(request: HttpRequest, exc: one_tap.LinkRefused) -> HttpResponse:
+    return render(request, REFUSED_TEMPLATE, {"message": exc.message}, status=exc.status)
+
+
+def _done(decision: str, approval: Approval) -> str:
+    if approval.status == Approval.Status.PENDING:
+        return "Your approval is recorded; more approvers are needed before the call runs."
+    return {"approve": "Approved.", "reject": "Rejected.", "answer": "Answered."}[decision]

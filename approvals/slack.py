@@ -1,0 +1,260 @@
+"""The Slack app: approval requests with Approve / Reject / Open buttons, decided in Slack.
+
+Off unless SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET and SLACK_CHANNEL are set. Then:
+
+- a new approval is posted to the channel (chat.postMessage, from the notification tasks);
+  its buttons carry the approval id and the hash of the call the message shows;
+- Slack POSTs each button press to /slack/actions. The request is authenticated by Slack's
+  signature (HMAC-SHA256 of "v0:<timestamp>:<body>" with the signing secret, timestamps
+  older than five minutes refused: slack_sdk's SignatureVerifier), never by a cookie;
+- the Slack user is mapped to an agentops user (a SlackUser row an admin adds, or with
+  AGENTOPS_SLACK_MAP_BY_EMAIL the account with the Slack profile's e-mail); an unknown one
+  decides nothing;
+- the decision goes through `decisions.decide` like every other one (roles, named approvers,
+  four-eyes, the shown-call hash, exactly once); the message is then updated to say who
+  decided (chat.update, after any decision or expiry, wherever it was made), and a refusal
+  or a lost race is told to the presser only (an
+  ephemeral reply on the action's response_url) with the same message the web UI shows;
+- Reject records the reason "Rejected from Slack" (the agent is told it); for another reason
+  press Open. Approving a high- or critical-risk call is refused in Slack: those are approved
+  in agentops, where the exact effect is confirmed (and a one-tap link asks for the password).
+"""
+
+import json
+import logging
+import uuid
+from typing import Any
+from urllib.parse import parse_qs
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.webhook import WebhookClient
+
+from runs.models import args_hash
+
+from . import decisions, notify
+from .models import Approval, SlackMessage, SlackUser
+
+log = logging.getLogger("agentops.slack")
+
+ACTIONS = ("approve", "reject")
+REJECT_REASON = "Rejected from Slack"
+TIMEOUT_SECONDS = 5
+
+
+def _cfg(name: str) -> Any:
+    return settings.AGENTOPS[name]
+
+
+def enabled() -> bool:
+    return bool(_cfg("SLACK_BOT_TOKEN") and _cfg("SLACK_SIGNING_SECRET") and _cfg("SLACK_CHANNEL"))
+
+
+def client() -> WebClient:
+    return WebClient(
+        token=_cfg("SLACK_BOT_TOKEN"), base_url=_cfg("SLACK_API_URL"), timeout=TIMEOUT_SECONDS
+    )
+
+
+# --- what is posted --------------------------------------------------------------------------
+def request_blocks(approval: Approval) -> list[dict]:
+    """The incoming-webhook card (model text escaped) with the app's buttons."""
+    card = notify.slack_payload(approval)["blocks"][:2]
+    value = f"{approval.pk}:{args_hash(approval.tool, approval.args or {})}"
+    buttons: list[dict] = []
+    if approval.kind == Approval.Kind.ACTION:
+        approve = {
+            "type": "button",
+            "action_id": "approve",
+            "text": {"type": "plain_text", "text": "Approve"},
+            "style": "primary",
+            "value": value,
+        }
+        if approval.needs_confirmation:
+            # Slack's own "are you sure", with the call's effect in the tool's words.
+            approve["confirm"] = {
+                "title": {"type": "plain_text", "text": "Approve this call?"},
+                "text": {"type": "mrkdwn", "text": notify.slack_escape(approval.effect())[:300]},
+                "confirm": {"type": "plain_text", "text": "Approve"},
+                "deny": {"type": "plain_text", "text": "Cancel"},
+            }
+        buttons.append(approve)
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": "reject",
+                "text": {"type": "plain_text", "text": "Reject"},
+                "style": "danger",
+                "value": value,
+            }
+        )
+    buttons.append(
+        {
+            "type": "button",
+            "action_id": "open",
+            "text": {"type": "plain_text", "text": "Open"},
+            "url": notify.links(approval)["approval"],
+        }
+    )
+    return [*card, {"type": "actions", "block_id": "decide", "elements": buttons}]
+
+
+def decided_blocks(approval: Approval) -> list[dict]:
+    """The card once decided: no buttons, who decided and when."""
+    who = approval.decided_by.get_username() if approval.decided_by else "the system"
+    when = f"{approval.decided_at:%Y-%m-%d %H:%M:%S} UTC" if approval.decided_at else ""
+    line = f"*{approval.status.capitalize()}* by {notify.slack_escape(who)} at {when}"
+    if approval.reason:
+        line += f": {notify.slack_escape(approval.reason)[:500]}"
+    card = notify.slack_payload(approval)["blocks"][:2]
+    return [
+        *card,
+        {"type": "section", "block_id": "outcome", "text": {"type": "mrkdwn", "text": line}},
+    ]
+
+
+def post_request(approval_id: str) -> str:
+    """Post the approval to the channel once; returns the message's ts ("" when not posted).
+    A SlackApiError is raised for the task to retry."""
+    approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
+    posted = SlackMessage.objects.filter(approval=approval).first()
+    if posted is not None or approval.status != Approval.Status.PENDING:
+        return posted.ts if posted else ""
+    response = client().chat_postMessage(
+        channel=_cfg("SLACK_CHANNEL"),
+        text=notify.headline(approval),
+        blocks=request_blocks(approval),
+    )
+    message, _ = SlackMessage.objects.get_or_create(
+        approval=approval, defaults={"channel": response["channel"], "ts": response["ts"]}
+    )
+    return message.ts
+
+
+def update_message(approval: Approval) -> None:
+    message = SlackMessage.objects.filter(approval=approval).first()
+    if message is None:
+        return
+    try:
+        client().chat_update(
+            channel=message.channel,
+            ts=message.ts,
+            text=f"{notify.headline(approval)}: {approval.status}",
+            blocks=decided_blocks(approval),
+        )
+    except SlackApiError as exc:  # the decision stands; the message is only a view of it
+        log.warning("approval %s: Slack message not updated: %s", approval.pk, exc)
+
+
+# --- what comes back -------------------------------------------------------------------------
+def verify(body: bytes, headers) -> bool:
+    """Slack's request signature over the raw body, with a fresh timestamp."""
+    return SignatureVerifier(_cfg("SLACK_SIGNING_SECRET")).is_valid(
+        body=body,
+        timestamp=headers.get("X-Slack-Request-Timestamp"),
+        signature=headers.get("X-Slack-Signature"),
+    )
+
+
+def user_for(team_id: str, slack_id: str):
+    """The active agentops user this Slack user is, or None."""
+    found = SlackUser.objects.select_related("user").filter(team_id=team_id, slack_id=slack_id)
+    mapping = found.first()
+    if mapping is not None:
+        return mapping.user if mapping.user.is_active else None
+    if not _cfg("SLACK_MAP_BY_EMAIL"):
+        return None
+    try:
+        profile = client().users_info(user=slack_id)["user"].get("profile", {})
+    except SlackApiError:
+        return None
+    email = (profile.get("email") or "").strip()
+    matches = list(get_user_model().objects.filter(is_active=True, email__iexact=email)[:2])
+    if not email or len(matches) != 1:
+        return None  # unknown, or ambiguous: never guess who someone is
+    SlackUser.objects.get_or_create(
+        team_id=team_id, slack_id=slack_id, defaults={"user": matches[0]}
+    )
+    return matches[0]
+
+
+def handle_action(payload: dict) -> str:
+    """Apply one button press; returns what the presser was told ("" when nothing)."""
+    if payload.get("type") != "block_actions" or not payload.get("actions"):
+        return ""
+    action = payload["actions"][0]
+    if action.get("action_id") not in ACTIONS:
+        return ""  # Open is a link: nothing to do here
+    approval_id, _, shown = str(action.get("value", "")).partition(":")
+    user = user_for(
+        str((payload.get("team") or {}).get("id", "")),
+        str((payload.get("user") or {}).get("id", "")),
+    )
+    if user is None:
+        return _tell(
+            payload, "Nothing was decided: your Slack account is not linked to an agentops user."
+        )
+    approval = Approval.objects.filter(pk=approval_id).first() if _uuid(approval_id) else None
+    if approval is None:
+        return _tell(payload, "Nothing was decided: no such approval.")
+    decision = action["action_id"]
+    if decision == "approve" and approval.risk in Approval.CONFIRM_RISKS:
+        return _tell(
+            payload,
+            f"Not approved: a {approval.risk}-risk call is approved in agentops, where its exact "
+            f"effect is confirmed: {notify.links(approval)['approval']}",
+        )
+    try:
+        decided = decisions.decide(
+            approval.pk,
+            user=user,
+            decision=decision,
+            reason=REJECT_REASON if decision == "reject" else "",
+            shown_args_hash=shown if decision == "approve" else None,
+        )
+    except decisions.DecisionConflict as exc:
+        return _tell(payload, f"Already decided: {exc.message}")
+    except decisions.DecisionError as exc:
+        return _tell(payload, f"Nothing was decided: {exc.message}")
+    except Approval.DoesNotExist:
+        return _tell(payload, "Nothing was decided: no such approval.")
+    if decided.status == Approval.Status.PENDING:
+        return _tell(payload, "Your approval is recorded; more approvers are needed.")
+    # The message is updated after the commit, as for a decision made anywhere else
+    # (decisions.decided -> tasks.update_slack_message).
+    return ""
+
+
+def _tell(payload: dict, text: str) -> str:
+    """An ephemeral reply to the presser only, on the action's response_url (from the signed
+    payload)."""
+    url = payload.get("response_url")
+    if url:
+        try:
+            WebhookClient(url, timeout=TIMEOUT_SECONDS).send(
+                text=text, response_type="ephemeral", replace_original=False
+            )
+        except Exception:  # the reply is a courtesy; what was decided is already settled
+            log.warning("Slack reply not delivered", exc_info=True)
+    return text
+
+
+def _uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def parse(body: bytes) -> dict | None:
+    """The interaction payload of a form-encoded Slack request, or None."""
+    try:
+        raw = parse_qs(body.decode())["payload"][0]
+        payload = json.loads(raw)
+    except (KeyError, IndexError, ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
