@@ -201,6 +201,17 @@ AGENTOPS = {
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),
     # Rubber-stamp guard: decisions made faster than this after opening are flagged.
     "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
+    # The learning gate policy (approvals/learning.py): False switches it off everywhere (no
+    # proposals, active rules match nothing); agents opt in with GateRules.learning.
+    "LEARNING_POLICY": env.bool("AGENTOPS_LEARNING_POLICY", default=True),
+    # Set: which borderline calls are sampled is a function of this seed and the call, so a
+    # test or a simulation sees the same sample every time. Unset: drawn from the OS.
+    "GATE_SAMPLING_SEED": env.str("AGENTOPS_GATE_SAMPLING_SEED", default=""),
+    # Approver quality (approvals/stats.py): rubber-stamping is flagged when the median
+    # seconds to decide high-risk calls is below the floor and the approval rate above the
+    # ceiling.
+    "RUBBER_STAMP_FLOOR_SECONDS": env.float("AGENTOPS_RUBBER_STAMP_FLOOR_SECONDS", default=10.0),
+    "RUBBER_STAMP_CEILING": env.float("AGENTOPS_RUBBER_STAMP_CEILING", default=0.95),
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")

@@ -209,3 +209,14 @@ class ApprovalView(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} opened {self.approval_id} at {self.first_opened_at:%Y-%m-%d %H:%M}"
+
+
+# The learning gate policy's models live in their own module; imported here so Django sees them.
+from .rules import (  # noqa: E402, F401
+    AutoApproveRule,
+    GateOverride,
+    PostHocReview,
+    RuleEvent,
+    RuleHit,
+    TrackRecord,
+)
