@@ -155,7 +155,8 @@ class RuleHit(models.Model):
         ordering = ["-at"]
 
     def __str__(self) -> str:
-        return f"rule #{self.rule_id} {'checked' if self.checked else 'approved'} {self.approval_id}"
+        what = "checked" if self.checked else "approved"
+        return f"rule #{self.rule_id} {what} {self.approval_id}"
 
 
 class GateOverride(models.Model):
@@ -164,7 +165,9 @@ class GateOverride(models.Model):
 
     agent = models.CharField(max_length=100)
     tool = models.CharField(max_length=64)
-    review = models.ForeignKey("approvals.PostHocReview", on_delete=models.PROTECT, related_name="+")
+    review = models.ForeignKey(
+        "approvals.PostHocReview", on_delete=models.PROTECT, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     cleared_at = models.DateTimeField(null=True, blank=True)
     cleared_by = models.ForeignKey(

@@ -10,7 +10,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from . import decisions, notify
+from . import decisions, learning, notify
 from .models import Approval
 from .notify import DeliveryError, DeliveryRefused
 
@@ -29,6 +29,8 @@ _DELIVERY = {
 
 @shared_task(ignore_result=True)
 def expire_approvals() -> int:
+    # Auto-approve rules past their expiry or cap end on the same beat (approvals/learning.py).
+    learning.expire_due()
     return decisions.expire_due()
 
 
