@@ -214,6 +214,7 @@ def record_decision(approval, *, status: str, edited: bool, by) -> None:
         return
     agent = approval.run.agent
     now = timezone.now()
+    narrowest = None
     for pattern in patterns(tool, approval.args, rules, learning):
         record, _ = TrackRecord.objects.select_for_update().get_or_create(
             agent=agent, tool=tool.name, pattern_key=key(pattern), defaults={"pattern": pattern}
@@ -229,19 +230,26 @@ def record_decision(approval, *, status: str, edited: bool, by) -> None:
             record.rejections += int(not approved)
         record.updated_at = now
         record.save()
-        if record.streak >= int(learning["bar"]):
-            _propose(record)
+        narrowest = narrowest or record
+    # Only the narrowest pattern the call falls in may be proposed: a wider band is proposed
+    # when calls in it (not only in a narrower one) have earned it.
+    if narrowest is not None and narrowest.streak >= int(learning["bar"]):
+        _propose(narrowest)
 
 
 def _propose(record: TrackRecord) -> AutoApproveRule | None:
-    """A proposal from a record at the bar, unless one covering it is proposed or active."""
+    """A proposal from a record at the bar, unless a proposed or active rule covers it or
+    another proposal for the same fields waits for an admin."""
     existing = AutoApproveRule.objects.filter(
         agent=record.agent,
         tool=record.tool,
         status__in=[AutoApproveRule.Status.PROPOSED, AutoApproveRule.Status.ACTIVE],
     )
-    if any(covers(r.pattern, record.pattern) for r in existing):
-        return None
+    for rule in existing:
+        if covers(rule.pattern, record.pattern):
+            return None
+        if rule.status == AutoApproveRule.Status.PROPOSED and _same_fields(rule, record):
+            return None
     rule = AutoApproveRule.objects.create(
         agent=record.agent,
         tool=record.tool,
@@ -260,6 +268,13 @@ def _propose(record: TrackRecord) -> AutoApproveRule | None:
         "Nothing changes until an admin accepts it.",
     )
     return rule
+
+
+def _same_fields(rule: AutoApproveRule, record: TrackRecord) -> bool:
+    def eq(pattern: Pattern) -> str:
+        return canonical_json(sorted((c["arg"], c["value"]) for c in pattern if c["op"] == "eq"))
+
+    return eq(rule.pattern) == eq(record.pattern)
 
 
 def _revoke_contradicted(approval, tool: Tool | None, *, by, edited: bool) -> None:
