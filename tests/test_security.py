@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalView
 from runs.models import PendingOperation, Run
+from tests.approvals.test_learning_views import learning_objects
 from tests.approvals.test_views import gated_run
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +52,7 @@ def world(users, no_enqueue):
         completion="operator",
         deadline=timezone.now() + timedelta(hours=1),
     )
-    return {"run": run, "approval": approval, "operation": operation}
+    return {"run": run, "approval": approval, "operation": operation, **learning_objects(run)}
 
 
 def client_for(users, role: str, *, csrf: bool = False) -> Client:
@@ -102,6 +103,13 @@ PAGES = {
     "approvals:opened": ("POST", "approve"),
     "approvals:decide": ("POST", "approve"),
     "approvals:edit_preview": ("POST", "approve"),
+    "approvals:rules": ("GET", "view"),
+    "approvals:accept_rule": ("POST", "admin"),
+    "approvals:decline_rule": ("POST", "admin"),
+    "approvals:revoke_rule": ("POST", "admin"),
+    "approvals:clear_override": ("POST", "admin"),
+    "approvals:review": ("GET", "view"),
+    "approvals:review_call": ("POST", "approve"),
     "triggers:schedules": ("GET", "view"),
 }
 ALLOWED = {
@@ -127,6 +135,11 @@ def url_of(name: str, world) -> str:
         "approvals:opened": [approval.pk],
         "approvals:decide": [approval.pk],
         "approvals:edit_preview": [approval.pk],
+        "approvals:accept_rule": [world["rule"].pk],
+        "approvals:decline_rule": [world["rule"].pk],
+        "approvals:revoke_rule": [world["rule"].pk],
+        "approvals:clear_override": [world["override"].pk],
+        "approvals:review_call": [world["review"].pk],
     }.get(name, [])
     url = reverse(name, args=args)
     return url + "?before=99" if name == "runs:steps" else url
@@ -221,6 +234,11 @@ POSTS = {
     "approvals:opened": {},
     "approvals:decide": {"decision": "reject", "reason": "no"},
     "approvals:edit_preview": {},
+    "approvals:accept_rule": {"expires_in_days": "1", "max_hits": "5"},
+    "approvals:decline_rule": {"reason": "no"},
+    "approvals:revoke_rule": {"reason": "no"},
+    "approvals:clear_override": {},
+    "approvals:review_call": {"verdict": "fine"},
     "logout": {},
 }
 

@@ -9,5 +9,5 @@ register = template.Library()
 
 @register.inclusion_tag("approvals/incidents.html")
 def policy_incidents() -> dict:
-    """"Should have been gated" verdicts of the last week; nothing is shown without any."""
+    """ "Should have been gated" verdicts of the last week; nothing is shown without any."""
     return {"incidents": list(review.incidents()[:10])}
