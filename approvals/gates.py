@@ -17,7 +17,7 @@ from django.utils import timezone
 from agentops.tools import Blast, Tool, ToolError, get_tool, tool
 from runs import events
 from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, Decision
-from runs.models import Run, SideEffect, Step, args_hash
+from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
 from . import learning, policy, tasks
 from .models import Approval, RuleHit
@@ -31,12 +31,13 @@ sampling_rng: random.Random = random.SystemRandom()
 
 
 def _sampler(run: Run, item: dict, tool: Tool, purpose: str) -> random.Random:
-    """The draw for one call: seeded per (agent, tool, call) when GATE_SAMPLING_SEED is set,
-    so the same calls are sampled on every run of a test; else the OS's."""
+    """The draw for one call. With GATE_SAMPLING_SEED set (tests, simulations, never in
+    production) it is a function of the seed, the agent, the tool and the arguments, so the
+    same call is sampled (or not) on every run of a test; otherwise the OS's."""
     seed = settings.AGENTOPS.get("GATE_SAMPLING_SEED")
     if not seed:
         return sampling_rng
-    call = f"{seed}:{purpose}:{run.agent}:{tool.name}:{run.pk}:{item.get('llm_seq')}:{item['id']}"
+    call = f"{seed}:{purpose}:{run.agent}:{tool.name}:{canonical_json(item['args'])}"
     return random.Random(hashlib.sha256(call.encode()).digest())
 
 

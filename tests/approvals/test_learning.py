@@ -227,7 +227,7 @@ def test_seeded_sampling_is_the_same_for_the_same_call(settings, no_enqueue):
     tool = get_tool("test_use_region")
     draws = []
     for i in range(40):
-        item = {"id": f"t{i}", "llm_seq": 2, "args": {"region": "eu"}}
+        item = {"id": "t", "llm_seq": 2, "args": {"region": f"eu-{i}"}}
         first = gates._sampler(run, item, tool, "borderline").random()
         second = gates._sampler(run, item, tool, "borderline").random()
         assert first == second

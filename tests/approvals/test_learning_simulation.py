@@ -90,7 +90,7 @@ def test_thousands_of_decisions_keep_the_promises(django_user_model, no_enqueue,
         else:
             run, tool = credit_run, credit
             args = {
-                "customer_email": "a@example.com",
+                "customer_email": f"c{rng.randrange(40)}@example.com",
                 "amount": Decimal(rng.choice(["5", "8", "15", "18", "40", "90"])),
                 "reason": rng.choice(["late delivery", "late delivery", "damaged item", "other"]),
             }
