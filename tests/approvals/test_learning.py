@@ -14,6 +14,7 @@ from agentops.tools import get_tool
 from approvals import gates, learning
 from approvals.decisions import decide
 from approvals.models import Approval, AutoApproveRule, RuleEvent, RuleHit, TrackRecord
+from history.replay import replay
 from runs.models import Run, Step
 from tests.conftest import make_user
 
@@ -241,3 +242,10 @@ def test_executed_credit_ran_once(active_rule, no_enqueue):
     drive(run)
     assert [m.subject for m in mail.outbox] == ["A goodwill credit of 15 for you"]
     assert EXECUTED == []  # the demo tool e-mails; test tools were not involved
+
+
+def test_a_run_with_a_rule_approved_call_replays_identically(active_rule, no_enqueue):
+    run = credit_run()
+    assert drive(run) == Run.Status.SUCCEEDED
+    result = replay(run)
+    assert result.identical, result.summary
