@@ -113,6 +113,8 @@ def _learned(
         return gate
     if not verdict.by_table_only or verdict.sampled:
         return gate
+    if not learning.eligible(tool, run.agent_config.get("gates", {}), verdict.risk):
+        return gate
     rule = learning.covering_rule(run.agent, tool, item["args"], verdict.risk)
     if rule is None:
         return gate

@@ -64,11 +64,16 @@ def never_auto(tool: Tool, risk: str | None = None) -> bool:
     return not tool.reversible and worst >= Blast.HIGH
 
 
-def eligible(tool: Tool | None, rules: dict) -> bool:
-    """Whether calls of this tool can earn a rule: the base table gates them (a rule waives
-    nothing else), the agent did not ask to gate them always, and they are not irreversible
-    at high risk."""
-    if tool is None or never_auto(tool):
+def eligible(tool: Tool | None, rules: dict, risk: str | None = None) -> bool:
+    """Whether calls of this tool can earn (or use) a rule: the base table gates them (a rule
+    waives nothing else), the agent did not ask to gate them always, they are not
+    irreversible at high risk, and their risk does not call for a quorum of approvers (one
+    rule is not several people)."""
+    if tool is None or never_auto(tool, risk):
+        return False
+    quorum_from = policy.BLAST_BY_LABEL.get(rules.get("quorum_from") or "")
+    worst = max(tool.blast, policy.BLAST_BY_LABEL.get(risk or "", Blast.NONE))
+    if quorum_from is not None and worst >= quorum_from:
         return False
     listed = [*(rules.get("always_gate") or ()), *(rules.get("never_gate") or ())]
     if tool.name in listed:
@@ -210,7 +215,7 @@ def record_decision(approval, *, status: str, edited: bool, by) -> None:
     if status not in ("approved", "rejected"):
         return
     learning = declared(rules)
-    if learning is None or not eligible(tool, rules) or never_auto(tool, approval.risk):
+    if learning is None or not eligible(tool, rules, approval.risk):
         return
     agent = approval.run.agent
     now = timezone.now()

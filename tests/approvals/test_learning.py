@@ -249,3 +249,22 @@ def test_a_run_with_a_rule_approved_call_replays_identically(active_rule, no_enq
     assert drive(run) == Run.Status.SUCCEEDED
     result = replay(run)
     assert result.identical, result.summary
+
+
+def test_a_rule_never_stands_in_for_a_quorum(active_rule, no_enqueue):
+    run = credit_run()
+    config = run.agent_config
+    config["gates"]["quorum_from"] = "medium"
+    Run.objects.filter(pk=run.pk).update(agent_config=config)
+    assert drive(run) == Run.Status.WAITING
+
+
+def test_the_approval_page_of_a_rule_approved_call_says_so(active_rule, client, viewer):
+    run = credit_run()
+    drive(run)
+    client.force_login(viewer)
+    approval = Approval.objects.get(run=run)
+    page = client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert f"approved by rule #{active_rule.pk}" in page
+    run_page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f"approved by rule #{active_rule.pk}" in run_page
