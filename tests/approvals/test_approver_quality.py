@@ -74,3 +74,16 @@ def test_approvals_that_earned_a_revoked_rule_count_as_overridden(
     client.force_login(admin)
     page = client.get(reverse("approvals:stats")).content.decode()
     assert "Override rate" in page and "75%" in page
+
+
+def test_an_approval_rejected_by_another_of_the_quorum_counts_as_overridden(
+    operator, approver, django_user_model, no_enqueue
+):
+    second = make_user(django_user_model, "quinn", "approver")
+    _, approval = gated("test-payer", SMALL, by=operator, quorum_from="high", quorum=2)
+    decisions.decide(approval.pk, user=approver, decision="approve")
+    decisions.decide(approval.pk, user=second, decision="reject", reason="wrong vendor")
+    assert (_row(approver.username)["contradicted"], _row(approver.username)["override_rate"]) == (
+        1,
+        1.0,
+    )
