@@ -15,6 +15,7 @@ supports them, revoked on the first contradicting decision, never covered an irr
 high-risk call, and that every auto-approved call is traceable to its rule.
 """
 
+import os
 import random
 from datetime import timedelta
 from decimal import Decimal
@@ -33,7 +34,8 @@ from .conftest import launch
 
 pytestmark = pytest.mark.django_db
 
-DECISIONS = 2000
+# SIM_DECISIONS: fewer for a quick look while working on the policy.
+DECISIONS = int(os.environ.get("SIM_DECISIONS", 2000))
 LEARNS = {
     "bar": 30,
     "bands": [0.1, 0.25, 0.5, 1.0],
@@ -60,6 +62,8 @@ def adversarial(args: dict, rng: random.Random) -> tuple[str, dict | None]:
     return ("reject", None) if rng.random() < 0.02 else ("approve", None)
 
 
+# About 3,000 gated calls through the real decision service: minutes on a busy machine.
+@pytest.mark.timeout(900)
 def test_thousands_of_decisions_keep_the_promises(django_user_model, no_enqueue, settings):
     settings.AGENTOPS = {**settings.AGENTOPS, "GATE_SAMPLING_SEED": "simulation"}
     rng = random.Random(19)
