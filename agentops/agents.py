@@ -53,6 +53,9 @@ class LearningRules:
     match_fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Share of rule-covered calls still shown to a person (a sampled check of the rule).
     check_rate: float = 0.15
+    # Share of borderline calls (one notch below the gate) sampled when the agent sets no
+    # GateRules.sample_rate: a policy that learns keeps people looking at what runs.
+    sample_rate: float = 0.15
     default_expiry: timedelta = timedelta(days=30)
     default_max_hits: int = 500
 
@@ -62,6 +65,7 @@ class LearningRules:
             "bands": [float(b) for b in self.bands],
             "match_fields": {t: list(f) for t, f in self.match_fields.items()},
             "check_rate": self.check_rate,
+            "sample_rate": self.sample_rate,
             "default_expiry_seconds": int(self.default_expiry.total_seconds()),
             "default_max_hits": self.default_max_hits,
         }

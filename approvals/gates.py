@@ -75,6 +75,10 @@ def gate_for_call(
             "risk": Approval.Risk.LOW,
         }
     rules = run.agent_config.get("gates", {})
+    learns = learning.declared(rules)
+    if learns is not None and not rules.get("sample_rate"):
+        # An agent that learns samples its borderline calls by default.
+        rules = {**rules, "sample_rate": learns.get("sample_rate", 0.15)}
     verdict = policy.evaluate(
         tool=tool,
         args=item["args"],
@@ -90,7 +94,6 @@ def gate_for_call(
         "sampled": verdict.sampled,
         "context": (response.text if response is not None else "")[:4000],
     }
-    learns = learning.declared(rules)
     if learns is not None and tool.has_side_effects:
         # Only for agents that declare learning: the hot path of the others gains no query.
         return _learned(run, item, tool, verdict, gate, learns, rng)

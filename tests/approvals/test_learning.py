@@ -10,7 +10,7 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from agentops.tools import get_tool
+from agentops.tools import Blast, get_tool, tool
 from approvals import gates, learning
 from approvals.decisions import decide
 from approvals.models import Approval, AutoApproveRule, RuleEvent, RuleHit, TrackRecord
@@ -21,6 +21,14 @@ from tests.conftest import make_user
 from .conftest import EXECUTED, drive, gated, launch
 
 pytestmark = pytest.mark.django_db
+
+if get_tool("test_tag_ticket") is None:
+
+    @tool(reversible=True, blast=Blast.LOW, name="test_tag_ticket")
+    def tag_ticket(ticket: str) -> dict:
+        """Tag a support ticket (undone by removing the tag)."""
+        return {"tagged": ticket}
+
 
 LEARNS = {
     "bar": 3,
@@ -268,3 +276,17 @@ def test_the_approval_page_of_a_rule_approved_call_says_so(active_rule, client, 
     assert f"approved by rule #{active_rule.pk}" in page
     run_page = client.get(f"/runs/{run.pk}/").content.decode()
     assert f"approved by rule #{active_rule.pk}" in run_page
+
+
+def test_an_agent_that_learns_samples_borderline_calls_by_default(settings, no_enqueue):
+    settings.AGENTOPS = {**settings.AGENTOPS, "GATE_SAMPLING_SEED": "default-rate"}
+    tag = get_tool("test_tag_ticket")  # reversible, low reach: borderline
+    learns = launch("test-notifier", {"to": "x", "amount": "1"}, learning=LEARNS)
+    plain = launch("test-notifier", {"to": "x", "amount": "1"})
+
+    def sampled(run) -> int:
+        calls = ({"id": "t", "llm_seq": 2, "args": {"ticket": f"T-{i}"}} for i in range(300))
+        return sum(gates.gate_for_call(run, item, tag) is not None for item in calls)
+
+    assert 25 < sampled(learns) < 70  # about 15 %
+    assert sampled(plain) == 0  # GateRules.sample_rate is 0 unless declared
