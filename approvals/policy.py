@@ -31,6 +31,10 @@ The order of evaluation, and what each rule can do:
    one per call from GATE_SAMPLING_SEED when set, so tests and simulations are repeatable.
 
 Risk starts at the tool's blast radius and is only ever raised by a rule (never lowered).
+
+For agents that declare GateRules.learning, approvals/gates.py then applies what was learned
+(approvals/learning.py): an admin-accepted auto-approve rule may waive a gate that comes from
+the base table alone (Verdict.by_table_only), and a reviewer's override may add one.
 """
 
 import random
