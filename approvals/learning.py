@@ -24,6 +24,7 @@ Off switch: remove GateRules.learning from the agent, or set AGENTOPS_LEARNING_P
 (no tracking, no proposals, and active rules match nothing).
 """
 
+import hashlib
 import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -110,7 +111,8 @@ def patterns(tool: Tool, args: dict, rules: dict, learning: dict) -> list[Patter
 
 
 def key(pattern: Pattern) -> str:
-    return canonical_json(pattern)
+    """A fixed-length key for a pattern (equality values may be long text)."""
+    return hashlib.sha256(canonical_json(pattern).encode()).hexdigest()
 
 
 def matches(pattern: Pattern, args: dict) -> bool:

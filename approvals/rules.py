@@ -18,7 +18,7 @@ class TrackRecord(models.Model):
 
     agent = models.CharField(max_length=100)
     tool = models.CharField(max_length=64)
-    pattern_key = models.CharField(max_length=500)  # canonical JSON of `pattern`
+    pattern_key = models.CharField(max_length=64)  # learning.key(pattern)
     pattern = models.JSONField(default=list)
     # Consecutive approvals without an edit, newest last, and the approvals they are.
     streak = models.PositiveIntegerField(default=0)
@@ -57,7 +57,7 @@ class AutoApproveRule(models.Model):
 
     agent = models.CharField(max_length=100)
     tool = models.CharField(max_length=64)
-    pattern_key = models.CharField(max_length=500)
+    pattern_key = models.CharField(max_length=64)
     pattern = models.JSONField(default=list)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROPOSED)
     # The approvals (consecutive, unedited) the proposal rests on.

@@ -95,7 +95,7 @@ def test_an_edit_or_rejection_restarts_the_record(approver, no_enqueue):
     )
     approve_credits(approver, 2)
     assert not AutoApproveRule.objects.exists()
-    record = TrackRecord.objects.get(pattern_key__contains='"25"')
+    record = next(r for r in TrackRecord.objects.all() if r.pattern[0]["value"] == "25")
     assert (record.streak, record.edits, record.approvals) == (2, 1, 4)
 
 

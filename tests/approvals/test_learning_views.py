@@ -23,7 +23,7 @@ def learning_objects(run: Run) -> dict:
     """A proposed rule, a review of one of the run's steps and an override (the security
     matrix's world)."""
     rule = AutoApproveRule.objects.create(
-        agent=run.agent, tool="email_report", pattern=[], pattern_key="[]"
+        agent=run.agent, tool="email_report", pattern=[], pattern_key=learning.key([])
     )
     rule.events.create(from_status="", to_status="proposed", cause="test")
     step = run.steps.get(seq=1)
