@@ -290,3 +290,13 @@ def test_an_agent_that_learns_samples_borderline_calls_by_default(settings, no_e
 
     assert 25 < sampled(learns) < 70  # about 15 %
     assert sampled(plain) == 0  # GateRules.sample_rate is 0 unless declared
+
+
+def test_an_agent_that_learns_pays_one_query_per_call_with_side_effects(
+    django_assert_num_queries, no_enqueue
+):
+    run = credit_run()
+    tool = get_tool("grant_goodwill_credit")
+    args = tool.validate({**CREDIT})
+    with django_assert_num_queries(1):  # the covering rule's lookup
+        assert gates.gate_for_call(run, {"id": "t", "llm_seq": 2, "args": args}, tool)
