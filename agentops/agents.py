@@ -56,6 +56,42 @@ class EscalationTier:
 
 
 @dataclass(frozen=True)
+class LearningRules:
+    """Opt-in: the gate policy learns from this agent's approvers (approvals/learning.py).
+
+    It tracks people's decisions per (tool, argument pattern) and, after `bar` consecutive
+    approvals without an edit, *proposes* an auto-approve rule that an admin may accept (with
+    a cap on hits and an expiry). It never applies a rule by itself and never covers an
+    irreversible call of high or critical risk. Off unless declared; the LEARNING_POLICY
+    setting switches it off everywhere."""
+
+    bar: int = 30  # consecutive approvals without an edit before a rule is proposed
+    # Amount bands, as shares of each threshold: a call of 40 under a 500 limit has a record
+    # in the bands "<= 50" (0.1), "<= 125", "<= 250" and "<= 500".
+    bands: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
+    # tool -> argument names a pattern also matches by equality (enumerated fields)
+    match_fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Share of rule-covered calls still shown to a person (a sampled check of the rule).
+    check_rate: float = 0.15
+    # Share of borderline calls (one notch below the gate) sampled when the agent sets no
+    # GateRules.sample_rate: a policy that learns keeps people looking at what runs.
+    sample_rate: float = 0.15
+    default_expiry: timedelta = timedelta(days=30)
+    default_max_hits: int = 500
+
+    def as_dict(self) -> dict:
+        return {
+            "bar": self.bar,
+            "bands": [float(b) for b in self.bands],
+            "match_fields": {t: list(f) for t, f in self.match_fields.items()},
+            "check_rate": self.check_rate,
+            "sample_rate": self.sample_rate,
+            "default_expiry_seconds": int(self.default_expiry.total_seconds()),
+            "default_max_hits": self.default_max_hits,
+        }
+
+
+@dataclass(frozen=True)
 class GateRules:
     """Declared gate policy for one agent; evaluated by approvals/policy.py on the server."""
 
@@ -77,6 +113,9 @@ class GateRules:
     # Who is notified (and may then decide) when nobody has decided after each tier's delay;
     # at the deadline `on_expiry` applies as always (approvals/escalation.py).
     escalation: tuple[EscalationTier, ...] = ()
+    # tool -> share of its borderline calls sampled, overriding sample_rate for that tool
+    sample_rates: dict[str, float] = field(default_factory=dict)
+    learning: LearningRules | None = None  # earned auto-approval (off unless declared)
 
     def as_dict(self) -> dict:
         return {
@@ -98,6 +137,8 @@ class GateRules:
             "quorum": self.quorum,
             "approvers": list(self.approvers),
             "escalation": [tier.as_dict() for tier in self.escalation],
+            "sample_rates": dict(self.sample_rates),
+            "learning": self.learning.as_dict() if self.learning else None,
         }
 
 

@@ -214,6 +214,17 @@ AGENTOPS = {
     # One-tap decision links in approval e-mails (approvals/one_tap.py) live at most this long
     # (and never past the approval's own deadline).
     "ONE_TAP_MAX_AGE_SECONDS": env.int("AGENTOPS_ONE_TAP_MAX_AGE_SECONDS", default=24 * 3600),
+    # The learning gate policy (approvals/learning.py): False switches it off everywhere (no
+    # proposals, active rules match nothing); agents opt in with GateRules.learning.
+    "LEARNING_POLICY": env.bool("AGENTOPS_LEARNING_POLICY", default=True),
+    # Set: which borderline calls are sampled is a function of this seed and the call, so a
+    # test or a simulation sees the same sample every time. Unset: drawn from the OS.
+    "GATE_SAMPLING_SEED": env.str("AGENTOPS_GATE_SAMPLING_SEED", default=""),
+    # Approver quality (approvals/stats.py): rubber-stamping is flagged when the median
+    # seconds to decide high-risk calls is below the floor and the approval rate above the
+    # ceiling.
+    "RUBBER_STAMP_FLOOR_SECONDS": env.float("AGENTOPS_RUBBER_STAMP_FLOOR_SECONDS", default=10.0),
+    "RUBBER_STAMP_CEILING": env.float("AGENTOPS_RUBBER_STAMP_CEILING", default=0.95),
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")

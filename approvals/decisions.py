@@ -39,7 +39,7 @@ from agentops.tools import Blast, Tool, ToolArgsError, get_tool
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import policy
+from . import learning, policy
 from .escalation import escalated_to
 from .models import Approval, ApprovalView, ApprovalVote, Delegation
 
@@ -330,6 +330,11 @@ def decide(
             approval.refresh_from_db()
             raise _conflict(approval)
         step["status"] = plan.status
+        # The learning policy hears every decided action (approvals/learning.py).
+        approval.run = run
+        learning.record_decision(
+            approval, status=plan.status, edited=fields.get("edited_args") is not None, by=user
+        )
         counter = _outcome_counter(plan.status, edited=fields.get("edited_args") is not None)
         # The run's outcome counter moves in the step's own write, under the run's lock.
         _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})

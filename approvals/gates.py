@@ -6,26 +6,40 @@ imports approvals. The writes run inside the engine's transaction (the run row i
 the caller). Approvers are notified (approvals/tasks.py) once that transaction commits.
 """
 
+import hashlib
 import random
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.tools import Blast, Tool, ToolError, tool
+from agentops.tools import Blast, Tool, ToolError, get_tool, tool
 from runs import events
 from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, Decision
 from runs.engine.pii_guard import FINAL_ANSWER
-from runs.models import Run, SideEffect, Step, args_hash
+from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
-from . import policy, tasks
-from .models import Approval
+from . import learning, policy, tasks
+from .models import Approval, RuleHit
 
 ASK_OPERATOR = "ask_operator"
 
 # Sampling draws from the OS: the model cannot predict which borderline calls are reviewed.
-# Tests pass a seeded random.Random to gate_for_call (or replace this).
+# Tests pass a seeded random.Random to gate_for_call (or replace this), or set
+# GATE_SAMPLING_SEED: then each call's draw is a function of the seed and the call.
 sampling_rng: random.Random = random.SystemRandom()
+
+
+def _sampler(run: Run, item: dict, tool: Tool, purpose: str) -> random.Random:
+    """The draw for one call. With GATE_SAMPLING_SEED set (tests, simulations, never in
+    production) it is a function of the seed, the agent, the tool and the arguments, so the
+    same call is sampled (or not) on every run of a test; otherwise the OS's."""
+    seed = settings.AGENTOPS.get("GATE_SAMPLING_SEED")
+    if not seed:
+        return sampling_rng
+    call = f"{seed}:{purpose}:{run.agent}:{tool.name}:{canonical_json(item['args'])}"
+    return random.Random(hashlib.sha256(call.encode()).digest())
 
 
 @tool(reversible=True, blast=Blast.NONE, name=ASK_OPERATOR)
@@ -63,16 +77,19 @@ def gate_for_call(
         }
     if item.get("pii"):
         return _pii_gate(run, item, tool, response, rng)
+    rules = run.agent_config.get("gates", {})
+    learns = learning.declared(rules)
+    if learns is not None and not rules.get("sample_rate"):
+        # An agent that learns samples its borderline calls by default.
+        rules = {**rules, "sample_rate": learns.get("sample_rate", 0.15)}
     verdict = policy.evaluate(
         tool=tool,
         args=item["args"],
-        rules=run.agent_config.get("gates", {}),
+        rules=rules,
         confidence=policy.model_confidence(response),
-        rng=rng or sampling_rng,
+        rng=rng or _sampler(run, item, tool, "borderline"),
     )
-    if not verdict.gated:
-        return None
-    return {
+    gate = {
         "kind": Approval.Kind.ACTION,
         "tool": tool.name,
         "explanation": verdict.explanation,
@@ -80,6 +97,44 @@ def gate_for_call(
         "sampled": verdict.sampled,
         "context": (response.text if response is not None else "")[:4000],
     }
+    if learns is not None and tool.has_side_effects:
+        # Only for agents that declare learning: the hot path of the others gains no query.
+        return _learned(run, item, tool, verdict, gate, learns, rng)
+    return gate if verdict.gated else None
+
+
+def _learned(
+    run: Run, item: dict, tool: Tool, verdict, gate: dict, learns: dict, rng
+) -> dict | None:
+    """The verdict as the learned rules and reviews amend it: an override gates, an accepted
+    rule approves (or sends a sampled check of itself to a person)."""
+    if not verdict.gated:
+        override = learning.overridden(run.agent, tool.name)
+        if override is None:
+            return None
+        gate["explanation"] = (
+            f"{policy.describe(tool)}: a reviewer found a {tool.name} call of this agent "
+            f"should have been gated; every such call goes to a person until an admin clears it"
+        )
+        return gate
+    if not verdict.by_table_only or verdict.sampled:
+        return gate
+    if not learning.eligible(tool, run.agent_config.get("gates", {}), verdict.risk):
+        return gate
+    rule = learning.covering_rule(run.agent, tool, item["args"], verdict.risk)
+    if rule is None:
+        return gate
+    rate = policy._rate(learns.get("check_rate"))
+    if rate and (rng or _sampler(run, item, tool, "rule-check")).random() < rate:
+        gate["sampled"] = True
+        gate["rule_check"] = rule.pk
+        gate["explanation"] = (
+            f"sampled check of auto-approve rule #{rule.pk} "
+            f"({learning.describe(tool.name, rule.pattern)}): {verdict.explanation}"
+        )
+        return gate
+    gate["rule"] = rule.pk
+    return gate
 
 
 def _pii_gate(run: Run, item: dict, tool: Tool, response, rng) -> dict:
@@ -95,7 +150,7 @@ def _pii_gate(run: Run, item: dict, tool: Tool, response, rng) -> dict:
             args=item["args"],
             rules=run.agent_config.get("gates", {}),
             confidence=policy.model_confidence(response),
-            rng=rng or sampling_rng,
+            rng=rng or _sampler(run, item, tool, "borderline"),
         )
         if verdict.gated:
             explanation += f"; and {verdict.explanation}"
@@ -111,8 +166,69 @@ def _pii_gate(run: Run, item: dict, tool: Tool, response, rng) -> dict:
 
 
 def open_gate(run: Run, item: dict, gate: dict) -> str:
-    """The Approval and gate step for a gated call (`gate_for_call`); the approval's id."""
-    return str(_open(run, item, **gate).pk)
+    """The Approval and gate step for a gated call (`gate_for_call`); the approval's id.
+
+    A call an auto-approve rule covers gets an Approval already approved by the rule (its
+    gate step says "approved by rule #N"), so the engine runs it as it runs any approved
+    call and nobody is asked; if the rule was revoked meanwhile, a person is asked."""
+    gate = dict(gate)
+    rule_id = gate.pop("rule", None)
+    check_id = gate.pop("rule_check", None)
+    if rule_id is not None:
+        tool = get_tool(gate["tool"])
+        rule = learning.use_rule(rule_id, item["args"], tool, gate["risk"]) if tool else None
+        if rule is not None:
+            return str(_approve_by_rule(run, item, rule, **gate).pk)
+    approval = _open(run, item, **gate)
+    if check_id is not None:
+        RuleHit.objects.create(rule_id=check_id, approval=approval, checked=True)
+    return str(approval.pk)
+
+
+def _approve_by_rule(
+    run: Run, item: dict, rule, *, kind: str, tool: str, explanation: str, risk: str, **_
+) -> Approval:
+    """The audit record of a call a rule approved: an Approval decided by the rule (no
+    person), its RuleHit, and a gate step in the run's hash-chained timeline."""
+    now = timezone.now()
+    described = learning.describe(tool, rule.pattern)
+    why = f"approved by rule #{rule.pk} ({described}); without it: {explanation}"
+    approval = Approval(
+        run=run,
+        gate_seq=run.last_seq + 1,
+        llm_seq=item["llm_seq"],
+        tool_use_id=item["id"],
+        kind=kind,
+        tool=tool,
+        args=item["args"],
+        args_hash=args_hash(tool, item["args"]),
+        approved_args_hash=args_hash(tool, item["args"]),
+        explanation=why,
+        risk=risk if risk in Approval.Risk.values else Blast.MEDIUM.label,
+        status=Approval.Status.APPROVED,
+        reason=f"approved by rule #{rule.pk}",
+        requested_at=now,
+        decided_at=now,
+        expires_at=now,
+    )
+    approval.save(force_insert=True)
+    RuleHit.objects.create(rule=rule, approval=approval, checked=False, at=now)
+    run.append_step(
+        Step.Kind.GATE,
+        {
+            "approval": str(approval.pk),
+            "kind": kind,
+            "tool_use_id": item["id"],
+            "tool": tool,
+            "args": item["args"],
+            "explanation": why,
+            "risk": approval.risk,
+            "status": Approval.Status.APPROVED,
+            "approved_by_rule": rule.pk,
+            "rule": described,
+        },
+    )
+    return approval
 
 
 def open_outcome_question(run: Run, item: dict, tool: Tool, effect: SideEffect) -> str:

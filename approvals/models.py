@@ -327,3 +327,14 @@ class SlackUser(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team_id}/{self.slack_id} -> {self.user_id}"
+
+
+# The learning gate policy's models live in their own module; imported here so Django sees them.
+from .rules import (  # noqa: E402, F401
+    AutoApproveRule,
+    GateOverride,
+    PostHocReview,
+    RuleEvent,
+    RuleHit,
+    TrackRecord,
+)

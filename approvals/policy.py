@@ -23,11 +23,18 @@ The order of evaluation, and what each rule can do:
 6. Low confidence: gate when the model's stated confidence is below the agent's threshold.
    Calls without side effects (reversible, blast none) are never gated for confidence:
    there is nothing to protect.
-7. Sampling: a share (GateRules.sample_rate) of the borderline calls the rules above let
-   through is gated anyway, marked `sampled`, so approvers keep seeing what normal looks
-   like.
+7. Sampling: a share (GateRules.sample_rate, or per tool GateRules.sample_rates) of the
+   borderline calls the rules above let through is gated anyway, marked `sampled`, so
+   approvers keep seeing what normal looks like. Borderline is one notch below the gate:
+   reversible with side effects, irreversible but reaching little, or an amount within
+   BORDERLINE_MARGIN below its threshold. Draws come from `rng`; approvals/gates.py seeds
+   one per call from GATE_SAMPLING_SEED when set, so tests and simulations are repeatable.
 
 Risk starts at the tool's blast radius and is only ever raised by a rule (never lowered).
+
+For agents that declare GateRules.learning, approvals/gates.py then applies what was learned
+(approvals/learning.py): an admin-accepted auto-approve rule may waive a gate that comes from
+the base table alone (Verdict.by_table_only), and a reviewer's override may add one.
 """
 
 import random
@@ -77,6 +84,9 @@ class Verdict:
     sampled: bool = False  # gated by sampling, not by a rule
     reasons: tuple[str, ...] = field(default=())  # one entry per rule that gated
     borderline: bool = False
+    # Gated by the base table alone (no threshold, allow-list, always-gate or confidence
+    # reason): the only kind of gate an admin-accepted auto-approve rule may waive.
+    by_table_only: bool = False
 
 
 def base_outcome(tool: Tool) -> tuple[str, str]:
@@ -153,9 +163,10 @@ def evaluate(
             risk,
             reasons=tuple(reasons),
             borderline=bool(borderline),
+            by_table_only=reasons == [why] and outcome == GATE and not always and not never,
         )
 
-    rate = _rate(rules.get("sample_rate"))
+    rate = sample_rate(rules, name)
     if borderline and not never and rate and (rng or random).random() < rate:
         return Verdict(
             True,
@@ -201,6 +212,13 @@ def _not_allowed(value: Any, allowed: Iterable[str]) -> list[str]:
         if text not in entries and domain not in domains:
             refused.append(_short(v))
     return refused
+
+
+def sample_rate(rules: dict, tool_name: str) -> float:
+    """The share of this tool's borderline calls that are sampled: its own rate in
+    GateRules.sample_rates, else the agent's sample_rate."""
+    per_tool = rules.get("sample_rates") or {}
+    return _rate(per_tool[tool_name] if tool_name in per_tool else rules.get("sample_rate"))
 
 
 def _rate(value: Any) -> float:

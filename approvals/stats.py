@@ -4,6 +4,13 @@ Per approver and per tool: decisions, approval rate, median time from first open
 approval to deciding it, edits, expiries; decisions made faster than a threshold (or without
 ever opening the approval) are flagged; approvals gated by sampling are listed, since they are
 the calls policy would have let through and show whether approvers still read them.
+
+Approver quality (issue 19): an approver's override rate is the share of their approvals
+later contradicted: another approver of the same quorum rejected the call, or a rule their
+approvals earned was revoked because a person (a sampled check, a post-hoc review) said such
+calls need a person. Rubber-stamping is flagged when the median time to decide high-risk
+calls is below RUBBER_STAMP_FLOOR_SECONDS while the approval rate is above
+RUBBER_STAMP_CEILING (with at least RUBBER_STAMP_MIN_DECISIONS high-risk decisions).
 """
 
 import statistics
@@ -17,10 +24,12 @@ from django.utils import timezone
 
 from runs import charts
 
-from .models import Approval, ApprovalView, ApprovalVote
+from .models import Approval, ApprovalView, ApprovalVote, AutoApproveRule
 
 DEFAULT_FAST_DECISION_SECONDS = 5.0
 LIST_LIMIT = 50
+RUBBER_STAMP_MIN_DECISIONS = 5
+HIGH_RISKS = frozenset({Approval.Risk.HIGH, Approval.Risk.CRITICAL})
 
 # Time from request to decision, for the dashboard's distribution chart: (label, from, to).
 DECISION_BUCKETS = [
@@ -48,6 +57,8 @@ class _Tally:
     fast: int = 0
     unopened: int = 0
     seconds: list[float] = field(default_factory=list)
+    high_risk_seconds: list[float] = field(default_factory=list)
+    contradicted: int = 0
 
     def add(self, vote: ApprovalVote, fast_seconds: float) -> None:
         self.decisions += 1
@@ -62,6 +73,9 @@ class _Tally:
             self.unopened += 1
         else:
             self.seconds.append(vote.seconds_open)
+        if vote.approval.risk in HIGH_RISKS:
+            # Never opened counts as no time at all: the strongest sign of a rubber stamp.
+            self.high_risk_seconds.append(vote.seconds_open or 0.0)
         if is_fast(vote, fast_seconds):
             self.fast += 1
 
@@ -81,7 +95,49 @@ class _Tally:
             "expiries": self.expiries,
             "fast_decisions": self.fast,
             "decided_without_opening": self.unopened,
+            "override_rate": round(self.contradicted / self.approved, 3) if self.approved else None,
+            "contradicted": self.contradicted,
+            "median_seconds_high_risk": (
+                round(statistics.median(self.high_risk_seconds), 1)
+                if self.high_risk_seconds
+                else None
+            ),
+            "rubber_stamping": self.rubber_stamping(),
         }
+
+    def rubber_stamping(self) -> bool:
+        judged = self.approved + self.rejected
+        if len(self.high_risk_seconds) < RUBBER_STAMP_MIN_DECISIONS or not judged:
+            return False
+        floor = float(settings.AGENTOPS.get("RUBBER_STAMP_FLOOR_SECONDS", 10.0))
+        ceiling = float(settings.AGENTOPS.get("RUBBER_STAMP_CEILING", 0.95))
+        return (
+            statistics.median(self.high_risk_seconds) < floor and self.approved / judged > ceiling
+        )
+
+
+def contradicted_approvals(since: datetime) -> set[int]:
+    """Ids of approve votes later contradicted: a reject in the same quorum, or evidence of a
+    rule revoked because a person said such calls need a person."""
+    votes = ApprovalVote.objects.filter(
+        decided_at__gte=since, decision=ApprovalVote.Decision.APPROVE
+    )
+    rejected_too = set(
+        votes.filter(approval__votes__decision=ApprovalVote.Decision.REJECT).values_list(
+            "pk", flat=True
+        )
+    )
+    revoked_evidence = {
+        approval_id
+        for evidence in AutoApproveRule.objects.filter(
+            status=AutoApproveRule.Status.REVOKED, ended_at__gte=since
+        )
+        .exclude(cause__startswith="revoked by")
+        .values_list("evidence", flat=True)
+        for approval_id in evidence or []
+    }
+    earned = set(votes.filter(approval_id__in=list(revoked_evidence)).values_list("pk", flat=True))
+    return rejected_too | earned
 
 
 def is_fast(vote: ApprovalVote, fast_seconds: float) -> bool:
@@ -101,9 +157,11 @@ def approver_stats(*, since: datetime | None = None, fast_seconds: float | None 
         .select_related("approval")
         .order_by("-decided_at")
     )
+    contradicted = contradicted_approvals(since)
     for vote in votes.iterator():
         tool = vote.approval.tool or vote.approval.kind
         by_user[vote.username].add(vote, fast_seconds)
+        by_user[vote.username].contradicted += int(vote.pk in contradicted)
         by_tool[tool].add(vote, fast_seconds)
         if is_fast(vote, fast_seconds) and len(flagged) < LIST_LIMIT:
             flagged.append(

@@ -11,7 +11,7 @@ from celery import shared_task
 from django.conf import settings
 from slack_sdk.errors import SlackApiError
 
-from . import decisions, escalation, notify, slack
+from . import decisions, escalation, learning, notify, slack
 from .models import Approval
 from .notify import DeliveryError, DeliveryRefused
 
@@ -30,6 +30,8 @@ _DELIVERY = {
 
 @shared_task(ignore_result=True)
 def expire_approvals() -> int:
+    # Auto-approve rules past their expiry or cap end on the same beat (approvals/learning.py).
+    learning.expire_due()
     return decisions.expire_due()
 
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import batch_views, delegation_views, one_tap_views, views
+from . import batch_views, delegation_views, learning_views, one_tap_views, views
 
 app_name = "approvals"
 urlpatterns = [
@@ -9,6 +9,13 @@ urlpatterns = [
     path("batch/", batch_views.batch_decide, name="batch"),
     path("delegation/", delegation_views.delegations, name="delegations"),
     path("delegation/<int:pk>/end/", delegation_views.end_delegation, name="end_delegation"),
+    path("rules/", learning_views.rules, name="rules"),
+    path("rules/<int:pk>/accept/", learning_views.accept_rule, name="accept_rule"),
+    path("rules/<int:pk>/decline/", learning_views.decline_rule, name="decline_rule"),
+    path("rules/<int:pk>/revoke/", learning_views.revoke_rule, name="revoke_rule"),
+    path("overrides/<int:pk>/clear/", learning_views.clear_override, name="clear_override"),
+    path("review/", learning_views.review_queue, name="review"),
+    path("review/<int:pk>/", learning_views.review_call, name="review_call"),
     path("<uuid:pk>/", views.detail, name="detail"),
     path("<uuid:pk>/opened/", views.opened, name="opened"),
     path("<uuid:pk>/decide/", views.decide, name="decide"),

@@ -5,7 +5,8 @@ review whose small context is summarised as it goes, a stock check whose first s
 API hangs past the tool's deadline, a revenue check whose answer is validated and verified
 before the run may succeed, a customer reply whose personal data is guarded and whose
 e-mails are rate limited, an order briefing whose text streams into the trace as it is
-written, and a refund desk whose approvals escalate."""
+written, a refund desk whose approvals escalate, and a goodwill desk whose gate policy learns
+from its approvers."""
 
 import json
 import re
@@ -22,6 +23,7 @@ from agentops.agents import (
     EscalationTier,
     FollowUp,
     GateRules,
+    LearningRules,
     Limits,
     RunResult,
     register,
@@ -31,7 +33,7 @@ from agentops.pii import PiiPolicy
 from agentops.tools import RateLimit
 from agentops.verification import Verifier
 
-from . import tools  # noqa: F401  (registers the tools)
+from . import tools
 
 
 def last_tool_result(messages: list[dict]) -> dict | list | str | None:
@@ -838,6 +840,71 @@ register(
             approval_timeout=timedelta(minutes=30),
             approvers=("approver",),
             escalation=(EscalationTier(after=timedelta(minutes=2), roles=("admin",)),),
+        ),
+    )
+)
+
+
+# --- Goodwill desk (the gate policy learns from its approvers) ---------------------------------
+class GoodwillDeskInput(forms.Form):
+    customer_email = forms.EmailField(initial="grace.thompson1@example.com", max_length=254)
+    amount = forms.DecimalField(
+        min_value=Decimal("0.01"), max_value=Decimal(1000), decimal_places=2, initial=15
+    )
+    reason = forms.ChoiceField(choices=[(r, r) for r in tools.GOODWILL_REASONS])
+
+
+def goodwill_desk_script(data: dict) -> list:
+    def report(messages):
+        result = last_tool_result(messages)
+        if not isinstance(result, dict) or "credited" not in result:
+            return [text(f"No credit was granted: {result}")]
+        return [text(f"Granted a goodwill credit of {result['credited']} to {result['to']}.")]
+
+    return [
+        [
+            text(f"A {data['reason']}: a goodwill credit of {data['amount']} is fair."),
+            tool_use(
+                "grant_goodwill_credit",
+                customer_email=data["customer_email"],
+                amount=str(data["amount"]),
+                reason=data["reason"],
+            ),
+        ],
+        report,
+    ]
+
+
+register(
+    Agent(
+        slug="goodwill-desk",
+        title="Goodwill desk",
+        description=(
+            "Grants small goodwill credits. Every credit is gated (irreversible), but the gate "
+            "policy learns: after 5 unedited approvals of a pattern it proposes an auto-approve "
+            "rule for an admin to accept on the rules page."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You grant goodwill credits to customers who had a bad experience. Grant the "
+            "amount asked with grant_goodwill_credit, then say what you did."
+        ),
+        tools=("grant_goodwill_credit",),
+        input_form=GoodwillDeskInput,
+        prompt=lambda d: (
+            f"Grant {d['customer_email']} a goodwill credit of {d['amount']} ({d['reason']})."
+        ),
+        script=goodwill_desk_script,
+        summary=lambda d: f"{d['amount']} to {d['customer_email']} · {d['reason']}",
+        limits=Limits(max_steps=4, max_cost_usd=Decimal("0.10"), max_seconds=120),
+        gates=GateRules(
+            thresholds={"grant_goodwill_credit": {"amount": Decimal(100)}},
+            learning=LearningRules(
+                bar=5,
+                match_fields={"grant_goodwill_credit": ("reason",)},
+                default_expiry=timedelta(days=7),
+                default_max_hits=100,
+            ),
         ),
     )
 )

@@ -5,6 +5,7 @@ import sqlite3
 import time
 from datetime import timedelta
 from decimal import Decimal
+from typing import Literal
 
 from django.core.mail import EmailMessage
 from django.db import IntegrityError, transaction
@@ -243,3 +244,32 @@ def check_supplier_stock(supplier: EmailStr, product: str = Field(max_length=200
 
 def tool_result_json(value) -> str:
     return json.dumps(value, default=str)
+
+
+# --- Goodwill credit (the learning gate policy's demo) ----------------------------------------
+GOODWILL_REASONS = ("late delivery", "damaged item", "other")
+
+
+@tool(
+    reversible=False,
+    blast=Blast.MEDIUM,
+    accepts_idempotency_key=True,
+    timeout_seconds=10,
+    describe="Goodwill credit of {amount} to {customer_email} ({reason})",
+)
+def grant_goodwill_credit(
+    customer_email: EmailStr,
+    amount: Decimal = Field(gt=0, max_digits=8, decimal_places=2),
+    reason: Literal["late delivery", "damaged item", "other"] = "other",
+    ctx: ToolContext = None,
+) -> dict:
+    """Grant a customer a goodwill credit; the credit note is e-mailed to them. Irreversible:
+    once granted, the customer may spend it."""
+    headers = {"X-Idempotency-Key": ctx.idempotency_key} if ctx else {}
+    EmailMessage(
+        subject=f"A goodwill credit of {amount} for you",
+        body=f"We are sorry about the {reason}. A credit of {amount} is now on your account.",
+        to=[customer_email],
+        headers=headers,
+    ).send()
+    return {"credited": str(amount), "to": customer_email, "reason": reason}

@@ -296,6 +296,10 @@ class _RecordedGates:
         }
         run.append_step(Step.Kind.GATE, data)
         self.recording.opened.append(data["approval"])
+        if data.get("approved_by_rule"):
+            # An auto-approve rule decided it in the same step (approvals/learning.py): no
+            # person's step follows, so the gate step is its own decision.
+            self.recording.decided[data["approval"]] = {**data, "decision": "approve"}
         return data["approval"]
 
     def open_outcome_question(self, run, item, tool, effect) -> str:

@@ -149,15 +149,19 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         return view
     if kind == Step.Kind.GATE:
         question = d.get("kind") == "question"
-        view = StepView(
-            step, "question to the operator" if question else "gated: waiting for a human"
-        )
+        title = "question to the operator" if question else "gated: waiting for a human"
+        if d.get("approved_by_rule"):
+            # An admin-accepted auto-approve rule let it run without a person.
+            title = f"approved by rule #{d['approved_by_rule']}"
+        view = StepView(step, title)
         view.approval_id = str(d.get("approval") or "")
         view.facts = [
             ("risk", str(d.get("risk", ""))),
             ("why", str(d.get("explanation", ""))),
             ("expires", _when(d.get("expires_at"))),
         ]
+        if d.get("approved_by_rule"):
+            view.facts = [("risk", str(d.get("risk", ""))), ("why", str(d.get("explanation", "")))]
         if d.get("tool"):
             view.tool_uses.append(
                 ToolUse(str(d["tool"]), Block.of("args", d.get("args"), full=full))

@@ -15,6 +15,7 @@ from django.utils import timezone
 from approvals import one_tap
 from approvals.models import Approval, ApprovalView, Delegation
 from runs.models import PendingOperation, Run, args_hash
+from tests.approvals.test_learning_views import learning_objects
 from tests.approvals.test_views import gated_run
 
 pytestmark = pytest.mark.django_db
@@ -55,7 +56,13 @@ def world(users, no_enqueue):
     delegation = Delegation.objects.create(
         user=users["approver"], delegate=users["admin"], ends=timezone.now() + timedelta(days=1)
     )
-    return {"run": run, "approval": approval, "operation": operation, "delegation": delegation}
+    return {
+        "run": run,
+        "approval": approval,
+        "operation": operation,
+        "delegation": delegation,
+        **learning_objects(run),
+    }
 
 
 def client_for(users, role: str, *, csrf: bool = False) -> Client:
@@ -111,6 +118,13 @@ PAGES = {
     "approvals:end_delegation": ("POST", "approve"),
     # A one-tap link works for the approver it was sent to only (here: the admin).
     "approvals:one_tap": ("GET", "link owner"),
+    "approvals:rules": ("GET", "view"),
+    "approvals:accept_rule": ("POST", "admin"),
+    "approvals:decline_rule": ("POST", "admin"),
+    "approvals:revoke_rule": ("POST", "admin"),
+    "approvals:clear_override": ("POST", "admin"),
+    "approvals:review": ("GET", "view"),
+    "approvals:review_call": ("POST", "approve"),
     "triggers:schedules": ("GET", "view"),
 }
 ALLOWED = {
@@ -139,6 +153,11 @@ def url_of(name: str, world) -> str:
         "approvals:edit_preview": [approval.pk],
         "approvals:end_delegation": [world["delegation"].pk],
         "approvals:one_tap": [one_tap.token_for(approval, world["delegation"].delegate)],
+        "approvals:accept_rule": [world["rule"].pk],
+        "approvals:decline_rule": [world["rule"].pk],
+        "approvals:revoke_rule": [world["rule"].pk],
+        "approvals:clear_override": [world["override"].pk],
+        "approvals:review_call": [world["review"].pk],
     }.get(name, [])
     url = reverse(name, args=args)
     return url + "?before=99" if name == "runs:steps" else url
@@ -237,6 +256,11 @@ POSTS = {
     "approvals:edit_preview": {},
     "approvals:batch": {"decision": "reject", "reason": "no", "item": "x:y"},
     "approvals:end_delegation": {},
+    "approvals:accept_rule": {"expires_in_days": "1", "max_hits": "5"},
+    "approvals:decline_rule": {"reason": "no"},
+    "approvals:revoke_rule": {"reason": "no"},
+    "approvals:clear_override": {},
+    "approvals:review_call": {"verdict": "fine"},
     "logout": {},
 }
 

@@ -42,6 +42,9 @@ from psycopg import sql as pgsql
 from tests.livesupport import ROOT, UpServer, kill_up, start_up, stop_up
 
 PASSWORD = "e2e-demo-password"
+# Which calls the gate policy samples is then a function of the call: a test can choose
+# arguments that are (or are not) sampled (tests/e2e/test_learning_policy.py).
+SAMPLING_SEED = "e2e"
 # Every run saves its screenshots under var/ (ignored by git); with
 # AGENTOPS_UPDATE_SCREENSHOTS=1 they replace the README's pictures in docs/screenshots.
 SCREENSHOTS = (
@@ -255,12 +258,15 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
             var_dir,
             "--with-worker",
             AGENTOPS_DEMO_PASSWORD=PASSWORD,
+            AGENTOPS_GATE_SAMPLING_SEED=SAMPLING_SEED,
             DATABASE_URL=database,
             REDIS_URL=services[1],
         )
         live = LiveServer(up=up, postgres_url=database)
     else:
-        up = start_up(var_dir, AGENTOPS_DEMO_PASSWORD=PASSWORD)
+        up = start_up(
+            var_dir, AGENTOPS_DEMO_PASSWORD=PASSWORD, AGENTOPS_GATE_SAMPLING_SEED=SAMPLING_SEED
+        )
         live = LiveServer(up=up, sqlite_path=var_dir / "agentops.sqlite3")
     running_servers.append(live)
     try:

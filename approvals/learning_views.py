@@ -1,0 +1,171 @@
+"""Pages of the learning gate policy: the auto-approve rules (with their evidence, hits and
+history; admins accept, decline or revoke), and the post-hoc review queue (approvers mark an
+ungated call fine or "should have been gated"; admins clear the overrides that leaves)."""
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from . import learning, review
+from .models import AutoApproveRule, GateOverride, PostHocReview
+
+MAX_EXPIRY_DAYS = 365
+MAX_HITS = 1_000_000
+
+
+@require_GET
+@login_required
+def rules(request: HttpRequest) -> HttpResponse:
+    if not request.user.can_view:
+        raise PermissionDenied
+    rows = []
+    for rule in AutoApproveRule.objects.prefetch_related("events", "events__by"):
+        expiry, max_hits = learning.default_scope(rule)
+        rows.append(
+            {
+                "rule": rule,
+                "described": learning.describe(rule.tool, rule.pattern),
+                "evidence": learning.evidence_calls(rule),
+                "events": list(rule.events.all()),
+                "default_days": max(1, int(expiry.total_seconds() // 86400)),
+                "default_max_hits": max_hits,
+                "in_scope": learning.in_scope(rule),
+            }
+        )
+    overrides = GateOverride.objects.filter(cleared_at__isnull=True).select_related("review")
+    return render(
+        request,
+        "approvals/rules.html",
+        {"rows": rows, "overrides": overrides, "switched_on": learning.switched_on()},
+    )
+
+
+def _admin_rule(request: HttpRequest, pk: int) -> AutoApproveRule:
+    if not request.user.is_admin:
+        raise PermissionDenied
+    return get_object_or_404(AutoApproveRule.objects.select_for_update(), pk=pk)
+
+
+def _bounded_int(value: str, low: int, high: int) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if low <= number <= high else None
+
+
+@require_POST
+@login_required
+def accept_rule(request: HttpRequest, pk: int) -> HttpResponse:
+    days = _bounded_int(request.POST.get("expires_in_days", ""), 1, MAX_EXPIRY_DAYS)
+    max_hits = _bounded_int(request.POST.get("max_hits", ""), 1, MAX_HITS)
+    with transaction.atomic():
+        rule = _admin_rule(request, pk)
+        if days is None or max_hits is None:
+            messages.error(
+                request,
+                f"Rule #{rule.pk}: give an expiry of 1 to {MAX_EXPIRY_DAYS} days and a cap "
+                f"of 1 to {MAX_HITS} calls.",
+            )
+            return redirect("approvals:rules")
+        try:
+            learning.accept(
+                rule,
+                by=request.user,
+                expires_at=timezone.now() + timedelta(days=days),
+                max_hits=max_hits,
+            )
+        except learning.RuleError as exc:
+            messages.error(request, f"Rule #{rule.pk}: {exc}")
+        else:
+            messages.success(request, f"Rule #{rule.pk} is active.")
+    return redirect("approvals:rules")
+
+
+@require_POST
+@login_required
+def decline_rule(request: HttpRequest, pk: int) -> HttpResponse:
+    with transaction.atomic():
+        rule = _admin_rule(request, pk)
+        try:
+            learning.decline(
+                rule, by=request.user, cause=request.POST.get("reason", "").strip()[:1000]
+            )
+        except learning.RuleError as exc:
+            messages.error(request, f"Rule #{rule.pk}: {exc}")
+        else:
+            messages.success(request, f"Rule #{rule.pk} declined.")
+    return redirect("approvals:rules")
+
+
+@require_POST
+@login_required
+def revoke_rule(request: HttpRequest, pk: int) -> HttpResponse:
+    reason = request.POST.get("reason", "").strip()[:1000]
+    with transaction.atomic():
+        rule = _admin_rule(request, pk)
+        if not reason:
+            messages.error(request, f"Rule #{rule.pk}: say why it is revoked.")
+        elif learning.revoke(
+            rule, by=request.user, cause=f"revoked by {request.user.get_username()}: {reason}"
+        ):
+            messages.success(request, f"Rule #{rule.pk} revoked.")
+        else:
+            messages.error(request, f"Rule #{rule.pk} is {rule.status}, not active.")
+    return redirect("approvals:rules")
+
+
+@require_POST
+@login_required
+def clear_override(request: HttpRequest, pk: int) -> HttpResponse:
+    if not request.user.is_admin:
+        raise PermissionDenied
+    override = get_object_or_404(GateOverride, pk=pk)
+    if review.clear_override(override, by=request.user):
+        messages.success(request, f"{override.tool} of {override.agent}: the policy decides again.")
+    return redirect("approvals:rules")
+
+
+# --- post-hoc review -----------------------------------------------------------------------------
+@require_GET
+@login_required
+def review_queue(request: HttpRequest) -> HttpResponse:
+    if not request.user.can_view:
+        raise PermissionDenied
+    review.refresh_queue()
+    pending = PostHocReview.objects.filter(verdict=PostHocReview.Verdict.PENDING)
+    done = PostHocReview.objects.exclude(verdict=PostHocReview.Verdict.PENDING).select_related(
+        "reviewer"
+    )
+    return render(
+        request,
+        "approvals/review.html",
+        {"pending": pending.select_related("rule")[:200], "done": done[:50]},
+    )
+
+
+@require_POST
+@login_required
+def review_call(request: HttpRequest, pk: int) -> HttpResponse:
+    if not request.user.can_approve:
+        raise PermissionDenied
+    get_object_or_404(PostHocReview, pk=pk)
+    try:
+        done = review.record_verdict(
+            pk,
+            user=request.user,
+            verdict=request.POST.get("verdict", ""),
+            reason=request.POST.get("reason", "")[:2000],
+        )
+    except review.ReviewError as exc:
+        messages.error(request, f"Review #{pk}: {exc}")
+    else:
+        messages.success(request, f"Review #{pk}: {done.get_verdict_display()}.")
+    return redirect("approvals:review")
