@@ -21,7 +21,8 @@ from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
-from ninja import Field, Router, Schema
+from django.urls import reverse
+from ninja import Field, Router, Schema, Status
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
@@ -104,7 +105,7 @@ def register_session(request: HttpRequest, payload: SessionIn):
         run = sessions.register(request.auth, session=payload.session, metadata=payload.metadata)
     except sessions.SessionError as exc:
         return _refused(exc)
-    return 201, {"session": run.pk, "run_url": f"/runs/{run.pk}"}
+    return Status(201, {"session": run.pk, "run_url": reverse("runs:detail", args=[run.pk])})
 
 
 @router.post("/external/sessions/{uuid:session_id}/calls")
