@@ -182,3 +182,54 @@ def test_openai_interruptions_are_decided_in_agentops(approver, client):
     thread.join()
     assert state.approved == [ok]
     assert state.rejected == [(no, "agentops: rejected by approver: protected")]
+
+
+def test_a_langgraph_interrupt_resumes_with_the_approved_args(approver, client):
+    from typing import TypedDict
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, StateGraph
+
+    from agentops_client.langgraph import ask, run_with_approvals
+
+    class State(TypedDict, total=False):
+        vendor: str
+        amount: float
+        paid: dict
+        refused: str
+
+    def pay(state: State) -> State:
+        decision = ask(
+            "pay_invoice",
+            {"vendor": state["vendor"], "amount": state["amount"]},
+            summary="paying from a LangGraph graph",
+        )
+        if not decision["approved"]:
+            return {"refused": decision["reason"]}
+        return {"paid": decision["args"]}
+
+    graph = (
+        StateGraph(State)
+        .add_node("pay", pay)
+        .add_edge(START, "pay")
+        .add_edge("pay", END)
+        .compile(checkpointer=InMemorySaver())
+    )
+    session = client.session("langgraph")
+    person = decide_when_pending(approver, arguments={"vendor": "acme", "amount": 600})
+    result = run_with_approvals(
+        graph, {"vendor": "acme", "amount": 900}, {"configurable": {"thread_id": "t1"}}, session
+    )
+    person.join()
+    assert result["paid"] == {"vendor": "acme", "amount": 600}
+    person = decide_when_pending(approver, "reject", reason="over budget")
+    result = run_with_approvals(
+        graph, {"vendor": "acme", "amount": 900}, {"configurable": {"thread_id": "t2"}}, session
+    )
+    person.join()
+    assert result["refused"] == "over budget" and "paid" not in result
+    # Below the threshold the policy allows it: no interrupt reaches a person.
+    result = run_with_approvals(
+        graph, {"vendor": "acme", "amount": 20}, {"configurable": {"thread_id": "t3"}}, session
+    )
+    assert result["paid"] == {"vendor": "acme", "amount": 20}
