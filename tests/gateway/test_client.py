@@ -187,10 +187,9 @@ def test_openai_interruptions_are_decided_in_agentops(approver, client):
 def test_a_langgraph_interrupt_resumes_with_the_approved_args(approver, client):
     from typing import TypedDict
 
+    from agentops_client.langgraph import ask, run_with_approvals
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import END, START, StateGraph
-
-    from agentops_client.langgraph import ask, run_with_approvals
 
     class State(TypedDict, total=False):
         vendor: str
