@@ -232,3 +232,49 @@ def test_a_langgraph_interrupt_resumes_with_the_approved_args(approver, client):
         graph, {"vendor": "acme", "amount": 20}, {"configurable": {"thread_id": "t3"}}, session
     )
     assert result["paid"] == {"vendor": "acme", "amount": 20}
+
+
+@pytest.mark.parametrize(
+    ("script", "edit", "printed"),
+    [
+        (
+            "plain_request_approval.py",
+            {"vendor": "acme", "amount": 450},
+            "PAY {'vendor': 'acme', 'amount': 450}",
+        ),
+        (
+            "claude_agent_sdk_hook.py",
+            {"command": "git branch -d old-feature"},
+            "RUN Bash {'command': 'git branch -d old-feature'}",
+        ),
+        (
+            "openai_agents_tool.py",
+            {"vendor": "acme", "amount": 450},
+            "TOOL OUTPUT: paid 450 to acme",
+        ),
+        (
+            "langgraph_interrupt.py",
+            {"vendor": "acme", "amount": 450},
+            "PAY {'vendor': 'acme', 'amount': 450}",
+        ),
+    ],
+)
+def test_the_examples_run_against_a_local_agentops(up, approver, client, script, edit, printed):
+    import os
+    import subprocess
+    import sys
+
+    from tests.livesupport import ROOT
+
+    person = decide_when_pending(approver, arguments=edit)
+    env = {**os.environ, "AGENTOPS_URL": up.url, "AGENTOPS_TOKEN": client.token}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    person.join()
+    assert done.returncode == 0, done.stderr
+    assert printed in done.stdout
