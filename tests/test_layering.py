@@ -28,6 +28,8 @@ DEFERRED_IMPORTS = {
     ("demo/apps.py", "demo.agents"),
     ("gateway/apps.py", "approvals.models"),
     ("gateway/apps.py", "gateway.tools"),
+    ("gateway/apps.py", "gateway.callbacks"),
+    ("gateway/apps.py", "runs.models"),
     # The Anthropic SDK: a web process never needs its import time and memory.
     ("agentops/agents.py", "agentops.llm.anthropic"),
     ("agentops/celery.py", "agentops.llm.anthropic"),
