@@ -369,3 +369,16 @@ def test_the_decision_screen_edits_an_external_call_by_its_registered_schema(bot
     assert response.status_code == 200, response.content
     state = bot.get(f"/calls/{body['call']}").json()
     assert state["status"] == "approved" and state["args"] == {"vendor": "acme", "amount": 450}
+
+
+def test_the_engine_never_advances_an_external_session(bot):
+    from runs import engine
+
+    session = bot.session()
+    run = Run.objects.get(pk=session)
+    before = (run.status, run.last_seq, run.version)
+    assert engine.advance(session) == "busy"
+    # Running with no lease: not "expired", so the sweep leaves it alone too.
+    assert engine.sweep() == 0
+    run.refresh_from_db()
+    assert (run.status, run.last_seq, run.version) == before
