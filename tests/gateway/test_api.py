@@ -382,3 +382,17 @@ def test_the_engine_never_advances_an_external_session(bot):
     assert engine.sweep() == 0
     run.refresh_from_db()
     assert (run.status, run.last_seq, run.version) == before
+
+
+def test_a_user_session_or_user_token_is_not_an_agent(client, approver, agent):
+    # The gateway answers agents only: a logged-in person (even without CSRF concerns) and a
+    # person's API token both get 401, so no browser can submit calls as an agent.
+    from accounts.models import ApiToken
+
+    client.force_login(approver)
+    assert (
+        client.post("/api/external/sessions", {}, content_type="application/json").status_code
+        == 401
+    )
+    _, raw = ApiToken.issue(approver, "cli")
+    assert AgentClient(raw).post("/sessions").status_code == 401
