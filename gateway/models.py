@@ -23,7 +23,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agentops.agents import GateRules, Limits
+from agentops.agents import CATALOGUE, GateRules, Limits
 from agentops.tools import Blast
 
 TOKEN_PREFIX = "aoa_"
@@ -62,6 +62,9 @@ class ExternalAgent(models.Model):
         return self.slug
 
     def clean(self) -> None:
+        # Runs name their agent by slug: one name must not mean an internal agent too.
+        if self.slug in CATALOGUE:
+            raise ValidationError({"slug": f"{self.slug!r} is an internal agent's name"})
         try:
             self.gate_rules()
         except ValueError as exc:

@@ -396,3 +396,18 @@ def test_a_user_session_or_user_token_is_not_an_agent(client, approver, agent):
     )
     _, raw = ApiToken.issue(approver, "cli")
     assert AgentClient(raw).post("/sessions").status_code == 401
+
+
+def test_an_external_agent_is_validated_like_an_internal_ones_rules(db):
+    from django.core.exceptions import ValidationError
+
+    from gateway.models import ExternalAgent, gate_rules_from_json
+
+    with pytest.raises(ValidationError, match="internal agent"):
+        ExternalAgent(slug="refund-desk", title="x").full_clean()
+    with pytest.raises(ValidationError, match="unknown rule"):
+        ExternalAgent(slug="ok-bot", title="x", gates={"alwys_gate": ["x"]}).full_clean()
+    with pytest.raises(ValueError, match="not a number"):
+        gate_rules_from_json({"thresholds": {"pay": {"amount": "lots"}}})
+    rules = gate_rules_from_json({"quorum_from": "high", "approval_timeout_seconds": 60})
+    assert (rules["quorum_from"], rules["approval_timeout_seconds"]) == ("high", 60)
