@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from approvals import decisions
@@ -262,7 +263,14 @@ def test_a_long_poll_returns_when_a_person_decides(django_user_model):
     approver = make_user(django_user_model, "arthur", "approver")
     session = bot.session()
     body = bot.call(session, "pay_invoice", INVOICE).json()
-    timer = threading.Timer(0.8, lambda: _decide(body["approval"], approver))
+
+    def person():
+        try:
+            _decide(body["approval"], approver)
+        finally:
+            connection.close()  # this thread's own connection
+
+    timer = threading.Timer(0.8, person)
     timer.start()
     started = time.monotonic()
     state = bot.get(f"/calls/{body['call']}?wait=10").json()
