@@ -19,6 +19,7 @@ from ninja.errors import AuthenticationError
 from accounts.auth import api_auth
 from agentops.middleware import database_unavailable
 from approvals.api import router as approvals_router
+from gateway.api import router as gateway_router
 from history.api import router as history_router
 from runs.api import router as runs_router
 from runs.pending_api import router as pending_router
@@ -39,6 +40,8 @@ api.add_router("/", history_router)
 api.add_router("/", webhooks_router)
 # POST /api/pending/<token>: a pending operation's callback, authenticated by its signed token.
 api.add_router("/", pending_router)
+# /api/external/...: agents that run elsewhere, authenticated by their own token.
+api.add_router("/", gateway_router)
 
 
 @api.exception_handler(AuthenticationError)

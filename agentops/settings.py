@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "approvals",
     "history",
     "triggers",
+    "gateway",
     "demo",
     "agentops",
 ]

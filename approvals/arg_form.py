@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentops.tools import get_tool
+from agentops.tools import Tool, get_tool
 
 TEXTAREA_FROM = 80  # characters; longer (or multi-line) values get a textarea
 
@@ -64,8 +64,10 @@ def as_text(value: Any, kind: str) -> str:
     return "" if value is None else str(value)
 
 
-def fields_for(tool_name: str, args: dict) -> list[ArgField]:
-    tool = get_tool(tool_name)
+def fields_for(tool_name: "str | Tool | None", args: dict) -> list[ArgField]:
+    """The form's fields for a call's arguments: by the tool's schema (a Tool, or a name in
+    the registry), and every argument the schema does not list."""
+    tool = tool_name if isinstance(tool_name, Tool) else get_tool(tool_name or "")
     schema = tool.input_schema() if tool else {"properties": {}}
     props: dict = dict(schema.get("properties", {}))
     for name in args:  # never hide an argument the schema does not list

@@ -35,7 +35,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from agentops import metrics
-from agentops.tools import Blast, Tool, ToolArgsError, get_tool
+from agentops.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
@@ -520,7 +520,7 @@ def validated_edit(approval: Approval, arguments: Any, rules: dict) -> dict:
     approval screen's preview of the edit both call it, so the preview shows what would run.
     """
     current = approval.args
-    tool = get_tool(approval.tool)
+    tool = approval.tool_object()
     if tool is None:
         raise DecisionInvalid(
             f"the tool {approval.tool!r} is no longer registered; arguments cannot be edited",

@@ -1,13 +1,18 @@
 """Approval: a gated action or a question waiting for a person's decision."""
 
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agentops.tools import get_tool
+from agentops.tools import Tool, get_tool
+
+# Apps above this one whose approvals name tools that are not in the registry (an external
+# agent's: gateway/) add a finder here at start-up; a finder answers None for any other.
+TOOL_FINDERS: list[Callable[["Approval"], Tool | None]] = []
 
 
 class ApprovalQuerySet(models.QuerySet):
@@ -113,6 +118,15 @@ class Approval(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.tool or self.question[:40]} ({self.status})"
 
+    def tool_object(self) -> Tool | None:
+        """The tool this approval's call is for: a finder's (TOOL_FINDERS), else the
+        registry's."""
+        for find in TOOL_FINDERS:
+            found = find(self)
+            if found is not None:
+                return found
+        return get_tool(self.tool)
+
     @property
     def final_args(self) -> dict:
         return self.edited_args if self.edited_args is not None else self.args
@@ -124,7 +138,7 @@ class Approval(models.Model):
         """What approving would do, in one line built from the server-parsed arguments
         ("Refund 600.00 on order 42"): the tool's own wording, or its name and arguments."""
         args = self.args if args is None else args
-        found = get_tool(self.tool)
+        found = self.tool_object()
         if found is None:
             return f"Call {self.tool}" if self.tool else ""
         return found.effect(args or {})
@@ -135,7 +149,7 @@ class Approval(models.Model):
         the decision form's approve asks for a confirmation of the effect first."""
         if self.kind != self.Kind.ACTION:
             return False
-        found = get_tool(self.tool)
+        found = self.tool_object()
         return self.risk in self.CONFIRM_RISKS or (found is not None and not found.reversible)
 
     @property

@@ -95,7 +95,9 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
     launched = run.steps.filter(seq=1, kind=Step.Kind.STATUS).values_list("data", flat=True)
     prompt = (launched[0] or {}).get("prompt", "") if launched else ""
     original = approval.args or {}
-    fields = arg_form.fields_for(approval.tool, original) if approval.kind == "action" else []
+    fields = (
+        arg_form.fields_for(approval.tool_object(), original) if approval.kind == "action" else []
+    )
     submitted = extra.pop("submitted", None)
     result = extra.get("result")
     if submitted is not None:
@@ -145,7 +147,7 @@ def _edit_preview(approval: Approval, post) -> dict:
     the fields are parsed and validated by the code the decision itself uses, so the diff on
     screen is the server's reading of the edit, not the browser's."""
     original = approval.args or {}
-    fields = arg_form.fields_for(approval.tool, original)
+    fields = arg_form.fields_for(approval.tool_object(), original)
     edited_names = arg_form.changed(fields, post)
     preview: dict = {"edited": bool(edited_names), "changes": [], "errors": {}, "message": ""}
     if not edited_names:
@@ -213,7 +215,9 @@ def _refusal(approval: Approval, decision: str, post) -> tuple[str, dict[str, li
     if not post.get("shown_args_hash"):
         return "The decision does not say which call you were shown; reload the approval.", {}
     if decision == "approve":
-        edited = arg_form.changed(arg_form.fields_for(approval.tool, approval.args or {}), post)
+        edited = arg_form.changed(
+            arg_form.fields_for(approval.tool_object(), approval.args or {}), post
+        )
         if edited:
             # Approve means the call as proposed; a changed field says the approver wanted
             # something else. Neither call is approved: they must say which one they mean.
@@ -247,7 +251,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
         # onto another one.
         result["confirm"] = approval.effect()
     elif status == 200 and decision == "edit_approve":
-        fields = arg_form.fields_for(approval.tool, approval.args or {})
+        fields = arg_form.fields_for(approval.tool_object(), approval.args or {})
         arguments, field_errors = arg_form.parse(fields, approval.args or {}, request.POST)
         if field_errors:
             status, result["message"] = 422, "Some arguments could not be read."
@@ -287,7 +291,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
             "field_errors": field_errors,
             "decided": _decided(result),
             "has_fields": approval.kind == Approval.Kind.ACTION
-            and bool(arg_form.fields_for(approval.tool, approval.args or {})),
+            and bool(arg_form.fields_for(approval.tool_object(), approval.args or {})),
             "shown_args_hash": args_hash(approval.tool, approval.args or {}),
             "oob": True,
         }

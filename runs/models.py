@@ -44,7 +44,7 @@ step_appended = Signal()
 
 # Literal lists for the CHECK constraints (Meta cannot see the nested choices classes).
 _STATUSES = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
-_TRIGGERS = ["form", "api", "webhook", "schedule", "chained", "fork", "replay"]
+_TRIGGERS = ["form", "api", "webhook", "schedule", "chained", "fork", "replay", "external"]
 _TERMINATIONS = [
     "completed",
     "max_steps",
@@ -60,6 +60,7 @@ _TERMINATIONS = [
     "output_invalid",
     "blocked",
     "pending_timeout",
+    "agent_failed",
 ]
 _STEP_KINDS = [
     "status",
@@ -184,6 +185,9 @@ class Run(models.Model):
         CHAINED = "chained"
         FORK = "fork"
         REPLAY = "replay"
+        # A session of an agent that runs elsewhere (gateway/): the engine never advances
+        # it; the agent itself submits its calls and reports what happened.
+        EXTERNAL = "external"
 
     class Termination(models.TextChoices):
         COMPLETED = "completed", "completed"
@@ -200,6 +204,7 @@ class Run(models.Model):
         OUTPUT_INVALID = "output_invalid", "output failed validation"
         BLOCKED = "blocked", "blocked by a guardrail"
         PENDING_TIMEOUT = "pending_timeout", "a pending operation timed out"
+        AGENT_FAILED = "agent_failed", "the external agent reported a failure"
 
     TRANSITIONS: dict[str, set[str]] = {
         Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},
@@ -210,7 +215,8 @@ class Run(models.Model):
             Status.FAILED,
             Status.CANCELLED,
         },
-        Status.WAITING: {Status.QUEUED, Status.FAILED, Status.CANCELLED},
+        # Waiting -> running only for an external session (`resume`): no worker takes it.
+        Status.WAITING: {Status.QUEUED, Status.RUNNING, Status.FAILED, Status.CANCELLED},
         Status.SUCCEEDED: set(),
         Status.FAILED: set(),
         Status.CANCELLED: set(),
@@ -540,14 +546,19 @@ class Run(models.Model):
 
     def resume(self, detail: str, *, first: tuple[str, dict, dict] | None = None) -> bool:
         """Waiting -> queued (a person decided what it waited for), with its step, and sent
-        to a worker once committed. Call under the run's row lock (`locked`); False when it
-        was not waiting (a quick decision found it still running: its worker goes on).
+        to a worker once committed; an external session goes back to running, unsent. Call
+        under the run's row lock (`locked`); False when it was not waiting (a quick decision
+        found it still running: its worker goes on).
 
         `first` is (kind, data, update) of a step that comes before the resumed one (the
         decision that resumed it): both steps and the run's change are one write.
         """
         if self.status != Run.Status.WAITING:
             return False
+        # An external session is not the engine's to advance: its agent, long-polling for
+        # the decision, goes on by itself; the run is running again for its next call.
+        external = self.trigger == Run.Trigger.EXTERNAL
+        to = Run.Status.RUNNING if external else Run.Status.QUEUED
         now = timezone.now()
         waited = self.seconds_waited
         if self.waiting_since is not None:
@@ -555,7 +566,7 @@ class Run(models.Model):
         resumed = {
             "event": "resumed",
             "from": Run.Status.WAITING,
-            "to": Run.Status.QUEUED,
+            "to": to,
             "detail": detail,
         }
         kind, data, update, then = Step.Kind.STATUS, resumed, {}, ()
@@ -570,7 +581,7 @@ class Run(models.Model):
                 # Plain values (the row is locked, so this copy is current): the write is one
                 # statement with its steps.
                 "version": self.version + 1,
-                "status": Run.Status.QUEUED,
+                "status": to,
                 "status_detail": "",
                 "seconds_waited": waited,
                 "waiting_since": None,
@@ -580,7 +591,8 @@ class Run(models.Model):
         )
         if written is None:
             return False
-        transaction.on_commit(lambda: queue.enqueue(self.pk))
+        if not external:
+            transaction.on_commit(lambda: queue.enqueue(self.pk))
         return True
 
     def verify_chain(self) -> tuple[bool, int | None]:

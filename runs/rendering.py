@@ -202,6 +202,8 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         return _guard_view(step, d, full=full)
     if d.get("event") == "follow_up":
         return _follow_up_view(step, d, full=full)
+    if d.get("event") == "call":
+        return _external_call_view(step, d, full=full)
     # Status changes.
     event = str(d.get("event") or "status")
     view = StepView(step, f"{event}: {d.get('from') or '—'} → {d.get('to') or '—'}")
@@ -363,6 +365,20 @@ def _follow_up_view(step: Step, d: dict, *, full: bool) -> StepView:
         view.texts.append(Block.of("errors", d["errors"], full=full, error=True))
     if "input" in d:
         view.texts.append(Block.of("input", d["input"], full=full))
+    return view
+
+
+def _external_call_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """A call an external agent submitted (gateway/), and what the gate policy said."""
+    outcome = "gated" if d.get("gated") else "allowed by policy"
+    view = StepView(step, f"external call {d.get('tool', '')}: {outcome}")
+    view.facts = [("risk", str(d.get("risk", ""))), ("why", str(d.get("explanation", "")))]
+    view.tool_uses.append(
+        ToolUse(str(d.get("tool", "")), Block.of("args", d.get("args"), full=full))
+    )
+    if d.get("summary"):
+        # Written by the agent: untrusted text.
+        view.texts.append(Block.of("summary", d["summary"], full=full))
     return view
 
 

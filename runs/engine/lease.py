@@ -41,7 +41,8 @@ def claim(run_id, worker: str) -> Run | None:
     # renewal in between changes one of those, and the set matches nothing.
     for _ in range(3):
         run = sql.get(Run, run_id)
-        if run is None:
+        if run is None or run.trigger == Run.Trigger.EXTERNAL:
+            # An external session's agent runs elsewhere: no worker may take it over.
             return None
         now = timezone.now()
         takeover = run.status == Run.Status.RUNNING and (

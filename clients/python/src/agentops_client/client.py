@@ -1,0 +1,209 @@
+"""The gateway API of agentops, from an agent that runs elsewhere (standard library only).
+
+    client = AgentopsClient(base_url, token)
+    session = client.session("my-run")
+    decision = session.request_approval("tool", {"arg": 1}, hints=..., summary=...)
+
+`request_approval` blocks until a person decides (long-polling, up to `timeout` seconds) and
+returns a Decision: `approved`, and `args`, the arguments to run: exactly those approved,
+which may be an approver's edit of what you proposed. Never run the proposal when it was
+edited. A call the agent's gate policy allows comes back approved at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+# The server holds a long poll for at most this long; the client asks again.
+MAX_WAIT_SECONDS = 30
+
+
+class AgentopsError(Exception):
+    """The server refused a request (`status`, its `detail`) or could not be reached."""
+
+    def __init__(self, status: int, detail: str, body: Any = None):
+        super().__init__(f"{status}: {detail}")
+        self.status, self.detail, self.body = status, detail, body
+
+
+class ApprovalTimeout(AgentopsError):
+    """Nobody decided within the client's timeout; the approval still waits in agentops
+    (ask again with Session.wait_for(call_id))."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A call's decision. `args` are what to run when `approved` (maybe edited)."""
+
+    call_id: str
+    tool: str
+    status: str  # allowed, approved, rejected, expired, cancelled
+    approved: bool
+    args: dict = field(default_factory=dict)
+    reason: str = ""
+    decided_by: str | None = None
+    edited: bool = False
+    approval_id: str | None = None
+
+    @classmethod
+    def from_json(cls, body: dict) -> Decision:
+        return cls(
+            call_id=body["call"],
+            tool=body["tool"],
+            status=body["status"],
+            approved=bool(body["approved"]),
+            args=body.get("args") or {},
+            reason=body.get("reason") or "",
+            decided_by=body.get("decided_by"),
+            edited=bool(body.get("edited")),
+            approval_id=body.get("approval"),
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "status": self.status,
+            "approved": self.approved,
+            "args": self.args,
+            "reason": self.reason,
+            "decided_by": self.decided_by,
+            "edited": self.edited,
+        }
+
+
+class AgentopsClient:
+    """One external agent's connection to agentops (its token from
+    `manage.py issue_agent_token <slug>`)."""
+
+    def __init__(self, base_url: str, token: str, *, request_timeout: float = 10.0):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.request_timeout = request_timeout
+        parts = urllib.parse.urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+        host = parts.hostname or ""
+        # A proxy from the environment cannot reach an agentops on this machine.
+        local = host in ("localhost", "127.0.0.1", "::1")
+        handlers = [urllib.request.ProxyHandler({})] if local else []
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def session(self, name: str = "", *, metadata: dict | None = None) -> Session:
+        """Register a session: it appears in agentops' runs list (trigger "external")."""
+        body = self.request(
+            "POST", "/api/external/sessions", {"session": name, "metadata": metadata or {}}
+        )
+        return Session(self, body["session"], body.get("run_url", ""))
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        # The scheme is http(s), checked in __init__.
+        request = urllib.request.Request(  # noqa: S310
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+            },
+        )
+        try:
+            with self._opener.open(request, timeout=timeout or self.request_timeout) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = raw.decode(errors="replace")
+            detail = parsed.get("detail") if isinstance(parsed, dict) else parsed
+            raise AgentopsError(exc.code, str(detail), parsed) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            raise AgentopsError(0, f"agentops unreachable: {exc}") from None
+
+
+class Session:
+    """One session of the agent: its calls, their results, its end."""
+
+    def __init__(self, client: AgentopsClient, session_id: str, run_url: str = ""):
+        self.client, self.id, self.run_url = client, session_id, run_url
+
+    def submit(
+        self,
+        tool: str,
+        args: dict,
+        *,
+        hints: dict | None = None,
+        summary: str = "",
+        callback_url: str = "",
+    ) -> dict:
+        """Submit a call without waiting: the server's answer (status "pending" when a person
+        must decide; then `wait_for(answer["call"])`)."""
+        body = {"tool": tool, "args": args, "summary": summary, "callback_url": callback_url}
+        if hints is not None:
+            body["hints"] = hints
+        return self.client.request("POST", f"/api/external/sessions/{self.id}/calls", body)
+
+    def request_approval(
+        self,
+        tool: str,
+        args: dict,
+        *,
+        hints: dict | None = None,
+        summary: str = "",
+        timeout: float = 3600,
+    ) -> Decision:
+        """Submit the call and block until it is decided (or `timeout` seconds pass:
+        ApprovalTimeout). Hints: {"reversible": bool, "blast": "none|low|medium|high|critical"}."""
+        answer = self.submit(tool, args, hints=hints, summary=summary)
+        if answer["status"] != "pending":
+            return Decision.from_json(answer)
+        return self.wait_for(answer["call"], timeout=timeout)
+
+    def wait_for(self, call_id: str, *, timeout: float = 3600) -> Decision:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            wait = max(0.0, min(MAX_WAIT_SECONDS, left))
+            answer = self.client.request(
+                "GET",
+                f"/api/external/calls/{call_id}?wait={wait:.1f}",
+                timeout=wait + self.client.request_timeout,
+            )
+            if answer["status"] != "pending":
+                return Decision.from_json(answer)
+            if time.monotonic() >= deadline:
+                raise ApprovalTimeout(408, f"no decision on call {call_id} within {timeout:.0f}s")
+
+    def report(
+        self,
+        decision: Decision,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        duration_ms: int = 0,
+    ) -> None:
+        """Record what the approved call did (its result or error) on the session's timeline."""
+        body: dict[str, Any] = {"duration_ms": duration_ms}
+        if error is not None:
+            body["error"] = error
+        else:
+            body["result"] = result
+        self.client.request("POST", f"/api/external/calls/{decision.call_id}/result", body)
+
+    def close(self, status: str = "succeeded", *, output: str = "", detail: str = "") -> str:
+        """End the session: "succeeded" or "failed". Returns the run's status."""
+        body = {"status": status, "output": output, "detail": detail}
+        return self.client.request("POST", f"/api/external/sessions/{self.id}/close", body)[
+            "status"
+        ]

@@ -1,0 +1,198 @@
+"""The gateway API: agents that run elsewhere ask agentops before their tool calls.
+
+Authenticated by the agent's own token (`Authorization: Bearer aoa_…`, see
+`manage.py issue_agent_token`), not by a user: no session, hence no CSRF. A wrong token is
+401; another agent's session or call is 404, as if it did not exist.
+
+- POST /api/external/sessions: register a session (a run, trigger "external").
+- POST /api/external/sessions/{session}/calls: submit a call; 200 with the decision when the
+  gate policy allows it, 202 with the call's id when a person must decide.
+- GET /api/external/calls/{call}?wait=30: the decision, long-polled up to `wait` seconds.
+  Async: a waiting agent holds no worker thread, only a timer and a short query per
+  POLL_SECONDS.
+- POST /api/external/calls/{call}/result: what the call did (the run's tool step).
+- POST /api/external/sessions/{session}/close: the session ends, succeeded or failed.
+"""
+
+import asyncio
+import time
+from typing import Any
+from uuid import UUID
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
+from ninja import Field, Router, Schema, Status
+from ninja.responses import NinjaJSONEncoder
+from ninja.security import HttpBearer
+
+from runs.models import Run
+
+from . import sessions
+from .models import ExternalAgent, ExternalCall
+
+MAX_WAIT_SECONDS = 30
+POLL_SECONDS = 0.5
+
+
+class AgentToken(HttpBearer):
+    """`Authorization: Bearer aoa_…`: the external agent the token belongs to."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> ExternalAgent | None:
+        return ExternalAgent.authenticate(token)
+
+
+router = Router(tags=["external agents"], auth=[AgentToken()])
+
+
+class SessionIn(Schema):
+    session: str = Field("", max_length=200, description="The agent's own session id, if any.")
+    metadata: dict = Field(default_factory=dict)
+
+
+class SessionOut(Schema):
+    session: UUID
+    run_url: str
+
+
+class CallIn(Schema):
+    tool: str = Field(..., min_length=1, max_length=64)
+    args: dict = Field(default_factory=dict)
+    hints: dict | None = Field(
+        None, description='Risk of this call: {"reversible": false, "blast": "high"}.'
+    )
+    summary: str = Field("", description="What the agent is doing and why, for the approver.")
+    callback_url: str = Field("", max_length=500)
+
+
+class ResultIn(Schema):
+    result: Any = None
+    error: str | None = None
+    duration_ms: int = Field(0, ge=0)
+
+
+class CloseIn(Schema):
+    status: str = Field("succeeded", description="succeeded or failed")
+    output: str = ""
+    detail: str = Field("", max_length=500)
+
+
+def _error(status: int, detail: str, **extra) -> JsonResponse:
+    return JsonResponse({"detail": detail, **extra}, status=status, encoder=NinjaJSONEncoder)
+
+
+def _session(agent: ExternalAgent, session_id: UUID) -> Run | None:
+    return Run.objects.filter(pk=session_id, trigger=Run.Trigger.EXTERNAL, agent=agent.slug).first()
+
+
+def _call(agent: ExternalAgent, call_id: UUID) -> ExternalCall | None:
+    return (
+        ExternalCall.objects.select_related("run")
+        .filter(pk=call_id, run__agent=agent.slug, run__trigger=Run.Trigger.EXTERNAL)
+        .first()
+    )
+
+
+def _refused(exc: sessions.SessionError) -> JsonResponse:
+    extra = {"errors": exc.errors} if exc.errors else {}
+    return _error(exc.status, exc.message, **extra)
+
+
+@router.post("/external/sessions", response={201: SessionOut})
+def register_session(request: HttpRequest, payload: SessionIn):
+    """Register a session of the calling agent: a run that shows in the runs list."""
+    try:
+        run = sessions.register(request.auth, session=payload.session, metadata=payload.metadata)
+    except sessions.SessionError as exc:
+        return _refused(exc)
+    return Status(201, {"session": run.pk, "run_url": reverse("runs:detail", args=[run.pk])})
+
+
+@router.post("/external/sessions/{uuid:session_id}/calls")
+def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
+    """Submit a tool call for review. 200 with the decision when policy allows it at once
+    (recorded all the same); 202 when a person decides: then GET the call (long-poll)."""
+    run = _session(request.auth, session_id)
+    if run is None:
+        return _error(404, "no such session")
+    if payload.callback_url and not payload.callback_url.startswith(("http://", "https://")):
+        return _error(422, "callback_url must be an http(s) URL")
+    try:
+        call = sessions.submit(
+            run,
+            request.auth,
+            tool=payload.tool,
+            args=payload.args,
+            hints=payload.hints,
+            summary=payload.summary,
+            callback_url=payload.callback_url,
+        )
+        state = sessions.state_of(call)
+    except sessions.SessionError as exc:
+        return _refused(exc)
+    return JsonResponse(state.as_dict(), status=202 if not state.final else 200)
+
+
+@router.get("/external/calls/{uuid:call_id}")
+async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0):
+    """The call's decision. With `wait` (seconds, at most 30) the answer waits until a
+    person decides or the time is up; `status` is "pending" until then."""
+    if not 0 <= wait <= MAX_WAIT_SECONDS:
+        return _error(422, f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds")
+    agent = request.auth
+    deadline = time.monotonic() + wait
+    while True:
+        found = await sync_to_async(_current_state)(agent, call_id)
+        if found is None:
+            return _error(404, "no such call")
+        if isinstance(found, sessions.SessionError):
+            return _refused(found)
+        if found["status"] != sessions.PENDING or time.monotonic() >= deadline:
+            return found
+        await asyncio.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+
+
+def _current_state(agent: ExternalAgent, call_id: UUID) -> dict | sessions.SessionError | None:
+    call = _call(agent, call_id)
+    if call is None:
+        return None
+    try:
+        return sessions.state_of(call).as_dict()
+    except sessions.SessionError as exc:
+        return exc
+
+
+@router.post("/external/calls/{uuid:call_id}/result")
+def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
+    """What the call did: `result` (any JSON) or `error`. Recorded as the run's tool step."""
+    call = _call(request.auth, call_id)
+    if call is None:
+        return _error(404, "no such call")
+    try:
+        step = sessions.report_result(
+            call, result=payload.result, error=payload.error, duration_ms=payload.duration_ms
+        )
+    except sessions.SessionError as exc:
+        return _refused(exc)
+    return {"call": str(call.pk), "step": step.seq}
+
+
+@router.post("/external/sessions/{uuid:session_id}/close")
+def close_session(request: HttpRequest, session_id: UUID, payload: CloseIn):
+    """End the session: `status` succeeded or failed. A pending call is cancelled with a
+    failed session; a session with one cannot succeed (409)."""
+    if payload.status not in ("succeeded", "failed"):
+        return _error(422, "status must be succeeded or failed")
+    run = _session(request.auth, session_id)
+    if run is None:
+        return _error(404, "no such session")
+    try:
+        run = sessions.close(
+            run,
+            succeeded=payload.status == "succeeded",
+            output=payload.output,
+            detail=payload.detail,
+        )
+    except sessions.SessionError as exc:
+        return _refused(exc)
+    return {"session": str(run.pk), "status": run.status}

@@ -1,0 +1,22 @@
+from django.apps import AppConfig
+
+
+class GatewayConfig(AppConfig):
+    name = "gateway"
+    verbose_name = "external agents"
+
+    def ready(self) -> None:
+        # Approvals of external calls name tools that are not in this process's registry:
+        # the approvals app asks the finders registered here (Approval.tool_object).
+        from approvals.models import TOOL_FINDERS
+        from runs.models import Step, step_appended
+
+        from . import callbacks
+        from .tools import tool_of_approval
+
+        if tool_of_approval not in TOOL_FINDERS:
+            TOOL_FINDERS.append(tool_of_approval)
+        # A decided call's callback URL is POSTed once the decision is committed.
+        step_appended.connect(
+            callbacks.on_step_appended, sender=Step, dispatch_uid="gateway.callbacks"
+        )

@@ -1,0 +1,100 @@
+"""The decision, POSTed to the callback URL an external call gave (instead of, or as well as,
+long-polling).
+
+Signed as approvals/notify.py signs its webhooks (X-Agentops-Signature: sha256=HMAC over
+"<timestamp>.<body>"), with the agent's own key: the SHA-256 hex of its token, which agentops
+stores and the agent can compute from the token it holds. Sent once the decision is
+committed, by a Celery task retried like the approval webhooks; sent once per call.
+"""
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
+
+from celery import shared_task
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.notify import SIGNATURE_HEADER, TIMESTAMP_HEADER, DeliveryError, sign
+from runs.models import Run, Step
+
+from .models import ExternalAgent, ExternalCall
+from .sessions import state_of
+
+log = logging.getLogger("agentops.notify")
+CALLBACK_TIMEOUT_SECONDS = 10
+# Retried as the approval webhooks are (approvals/tasks.py): up to ~8.5 minutes in all.
+RETRIES = {
+    "ignore_result": True,
+    "acks_late": True,
+    "autoretry_for": (DeliveryError,),
+    "retry_backoff": 2,
+    "retry_backoff_max": 600,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
+FINAL = ("approved", "rejected", "expired")
+
+
+def on_step_appended(sender, step: Step, **kwargs) -> None:
+    """runs.models.step_appended: a decided external call's callback, once committed. Reads
+    only the step in hand for every other step (no query on the hot path)."""
+    if step.kind != Step.Kind.DECISION or step.run.trigger != Run.Trigger.EXTERNAL:
+        return
+    if step.data.get("status") not in FINAL:
+        return
+    approval_id = step.data.get("approval")
+    transaction.on_commit(lambda: _queue(approval_id))
+
+
+def _queue(approval_id: str) -> None:
+    try:
+        deliver_callback.delay(str(approval_id))
+    except Exception:  # a broker hiccup must not fail the decision that was made
+        log.exception("approval %s: external callback not queued", approval_id)
+
+
+@shared_task(**RETRIES)
+def deliver_callback(approval_id: str) -> int:
+    call = ExternalCall.objects.select_related("run").filter(approval_id=approval_id).first()
+    if call is None or not call.callback_url or call.callback_sent_at is not None:
+        return 0
+    if urlsplit(call.callback_url).scheme not in ("http", "https"):
+        return 0
+    key = _agent_key(call)
+    body = json.dumps(state_of(call).as_dict()).encode()
+    timestamp = str(int(time.time()))
+    request = urllib.request.Request(  # noqa: S310 (scheme checked above)
+        call.callback_url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "agentops-callback/1",
+            TIMESTAMP_HEADER: timestamp,
+            SIGNATURE_HEADER: sign(key, timestamp, body),
+        },
+    )
+    # A proxy from the environment cannot reach an agent on this machine.
+    local = urlsplit(call.callback_url).hostname in ("localhost", "127.0.0.1", "::1")
+    opener = urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if local else []))
+    try:
+        with opener.open(request, timeout=CALLBACK_TIMEOUT_SECONDS) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500 or exc.code in (408, 429):
+            raise DeliveryError(f"callback answered {exc.code}") from None
+        log.warning("call %s: callback refused with %s", call.pk, exc.code)
+        status = exc.code
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise DeliveryError(f"callback unreachable: {exc}") from None
+    ExternalCall.objects.filter(pk=call.pk).update(callback_sent_at=timezone.now())
+    return status
+
+
+def _agent_key(call: ExternalCall) -> str:
+    agent = ExternalAgent.objects.get(slug=call.run.agent)
+    return agent.token_hash

@@ -1,0 +1,317 @@
+"""An external agent's session as a run: registering it, its calls through the gate policy,
+what it reports happened, and its end.
+
+The run is written here, not by the engine, which never advances it (Run.resume sends a
+decided external run back to `running`, not to a worker). Every write takes the run's row
+lock, as the engine and the decision service do, and appends to the same hash-chained
+timeline, so the run page, the audit view and `verify_chain` read an external session like
+any other run. A gated call opens its Approval through the approvals app's own gate
+(approvals/gates.py), so notification, four-eyes, quorum, expiry and the 409 on a second
+decision are the ones internal runs have.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentops.tools import Tool, ToolArgsError
+from approvals import gates, policy
+from approvals.models import Approval
+from runs import events, sql
+from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash
+
+from .models import ExternalAgent, ExternalCall
+from .tools import EXTERNAL_USE_PREFIX, metadata_for_call, tool_from_metadata
+
+PROVIDER = "external"
+SUMMARY_MAX = 4000
+RESULT_MAX_CHARS = 100_000
+
+# What became of a call, as the agent is told.
+ALLOWED, PENDING = "allowed", "pending"
+
+
+class SessionError(Exception):
+    """A refusal the API maps to its status (`status`): nothing was written."""
+
+    def __init__(self, status: int, message: str, errors: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.errors = status, message, errors or {}
+
+
+def register(agent: ExternalAgent, *, session: str = "", metadata: dict | None = None) -> Run:
+    """A running run for a new session of `agent` (its snapshot taken now)."""
+    now = timezone.now()
+    try:
+        config = agent.snapshot()
+    except ValueError as exc:  # an admin saved broken rules past the form
+        raise SessionError(409, f"this agent's gate rules are invalid: {exc}") from None
+    limits = config["limits"]
+    run = Run(
+        agent=agent.slug,
+        agent_config=config,
+        provider=PROVIDER,
+        input={"session": session, "metadata": metadata or {}},
+        input_summary=(f"session {session}" if session else "external session")[:200],
+        status=Run.Status.RUNNING,
+        trigger=Run.Trigger.EXTERNAL,
+        max_steps=limits["max_steps"],
+        max_cost_usd=limits["max_cost_usd"],
+        max_seconds=limits["max_seconds"],
+        max_consecutive_errors=limits["max_consecutive_errors"],
+        created_at=now,
+        started_at=now,
+        updated_at=now,
+    )
+    run.source = f"external {agent.slug} session {session or run.pk}"[:200]
+    step = run.first_step(
+        {
+            "event": "launched",
+            "from": None,
+            "to": Run.Status.RUNNING,
+            "trigger": Run.Trigger.EXTERNAL,
+            "source": run.source,
+            "by": None,
+            "input": run.input,
+            "provider": PROVIDER,
+        }
+    )
+    with transaction.atomic():
+        sql.insert_all([(run, RUN_COLUMNS, (), ()), (step, STEP_COLUMNS, (), ())])
+        events.publish_step_on_commit(step)
+    return run
+
+
+def submit(
+    run: Run,
+    agent: ExternalAgent,
+    *,
+    tool: str,
+    args: Any,
+    hints: Any = None,
+    summary: str = "",
+    callback_url: str = "",
+) -> ExternalCall:
+    """Record a proposed call and put it through the gate policy: allowed at once, or an
+    approval opened and the run waiting for it."""
+    registered = agent.tools.filter(name=tool).first()
+    try:
+        meta = metadata_for_call(registered, tool, hints)
+    except ValueError as exc:
+        raise SessionError(422, str(exc), {"hints": [str(exc)]}) from None
+    spec = tool_from_metadata(meta)
+    try:
+        args = spec.validate(args)
+    except ToolArgsError as exc:
+        raise SessionError(422, str(exc), {"args": [str(exc)]}) from None
+    summary = (summary or "")[:SUMMARY_MAX]
+    with transaction.atomic():
+        run = _locked_open(run.pk)
+        call = ExternalCall(
+            run=run,
+            tool=tool,
+            args=args,
+            tool_meta=meta,
+            summary=summary,
+            callback_url=callback_url,
+        )
+        verdict = policy.evaluate(
+            tool=spec, args=args, rules=run.agent_config.get("gates", {}), rng=gates.sampling_rng
+        )
+        run.append_step(
+            Step.Kind.STATUS,
+            {
+                "event": "call",
+                "call": str(call.pk),
+                "tool": tool,
+                "args": args,
+                "summary": summary,
+                "gated": verdict.gated,
+                "risk": verdict.risk,
+                "explanation": verdict.explanation,
+            },
+        )
+        if verdict.gated:
+            item = {"llm_seq": run.last_seq, "id": f"{EXTERNAL_USE_PREFIX}{call.pk}", "args": args}
+            gate = {
+                "kind": Approval.Kind.ACTION,
+                "tool": tool,
+                "explanation": verdict.explanation,
+                "risk": verdict.risk,
+                "sampled": verdict.sampled,
+                "context": summary,
+            }
+            call.approval_id = gates.open_gate(run, item, gate)
+            _park(run)
+        call.save(force_insert=True)
+    return call
+
+
+def _park(run: Run) -> None:
+    waiting = gates.pending_count(run)
+    if run.status != Run.Status.RUNNING or not run.park(f"waiting for {waiting} decision(s)"):
+        return  # already waiting for an earlier call of the session
+    run.append_step(
+        Step.Kind.STATUS,
+        {
+            "event": "paused",
+            "from": Run.Status.RUNNING,
+            "to": Run.Status.WAITING,
+            "reason": "waiting for a human",
+            "detail": f"{waiting} pending decision(s)",
+        },
+    )
+
+
+@dataclass(frozen=True)
+class CallState:
+    """What the agent is told about one call."""
+
+    call: ExternalCall
+    status: str  # allowed, pending, approved, rejected, expired, cancelled
+    args: dict  # what it may run: the approver's edit, if any
+    reason: str = ""
+    decided_by: str | None = None
+    decided_at: Any = None
+
+    @property
+    def approved(self) -> bool:
+        return self.status in (ALLOWED, Approval.Status.APPROVED)
+
+    @property
+    def final(self) -> bool:
+        return self.status != PENDING
+
+    def as_dict(self) -> dict:
+        approval = self.call.approval_id
+        return {
+            "call": str(self.call.pk),
+            "session": str(self.call.run_id),
+            "tool": self.call.tool,
+            "status": self.status,
+            "approved": self.approved,
+            "args": self.args if self.approved else None,
+            "args_hash": args_hash(self.call.tool, self.args) if self.approved else None,
+            "edited": self.approved and self.args != self.call.args,
+            "reason": self.reason,
+            "decided_by": self.decided_by,
+            "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+            "approval": str(approval) if approval else None,
+        }
+
+
+def state_of(call: ExternalCall) -> CallState:
+    """The call's decision as it stands (reads the approval afresh)."""
+    if call.approval_id is None:
+        return CallState(call, ALLOWED, call.args)
+    approval = Approval.objects.select_related("decided_by").get(pk=call.approval_id)
+    by = approval.decided_by.get_username() if approval.decided_by else None
+    if approval.status == Approval.Status.APPROVED:
+        # The approval binds the arguments: only those whose hash was approved are handed
+        # back (the decision service stores the hash of exactly what it approved).
+        final = approval.final_args
+        if args_hash(call.tool, final) != approval.approved_args_hash:
+            raise SessionError(409, "the approved arguments do not match their recorded hash")
+        return CallState(call, approval.status, final, "", by, approval.decided_at)
+    reason = approval.reason
+    if approval.status == Approval.Status.EXPIRED:
+        reason = reason or "nobody decided before the approval expired"
+    elif approval.status == Approval.Status.CANCELLED:
+        reason = reason or "the session was cancelled"
+    return CallState(call, approval.status, call.args, reason, by, approval.decided_at)
+
+
+def report_result(
+    call: ExternalCall, *, result: Any = None, error: str | None = None, duration_ms: int = 0
+) -> Step:
+    """The agent says what the call did: the run's tool step. Only a call it was allowed to
+    make, with the arguments it was allowed; once."""
+    state = state_of(call)
+    if not state.approved:
+        raise SessionError(409, f"this call was {state.status}: it must not have run")
+    with transaction.atomic():
+        run = _locked_open(call.run_id)
+        fresh = ExternalCall.objects.select_for_update().get(pk=call.pk)
+        if fresh.result_seq is not None:
+            raise SessionError(
+                409, f"the result of this call was already reported (step #{fresh.result_seq})"
+            )
+        is_error = error is not None
+        data = {
+            "tool_use_id": f"{EXTERNAL_USE_PREFIX}{call.pk}",
+            "tool": call.tool,
+            "args": state.args,
+            "is_error": is_error,
+            "attempts": 1,
+            "duration_ms": max(0, int(duration_ms or 0)),
+            "idempotency_key": "",
+        }
+        if call.approval_id:
+            data["approval"] = str(call.approval_id)
+        if is_error:
+            data["error"] = str(error)[:RESULT_MAX_CHARS]
+        else:
+            data["result"] = result
+        update = {}
+        if is_error:
+            update = {
+                "tool_failed_count": run.tool_failed_count + 1,
+                "error_count": run.error_count + 1,
+            }
+        step = run.append_step(Step.Kind.TOOL, data, update=update, latency_ms=data["duration_ms"])
+        ExternalCall.objects.filter(pk=call.pk).update(result_seq=step.seq)
+    return step
+
+
+def close(run: Run, *, succeeded: bool, output: str = "", detail: str = "") -> Run:
+    """End the session: succeeded (completed) or failed. What still waits for a person is
+    cancelled with it."""
+    with transaction.atomic():
+        run = _locked_open(run.pk)
+        if succeeded and run.status == Run.Status.WAITING:
+            raise SessionError(409, "calls of this session still wait for a decision")
+        status = Run.Status.SUCCEEDED if succeeded else Run.Status.FAILED
+        reason = Run.Termination.COMPLETED if succeeded else Run.Termination.AGENT_FAILED
+        old = run.status
+        pending = list(
+            Approval.objects.filter(run=run, status=Approval.Status.PENDING).values_list(
+                "pk", flat=True
+            )
+        )
+        Approval.objects.filter(pk__in=pending, status=Approval.Status.PENDING).update(
+            status=Approval.Status.CANCELLED, decided_at=timezone.now()
+        )
+        for approval_id in pending:
+            events.publish_approvals_changed(approval_id)
+        if not run.transition_to(
+            status,
+            termination_reason=reason,
+            status_detail=(detail or ("session closed" if succeeded else "session failed"))[:500],
+            output=output,
+        ):
+            raise SessionError(409, f"the session is already {run.status}")
+        run.append_step(
+            Step.Kind.STATUS,
+            {
+                "event": "terminated",
+                "from": old,
+                "to": status,
+                "reason": reason,
+                "detail": detail
+                or ("closed by the agent" if succeeded else "failed, says the agent"),
+            },
+        )
+    return run
+
+
+def _locked_open(run_id) -> Run:
+    run = Run.locked(run_id)
+    if run.is_terminal:
+        raise SessionError(409, f"the session is {run.status}: it takes no more calls")
+    return run
+
+
+def tool_for(call: ExternalCall) -> Tool:
+    return tool_from_metadata(call.tool_meta)
