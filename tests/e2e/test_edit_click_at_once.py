@@ -1,0 +1,61 @@
+"""Type into an argument field, then press Edit and approve at once, without leaving the field.
+
+Leaving the field (the press's mousedown does) fires `change`, which asks the server for one
+more preview of the edit. The press used to land on a button disabled while that preview was
+in flight, and nothing was sent. Now the press waits for the preview of exactly the values in
+the fields, then goes: the approval is approved with the edited arguments and the run goes on.
+"""
+
+import json
+from decimal import Decimal
+
+import pytest
+from playwright.sync_api import expect
+
+from .pages import decide, expect_status, launch_refund
+
+pytestmark = pytest.mark.e2e
+
+LONG_REASON = "The parcel arrived with a scratched lid and a dented corner; " * 2  # a textarea
+EDITED_REASON = "Scratched lid only: the corner was already dented when it was sold"
+
+
+@pytest.mark.parametrize(
+    ("field", "selector", "value", "edited"),
+    [
+        ("order_id", "input[type=number][name=arg_order_id]", "21", {"order_id": 21}),
+        ("reason", "textarea[name=arg_reason]", EDITED_REASON, {"reason": EDITED_REASON}),
+    ],
+)
+def test_edit_and_approve_pressed_straight_after_typing_approves_the_edit(
+    server, login, field, selector, value, edited
+):
+    operator = login("operator")
+    run_id = launch_refund(operator, order_id=22, amount="4.00", reason=LONG_REASON.strip())
+    expect_status(operator.page, "waiting")
+    approval_id = server.pending_approval(run_id)
+
+    approver = login("approver")
+    approver.goto(f"/approvals/{approval_id}/")
+    page = approver.page
+    expect(page.locator(selector)).to_be_visible()  # the field has the kind under test
+    with page.expect_response(lambda r: r.url.endswith(f"/approvals/{approval_id}/decide/")) as r:
+        # Type, then press: focus is still in the field when the press begins.
+        decide(approver, approval_id, "edit-approve", args={field: value}, navigate=False)
+    assert r.value.status == 200
+    expect(page.locator("#decision-outcome")).to_contain_text("Approved with your edits")
+
+    ((status, edited_args),) = server.query(
+        "SELECT status, edited_args FROM approvals_approval WHERE id = ?", server.key(approval_id)
+    )
+    proposed = {"order_id": 22, "amount": "4.00", "reason": LONG_REASON.strip()}
+    assert status == "approved"
+    assert json.loads(edited_args) == {**proposed, **edited}
+
+    # The run goes on (its customer e-mail is gated too) and refunds exactly the edit.
+    email = server.pending_approval(run_id, tool="send_customer_email")
+    decide(approver, email, "approve")
+    expect_status(operator.page, "succeeded")
+    final = {**proposed, **edited}
+    assert server.refunds(run_id) == [(final["order_id"], Decimal("4.00"), final["reason"])]
+    assert not operator.console_errors and not approver.console_errors
