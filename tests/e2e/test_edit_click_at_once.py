@@ -8,6 +8,7 @@ the fields, then goes: the approval is approved with the edited arguments and th
 
 import json
 from decimal import Decimal
+from urllib.parse import parse_qs
 
 import pytest
 from playwright.sync_api import expect
@@ -39,11 +40,30 @@ def test_edit_and_approve_pressed_straight_after_typing_approves_the_edit(
     approver.goto(f"/approvals/{approval_id}/")
     page = approver.page
     expect(page.locator(selector)).to_be_visible()  # the field has the kind under test
+    # What the page asked the server, in order: previews answered, and the decision sent.
+    seen: list[tuple[str, dict]] = []
+    page.on(
+        "response",
+        lambda r: r.url.endswith("/edit-preview/")
+        and seen.append(("preview", parse_qs(r.request.post_data or ""))),
+    )
+    page.on(
+        "request",
+        lambda r: r.url.endswith("/decide/")
+        and seen.append(("decide", parse_qs(r.post_data or ""))),
+    )
     with page.expect_response(lambda r: r.url.endswith(f"/approvals/{approval_id}/decide/")) as r:
         # Type, then press: focus is still in the field when the press begins.
         decide(approver, approval_id, "edit-approve", args={field: value}, navigate=False)
     assert r.value.status == 200
     expect(page.locator("#decision-outcome")).to_contain_text("Approved with your edits")
+    # One press, one decision, sent once the preview of exactly its values was on screen.
+    kinds = [kind for kind, _ in seen]
+    assert kinds.count("decide") == 1, kinds
+    sent = seen[kinds.index("decide")][1]
+    assert sent["decision"] == ["edit_approve"] and sent[f"arg_{field}"] == [value]
+    before = [data for kind, data in seen[: kinds.index("decide")] if kind == "preview"]
+    assert before and before[-1][f"arg_{field}"] == [value], seen
 
     ((status, edited_args),) = server.query(
         "SELECT status, edited_args FROM approvals_approval WHERE id = ?", server.key(approval_id)
