@@ -79,3 +79,26 @@ def test_edit_and_approve_pressed_straight_after_typing_approves_the_edit(
     final = {**proposed, **edited}
     assert server.refunds(run_id) == [(final["order_id"], Decimal("4.00"), final["reason"])]
     assert not operator.console_errors and not approver.console_errors
+
+
+def test_an_edit_policy_refuses_pressed_straight_after_typing_is_refused_not_lost(server, login):
+    operator = login("operator")
+    run_id = launch_refund(operator, order_id=23, amount="40.00", reason="Late delivery")
+    expect_status(operator.page, "waiting")
+    approval_id = server.pending_approval(run_id)
+
+    approver = login("approver")
+    approver.goto(f"/approvals/{approval_id}/")
+    page = approver.page
+    # Over the agent's refund limit: an escalation, which no edit may make.
+    with page.expect_response(lambda r: r.url.endswith(f"/approvals/{approval_id}/decide/")) as r:
+        decide(approver, approval_id, "edit-approve", args={"amount": "600"}, navigate=False)
+    assert r.value.status == 422
+    expect(page.locator("#decision-result")).to_contain_text("edit refused")
+    expect(page.locator("#arg-diff")).to_have_attribute("data-valid", "false")
+    assert server.query(
+        "SELECT status, edited_args FROM approvals_approval WHERE id = ?", server.key(approval_id)
+    ) == [("pending", None)]
+    assert server.refunds(run_id) == [] and server.run_status(run_id) == "waiting"
+    # The decision stays open for a press that can go through.
+    expect(page.locator("button#reject")).to_be_enabled()
