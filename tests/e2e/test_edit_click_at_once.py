@@ -42,16 +42,17 @@ def test_edit_and_approve_pressed_straight_after_typing_approves_the_edit(
     expect(page.locator(selector)).to_be_visible()  # the field has the kind under test
     # What the page asked the server, in order: previews answered, and the decision sent.
     seen: list[tuple[str, dict]] = []
-    page.on(
-        "response",
-        lambda r: r.url.endswith("/edit-preview/")
-        and seen.append(("preview", parse_qs(r.request.post_data or ""))),
-    )
-    page.on(
-        "request",
-        lambda r: r.url.endswith("/decide/")
-        and seen.append(("decide", parse_qs(r.post_data or ""))),
-    )
+
+    def on_response(response):
+        if response.url.endswith("/edit-preview/"):
+            seen.append(("preview", parse_qs(response.request.post_data or "")))
+
+    def on_request(request):
+        if request.url.endswith("/decide/"):
+            seen.append(("decide", parse_qs(request.post_data or "")))
+
+    page.on("response", on_response)
+    page.on("request", on_request)
     with page.expect_response(lambda r: r.url.endswith(f"/approvals/{approval_id}/decide/")) as r:
         # Type, then press: focus is still in the field when the press begins.
         decide(approver, approval_id, "edit-approve", args={field: value}, navigate=False)
