@@ -81,14 +81,37 @@
 
   /* 5. The decision buttons follow the argument fields. While a field differs from the proposed
    * call, Approve (which approves the call as proposed) is off and Edit and approve is the
-   * primary action; the server refuses a mismatched Approve anyway. Edit and approve waits for
-   * the server's preview of the edit (#arg-diff), so what was on screen is what runs. After a
-   * decision the server sends the buttons back disabled (data-decided) and they stay so. */
-  var previewPending = false;
+   * primary action; the server refuses a mismatched Approve anyway. After a decision the server
+   * sends the buttons back disabled (data-decided) and they stay so.
+   * Edit and approve is never switched off while the server previews the edit (#arg-diff):
+   * leaving a field fires `change`, which re-runs the preview, and the press that made the field
+   * lose focus would land on a disabled button and be lost. Instead a press waits until the
+   * preview on screen is the preview of exactly the values in the fields, then goes, so what
+   * was on screen is what runs (the server parses and checks the same fields again). */
+  var previewOf = null; // the field values the preview on screen was made from
+  var sentPreviews = new WeakMap(); // preview request -> the field values it sent
+  var heldPress = null; // an Edit and approve press waiting for the preview of its values
+  var unheld = false; // the held press is being released without a preview
+
+  function argFields() {
+    return document.querySelectorAll("#decision-form [data-original]");
+  }
+
+  function fieldValues() {
+    var values = [];
+    argFields().forEach(function (input) {
+      values.push([input.name, input.type === "checkbox" ? input.checked : input.value]);
+    });
+    return JSON.stringify(values);
+  }
+
+  function previewCurrent() {
+    return previewOf === fieldValues();
+  }
 
   function fieldsDiffer() {
     var differs = false;
-    document.querySelectorAll("#decision-form [data-original]").forEach(function (input) {
+    argFields().forEach(function (input) {
       var now = input.type === "checkbox" ? String(input.checked) : input.value.replace(/\r\n/g, "\n");
       var changed = now !== input.getAttribute("data-original");
       input.classList.toggle("changed", changed);
@@ -104,8 +127,6 @@
     var busy = !!form && form.classList.contains("htmx-request");
     var decided = box.hasAttribute("data-decided");
     var differs = fieldsDiffer();
-    var diff = document.getElementById("arg-diff");
-    var previewOk = !!diff && diff.getAttribute("data-valid") === "true";
     box.querySelectorAll("button").forEach(function (b) {
       b.disabled = decided || busy;
     });
@@ -117,23 +138,66 @@
       approve.classList.toggle("approve", !differs && !approve.hasAttribute("data-confirm"));
     }
     if (edit) {
-      if (differs && (previewPending || !previewOk)) edit.disabled = true;
       edit.classList.toggle("approve", differs);
+      edit.toggleAttribute("aria-busy", heldPress === edit);
     }
     var hint = document.getElementById("approve-blocked");
     if (hint) hint.hidden = !differs || decided;
   }
 
+  /* htmx asks before it sends the decision: an Edit and approve press whose values the preview
+   * on screen was not made from is held (the field's own edit has already asked for that
+   * preview) and pressed again once it is on screen. */
+  function onConfirm(evt) {
+    var form = evt.detail.elt;
+    if (!form || form.id !== "decision-form") return;
+    var trigger = evt.detail.triggeringEvent;
+    var button = trigger && trigger.submitter;
+    if (!button || button.id !== "edit-approve" || unheld || previewCurrent()) return;
+    evt.preventDefault();
+    heldPress = button;
+    syncDecision();
+  }
+
+  function releasePress(force) {
+    if (!heldPress || !(force || previewCurrent())) return;
+    var button = heldPress;
+    heldPress = null;
+    syncDecision();
+    if (!button.isConnected || button.disabled) return;
+    // No preview came (an error): the press goes anyway; the server parses and checks the
+    // fields itself and refuses what it must.
+    unheld = force;
+    button.click(); // the operator's press, made earlier: htmx sees which button it was
+    unheld = false;
+  }
+
   function onFieldEdit(evt) {
     var t = evt.target;
     if (!(t && t.hasAttribute && t.hasAttribute("data-original"))) return;
-    previewPending = true; // until the server's preview of this edit is on screen
     syncDecision();
+  }
+
+  // Sent in the same task as htmx read the fields: these are the values the preview is of.
+  function onBeforeRequest(evt) {
+    var elt = evt.detail && evt.detail.elt;
+    if (elt && elt.id === "arg-fields" && evt.detail.xhr) sentPreviews.set(evt.detail.xhr, fieldValues());
+  }
+
+  function onPreviewError(evt) {
+    var elt = evt.detail && evt.detail.elt;
+    if (elt && elt.id === "arg-fields") releasePress(true);
   }
 
   function onRequestDone(evt) {
     var elt = evt.detail && evt.detail.elt;
-    if (elt && elt.id === "arg-fields" && evt.detail.successful) previewPending = false;
+    if (elt && elt.id === "arg-fields") {
+      if (evt.detail.successful && sentPreviews.has(evt.detail.xhr)) {
+        previewOf = sentPreviews.get(evt.detail.xhr);
+      } else if (evt.detail.failed) {
+        releasePress(true); // an error answer (a newer preview replacing this one is no failure)
+      }
+    }
     syncDecision();
     if (elt && elt.id === "decision-form") {
       var outcome = document.getElementById("decision-outcome");
@@ -143,6 +207,11 @@
       var confirm = document.getElementById("confirm-approve");
       if (confirm) confirm.focus();
     }
+  }
+
+  function onSettle() {
+    syncDecision();
+    releasePress(false); // after the settle: the new preview's attributes are in place
   }
 
   /* 6. "Not now" on an approve's confirmation: nothing was decided, the question goes away. */
@@ -228,11 +297,15 @@
     document.addEventListener("click", onClick);
     document.addEventListener("input", onFieldEdit);
     document.addEventListener("change", onFieldEdit);
+    document.body.addEventListener("htmx:confirm", onConfirm);
+    document.body.addEventListener("htmx:beforeRequest", onBeforeRequest);
+    document.body.addEventListener("htmx:sendError", onPreviewError);
     document.body.addEventListener("htmx:beforeSend", syncDecision);
     document.body.addEventListener("htmx:afterRequest", onRequestDone);
-    document.body.addEventListener("htmx:afterSettle", syncDecision);
+    document.body.addEventListener("htmx:afterSettle", onSettle);
     document.addEventListener("change", rememberTick);
     document.body.addEventListener("htmx:oobAfterSwap", restoreTicks);
+    previewOf = fieldValues(); // the page came with the preview of the fields it shows
     syncDecision();
   });
 })();

@@ -69,6 +69,9 @@ def test_approve_is_off_after_an_edit_and_only_edit_and_approve_runs_the_edit(se
     expect(page.locator("#decision-buttons button#reject")).to_be_enabled()
     screenshot(page, "approval-edit-refused")
 
+    # Back in the field, then Edit and approve straight from it (no click elsewhere first):
+    # leaving the field re-runs the preview, and the press waits for it instead of being lost.
+    page.fill("[name=arg_amount]", "2.5")
     edit.click()
     outcome = page.locator("#decision-outcome")
     expect(outcome).to_contain_text(re.compile("Approved with your edits"))
