@@ -3,6 +3,7 @@ person decides and returns exactly the approved (or edited) arguments; the adapt
 their SDKs' shapes."""
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 
@@ -105,15 +106,23 @@ def test_timeouts_and_refusals_are_clear_errors(up, approver, client):
         approver.decide(approval, "reject", reason="cleanup")
 
 
+def run_coroutine(coroutine):
+    """asyncio.run on a thread of its own, as the SDK's own loop would await the hook: the
+    browser tests' Playwright (sync API) keeps an event loop marked running on this thread
+    for the rest of the session, where asyncio.run refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def test_the_claude_hook_answers_allow_with_the_approved_input(approver, client):
     session = client.session("claude")
     hook = can_use_tool(session)
     person = decide_when_pending(approver, arguments={"command": "ls -la"})
-    result = asyncio.run(hook("Bash", {"command": "rm -rf /tmp/x"}, None))
+    result = run_coroutine(hook("Bash", {"command": "rm -rf /tmp/x"}, None))
     person.join()
     assert result.behavior == "allow" and result.updated_input == {"command": "ls -la"}
     person = decide_when_pending(approver, "reject", reason="no shell today")
-    denied = asyncio.run(hook("Bash", {"command": "whoami"}, None))
+    denied = run_coroutine(hook("Bash", {"command": "whoami"}, None))
     person.join()
     assert denied.behavior == "deny" and denied.message == (
         "agentops: rejected by approver: no shell today"
