@@ -21,7 +21,8 @@ from tests.livesupport import free_port, kill_up, start_up, stop_up
 
 from .live import Approver, external_agent
 
-SERVER = str(Path(__file__).with_name("mcp_records_server.py"))
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = str(ROOT / "examples" / "mcp_records_server.py")
 
 
 @pytest.fixture(scope="module")
@@ -250,3 +251,29 @@ async def test_streamable_http_on_both_sides(up, approver, calls_log, over_http)
         "print(Run.objects.get(agent='mcp-bot', input__session='over http').status)"
     )
     assert status.strip().splitlines()[-1] == "succeeded"
+
+
+def test_the_example_runs_against_a_local_agentops(up, token, approver, calls_log):
+    person, _ = decide_when_pending(approver, arguments={"key": "r-17", "reason": "reviewed"})
+    env = {
+        **os.environ,
+        "AGENTOPS_URL": up.url,
+        "AGENTOPS_TOKEN": token,
+        "RECORDS_CALL_LOG": str(calls_log),
+    }
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "mcp_proxy_client.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    person.join()
+    assert done.returncode == 0, done.stderr
+    assert "tools: lookup, delete_record" in done.stdout
+    assert "lookup: record r-17: ok" in done.stdout
+    assert "delete_record: deleted r-17" in done.stdout
+    assert received(calls_log)[-1] == {
+        "tool": "delete_record",
+        "args": {"key": "r-17", "reason": "reviewed"},
+    }

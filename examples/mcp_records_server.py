@@ -1,6 +1,10 @@
-"""A small MCP server for the proxy's tests: a read-only `lookup` and a destructive
-`delete_record`, each writing what it was called with, one JSON line per call, to the file
-named by RECORDS_CALL_LOG. Run over stdio (default) or streamable HTTP (`--http PORT`)."""
+"""A small MCP server to put behind agentops-mcp-proxy (the proxy's tests use it too): a
+read-only `lookup` and a destructive `delete_record`, each appending what it was called with,
+one JSON line per call, to the file named by RECORDS_CALL_LOG (default
+mcp-records-calls.jsonl). Serves stdio, or streamable HTTP with `--http PORT`.
+
+    uv run python examples/mcp_records_server.py [--http 9000]
+"""
 
 import json
 import os
@@ -13,7 +17,7 @@ server = MCPServer("records")
 
 
 def _log(tool: str, args: dict) -> None:
-    with open(os.environ["RECORDS_CALL_LOG"], "a") as f:
+    with open(os.environ.get("RECORDS_CALL_LOG", "mcp-records-calls.jsonl"), "a") as f:
         f.write(json.dumps({"tool": tool, "args": args}) + "\n")
 
 
