@@ -275,10 +275,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, command = _parse(sys.argv[1:] if argv is None else argv)
     try:
         anyio.run(serve, args, command)
-    except AgentopsError as exc:
-        sys.exit(f"agentops-mcp-proxy: {exc}")
     except KeyboardInterrupt:
         pass
+    except Exception as exc:
+        refused = _agentops_error(exc)
+        if refused is None:
+            raise
+        sys.exit(f"agentops-mcp-proxy: {refused}")
+
+
+def _agentops_error(exc: BaseException) -> AgentopsError | None:
+    """The AgentopsError in `exc`, which task groups may have wrapped in exception groups."""
+    if isinstance(exc, AgentopsError):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _agentops_error(inner)
+        if found is not None:
+            return found
+    return None
 
 
 if __name__ == "__main__":
