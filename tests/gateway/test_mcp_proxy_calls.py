@@ -49,6 +49,9 @@ def decision(status, args=None, **kw):
 def proxy(session, upstream) -> GatingProxy:
     p = GatingProxy(agentops=None, upstream=upstream, decision_timeout=5)
     p.session = session
+    p.tools = [
+        types.Tool(name=n, input_schema={"type": "object"}) for n in ("lookup", "delete_record")
+    ]
     return p
 
 
@@ -77,6 +80,13 @@ async def test_anything_but_approval_never_reaches_the_server(answer, says):
     result = await proxy(session, upstream).call("delete_record", {"key": "a"})
     assert upstream.calls == [] and session.reports == []
     assert result.is_error and says in result.content[0].text
+
+
+async def test_a_tool_the_server_does_not_list_is_refused_without_asking():
+    session, upstream = FakeSession(decision("allowed")), Upstream()
+    result = await proxy(session, upstream).call("drop_database", {})
+    assert result.is_error and "unknown tool 'drop_database'" in result.content[0].text
+    assert session.asked == [] and upstream.calls == []
 
 
 async def test_an_upstream_failure_is_reported_as_the_calls_error():

@@ -141,6 +141,9 @@ class GatingProxy:
         session = self.session
         if session is None:
             return error_result("agentops: the proxy has no session (not started or stopped)")
+        if name not in {t.name for t in self.tools}:
+            # Not the server's: nothing an approver should be asked about.
+            return error_result(f"unknown tool {name!r}: the MCP server does not list it")
         summary = f"MCP tools/call {name} to {self.upstream_label}"
         try:
             decision = await anyio.to_thread.run_sync(
