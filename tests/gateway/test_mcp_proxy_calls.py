@@ -121,3 +121,24 @@ def test_a_wrapped_agentops_error_is_found():
     inner = AgentopsError(401, "bad token")
     assert _agentops_error(ExceptionGroup("g", [ExceptionGroup("h", [inner])])) is inner
     assert _agentops_error(ValueError("x")) is None
+
+
+async def test_a_call_cancelled_while_it_waits_is_never_forwarded():
+    import threading
+
+    import anyio
+
+    release = threading.Event()
+
+    class Waiting(FakeSession):
+        def request_approval(self, tool, args, **kw):
+            release.wait(5)  # a person who decides only after the client gave up
+            return decision("approved", {"key": "a"})
+
+    upstream = Upstream()
+    with anyio.move_on_after(0.2) as scope:
+        await proxy(Waiting(None), upstream).call("delete_record", {"key": "a"})
+    release.set()
+    assert scope.cancelled_caught
+    await anyio.sleep(0.1)
+    assert upstream.calls == []

@@ -146,10 +146,13 @@ class GatingProxy:
             return error_result(f"unknown tool {name!r}: the MCP server does not list it")
         summary = f"MCP tools/call {name} to {self.upstream_label}"
         try:
+            # A client that cancels its call stops waiting here at once (the abandoned poll
+            # ends with its timeout); the approval stays open until decided or the session ends.
             decision = await anyio.to_thread.run_sync(
                 lambda: session.request_approval(
                     name, dict(args), summary=summary, timeout=self.decision_timeout
-                )
+                ),
+                abandon_on_cancel=True,
             )
         except ApprovalTimeout:
             return error_result(
