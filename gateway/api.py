@@ -12,6 +12,8 @@ Authenticated by the agent's own token (`Authorization: Bearer aoa_…`, see
   POLL_SECONDS.
 - POST /api/external/calls/{call}/result: what the call did (the run's tool step).
 - POST /api/external/sessions/{session}/close: the session ends, succeeded or failed.
+- POST /api/external/tools/mcp: register an MCP server's tool definitions as the agent's tools
+  (the MCP gating proxy does, on start; see mcp_tools).
 """
 
 import asyncio
@@ -28,7 +30,7 @@ from ninja.security import HttpBearer
 
 from runs.models import Run
 
-from . import sessions
+from . import mcp_tools, sessions
 from .models import ExternalAgent, ExternalCall
 
 MAX_WAIT_SECONDS = 30
@@ -63,6 +65,10 @@ class CallIn(Schema):
     )
     summary: str = Field("", description="What the agent is doing and why, for the approver.")
     callback_url: str = Field("", max_length=500)
+
+
+class McpToolsIn(Schema):
+    tools: list[dict] = Field(..., description="MCP tool definitions, as tools/list returns.")
 
 
 class ResultIn(Schema):
@@ -196,3 +202,14 @@ def close_session(request: HttpRequest, session_id: UUID, payload: CloseIn):
     except sessions.SessionError as exc:
         return _refused(exc)
     return {"session": str(run.pk), "status": run.status}
+
+
+@router.post("/external/tools/mcp")
+def register_mcp_tools(request: HttpRequest, payload: McpToolsIn):
+    """Upsert the calling agent's tools from MCP tool definitions (name, inputSchema,
+    annotations -> risk). A registration may raise a tool's risk, never lower it."""
+    try:
+        done = mcp_tools.register(request.auth, payload.tools)
+    except mcp_tools.DefinitionError as exc:
+        return _error(422, str(exc), errors={"tools": [str(exc)]})
+    return {"tools": [r.as_dict() for r in done]}

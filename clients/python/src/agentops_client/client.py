@@ -102,6 +102,11 @@ class AgentopsClient:
         )
         return Session(self, body["session"], body.get("run_url", ""))
 
+    def register_mcp_tools(self, tools: list[dict]) -> list[dict]:
+        """Register MCP tool definitions (as tools/list returns them) as this agent's tools:
+        their schemas, and risk from their annotations. Each registered tool as stored."""
+        return self.request("POST", "/api/external/tools/mcp", {"tools": tools})["tools"]
+
     def request(
         self, method: str, path: str, body: Any = None, *, timeout: float | None = None
     ) -> Any:

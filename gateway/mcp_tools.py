@@ -1,0 +1,105 @@
+"""MCP tool definitions into an external agent's tool registry (the MCP gating proxy's
+registration, POST /api/external/tools/mcp).
+
+An MCP server describes its tools itself: a name, an inputSchema, and annotations that hint
+at their risk. The risk a definition implies: readOnlyHint -> reversible, no blast radius;
+destructiveHint -> irreversible, high; anything else -> irreversible, medium (gated by the
+base table unless the agent's rules say otherwise). The hints come from the server, not from
+an admin, so a registration may raise a tool's risk but never lower it: an admin who raised a
+tool in the admin keeps that, and a server that starts calling a tool read-only does not
+quietly drop its gate. The schema and description are the server's, refreshed each time.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from agentops.tools import Blast
+
+from .models import ExternalAgent, ExternalTool
+
+NAME_MAX = ExternalTool._meta.get_field("name").max_length
+
+
+class DefinitionError(ValueError):
+    """A tool definition that cannot be registered (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    name: str
+    reversible: bool
+    blast: str
+    created: bool
+    kept_higher_risk: bool  # the registry already held more risk than the hints imply
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def risk_of(annotations: Any) -> tuple[bool, Blast]:
+    """(reversible, blast) that an MCP tool's annotations imply."""
+    hints = annotations if isinstance(annotations, dict) else {}
+    if hints.get("readOnlyHint") is True:
+        return True, Blast.NONE
+    if hints.get("destructiveHint") is True:
+        return False, Blast.HIGH
+    return False, Blast.MEDIUM
+
+
+def _checked(definition: Any) -> dict:
+    if not isinstance(definition, dict):
+        raise DefinitionError("each tool must be an object with a name")
+    name = definition.get("name")
+    if not isinstance(name, str) or not name:
+        raise DefinitionError("each tool needs a name")
+    if len(name) > NAME_MAX:
+        raise DefinitionError(f"tool name {name[:NAME_MAX]}… is longer than {NAME_MAX} characters")
+    schema = definition.get("inputSchema")
+    if schema is not None and not isinstance(schema, dict):
+        raise DefinitionError(f"{name}: inputSchema must be an object")
+    description = definition.get("description") or ""
+    if not isinstance(description, str):
+        raise DefinitionError(f"{name}: description must be a string")
+    return {
+        "name": name,
+        "schema": schema or {"type": "object"},
+        "description": description,
+        "annotations": definition.get("annotations"),
+    }
+
+
+def register(agent: ExternalAgent, definitions: list) -> list[Registered]:
+    """Upsert `agent`'s ExternalTool rows from MCP tool definitions; all or nothing."""
+    checked = [_checked(d) for d in definitions]
+    names = [d["name"] for d in checked]
+    if len(set(names)) != len(names):
+        raise DefinitionError("tool names must be unique")
+    done: list[Registered] = []
+    with transaction.atomic():
+        existing = {
+            t.name: t for t in agent.tools.select_for_update().filter(name__in=names).order_by()
+        }
+        for d in checked:
+            reversible, blast = risk_of(d["annotations"])
+            row = existing.get(d["name"])
+            if row is None:
+                row = ExternalTool.objects.create(
+                    agent=agent,
+                    name=d["name"],
+                    description=d["description"],
+                    input_schema=d["schema"],
+                    reversible=reversible,
+                    blast=blast.label,
+                )
+                done.append(Registered(row.name, reversible, blast.label, True, False))
+                continue
+            held = Blast[row.blast.upper()]
+            kept = (not row.reversible and reversible) or held > blast
+            row.reversible = row.reversible and reversible
+            row.blast = max(held, blast).label
+            row.description, row.input_schema = d["description"], d["schema"]
+            row.save(update_fields=["reversible", "blast", "description", "input_schema"])
+            done.append(Registered(row.name, row.reversible, row.blast, False, kept))
+    return done
