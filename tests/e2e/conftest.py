@@ -365,13 +365,16 @@ def proxy(server) -> Iterator[DroppableProxy]:
 
 
 # --- the browser --------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an event loop marked running on the
+# main thread while it is started, so tests collected after this package (asyncio.run, anyio)
+# would find one. It stops when the last browser test is done.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as p:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright) -> Iterator[Browser]:
     executable, missing = find_chromium()
     if not executable:
