@@ -71,7 +71,10 @@ def test_edit_and_approve_pressed_straight_after_typing_approves_the_edit(
     )
     proposed = {"order_id": 22, "amount": "4.00", "reason": LONG_REASON.strip()}
     assert status == "approved"
-    assert json.loads(edited_args) == {**proposed, **edited}
+    # A JSON column: text from SQLite, already decoded by psycopg from Postgres.
+    if isinstance(edited_args, str):
+        edited_args = json.loads(edited_args)
+    assert edited_args == {**proposed, **edited}
 
     # The run goes on (its customer e-mail is gated too) and refunds exactly the edit.
     email = server.pending_approval(run_id, tool="send_customer_email")

@@ -33,7 +33,9 @@ def test_the_reply_through_the_callback_url_resumes_the_run_live(server, login):
     expect(row.locator("button", has_text="Mark done")).to_be_visible()
 
     # The supplier's system posts the reply to the URL from the e-mail.
-    (body,) = server.query("SELECT body FROM demo_outboxemail WHERE subject LIKE 'Quote request%'")
+    (body,) = server.query(
+        "SELECT body FROM demo_outboxemail WHERE subject LIKE ?", "Quote request%"
+    )
     url = re.search(r"(http\S+/api/pending/\S+)", body[0])[1]
     url = server.url + url[url.index("/api/pending/") :]
     reply = json.dumps({"result": {"unit_price": "0.31", "currency": "EUR"}}).encode()
