@@ -1,3 +1,6 @@
+import os
+from urllib.parse import urlsplit
+
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -9,6 +12,37 @@ def pytest_configure(config):
     # agentops.asgi reads ALLOWED_HOSTS once, when it builds its WebSocket origin check.
     if "testserver" not in settings.ALLOWED_HOSTS:
         settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    _redis_of_this_worker()
+
+
+def _redis_of_this_worker() -> None:
+    """Under pytest-xdist each worker has its own database (pytest-django names it) and, here,
+    its own Redis database: the broker queue, the channel layer's global groups (dashboard,
+    approvals) and the breaker's keys would otherwise be shared between workers, and one
+    worker's Celery consumer would take another's tasks. Worker n uses the URL's database
+    number minus n (modulo 16), in this process's settings and in the environment of every
+    subprocess it starts. Runs before anything has used Redis: the channel layer and the
+    Celery app read their settings on first use."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not settings.REDIS_URL:
+        return
+    parts = urlsplit(settings.REDIS_URL)
+    base = int(parts.path.strip("/") or 0)
+    url = parts._replace(path=f"/{(base - int(worker[2:])) % 16}").geturl()
+    os.environ["REDIS_URL"] = settings.REDIS_URL = url
+    settings.CELERY_BROKER_URL = url
+    for layer in settings.CHANNEL_LAYERS.values():
+        for host in layer.get("CONFIG", {}).get("hosts", []):
+            host["address"] = url
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    # One live server and one browser serve the whole browser suite: under pytest-xdist
+    # (--dist loadgroup) its tests all go to one worker.
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 @pytest.fixture(scope="session")
