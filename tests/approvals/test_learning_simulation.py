@@ -34,8 +34,9 @@ from .conftest import launch
 
 pytestmark = pytest.mark.django_db
 
-# 450 in the suite: every promise below is checked (three shifts), in about 25 s. bench/learning_simulation.py
-# runs it with thousands (SIM_DECISIONS); any size works, the expectations follow the shifts.
+# 450 in the suite: every promise below is checked (three shifts), in about 25 s.
+# bench/learning_simulation.py runs it with thousands (SIM_DECISIONS); any size works, the
+# expectations follow the shifts worked.
 DECISIONS = int(os.environ.get("SIM_DECISIONS", 450))
 # Calls in a row decided by one approver (careful, rubber-stamper, adversary, careful...).
 SHIFT = 150
