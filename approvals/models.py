@@ -352,3 +352,22 @@ from .rules import (  # noqa: E402, F401
     RuleHit,
     TrackRecord,
 )
+
+
+class ApprovalWatch(models.Model):
+    """One open decision screen (its live socket): who has the approval open, and whether they
+    said "I'm on it" (approvals/presence.py). A row lives as long as its socket; `seen_at` is
+    refreshed while it is open, so a row left by a server that died is ignored once stale."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="watches")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    channel_name = models.CharField(max_length=200, unique=True)
+    opened_at = models.DateTimeField(default=timezone.now)
+    seen_at = models.DateTimeField(default=timezone.now)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["approval", "seen_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} watches {self.approval_id}"

@@ -17,8 +17,77 @@
     return last;
   }
 
+  /* 1b. A dropped socket comes back within a few seconds while the server is reachable: the
+   * delay doubles from 0.5 s to at most 4 s, with jitter (half to all of it) so the pages of a
+   * restarted server do not all knock at once. */
+  function reconnectDelay(retryCount) {
+    var ceiling = Math.min(4000, 500 * Math.pow(2, Math.min(retryCount, 10)));
+    return ceiling / 2 + (Math.random() * ceiling) / 2;
+  }
+
+  /* 1c. Every live page says whether what it shows is live: one state per socket (the
+   * navigation's approvals stream, a run's timeline), shown in #live-status. */
+  var sockets = new Map(); // socket element -> "connecting" | "open" | "retrying" | "closed"
+  var everDown = false;
+  var leaving = false; // the page is being left: its sockets closing is no news
+  var liveAgainTimer = null;
+  var RETRIED = [1006, 1011, 1012, 1013]; // the codes the ws extension reconnects after
+
+  function showLiveState() {
+    var el = document.getElementById("live-status");
+    if (!el) return;
+    var states = Array.from(sockets.values());
+    var state = "live";
+    if (states.indexOf("closed") >= 0) state = "disconnected";
+    else if (states.indexOf("retrying") >= 0) state = "reconnecting";
+    else if (states.indexOf("connecting") >= 0) state = everDown ? "reconnecting" : "connecting";
+    if (state === "live" && everDown) {
+      state = "live-again";
+      clearTimeout(liveAgainTimer);
+      liveAgainTimer = setTimeout(function () {
+        everDown = false;
+        showLiveState();
+      }, 5000);
+    }
+    var words = {
+      connecting: "connecting…",
+      live: "live",
+      "live-again": "live again: caught up",
+      reconnecting: "disconnected: reconnecting…",
+      disconnected: "disconnected: reload the page",
+    };
+    el.setAttribute("data-state", state);
+    el.textContent = words[state];
+  }
+
+  function onSocketEvent(evt) {
+    var elt = evt.target;
+    if (leaving) return;
+    if (evt.type === "htmx:wsConnecting") {
+      if (sockets.get(elt) !== "closed") sockets.set(elt, sockets.get(elt) === "retrying" ? "retrying" : "connecting");
+    } else if (evt.type === "htmx:wsOpen") {
+      sockets.set(elt, "open");
+    } else if (evt.type === "htmx:wsClose") {
+      var code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
+      if (!elt.isConnected) sockets.delete(elt);
+      else {
+        everDown = true;
+        sockets.set(elt, RETRIED.indexOf(code) >= 0 ? "retrying" : "closed");
+      }
+    }
+    showLiveState();
+  }
+
   function install() {
     if (!window.htmx) return;
+    htmx.config.wsReconnectDelay = reconnectDelay;
+    // On the document, now: htmx opens the first sockets before our DOMContentLoaded handler.
+    ["htmx:wsConnecting", "htmx:wsOpen", "htmx:wsClose"].forEach(function (name) {
+      document.addEventListener(name, onSocketEvent);
+    });
+    window.addEventListener("pagehide", function () {
+      leaving = true;
+    });
     var create = htmx.createWebSocket;
     htmx.createWebSocket = function (url) {
       var u = new URL(url, window.location.href);
@@ -125,7 +194,13 @@
     if (!box) return;
     var form = document.getElementById("decision-form");
     var busy = !!form && form.classList.contains("htmx-request");
-    var decided = box.hasAttribute("data-decided");
+    // Decided here, or elsewhere (another approver, the API, the expiry): the approval's
+    // state, pushed live and sent again on every reconnect, says so.
+    var decided = box.hasAttribute("data-decided") || !!document.querySelector(".approval-state [data-final]");
+    var confirmYes = document.getElementById("confirm-approve");
+    if (confirmYes) confirmYes.disabled = decided;
+    var claim = document.querySelector(".presence form.claim");
+    if (claim && decided) claim.hidden = true;
     var differs = fieldsDiffer();
     box.querySelectorAll("button").forEach(function (b) {
       b.disabled = decided || busy;
@@ -305,6 +380,7 @@
     document.body.addEventListener("htmx:afterSettle", onSettle);
     document.addEventListener("change", rememberTick);
     document.body.addEventListener("htmx:oobAfterSwap", restoreTicks);
+    document.body.addEventListener("htmx:oobAfterSwap", syncDecision);
     previewOf = fieldValues(); // the page came with the preview of the fields it shows
     syncDecision();
   });
