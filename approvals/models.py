@@ -153,6 +153,18 @@ class Approval(models.Model):
         return self.risk in self.CONFIRM_RISKS or (found is not None and not found.reversible)
 
     @property
+    def confirmation_grounds(self) -> str:
+        """Why approving asks to confirm, in words that are true of this call: "high-risk",
+        "irreversible" or "high-risk, irreversible" ("" when it does not ask)."""
+        if not self.needs_confirmation:
+            return ""
+        found = self.tool_object()
+        grounds = [f"{self.risk}-risk"] if self.risk in self.CONFIRM_RISKS else []
+        if found is not None and not found.reversible:
+            grounds.append("irreversible")
+        return ", ".join(grounds)
+
+    @property
     def expiry_outcome(self) -> str:
         """What happens if nobody decides before the deadline, in words."""
         if self.on_expiry == "fail":
