@@ -319,7 +319,7 @@ def test_the_password_sentence_says_what_is_true_of_this_call(transfer, approver
     html = client.get(url(token)).content.decode()
     assert "approving this irreversible call asks for it again" in html
     assert "high-risk" not in html
-    assert '&quot;amount&quot;: 900.00' in html
+    assert "&quot;amount&quot;: 900.00" in html
     refused = post(client, token, approval, decision="approve", password="wrong")
     assert "to approve a irreversible call" not in refused.content.decode()
     assert "enter your password to approve an irreversible call" in refused.content.decode()
