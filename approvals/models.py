@@ -2,12 +2,14 @@
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from agentops import pii
 from agentops.tools import Tool, get_tool
 
 # Apps above this one whose approvals name tools that are not in the registry (an external
@@ -142,6 +144,12 @@ class Approval(models.Model):
         if found is None:
             return f"Call {self.tool}" if self.tool else ""
         return found.effect(args or {})
+
+    def masked(self, value: Any) -> Any:
+        """`value` as shown outside the decision card (e-mail, webhooks, Slack, logs): with
+        personal data masked when the run's agent has a PII policy. The card itself shows the
+        call in full, once, to the person deciding it."""
+        return pii.masker((self.run.agent_config or {}).get("pii"))(value)
 
     @property
     def needs_confirmation(self) -> bool:

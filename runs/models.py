@@ -19,6 +19,8 @@ from django.db.models.functions import Cast
 from django.dispatch import Signal
 from django.utils import timezone
 
+from agentops import pii
+
 from . import queue, sql
 
 
@@ -476,12 +478,22 @@ class Run(models.Model):
             run=self,
             seq=(after.seq if after else self.last_seq) + 1,
             kind=kind,
-            data=data,
+            data=self.recorded(data),
             prev_hash=after.hash if after else self.last_hash,
             **columns,
         )
         step.hash = step.compute_hash()
         return step
+
+    def recorded(self, data: dict) -> dict:
+        """A step's data as the timeline keeps it. With a PII policy, personal data is masked
+        before the step is written: the timeline never holds it, so nothing that shows or
+        exports the timeline can leak it (run page, live frames, steps API, evidence,
+        exports, logs) and the hash chain covers what is kept. The raw values live only
+        where the run needs them: its checkpoint (the conversation the model continues) and
+        the call an approver decides."""
+        policy = (self.agent_config or {}).get("pii") if self.agent_config else None
+        return pii.masker(policy)(data) if policy else data
 
     def first_step(self, data: dict) -> "Step":
         """The launched step of a run not saved yet; the run's head points at it, so the

@@ -21,6 +21,7 @@ from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from agentops import pii
 from agentops.agents import CATALOGUE, Agent, get_agent
 
 from . import charts, costs, engine, pending, rendering
@@ -404,21 +405,27 @@ def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
         raise Http404("export is json or jsonl")
     run = _get_run_for_user(request, pk)
     steps = run.steps.order_by("seq").iterator(chunk_size=500)
+    # Under a PII policy the export holds what the timeline holds: masked. The steps are
+    # stored masked (their chain verifies as exported); the run's input and output and the
+    # checkpoints' conversations (kept raw for the run to continue) are masked here.
+    masked = pii.masker((run.agent_config or {}).get("pii"))
     checkpoints = (
-        run.checkpoints.order_by("seq")
+        {**c, "state": masked(c["state"])}
+        for c in run.checkpoints.order_by("seq")
         .values("seq", "state", "created_at")
         .iterator(chunk_size=500)
     )
+    record = masked(_run_record(run))
 
     def jsonl() -> Iterator[str]:
-        yield _dumps({"run": _run_record(run)}) + "\n"
+        yield _dumps({"run": record}) + "\n"
         for step in steps:
             yield _dumps(_step_record(step)) + "\n"
         for checkpoint in checkpoints:
             yield _dumps({"checkpoint": checkpoint}) + "\n"
 
     def whole() -> Iterator[str]:
-        yield '{"run": ' + _dumps(_run_record(run)) + ', "steps": ['
+        yield '{"run": ' + _dumps(record) + ', "steps": ['
         for i, step in enumerate(steps):
             yield ("," if i else "") + _dumps(_step_record(step))
         yield '], "checkpoints": ['

@@ -18,6 +18,7 @@ from django.core.management.commands.runserver import naiveip_re
 from django.db import connections
 
 from agentops import embedded
+from agentops.logs import redact_secrets
 from demo import shop
 from runs import events
 
@@ -155,12 +156,16 @@ class Command(BaseCommand):
         return "\n".join(lines)
 
     def _log_action(self, protocol: str, action: str, details: dict) -> None:
+        # A one-tap link's path carries its token: never written out.
+        path = redact_secrets(str(details.get("path", "")))
         if protocol == "http" and action == "complete":
             self.stdout.write(
-                "HTTP {method} {path} {status} [{time_taken:.2f}, {client}]".format(**details)
+                "HTTP {method} {path} {status} [{time_taken:.2f}, {client}]".format(
+                    **{**details, "path": path}
+                )
             )
         elif protocol == "websocket" and action in ("connected", "disconnected", "rejected"):
-            self.stdout.write(f"WebSocket {action.upper()} {details['path']} [{details['client']}]")
+            self.stdout.write(f"WebSocket {action.upper()} {path} [{details['client']}]")
 
 
 def parse_addrport(value: str) -> tuple[str, int]:
