@@ -361,6 +361,48 @@
     });
   }
 
+  /* 7. The run's timeline. "Next gate / error" scrolls to the next such step below the top of
+   * the screen (from the first again at the end) and unfolds it. Live steps keep the page
+   * bounded: past MAX_LIVE_STEPS the oldest leave the page and "Load older" brings them back. */
+  var MAX_LIVE_STEPS = 200;
+
+  function onJump(evt) {
+    var t = evt.target;
+    var btn = t instanceof Element ? t.closest("[data-jump]") : null;
+    if (!btn) return;
+    var what = btn.getAttribute("data-jump");
+    var sel = what === "error" ? "#timeline .step[data-error]" : '#timeline .step[data-cat="' + CSS.escape(what) + '"]';
+    var steps = Array.prototype.slice.call(document.querySelectorAll(sel));
+    var next = steps.filter(function (s) { return s.getBoundingClientRect().top > 8; })[0] || steps[0];
+    btn.classList.toggle("none-found", !next);
+    if (!next) return;
+    var fold = next.querySelector("details.step-fold");
+    if (fold) fold.open = true;
+    document.querySelectorAll("#timeline .step.jumped").forEach(function (s) { s.classList.remove("jumped"); });
+    next.classList.add("jumped");
+    next.scrollIntoView({ block: "start" });
+  }
+
+  function boundTimeline() {
+    var timeline = document.getElementById("timeline");
+    if (!timeline || timeline.hasAttribute("data-filtered")) return;
+    var steps = timeline.querySelectorAll(":scope > .step");
+    var extra = steps.length - MAX_LIVE_STEPS;
+    if (extra <= 0) return;
+    for (var i = 0; i < extra; i++) steps[i].remove();
+    var first = steps[extra].getAttribute("data-seq");
+    var older = document.getElementById("load-older");
+    if (!older || !window.htmx) return;
+    var button = document.createElement("button");
+    button.type = "button";
+    button.setAttribute("hx-get", older.getAttribute("data-steps-url") + "?before=" + first);
+    button.setAttribute("hx-target", "#timeline");
+    button.setAttribute("hx-swap", "afterbegin");
+    button.textContent = "Load older steps (before #" + first + ")";
+    older.replaceChildren(button);
+    htmx.process(button);
+  }
+
   // Deferred scripts run in order after parsing: htmx and its ws extension are loaded, and
   // htmx connects sockets on DOMContentLoaded, after this.
   install();
@@ -381,6 +423,8 @@
     document.addEventListener("change", rememberTick);
     document.body.addEventListener("htmx:oobAfterSwap", restoreTicks);
     document.body.addEventListener("htmx:oobAfterSwap", syncDecision);
+    document.body.addEventListener("htmx:wsAfterMessage", boundTimeline);
+    document.addEventListener("click", onJump);
     previewOf = fieldValues(); // the page came with the preview of the fields it shows
     syncDecision();
   });
