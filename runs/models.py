@@ -119,7 +119,7 @@ class RunQuerySet(models.QuerySet):
     def search(self, text: str):
         """Runs whose input or output holds every word of `text`, a word matching the start
         of one (`refu` finds "refunded", `example.com` finds boss@example.com), and the run
-        whose id `text` is.
+        whose id `text` is or starts with (the 8-character short id the UI shows).
 
         On Postgres through the full-text index (migration 0005), with a query built from
         the text less its ASCII punctuation, so nothing a person types is a tsquery syntax
@@ -144,6 +144,13 @@ class RunQuerySet(models.QuerySet):
                 matches &= Q(input_text__icontains=word) | Q(output__icontains=word)
         with contextlib.suppress(ValueError):  # not a run id
             matches |= Q(pk=uuid.UUID(text))
+        digits = text.replace("-", "").lower()
+        if 8 <= len(digits) < 32 and all(c in string.hexdigits for c in digits):
+            # The short id the UI shows (its first 8 characters, or more): the ids that start
+            # with it, as a range of the primary key's index.
+            matches |= Q(
+                pk__gte=uuid.UUID(digits.ljust(32, "0")), pk__lte=uuid.UUID(digits.ljust(32, "f"))
+            )
         return runs.filter(matches)
 
     def newest_first_for_search(self, count: int):
