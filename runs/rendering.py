@@ -110,6 +110,13 @@ class StepView:
         return reverse("runs:step", args=[self.step.run_id, self.step.seq])
 
     @property
+    def hides_characters(self) -> bool:
+        """Some of its text holds invisible or reordering characters: the step comes unfolded,
+        so the marks that show them are in view (a spoofed address must not hide in a fold)."""
+        blocks = [*self.texts, *(t.args for t in self.tool_uses)]
+        return any(b.has_invisible for b in blocks)
+
+    @property
     def category(self) -> str:
         """What the timeline's filter calls it: model, tool, gate, decision, summary, guard,
         verify, pending or status (errors are a filter of their own: `error`)."""
