@@ -155,3 +155,28 @@ def test_every_line_is_json_when_debug_is_off(tmp_path):
     assert lines[1]["run_id"] == "r-9" and lines[1]["seq"] == 2
     assert "ValueError: x" in lines[1]["exc_info"]
     assert "run_id" not in lines[0]
+
+
+@pytest.mark.django_db
+def test_a_refused_one_tap_link_is_one_line_without_its_token(client, approver):
+    # A 403 or 410 on a one-tap link is logged with its path: the token in it is a credential.
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs.ContextFilter())
+    handler.addFilter(logs.RedactSecrets())
+    handler.setFormatter(logs.TextFormatter())
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    try:
+        client.force_login(approver)
+        token = "AbCdEf.secret-token-value"
+        assert client.get(f"/approvals/link/{token}/").status_code in (400, 403, 410)
+        # A PermissionDenied in a view: one line, no traceback.
+        assert client.get("/approvals/stats/").status_code == 403
+    finally:
+        logger.removeHandler(handler)
+    written = stream.getvalue()
+    assert "secret-token-value" not in written
+    assert "/approvals/link/[redacted]/" in written
+    assert "Traceback" not in written
+    assert len(written.strip().splitlines()) == 2, written

@@ -304,3 +304,22 @@ def test_a_link_locks_after_too_many_wrong_passwords(transfer, approver):
     response = post(client, token, approval, decision="approve", password="pw-arthur")
     assert response.status_code == 410 and "locked" in response.content.decode()
     assert_nothing_decided(run, approval, seq)
+
+
+def test_the_password_sentence_says_what_is_true_of_this_call(transfer, approver):
+    # A medium-risk irreversible call asks for the password because it is irreversible, not
+    # because it is "high-risk"; the exact call shows the amount as the number the tool gets.
+    _, approval = transfer
+    client = client_for(approver)
+    token = one_tap.token_for(approval, approver)
+    assert "high-risk" in approval.confirmation_grounds
+    Approval.objects.filter(pk=approval.pk).update(risk=Approval.Risk.MEDIUM)
+    approval.refresh_from_db()
+    assert approval.confirmation_grounds == "irreversible"
+    html = client.get(url(token)).content.decode()
+    assert "approving this irreversible call asks for it again" in html
+    assert "high-risk" not in html
+    assert "&quot;amount&quot;: 900.00" in html
+    refused = post(client, token, approval, decision="approve", password="wrong")
+    assert "to approve a irreversible call" not in refused.content.decode()
+    assert "enter your password to approve an irreversible call" in refused.content.decode()
