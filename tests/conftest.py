@@ -194,6 +194,21 @@ def admin_user(db, django_user_model):
 
 
 @pytest.fixture
+def eager():
+    """Run Celery tasks inline (retries too, without their countdown) so a test sees them.
+
+    On the Celery app, not Django's settings: the app reads those once, on first use, so a
+    settings change only worked in a test that happened to run first in its process."""
+    from agentops.celery import app
+
+    # Celery 5.6 looks the setting up by its prefixed name (the CELERY_ namespace).
+    before = app.conf.CELERY_TASK_ALWAYS_EAGER
+    app.conf.CELERY_TASK_ALWAYS_EAGER = True
+    yield
+    app.conf.CELERY_TASK_ALWAYS_EAGER = before
+
+
+@pytest.fixture
 def no_enqueue(monkeypatch):
     """Capture enqueues instead of sending them, so tests drive the engine step by step."""
     calls: list[str] = []

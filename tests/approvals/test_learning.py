@@ -144,9 +144,8 @@ def test_a_rejection_in_a_sampled_check_revokes_the_rule(active_rule, approver, 
 
 
 def test_admins_are_told_of_a_revocation(
-    active_rule, approver, admin, no_enqueue, django_capture_on_commit_callbacks, settings
+    active_rule, approver, admin, no_enqueue, django_capture_on_commit_callbacks, eager
 ):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
     run = credit_run(check_rate=1.0)
     drive(run)
     approval = Approval.objects.get(run=run)

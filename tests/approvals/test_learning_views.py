@@ -141,9 +141,8 @@ def test_sampling_is_a_stable_share():
 
 
 def test_should_have_been_gated_is_an_incident(
-    client, ran_by_rule, approver, admin, monkeypatch, django_capture_on_commit_callbacks, settings
+    client, ran_by_rule, approver, admin, monkeypatch, django_capture_on_commit_callbacks, eager
 ):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
     admin.email = "adele@example.com"
     admin.save()
     monkeypatch.setattr(review, "sampled", lambda pk, share=0.2: True)
