@@ -48,6 +48,8 @@ SERVICE_SENSITIVE = {
     "approvals/test_concurrency.py",
     "approvals/test_decide.py",
     "approvals/test_batch.py",
+    "approvals/test_batch_outcomes.py",
+    "approvals/test_decide_finished_run.py",
     "approvals/test_one_tap.py",
     "approvals/test_outcome_unknown.py",
     "approvals/test_escalation.py",
@@ -64,6 +66,7 @@ SERVICE_SENSITIVE = {
     "triggers/test_schedules.py",
     # triggers, the hash chain, migrations
     "runs/test_audit_trail.py",
+    "runs/test_properties_chain.py",
     "approvals/test_audit_trail.py",
     "history/test_transfer.py",
     "history/test_fork.py",
