@@ -195,12 +195,19 @@ AGENTOPS = {
     "NOTIFY_EMAIL": env.bool("AGENTOPS_NOTIFY_EMAIL", default=True),
     # Comma-separated; "slack+https://..." or a hooks.slack.com URL gets a Slack payload.
     "WEBHOOK_URLS": env.list("AGENTOPS_WEBHOOK_URLS", default=[]),
-    # HMAC-SHA256 key for X-Agentops-Signature; generic webhooks are not sent without it.
-    "WEBHOOK_SECRET": env.str("AGENTOPS_WEBHOOK_SECRET", default=""),
+    # The key that signs approval webhooks (agentops/signing.py, Standard Webhooks); generic
+    # webhooks are not sent without it. Comma-separated while rotating: every key signs
+    # (several v1 signatures), so a receiver holding either one accepts.
+    "WEBHOOK_SECRET": env.list("AGENTOPS_WEBHOOK_SECRET", default=[]),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("AGENTOPS_WEBHOOK_TIMEOUT_SECONDS", default=5.0),
-    # Incoming webhooks (triggers/signing.py): a signed timestamp further than this from now,
-    # past or future, is refused, so a captured request cannot be replayed later.
+    # Incoming webhooks (agentops/signing.py): a signed timestamp further than this from now,
+    # past or future, is refused, and a delivery id already accepted never launches again.
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),
+    # Deprecated: the scheme before Standard Webhooks (X-Agentops-Signature: sha256=<hex>).
+    # While true, incoming requests signed with it are accepted (each logged as deprecated)
+    # and outgoing ones carry its headers beside the new ones. Set false once senders and
+    # receivers have moved; it will be removed.
+    "WEBHOOK_LEGACY_SIGNATURES": env.bool("AGENTOPS_WEBHOOK_LEGACY_SIGNATURES", default=True),
     # Rubber-stamp guard: decisions made faster than this after opening are flagged.
     "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
     # The Slack app (approvals/slack.py): on only when the token, the signing secret and the
