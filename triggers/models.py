@@ -45,7 +45,7 @@ class WebhookSecretQuerySet(models.QuerySet):
 
 
 class WebhookSecret(models.Model):
-    """A key that signs one agent's webhook deliveries (triggers/signing.py).
+    """A key that signs one agent's webhook deliveries (agentops/signing.py).
 
     An agent may have several: a rotation adds a new one and lets the ones in use expire a
     while later, so a sender switches without a gap. Stored as given, not hashed, because
