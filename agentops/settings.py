@@ -5,6 +5,7 @@ inside the web process, the in-memory channel layer. Production: set DATABASE_UR
 REDIS_URL (and SECRET_KEY, ALLOWED_HOSTS, DEBUG=false).
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -40,6 +41,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "axes",
     "accounts",
     "runs",
     "approvals",
@@ -64,6 +66,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: turns a sign-in refused for too many failures into the lockout page (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -120,6 +124,27 @@ else:
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
+# django-axes first: it refuses a locked-out sign-in before a password is even checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Sign-in throttling (django-axes): the login page, the admin's and the one-tap password
+# prompt. After AXES_FAILURE_LIMIT failures for one username from one address, that pair is
+# locked for AXES_COOLOFF_MINUTES (each failure while locked starts the wait again); an
+# admin unlocks at once (Users: "Unlock sign-in", or delete its Access attempt).
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "accounts.lockouts.locked_out_response"
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+# The client's address is the socket's unless a proxy count is given: a client-sent
+# X-Forwarded-For must not make every attempt come from a new address.
+AXES_IPWARE_PROXY_COUNT = env.int("AXES_PROXY_COUNT", default=None)
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if AXES_IPWARE_PROXY_COUNT else ("REMOTE_ADDR",)
+)
 
 # --- broker, channel layer ----------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")

@@ -29,6 +29,7 @@ DEFERRED_IMPORTS = {
     ("approvals/apps.py", "approvals.models"),
     ("approvals/apps.py", "runs.models"),
     ("demo/apps.py", "demo.agents"),
+    ("accounts/apps.py", "accounts.lockouts"),
     ("gateway/apps.py", "approvals.models"),
     ("gateway/apps.py", "gateway.tools"),
     ("gateway/apps.py", "gateway.callbacks"),
