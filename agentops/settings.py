@@ -348,5 +348,13 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
-    "loggers": {"agentops": {"level": env.str("LOG_LEVEL", default="INFO")}},
+    "loggers": {
+        "agentops": {"level": env.str("LOG_LEVEL", default="INFO")},
+        # Django's own defaults give these loggers handlers of their own (plain text, and
+        # in DEBUG a second copy of every django.request warning): here they only pass
+        # their records on to the root's handler, so each line is written once, in the
+        # format asked for.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.server": {"handlers": [], "level": "INFO", "propagate": True},
+    },
 }

@@ -61,6 +61,8 @@ _TERMINATIONS = [
     "blocked",
     "pending_timeout",
     "agent_failed",
+    "truncated",
+    "refused",
 ]
 _STEP_KINDS = [
     "status",
@@ -205,6 +207,8 @@ class Run(models.Model):
         BLOCKED = "blocked", "blocked by a guardrail"
         PENDING_TIMEOUT = "pending_timeout", "a pending operation timed out"
         AGENT_FAILED = "agent_failed", "the external agent reported a failure"
+        TRUNCATED = "truncated", "the model's answer was cut off"
+        REFUSED = "refused", "the model declined to answer"
 
     TRANSITIONS: dict[str, set[str]] = {
         Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},

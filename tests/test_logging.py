@@ -155,3 +155,41 @@ def test_every_line_is_json_when_debug_is_off(tmp_path):
     assert lines[1]["run_id"] == "r-9" and lines[1]["seq"] == 2
     assert "ValueError: x" in lines[1]["exc_info"]
     assert "run_id" not in lines[0]
+
+
+def test_every_line_is_json_when_json_is_asked_for_even_in_debug(tmp_path):
+    """`up` runs with DEBUG on: a 404 is logged by django.request once, as JSON, not a second
+    time as plain text by Django's own console handler."""
+    code = "\n".join(
+        [
+            "import django, logging",
+            "django.setup()",
+            "from django.test import Client",
+            "Client(HTTP_HOST='127.0.0.1').get('/no-such-page/')",
+            "logging.getLogger('django.server').warning('served')",
+            "logging.getLogger('daphne.server').warning('listening')",
+            "from agentops.celery import app",
+            "from celery.signals import setup_logging",
+            "print(len(setup_logging.receivers))",
+        ]
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentops.settings",
+        "DEBUG": "true",
+        "LOG_FORMAT": "json",
+        "AGENTOPS_VAR_DIR": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    messages = [(x["logger"], x["message"]) for x in lines]
+    assert messages == [
+        ("django.request", "Not Found: /no-such-page/"),
+        ("django.server", "served"),
+        ("daphne.server", "listening"),
+    ]
+    # Celery workers keep this logging instead of installing their own handler.
+    assert int(proc.stdout.strip()) >= 1
