@@ -207,6 +207,9 @@ AGENTOPS = {
     "TIME_SLICE_SECONDS": env.float("AGENTOPS_TIME_SLICE_SECONDS", default=5.0),
     # A claimed run's lease; a live worker renews it, the sweep re-enqueues expired ones.
     "LEASE_SECONDS": env.float("AGENTOPS_LEASE_SECONDS", default=60.0),
+    # A queued run not sent for this long is sent again by the sweep (its message may have
+    # been lost in a broker outage); empty: half of LEASE_SECONDS.
+    "QUEUED_RESEND_SECONDS": env.float("AGENTOPS_QUEUED_RESEND_SECONDS", default=None),
     "LLM_TIMEOUT_SECONDS": env.float("AGENTOPS_LLM_TIMEOUT_SECONDS", default=60.0),
     "LLM_MAX_RETRIES": env.int("AGENTOPS_LLM_MAX_RETRIES", default=3),
     "RUN_MAX_RETRIES": env.int("AGENTOPS_RUN_MAX_RETRIES", default=10),

@@ -163,11 +163,24 @@ class RunQuerySet(models.QuerySet):
         return self.order_by(created.desc())
 
     def lease_expired(self, now=None):
+        """Running runs whose lease expired, and queued runs not sent for
+        `queued_resend_seconds()`: their message may have been lost (an enqueue during a
+        broker outage), so the sweep sends it again."""
         now = now or timezone.now()
         return self.filter(
             Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
-            | Q(status=Run.Status.QUEUED, updated_at__lt=now - timedelta(seconds=60))
+            | Q(
+                status=Run.Status.QUEUED,
+                updated_at__lt=now - timedelta(seconds=queued_resend_seconds()),
+            )
         )
+
+
+def queued_resend_seconds() -> float:
+    """AGENTOPS_QUEUED_RESEND_SECONDS, by default half the lease: a queued run whose message
+    was lost is sent again within that plus one sweep, well inside two leases."""
+    cfg = settings.AGENTOPS
+    return float(cfg.get("QUEUED_RESEND_SECONDS") or cfg["LEASE_SECONDS"] / 2)
 
 
 class Run(models.Model):

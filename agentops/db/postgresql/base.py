@@ -20,6 +20,8 @@ from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.postgresql import base, operations
 from psycopg_pool import ConnectionPool
 
+from agentops.db import checkout_timeout
+
 # A connection not handed out for this long is checked with a query before use. Longer than
 # the pauses between a busy process's checkouts, far shorter than the minutes after which
 # firewalls and NATs forget idle connections.
@@ -46,6 +48,15 @@ def _readable(conn) -> bool:
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
     return bool(poller.poll(0))
+
+
+class Pool(ConnectionPool):
+    def getconn(self, timeout: float | None = None):
+        """The pool's checkout, waiting no longer than `agentops.db.fail_fast` says when
+        inside it (a sweep), else the pool's own timeout (a request)."""
+        if timeout is None:
+            timeout = checkout_timeout.get()
+        return super().getconn(timeout=timeout)
 
 
 class DatabaseOperations(operations.DatabaseOperations):
@@ -76,7 +87,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 pool_options = {}
             connect_kwargs = self.get_connection_params()
             connect_kwargs["autocommit"] = True  # Django sets the real mode later
-            pool = ConnectionPool(
+            pool = Pool(
                 kwargs=connect_kwargs,
                 open=False,  # opened on first use, not at start-up
                 configure=self._configure_connection,
