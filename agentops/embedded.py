@@ -42,7 +42,7 @@ class Embedded:
     stopped: bool = field(default=False)
 
 
-def start(*, concurrency: int, sweep_interval: float = SWEEP_INTERVAL_SECONDS) -> Embedded:
+def start(*, concurrency: int, sweep_interval: float | None = None) -> Embedded:
     """Start the worker (returns once it consumes) and the sweeps. Idempotent."""
     global _running
     if _running is not None and not _running.stopped:
@@ -50,7 +50,7 @@ def start(*, concurrency: int, sweep_interval: float = SWEEP_INTERVAL_SECONDS) -
     if settings.EMBEDDED:
         recover_lost_messages()
     worker, thread = start_worker(concurrency=concurrency)
-    sweeps = Sweeps(interval=sweep_interval)
+    sweeps = Sweeps(interval=sweep_interval or min(SWEEP_INTERVAL_SECONDS, settings.SWEEP_SECONDS))
     sweeps.start()
     _running = Embedded(worker=worker, worker_thread=thread, sweeps=sweeps, concurrency=concurrency)
     return _running

@@ -193,8 +193,12 @@ CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=100)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# How often the sweep looks for runs whose lease expired or whose message was lost: at most
+# half a lease, so a dead worker's run is taken over within 1.5 leases (15 s by default).
+_LEASE_SECONDS = env.float("AGENTOPS_LEASE_SECONDS", default=60.0)
+SWEEP_SECONDS = env.float("AGENTOPS_SWEEP_SECONDS", default=min(15.0, _LEASE_SECONDS / 2))
 CELERY_BEAT_SCHEDULE = {
-    "sweep-expired-leases": {"task": "runs.tasks.sweep", "schedule": 15.0},
+    "sweep-expired-leases": {"task": "runs.tasks.sweep", "schedule": SWEEP_SECONDS},
     "expire-approvals": {"task": "approvals.tasks.expire_approvals", "schedule": 30.0},
     "escalate-approvals": {"task": "approvals.tasks.escalate_approvals", "schedule": 30.0},
     "launch-due-schedules": {"task": "triggers.tasks.launch_due_schedules", "schedule": 15.0},
@@ -206,7 +210,7 @@ AGENTOPS = {
     # share workers fairly and a deploy never waits on a long task.
     "TIME_SLICE_SECONDS": env.float("AGENTOPS_TIME_SLICE_SECONDS", default=5.0),
     # A claimed run's lease; a live worker renews it, the sweep re-enqueues expired ones.
-    "LEASE_SECONDS": env.float("AGENTOPS_LEASE_SECONDS", default=60.0),
+    "LEASE_SECONDS": _LEASE_SECONDS,
     # A queued run not sent for this long is sent again by the sweep (its message may have
     # been lost in a broker outage); empty: half of LEASE_SECONDS.
     "QUEUED_RESEND_SECONDS": env.float("AGENTOPS_QUEUED_RESEND_SECONDS", default=None),
