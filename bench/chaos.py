@@ -607,7 +607,7 @@ class Chaos:
             except urllib.error.HTTPError as exc:
                 codes.append(exc.code)
         if ids:
-            launch = Launch(tag, {}, acknowledged=True, run_id=sorted(ids)[0])
+            launch = Launch(tag, {}, acknowledged=True, attempts=1, run_id=sorted(ids)[0])
             self.st.launches.append(launch)
         if codes != [201, 200, 200, 200] or len(ids) != 1:
             return f"answers {codes}, {len(ids)} run(s) launched"
@@ -967,15 +967,16 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
     if worst_stall > bound:
         failures.append(f"run {worst_run} stalled {worst_stall:.1f} s (bound {bound:.1f} s)")
     if st.faults:
+        # The runs that were in flight when the last fault struck: how long they took to end.
         last = max(f.wall for f in st.faults)
         after_last = [
             r.finished_at.timestamp() - last
             for r in runs
-            if r.finished_at and r.created_at.timestamp() < last
+            if r.finished_at and r.created_at.timestamp() < last < r.finished_at.timestamp()
         ]
         print(
-            f"worst time to terminal after the last fault (runs launched before it): "
-            f"{max(after_last, default=0.0):.1f} s"
+            f"worst time to terminal after the last fault: {max(after_last, default=0.0):.1f} s "
+            f"({len(after_last)} runs in flight then)"
         )
     for launch in st.launches:
         if launch.lost_enqueue:
