@@ -193,3 +193,21 @@ def test_every_line_is_json_when_json_is_asked_for_even_in_debug(tmp_path):
     ]
     # Celery workers keep this logging instead of installing their own handler.
     assert int(proc.stdout.strip()) >= 1
+
+
+def test_up_says_what_it_says_as_log_records_when_json_is_asked_for(settings, caplog, capsys):
+    from agentops.management.commands.up import Command
+
+    settings.LOG_FORMAT = "json"
+    command = Command()
+    command._log_action(
+        "http",
+        "complete",
+        {"method": "GET", "path": "/", "status": 200, "time_taken": 0.01, "client": "x"},
+    )
+    command._log_action("websocket", "connected", {"path": "/ws/runs/1/", "client": "x"})
+    assert capsys.readouterr().out == ""  # nothing written around the logging config
+    said = [r.getMessage() for r in caplog.records if r.name == "agentops.up"]
+    assert said == ["HTTP GET / 200 [0.01, x]", "WebSocket CONNECTED /ws/runs/1/ [x]"]
+    formatted = logs.JsonFormatter().format(caplog.records[-1])
+    assert json.loads(formatted)["message"] == "WebSocket CONNECTED /ws/runs/1/ [x]"
