@@ -842,22 +842,31 @@ def session_for(username: str) -> str:
 
 # --- checks ------------------------------------------------------------------------------------
 def settle(chaos: Chaos, run_ids: set, timeout: float) -> float:
-    """Wait until every run is terminal (people keep deciding meanwhile); seconds waited."""
+    """Wait until every run is terminal (people keep deciding meanwhile); seconds waited.
+    Bounded by the runs' own progress: the wait ends when no run has written a step for
+    `timeout` seconds (stuck runs are then reported), however long progressing runs take,
+    up to 5 x `timeout` in all."""
     from django.db import OperationalError, connection
+    from django.db.models import Sum
 
     from runs.models import Run
 
     started = time.monotonic()
     connection.close()
-    while time.monotonic() - started < timeout:
+    progress, last_progress = None, started
+    while time.monotonic() - last_progress < timeout and time.monotonic() - started < 5 * timeout:
         try:
-            statuses = dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status"))
+            runs = Run.objects.filter(pk__in=run_ids)
+            statuses = dict(runs.values_list("pk", "status"))
+            seen = runs.aggregate(steps=Sum("last_seq"))["steps"]
         except OperationalError:
             connection.close()
             time.sleep(1)
             continue
         if all(s in Run.TERMINAL_STATUSES for s in statuses.values()):
             break
+        if seen != progress:
+            progress, last_progress = seen, time.monotonic()
         time.sleep(1)
     return time.monotonic() - started
 
@@ -1134,7 +1143,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=20, help="threads per worker")
     parser.add_argument("--redis-down", type=float, default=3.0)
     parser.add_argument("--recover-timeout", type=float, default=180.0)
-    parser.add_argument("--drain", type=float, default=240.0)
+    parser.add_argument(
+        "--drain", type=float, default=120.0, help="longest wait without any run progressing (s)"
+    )
     parser.add_argument(
         "--start-cap",
         type=float,
