@@ -14,6 +14,7 @@ ExternalAgent.snapshot(): GateRules.as_dict() beside the tools' metadata), for
 from collections.abc import Iterable
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core import checks
 
 from accounts.models import Role
@@ -36,13 +37,17 @@ LEARNING_KEYS = frozenset(
 )
 
 
-def problems(snapshot: dict) -> list[str]:
+def problems(snapshot: dict, *, existing_users: set[str] | None = None) -> list[str]:
     """Every rule of `snapshot["gates"]` that names what is not there, or means nothing the
     policy knows; [] when the configuration is sound.
 
     An external agent (`snapshot["external"]`) may call tools it never registered (judged
     by their hints, gated by default), so a rule may name one of those; its rules on the
-    arguments of a registered tool are checked against that tool's schema all the same."""
+    arguments of a registered tool are checked against that tool's schema all the same.
+
+    With `existing_users` (the usernames of active accounts among those the rules name, see
+    `named_users`), a named approver or escalation user without an account is a problem too:
+    an approval only they may decide would wait for nobody."""
     gates = snapshot.get("gates")
     if not isinstance(gates, dict):
         return ["gates must be an object (GateRules.as_dict())"]
@@ -100,6 +105,9 @@ def problems(snapshot: dict) -> list[str]:
                     f"escalation tier {index + 1} names unknown approver group {role!r} "
                     f"(groups: {', '.join(Role.values)})"
                 )
+    if existing_users is not None:
+        for name in sorted(named_users(gates) - existing_users):
+            found.append(f"names approver {name!r}, who has no active account")
     learning = gates.get("learning")
     if isinstance(learning, dict):
         found += [f"unknown learning key {k!r}" for k in sorted(set(learning) - LEARNING_KEYS)]
@@ -108,6 +116,22 @@ def problems(snapshot: dict) -> list[str]:
                 for argument in _names(fields):
                     argument_named(f"learning.match_fields[{tool!r}]", tool, argument)
     return found
+
+
+def named_users(gates: dict) -> set[str]:
+    """The usernames the rules name: approvers, and the users of escalation tiers."""
+    names = {n for n in _names(gates.get("approvers")) if isinstance(n, str)}
+    for tier in gates.get("escalation") or []:
+        names |= {n for n in _names(tier.get("users")) if isinstance(n, str)}
+    return names
+
+
+def existing_users(names: set[str]) -> set[str]:
+    """Which of `names` are active accounts (one query)."""
+    if not names:
+        return set()
+    users = get_user_model().objects.filter(username__in=names, is_active=True)
+    return set(users.values_list("username", flat=True))
 
 
 def _names(value: Any) -> Iterable:

@@ -70,11 +70,15 @@ class ExternalAgent(models.Model):
             self.gate_rules()
         except ValueError as exc:
             raise ValidationError({"gates": str(exc)}) from None
-        # Once it has tools, its rules must name them (a session would be refused otherwise).
-        if self.pk and self.tools.exists():
-            found = gate_config.problems(self.snapshot())
-            if found:
-                raise ValidationError({"gates": found})
+        # Its rules must name people that exist, and arguments its registered tools take (a
+        # session would be refused otherwise; a tool it never registered may be named).
+        snapshot = self.snapshot() if self.pk else {"gates": self.gate_rules(), "tools": []}
+        named = gate_config.named_users(snapshot["gates"])
+        found = gate_config.problems(
+            {**snapshot, "external": True}, existing_users=gate_config.existing_users(named)
+        )
+        if found:
+            raise ValidationError({"gates": found})
 
     def gate_rules(self) -> dict:
         """The rules as GateRules.as_dict() (what a run's snapshot holds); ValueError with

@@ -49,7 +49,8 @@ def register(agent: ExternalAgent, *, session: str = "", metadata: dict | None =
     except ValueError as exc:  # an admin saved broken rules past the form
         raise SessionError(422, f"this agent's gate rules are invalid: {exc}") from None
     # Never a session under rules that gate nothing of what they name (a typo'd tool).
-    found = gate_config.problems(config)
+    named = gate_config.named_users(config["gates"])
+    found = gate_config.problems(config, existing_users=gate_config.existing_users(named))
     if found:
         raise SessionError(
             422,

@@ -198,3 +198,21 @@ def test_a_notification_that_fails_leaves_the_gate_shut(
     expire(run)
     assert EXECUTED == []
     assert "not executed" in tool_error(run)
+
+
+@pytestmark_db
+def test_named_approvers_are_checked_against_accounts_when_asked(django_user_model):
+    django_user_model.objects.create_user(username="nora", password="pw")
+    snapshot = payer_with(
+        approvers=("nora", "nobdy"),
+        escalation=(EscalationTier(after=timedelta(minutes=5), users=("carl",)),),
+    )
+    names = gate_config.named_users(snapshot["gates"])
+    assert names == {"nora", "nobdy", "carl"}
+    found = gate_config.problems(snapshot, existing_users=gate_config.existing_users(names))
+    assert found == [
+        "names approver 'carl', who has no active account",
+        "names approver 'nobdy', who has no active account",
+    ]
+    # The system check does not ask (a fresh database has no accounts yet).
+    assert gate_config.problems(snapshot) == []

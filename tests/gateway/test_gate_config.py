@@ -42,3 +42,19 @@ def test_the_admin_form_refuses_them_once_the_agent_has_tools():
     agent.gates = {"thresholds": {"pay_invoice": {"amout": 500}}}
     with pytest.raises(ValidationError, match="amout"):
         agent.clean()
+
+
+def test_a_named_approver_without_an_account_is_422(django_user_model):
+    django_user_model.objects.create_user(username="bea", password="pw-bea")
+    _, token = make_agent(gates={**GATES, "approvers": ["bea", "nobody"]})
+    response = AgentClient(token).post("/sessions")
+    assert response.status_code == 422
+    assert "names approver 'nobody', who has no active account" in response.json()["detail"]
+    assert "'bea'" not in response.json()["detail"]
+
+
+def test_the_admin_form_refuses_an_approver_without_an_account():
+    agent, _ = make_agent()
+    agent.gates = {**GATES, "approvers": ["ghost"]}
+    with pytest.raises(ValidationError, match="ghost"):
+        agent.clean()
