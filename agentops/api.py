@@ -23,6 +23,7 @@ from gateway.api import router as gateway_router
 from history.api import router as history_router
 from runs.api import router as runs_router
 from runs.pending_api import router as pending_router
+from triggers.schedules_api import router as schedules_router
 from triggers.webhooks import router as webhooks_router
 
 api = NinjaAPI(
@@ -36,6 +37,7 @@ api = NinjaAPI(
 api.add_router("/", runs_router)
 api.add_router("/approvals", approvals_router)
 api.add_router("/", history_router)
+api.add_router("/", schedules_router)
 # POST /api/hooks/<agent>: authenticated by its signature, not by a user (auth=None there).
 api.add_router("/", webhooks_router)
 # POST /api/pending/<token>: a pending operation's callback, authenticated by its signed token.

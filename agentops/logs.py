@@ -10,6 +10,7 @@ or LOG_FORMAT=json), TextFormatter a readable line with the context at its end (
 import functools
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
@@ -84,6 +85,32 @@ class ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         for name, value in current().items():
             record.__dict__.setdefault(name, value)
+        return True
+
+
+# Paths that carry a secret: a one-tap decision link's token is a credential for one decision.
+_SECRET_PATHS = re.compile(r"(/approvals/link/)[^/\s\"']+")
+# Refusals a client asked for: worth one line, never a traceback.
+_REFUSALS = frozenset({400, 401, 403, 404, 405, 409, 410, 413, 422, 429})
+
+
+def redact_secrets(text: str) -> str:
+    """`text` with every one-tap link's token replaced by `[redacted]`."""
+    return _SECRET_PATHS.sub(r"\1[redacted]", text)
+
+
+class RedactSecrets(logging.Filter):
+    """Every log line: a one-tap link's token is replaced by `[redacted]` (the 403 or 410 a
+    spent, expired or foreign link gets is logged with its path), and a refused request is
+    one short line (django.request logs a PermissionDenied with its traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact_secrets(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        if record.name.startswith("django.") and getattr(record, "status_code", 0) in _REFUSALS:
+            record.exc_info = record.exc_text = None
         return True
 
 

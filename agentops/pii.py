@@ -219,6 +219,37 @@ def scan(
     return value, []
 
 
+def mask_value(value: Any, kinds: Iterable[str], patterns: dict | None = None) -> Any:
+    """A copy of `value` (JSON: dicts, lists, strings) with every match masked in place
+    ("**** **** **** 4242"): what the timeline, the API, exports, live views, notifications
+    and logs show of a run whose agent has a PII policy. Other values are kept as they are."""
+    kinds = tuple(kinds)
+    if isinstance(value, str):
+        matches = detect(value, kinds, patterns)
+        if not matches:
+            return value
+        out, last = [], 0
+        for m in matches:
+            out += [value[last : m.start], mask(m)]
+            last = m.end
+        out.append(value[last:])
+        return "".join(out)
+    if isinstance(value, dict):
+        return {key: mask_value(item, kinds, patterns) for key, item in value.items()}
+    if isinstance(value, list):
+        return [mask_value(item, kinds, patterns) for item in value]
+    return value
+
+
+def masker(policy: dict | None) -> Callable[[Any], Any]:
+    """mask_value for an agent's PII policy (its `as_dict()`, as a run's config keeps it);
+    the identity without one."""
+    if not policy or not policy.get("detectors"):
+        return lambda value: value
+    kinds, patterns = tuple(policy["detectors"]), policy.get("patterns") or {}
+    return lambda value: mask_value(value, kinds, patterns)
+
+
 @dataclass(frozen=True)
 class PiiPolicy:
     """What an agent does with personal data leaving the system.

@@ -342,7 +342,10 @@ LOG_FORMAT = env.str("LOG_FORMAT", default="text" if DEBUG else "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "agentops.logs.ContextFilter"}},
+    "filters": {
+        "context": {"()": "agentops.logs.ContextFilter"},
+        "secrets": {"()": "agentops.logs.RedactSecrets"},
+    },
     "formatters": {
         "json": {"()": "agentops.logs.JsonFormatter"},
         "text": {"()": "agentops.logs.TextFormatter"},
@@ -350,7 +353,7 @@ LOGGING = {
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "filters": ["context"],
+            "filters": ["context", "secrets"],
             "formatter": "json" if LOG_FORMAT == "json" else "text",
         }
     },

@@ -6,8 +6,12 @@ exactly (no float/str drift), so "edit-and-approve" with no edit approves the sa
 """
 
 import json
+import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
+
+import pydantic
 
 from agentops.tools import Tool, get_tool
 
@@ -42,6 +46,37 @@ def _types(prop: dict) -> set[str]:
     for option in prop.get("anyOf", []) + prop.get("oneOf", []):
         out |= _types(option)
     return out
+
+
+def _type_label(tool: Tool | None, name: str, types: set[str]) -> str:
+    declared = tool.args_model.model_fields.get(name) if tool else None
+    if declared is not None and declared.annotation is Decimal:
+        # Its schema says "number | string" (digits may come as a string so none is lost);
+        # the tool receives a number.
+        return "decimal number"
+    return " | ".join(sorted(types)) or "any"
+
+
+def call_text(tool: Tool | None, args: dict) -> str:
+    """The call's arguments as the tool will receive them: parsed by its schema (defaults
+    filled in), each value in its type. A decimal is a number with its own digits (689.00),
+    not the string JSON would make of it."""
+    value: Any = args
+    if tool is not None:
+        try:
+            value = tool.args_model.model_validate(args).model_dump(mode="python")
+        except pydantic.ValidationError:
+            value = args  # what the model proposed, as it is: the decision refuses it anyway
+    decimals: list[str] = []
+
+    def encode(obj: Any) -> Any:
+        if isinstance(obj, Decimal) and obj.is_finite():
+            decimals.append(str(obj))
+            return f"\x00{len(decimals) - 1}\x00"
+        return str(obj)
+
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=encode)
+    return re.sub(r'"\\u0000(\d+)\\u0000"', lambda m: decimals[int(m[1])], text)
 
 
 def _kind(types: set[str], value: Any) -> str:
@@ -83,7 +118,7 @@ def fields_for(tool_name: "str | Tool | None", args: dict) -> list[ArgField]:
                 name=name,
                 kind=kind,
                 text=as_text(value, kind),
-                type_label=" | ".join(sorted(types)) or "any",
+                type_label=_type_label(tool, name, types),
                 description=str(prop.get("description", "")),
                 required=name in required,
             )

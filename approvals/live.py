@@ -12,28 +12,54 @@ from django.template.loader import render_to_string
 
 from runs import live
 
-from . import listing
+from . import listing, presence
 from .models import Approval
 
 QUEUE = "approvals/queue.html"
+DETAIL = "approvals/detail.html"
 
 
 def render_approval_event(approval_id: Any) -> dict:
     """The approvals group's messages for one change (None: only the current state)."""
     approval = Approval.objects.select_related("decided_by").filter(pk=approval_id).first()
+    rows = presence.mark_claims(listing.queue())
     ctx = {
         "approval": approval,
-        "rows": listing.queue(),
+        "rows": rows,
         "pending": listing.oldest_riskiest(),
         "pending_count": Approval.objects.pending().count(),
         "oob": True,
     }
+    html = [
+        render_to_string(QUEUE + "#approval-notices", ctx),
+        # Rows in their own message, so they keep their table context.
+        render_to_string(QUEUE + "#approval-rows-live", ctx),
+    ]
+    if approval is not None:
+        # The decision screen's state (open, or decided by whom and when), the same bytes for
+        # every viewer: the page's script turns its controls off once it says decided.
+        html.append(render_to_string(DETAIL + "#approval-state", ctx))
+    return {"html": html}
+
+
+def render_presence(approval_id: Any, user) -> str:
+    """Who else has the approval open and who is on it, for one viewer (their own claim
+    button), or "" when the approval is gone."""
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:
+        return ""
+    ctx = presence_context(approval, user)
+    return render_to_string(DETAIL + "#approval-presence", {**ctx, "oob": True})
+
+
+def presence_context(approval: Approval, user) -> dict:
+    viewers = presence.viewers(approval)
+    mine = next((v for v in viewers if v.user_id == user.pk), None)
     return {
-        "html": [
-            render_to_string(QUEUE + "#approval-notices", ctx),
-            # Rows in their own message, so they keep their table context.
-            render_to_string(QUEUE + "#approval-rows-live", ctx),
-        ]
+        "approval": approval,
+        "others": [v for v in viewers if v.user_id != user.pk],
+        "my_claim": mine.claimed_at if mine else None,
+        "can_claim": user.can_approve and approval.status == Approval.Status.PENDING,
     }
 
 

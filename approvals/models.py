@@ -2,12 +2,14 @@
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from agentops import pii
 from agentops.tools import Tool, get_tool
 
 # Apps above this one whose approvals name tools that are not in the registry (an external
@@ -143,6 +145,12 @@ class Approval(models.Model):
             return f"Call {self.tool}" if self.tool else ""
         return found.effect(args or {})
 
+    def masked(self, value: Any) -> Any:
+        """`value` as shown outside the decision card (e-mail, webhooks, Slack, logs): with
+        personal data masked when the run's agent has a PII policy. The card itself shows the
+        call in full, once, to the person deciding it."""
+        return pii.masker((self.run.agent_config or {}).get("pii"))(value)
+
     @property
     def needs_confirmation(self) -> bool:
         """A high-risk or irreversible action: Approve is not the default-looking button, and
@@ -151,6 +159,18 @@ class Approval(models.Model):
             return False
         found = self.tool_object()
         return self.risk in self.CONFIRM_RISKS or (found is not None and not found.reversible)
+
+    @property
+    def confirmation_grounds(self) -> str:
+        """Why approving asks to confirm, in words that are true of this call: "high-risk",
+        "irreversible" or "high-risk, irreversible" ("" when it does not ask)."""
+        if not self.needs_confirmation:
+            return ""
+        found = self.tool_object()
+        grounds = [f"{self.risk}-risk"] if self.risk in self.CONFIRM_RISKS else []
+        if found is not None and not found.reversible:
+            grounds.append("irreversible")
+        return ", ".join(grounds)
 
     @property
     def expiry_outcome(self) -> str:
@@ -352,3 +372,22 @@ from .rules import (  # noqa: E402, F401
     RuleHit,
     TrackRecord,
 )
+
+
+class ApprovalWatch(models.Model):
+    """One open decision screen (its live socket): who has the approval open, and whether they
+    said "I'm on it" (approvals/presence.py). A row lives as long as its socket; `seen_at` is
+    refreshed while it is open, so a row left by a server that died is ignored once stale."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="watches")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    channel_name = models.CharField(max_length=200, unique=True)
+    opened_at = models.DateTimeField(default=timezone.now)
+    seen_at = models.DateTimeField(default=timezone.now)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["approval", "seen_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} watches {self.approval_id}"

@@ -103,7 +103,7 @@ def payload(approval: Approval) -> dict:
             "kind": approval.kind,
             "status": approval.status,
             "tool": approval.tool,
-            "args": approval.args,
+            "args": approval.masked(approval.args),
             "question": approval.question,
             "options": approval.options,
             "explanation": approval.explanation,
@@ -143,7 +143,8 @@ def slack_payload(approval: Approval) -> dict:
     ]
     if approval.kind == Approval.Kind.ACTION:
         lines.append(
-            f"*Call:* `{slack_escape(approval.tool)}` {slack_escape(_args(approval.args, 1500))}"
+            f"*Call:* `{slack_escape(approval.tool)}` "
+            + slack_escape(_args(approval.masked(approval.args), 1500))
         )
     elif approval.options:
         lines.append("*Options:* " + slack_escape(", ".join(map(str, approval.options))))
@@ -266,7 +267,10 @@ def _send(approval: Approval, recipients: list, *, subject: str, key: str, intro
     urls = links(approval)
     body = [*([intro, ""] if intro else []), headline(approval), "", f"Why: {approval.explanation}"]
     if approval.kind == Approval.Kind.ACTION:
-        body += [f"Tool: {approval.tool}", f"Arguments: {_args(approval.args, 5000)}"]
+        body += [
+            f"Tool: {approval.tool}",
+            f"Arguments: {_args(approval.masked(approval.args), 5000)}",
+        ]
     else:
         body.append(f"Question: {approval.question}")
         if approval.options:

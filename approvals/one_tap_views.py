@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods
 from runs import rendering
 from runs.models import args_hash
 
-from . import decisions, evidence, one_tap, views
+from . import arg_form, decisions, evidence, one_tap, views
 from .models import Approval
 
 TEMPLATE = "approvals/one_tap.html"
@@ -45,7 +45,8 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
             request,
             approval,
             status=403,
-            message="Not approved: enter your password to approve a high-risk call.",
+            message="Not approved: enter your password to approve "
+            f"{_a(approval.confirmation_grounds)} call.",
         )
     try:
         with transaction.atomic():
@@ -86,7 +87,9 @@ def _page(
     context = {
         "approval": approval,
         "run": approval.run,
-        "args_text": rendering.pretty(approval.args or {}),
+        "args_text": arg_form.call_text(approval.tool_object(), approval.args or {})
+        if approval.kind == Approval.Kind.ACTION
+        else rendering.pretty(approval.args or {}),
         "shown_args_hash": args_hash(approval.tool, approval.args or {}),
         "effect": approval.effect() if approval.kind == Approval.Kind.ACTION else "",
         "evidence": evidence.for_approval(approval),
@@ -107,3 +110,7 @@ def _done(decision: str, approval: Approval) -> str:
     if approval.status == Approval.Status.PENDING:
         return "Your approval is recorded; more approvers are needed before the call runs."
     return {"approve": "Approved.", "reject": "Rejected.", "answer": "Answered."}[decision]
+
+
+def _a(words: str) -> str:
+    return ("an " if words[:1] in ("a", "e", "i", "o", "u") else "a ") + words

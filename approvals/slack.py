@@ -77,7 +77,10 @@ def request_blocks(approval: Approval) -> list[dict]:
             # Slack's own "are you sure", with the call's effect in the tool's words.
             approve["confirm"] = {
                 "title": {"type": "plain_text", "text": "Approve this call?"},
-                "text": {"type": "mrkdwn", "text": notify.slack_escape(approval.effect())[:300]},
+                "text": {
+                    "type": "mrkdwn",
+                    "text": notify.slack_escape(approval.masked(approval.effect()))[:300],
+                },
                 "confirm": {"type": "plain_text", "text": "Approve"},
                 "deny": {"type": "plain_text", "text": "Cancel"},
             }

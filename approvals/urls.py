@@ -19,6 +19,7 @@ urlpatterns = [
     path("<uuid:pk>/", views.detail, name="detail"),
     path("<uuid:pk>/opened/", views.opened, name="opened"),
     path("<uuid:pk>/decide/", views.decide, name="decide"),
+    path("<uuid:pk>/claim/", views.claim, name="claim"),
     path("<uuid:pk>/edit-preview/", views.edit_preview, name="edit_preview"),
     path("link/<str:token>/", one_tap_views.one_tap_page, name="one_tap"),
 ]

@@ -15,10 +15,10 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from runs import rendering
+from runs import events, rendering
 from runs.models import Step, args_hash
 
-from . import arg_form, decisions, evidence, listing
+from . import arg_form, decisions, evidence, listing, live, presence
 from . import stats as approval_stats
 from .models import Approval, ApprovalVote
 
@@ -73,6 +73,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     rows = listing.queue(approvals)
     if mine:
         rows = assigned_to(request.user, rows)
+    presence.mark_claims(rows)
     agents = sorted(set(Approval.objects.pending().values_list("run__agent", flat=True)))
     context = {
         "rows": rows,
@@ -117,7 +118,9 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "gauges": rendering.gauges(run),
         "prompt": prompt,
         "input_text": rendering.pretty(run.input),
-        "args_text": rendering.pretty(original),
+        "args_text": arg_form.call_text(approval.tool_object(), original)
+        if approval.kind == Approval.Kind.ACTION
+        else rendering.pretty(original),
         "fields": fields,
         "shown_args_hash": args_hash(approval.tool, original),
         "has_fields": bool(fields),
@@ -131,6 +134,7 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "opened_token": signing.dumps(timezone.now().isoformat(), salt=OPENED_SALT),
         "field_errors": {},
         "result": None,
+        **live.presence_context(approval, request.user),
         **extra,
     }
 
@@ -330,6 +334,24 @@ def _success_message(decision: str, approval: Approval) -> str:
         "answer": "Answered",
     }[decision]
     return f"{words}. The run continues once every decision it waits on is made."
+
+
+@require_POST
+@login_required
+def claim(request: HttpRequest, pk) -> HttpResponse:
+    """ "I'm on it" (or release it): tells the others with the approval open, and the queue,
+    that someone is handling it. It blocks nobody's decision; it ends with the claimer's last
+    open screen of the approval, with the decision or the expiry."""
+    approval = _get_approval_for_user(request, pk, decide=True)
+    status = 200
+    if request.POST.get("claim") == "release":
+        presence.release(approval, request.user)
+    elif not presence.claim(approval, request.user):
+        status = 409
+    events.publish_presence_on_commit(approval.pk)
+    events.publish_approvals_changed(approval.pk)
+    context = {**live.presence_context(approval, request.user), "claim_refused": status == 409}
+    return render(request, DETAIL_TEMPLATE + "#approval-presence", context, status=status)
 
 
 # --- approver statistics -----------------------------------------------------------------------

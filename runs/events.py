@@ -49,6 +49,13 @@ def user_group(user_id) -> str:
 
 DASHBOARD_GROUP = "runs.all"
 APPROVALS_GROUP = "approvals.all"
+
+
+def approval_group(approval_id) -> str:
+    """The sockets of the decision screens open on one approval (presence, claims)."""
+    return f"approval.{approval_id}"
+
+
 # The step kinds that change a run's row in the runs list and dashboard (status, model
 # calls, cost); tool calls, gates and decisions do not, and would only add traffic.
 SUMMARY_KINDS = frozenset({"status", "llm"})
@@ -301,6 +308,12 @@ def publish_approval(approval_id) -> None:
         APPROVALS_GROUP,
         {"type": "approvals.changed", "approval_id": str(approval_id), "event": uuid.uuid4().hex},
     )
+
+
+def publish_presence_on_commit(approval_id) -> None:
+    """Who has the approval open, or who is on it, changed: its screens re-read it."""
+    message = {"type": "presence.changed"}
+    transaction.on_commit(lambda: send(approval_group(approval_id), message))
 
 
 def publish_access_changed(user_id, *, session: str | None = None) -> None:

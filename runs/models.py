@@ -19,6 +19,8 @@ from django.db.models.functions import Cast
 from django.dispatch import Signal
 from django.utils import timezone
 
+from agentops import pii
+
 from . import queue, sql
 
 
@@ -119,7 +121,7 @@ class RunQuerySet(models.QuerySet):
     def search(self, text: str):
         """Runs whose input or output holds every word of `text`, a word matching the start
         of one (`refu` finds "refunded", `example.com` finds boss@example.com), and the run
-        whose id `text` is.
+        whose id `text` is or starts with (the 8-character short id the UI shows).
 
         On Postgres through the full-text index (migration 0005), with a query built from
         the text less its ASCII punctuation, so nothing a person types is a tsquery syntax
@@ -144,6 +146,13 @@ class RunQuerySet(models.QuerySet):
                 matches &= Q(input_text__icontains=word) | Q(output__icontains=word)
         with contextlib.suppress(ValueError):  # not a run id
             matches |= Q(pk=uuid.UUID(text))
+        digits = text.replace("-", "").lower()
+        if 8 <= len(digits) < 32 and all(c in string.hexdigits for c in digits):
+            # The short id the UI shows (its first 8 characters, or more): the ids that start
+            # with it, as a range of the primary key's index.
+            matches |= Q(
+                pk__gte=uuid.UUID(digits.ljust(32, "0")), pk__lte=uuid.UUID(digits.ljust(32, "f"))
+            )
         return runs.filter(matches)
 
     def newest_first_for_search(self, count: int):
@@ -493,12 +502,22 @@ class Run(models.Model):
             run=self,
             seq=(after.seq if after else self.last_seq) + 1,
             kind=kind,
-            data=data,
+            data=self.recorded(data),
             prev_hash=after.hash if after else self.last_hash,
             **columns,
         )
         step.hash = step.compute_hash()
         return step
+
+    def recorded(self, data: dict) -> dict:
+        """A step's data as the timeline keeps it. With a PII policy, personal data is masked
+        before the step is written: the timeline never holds it, so nothing that shows or
+        exports the timeline can leak it (run page, live frames, steps API, evidence,
+        exports, logs) and the hash chain covers what is kept. The raw values live only
+        where the run needs them: its checkpoint (the conversation the model continues) and
+        the call an approver decides."""
+        policy = (self.agent_config or {}).get("pii") if self.agent_config else None
+        return pii.masker(policy)(data) if policy else data
 
     def first_step(self, data: dict) -> "Step":
         """The launched step of a run not saved yet; the run's head points at it, so the

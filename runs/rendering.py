@@ -10,6 +10,7 @@ Model and tool output is untrusted: it is only ever passed to templates as plain
 
 import contextlib
 import json
+import math
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -68,6 +69,21 @@ class ToolUse:
     args: Block
 
 
+# The timeline's filter: which category each step kind is shown under.
+CATEGORY = {
+    Step.Kind.LLM: "model",
+    Step.Kind.LLM_ERROR: "model",
+    Step.Kind.TOOL: "tool",
+    Step.Kind.GATE: "gate",
+    Step.Kind.DECISION: "decision",
+    Step.Kind.SUMMARY: "summary",
+    Step.Kind.GUARD: "guard",
+    Step.Kind.VERIFY: "verify",
+    Step.Kind.PENDING: "pending",
+}
+FILTERS = ("model", "tool", "gate", "decision", "error", "summary", "guard")
+
+
 @dataclass
 class StepView:
     """Template-ready description of one timeline step."""
@@ -92,6 +108,42 @@ class StepView:
     @property
     def full_url(self) -> str:
         return reverse("runs:step", args=[self.step.run_id, self.step.seq])
+
+    @property
+    def hides_characters(self) -> bool:
+        """Some of its text holds invisible or reordering characters: the step comes unfolded,
+        so the marks that show them are in view (a spoofed address must not hide in a fold)."""
+        blocks = [*self.texts, *(t.args for t in self.tool_uses)]
+        return any(b.has_invisible for b in blocks)
+
+    @property
+    def category(self) -> str:
+        """What the timeline's filter calls it: model, tool, gate, decision, summary, guard,
+        verify, pending or status (errors are a filter of their own: `error`)."""
+        return CATEGORY.get(self.step.kind, "status")
+
+    @property
+    def duration_ms(self) -> int:
+        d = self.step.data if isinstance(self.step.data, dict) else {}
+        value = d.get("duration_ms") if self.step.kind == Step.Kind.TOOL else None
+        try:
+            return int(value if value is not None else self.step.latency_ms or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    @property
+    def duration_bucket(self) -> int:
+        """0-10 on a log scale (10 ms doubling to 10 s): the waterfall bar's width, so slow
+        steps stand out whatever the run's range, without a style attribute (CSP)."""
+        ms = self.duration_ms
+        return 0 if ms <= 0 else max(1, min(10, math.ceil(math.log2(max(ms, 10) / 10)) + 1))
+
+    @property
+    def duration_label(self) -> str:
+        ms = self.duration_ms
+        if not ms:
+            return ""
+        return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
 
 
 def step_view(step: Step, *, full: bool = False) -> StepView:

@@ -13,14 +13,15 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, Exists, OuterRef, Sum
-from django.db.models.functions import TruncHour
+from django.db.models import Count, Exists, OuterRef, Q, Sum, TextField
+from django.db.models.functions import Cast, TruncHour
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from agentops import pii
 from agentops.agents import CATALOGUE, Agent, get_agent
 
 from . import charts, costs, engine, pending, rendering
@@ -249,11 +250,26 @@ def _launch_context(form: LaunchForm, agent: Agent | None, input_form) -> dict:
 @login_required
 def run_detail(request: HttpRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk)
-    steps = list(run.steps.order_by("-seq")[: rendering.TIMELINE_PAGE])[::-1]
+    kind = request.GET.get("kind", "")
+    kind = kind if kind in rendering.FILTERS else ""
+    q = request.GET.get("q", "").strip()[:200]
+    filtered = bool(kind or q)
+    if filtered:
+        # Every matching step of the run (up to a bound), oldest first; not live.
+        found = list(_matching_steps(run, kind, q).order_by("seq")[: MAX_MATCHES + 1])
+        steps, more_matches = found[:MAX_MATCHES], len(found) > MAX_MATCHES
+    else:
+        steps = list(run.steps.order_by("-seq")[: rendering.TIMELINE_PAGE])[::-1]
+        more_matches = False
     context = {
         **rendering.run_context(run),
         "steps": [rendering.step_view(s) for s in steps],
-        "first_seq": steps[0].seq if steps else 0,
+        "filters": rendering.FILTERS,
+        "kind": kind,
+        "q": q,
+        "filtered": filtered,
+        "more_matches": more_matches,
+        "first_seq": steps[0].seq if steps and not filtered else 0,
         # The WebSocket resumes after the newest step this page shows, not after run.last_seq
         # read earlier: whatever commits in between comes over the socket.
         "last_seq": steps[-1].seq if steps else 0,
@@ -276,6 +292,35 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         **_operations(run),
     }
     return render(request, _partial(request, rendering.RUN_PAGE, {"run-header"}), context)
+
+
+MAX_MATCHES = 500
+# The timeline filter's kinds of step; "error" is any step shown as an error.
+_FILTER_KINDS = {
+    "model": Q(kind__in=[Step.Kind.LLM, Step.Kind.LLM_ERROR]),
+    "tool": Q(kind=Step.Kind.TOOL),
+    "gate": Q(kind=Step.Kind.GATE),
+    "decision": Q(kind=Step.Kind.DECISION),
+    "summary": Q(kind=Step.Kind.SUMMARY),
+    "guard": Q(kind=Step.Kind.GUARD),
+    "error": Q(kind=Step.Kind.LLM_ERROR)
+    | Q(kind=Step.Kind.TOOL, data__is_error=True)
+    | Q(kind=Step.Kind.SUMMARY, data__failed=True)
+    | Q(kind=Step.Kind.DECISION, data__decision="expire")
+    | Q(kind=Step.Kind.STATUS, data__to=Run.Status.FAILED)
+    | Q(kind=Step.Kind.STATUS, data__event="error"),
+}
+
+
+def _matching_steps(run: Run, kind: str, q: str):
+    """The run's steps of a filter's kind whose recorded data contains `q` (any case): one
+    run's steps, read once (the timeline is per run, so no index is needed)."""
+    steps = run.steps.all()
+    if kind:
+        steps = steps.filter(_FILTER_KINDS[kind])
+    if q:
+        steps = steps.annotate(text=Cast("data", TextField())).filter(text__icontains=q)
+    return steps
 
 
 def _operations(run: Run) -> dict:
@@ -404,21 +449,27 @@ def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
         raise Http404("export is json or jsonl")
     run = _get_run_for_user(request, pk)
     steps = run.steps.order_by("seq").iterator(chunk_size=500)
+    # Under a PII policy the export holds what the timeline holds: masked. The steps are
+    # stored masked (their chain verifies as exported); the run's input and output and the
+    # checkpoints' conversations (kept raw for the run to continue) are masked here.
+    masked = pii.masker((run.agent_config or {}).get("pii"))
     checkpoints = (
-        run.checkpoints.order_by("seq")
+        {**c, "state": masked(c["state"])}
+        for c in run.checkpoints.order_by("seq")
         .values("seq", "state", "created_at")
         .iterator(chunk_size=500)
     )
+    record = masked(_run_record(run))
 
     def jsonl() -> Iterator[str]:
-        yield _dumps({"run": _run_record(run)}) + "\n"
+        yield _dumps({"run": record}) + "\n"
         for step in steps:
             yield _dumps(_step_record(step)) + "\n"
         for checkpoint in checkpoints:
             yield _dumps({"checkpoint": checkpoint}) + "\n"
 
     def whole() -> Iterator[str]:
-        yield '{"run": ' + _dumps(_run_record(run)) + ', "steps": ['
+        yield '{"run": ' + _dumps(record) + ', "steps": ['
         for i, step in enumerate(steps):
             yield ("," if i else "") + _dumps(_step_record(step))
         yield '], "checkpoints": ['

@@ -1,3 +1,7 @@
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -9,6 +13,130 @@ def pytest_configure(config):
     # agentops.asgi reads ALLOWED_HOSTS once, when it builds its WebSocket origin check.
     if "testserver" not in settings.ALLOWED_HOSTS:
         settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    _redis_of_this_worker()
+
+
+def _redis_of_this_worker() -> None:
+    """Under pytest-xdist each worker has its own database (pytest-django names it) and, here,
+    its own Redis database: the broker queue, the channel layer's global groups (dashboard,
+    approvals) and the breaker's keys would otherwise be shared between workers, and one
+    worker's Celery consumer would take another's tasks. Worker n uses the URL's database
+    number minus n (modulo 16), in this process's settings and in the environment of every
+    subprocess it starts. Runs before anything has used Redis: the channel layer and the
+    Celery app read their settings on first use."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not settings.REDIS_URL:
+        return
+    parts = urlsplit(settings.REDIS_URL)
+    base = int(parts.path.strip("/") or 0)
+    url = parts._replace(path=f"/{(base - int(worker[2:])) % 16}").geturl()
+    os.environ["REDIS_URL"] = settings.REDIS_URL = url
+    settings.CELERY_BROKER_URL = url
+    for layer in settings.CHANNEL_LAYERS.values():
+        for host in layer.get("CONFIG", {}).get("hosts", []):
+            host["address"] = url
+
+
+# Test modules whose behaviour depends on the services, run in CI's second pass (Postgres +
+# Redis) as well as in the embedded one: row locks and compare-and-set, database triggers and
+# the hash chain, full-text search and JSON columns, what Postgres refuses that SQLite takes
+# (bad input), the channel layer, the broker, the connection pool. Everything else is the same
+# code on either topology and runs once, embedded. Tests that skip without a service are
+# added on their own (their skip reason names DATABASE_URL or REDIS_URL).
+SERVICE_SENSITIVE = {
+    # locks, compare-and-set, constraints
+    "approvals/test_concurrency.py",
+    "approvals/test_decide.py",
+    "approvals/test_batch.py",
+    "approvals/test_one_tap.py",
+    "approvals/test_outcome_unknown.py",
+    "approvals/test_escalation.py",
+    "runs/test_race.py",
+    "runs/test_ledger.py",
+    "runs/test_rate_limits.py",
+    "runs/test_pending.py",
+    "runs/test_crash_resume.py",
+    "runs/test_tasks.py",
+    "runs/test_engine.py",
+    "runs/test_broker_down.py",
+    "triggers/test_races.py",
+    "triggers/test_webhooks.py",
+    "triggers/test_schedules.py",
+    # triggers, the hash chain, migrations
+    "runs/test_audit_trail.py",
+    "approvals/test_audit_trail.py",
+    "history/test_transfer.py",
+    "history/test_fork.py",
+    "test_migrations.py",
+    # full-text search, raw SQL, JSON columns, what Postgres refuses
+    "runs/test_search.py",
+    "runs/test_api.py",
+    "runs/test_views.py",
+    "runs/test_bad_input.py",
+    "approvals/test_api.py",
+    "approvals/test_views.py",
+    "approvals/test_bad_input.py",
+    "approvals/test_learning.py",
+    "approvals/test_stats.py",
+    "history/test_pages_and_api.py",
+    "test_security.py",
+    # the channel layer
+    "runs/test_consumers.py",
+    "runs/test_consumers_bad_input.py",
+    "runs/test_consumers_drafts.py",
+    "runs/test_consumers_redis.py",
+    "runs/test_feeds.py",
+    "runs/test_live.py",
+    "runs/test_outbox.py",
+    "runs/test_revocation.py",
+    "runs/test_drafts.py",
+    "approvals/test_consumers.py",
+    "gateway/test_api.py",
+    "gateway/test_callbacks.py",
+    # broker, pool, health, metrics across processes
+    "test_broker.py",
+    "test_circuit.py",
+    "test_database.py",
+    "test_health.py",
+    "test_metrics.py",
+}
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def _needs_a_service(item) -> bool:
+    return any(
+        "DATABASE_URL" in str(mark.kwargs.get("reason", ""))
+        or "REDIS_URL" in str(mark.kwargs.get("reason", ""))
+        for mark in item.iter_markers("skipif")
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        module = path.relative_to(TESTS_DIR).as_posix() if path.is_relative_to(TESTS_DIR) else ""
+        # Under pytest-xdist (--dist loadgroup) a module's tests stay on one worker, so a
+        # module-scoped fixture (a live `up` server, an MCP server) starts once, not once per
+        # worker; one live server and one browser serve the whole browser suite.
+        group = "browser" if item.get_closest_marker("e2e") else module or str(path)
+        item.add_marker(pytest.mark.xdist_group(group))
+        if module in SERVICE_SENSITIVE or _needs_a_service(item):
+            item.add_marker(pytest.mark.services)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """AGENTOPS_NO_SKIPS=1 (CI's services pass): a skipped test fails the run. With Postgres,
+    Redis and Chromium all there, a skip can only hide a test that did not run."""
+    if os.environ.get("AGENTOPS_NO_SKIPS") != "1" or exitstatus != 0:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped:
+        reporter.write_sep("!", f"{len(skipped)} test(s) skipped where nothing may be", red=True)
+        for report in skipped:
+            reporter.write_line(f"SKIPPED {report.nodeid}: {report.longrepr}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -211,3 +211,28 @@ def test_up_says_what_it_says_as_log_records_when_json_is_asked_for(settings, ca
     assert said == ["HTTP GET / 200 [0.01, x]", "WebSocket CONNECTED /ws/runs/1/ [x]"]
     formatted = logs.JsonFormatter().format(caplog.records[-1])
     assert json.loads(formatted)["message"] == "WebSocket CONNECTED /ws/runs/1/ [x]"
+
+
+@pytest.mark.django_db
+def test_a_refused_one_tap_link_is_one_line_without_its_token(client, approver):
+    # A 403 or 410 on a one-tap link is logged with its path: the token in it is a credential.
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs.ContextFilter())
+    handler.addFilter(logs.RedactSecrets())
+    handler.setFormatter(logs.TextFormatter())
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    try:
+        client.force_login(approver)
+        token = "AbCdEf.secret-token-value"
+        assert client.get(f"/approvals/link/{token}/").status_code in (400, 403, 410)
+        # A PermissionDenied in a view: one line, no traceback.
+        assert client.get("/approvals/stats/").status_code == 403
+    finally:
+        logger.removeHandler(handler)
+    written = stream.getvalue()
+    assert "secret-token-value" not in written
+    assert "/approvals/link/[redacted]/" in written
+    assert "Traceback" not in written
+    assert len(written.strip().splitlines()) == 2, written

@@ -113,6 +113,7 @@ PAGES = {
     "approvals:opened": ("POST", "approve"),
     "approvals:decide": ("POST", "approve"),
     "approvals:edit_preview": ("POST", "approve"),
+    "approvals:claim": ("POST", "approve"),
     "approvals:batch": ("POST", "approve"),
     "approvals:delegations": ("GET", "approve"),
     "approvals:end_delegation": ("POST", "approve"),
@@ -151,6 +152,7 @@ def url_of(name: str, world) -> str:
         "approvals:opened": [approval.pk],
         "approvals:decide": [approval.pk],
         "approvals:edit_preview": [approval.pk],
+        "approvals:claim": [approval.pk],
         "approvals:end_delegation": [world["delegation"].pk],
         "approvals:one_tap": [one_tap.token_for(approval, world["delegation"].delegate)],
         "approvals:accept_rule": [world["rule"].pk],
@@ -183,6 +185,7 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         "approvals:decide": {"decision": "reject", "reason": "matrix"},
         "approvals:batch": {"decision": "reject", "reason": "matrix", "item": "x:y"},
         "runs:pending_finish": {"action": "complete", "result": "done"},
+        "approvals:claim": {"claim": "release"},
     }.get(name, {})
     response = client.post(url, data) if method == "POST" else client.get(url)
     if role == "anonymous":
@@ -254,6 +257,7 @@ POSTS = {
     "approvals:opened": {},
     "approvals:decide": {"decision": "reject", "reason": "no"},
     "approvals:edit_preview": {},
+    "approvals:claim": {"claim": "release"},
     "approvals:batch": {"decision": "reject", "reason": "no", "item": "x:y"},
     "approvals:end_delegation": {},
     "approvals:accept_rule": {"expires_in_days": "1", "max_hits": "5"},

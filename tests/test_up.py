@@ -248,3 +248,12 @@ def test_up_parses_addresses_like_runserver():
     assert parse_addrport("localhost:9000") == ("localhost", 9000)
     with pytest.raises(CommandError):
         parse_addrport("nope:port")
+
+
+def test_links_follow_the_address_up_listens_on():
+    # `up 0.0.0.0:8080` must not hand out links to port 8000 (one-tap e-mails, callbacks).
+    from agentops.management.commands.up import public_url
+
+    assert public_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
+    assert public_url("localhost", 9000) == "http://localhost:9000"
+    assert public_url("::1", 8000) == "http://[::1]:8000"

@@ -17,8 +17,77 @@
     return last;
   }
 
+  /* 1b. A dropped socket comes back within a few seconds while the server is reachable: the
+   * delay doubles from 0.5 s to at most 4 s, with jitter (half to all of it) so the pages of a
+   * restarted server do not all knock at once. */
+  function reconnectDelay(retryCount) {
+    var ceiling = Math.min(4000, 500 * Math.pow(2, Math.min(retryCount, 10)));
+    return ceiling / 2 + (Math.random() * ceiling) / 2;
+  }
+
+  /* 1c. Every live page says whether what it shows is live: one state per socket (the
+   * navigation's approvals stream, a run's timeline), shown in #live-status. */
+  var sockets = new Map(); // socket element -> "connecting" | "open" | "retrying" | "closed"
+  var everDown = false;
+  var leaving = false; // the page is being left: its sockets closing is no news
+  var liveAgainTimer = null;
+  var RETRIED = [1006, 1011, 1012, 1013]; // the codes the ws extension reconnects after
+
+  function showLiveState() {
+    var el = document.getElementById("live-status");
+    if (!el) return;
+    var states = Array.from(sockets.values());
+    var state = "live";
+    if (states.indexOf("closed") >= 0) state = "disconnected";
+    else if (states.indexOf("retrying") >= 0) state = "reconnecting";
+    else if (states.indexOf("connecting") >= 0) state = everDown ? "reconnecting" : "connecting";
+    if (state === "live" && everDown) {
+      state = "live-again";
+      clearTimeout(liveAgainTimer);
+      liveAgainTimer = setTimeout(function () {
+        everDown = false;
+        showLiveState();
+      }, 5000);
+    }
+    var words = {
+      connecting: "connecting…",
+      live: "live",
+      "live-again": "live again: caught up",
+      reconnecting: "disconnected: reconnecting…",
+      disconnected: "disconnected: reload the page",
+    };
+    el.setAttribute("data-state", state);
+    el.textContent = words[state];
+  }
+
+  function onSocketEvent(evt) {
+    var elt = evt.target;
+    if (leaving) return;
+    if (evt.type === "htmx:wsConnecting") {
+      if (sockets.get(elt) !== "closed") sockets.set(elt, sockets.get(elt) === "retrying" ? "retrying" : "connecting");
+    } else if (evt.type === "htmx:wsOpen") {
+      sockets.set(elt, "open");
+    } else if (evt.type === "htmx:wsClose") {
+      var code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
+      if (!elt.isConnected) sockets.delete(elt);
+      else {
+        everDown = true;
+        sockets.set(elt, RETRIED.indexOf(code) >= 0 ? "retrying" : "closed");
+      }
+    }
+    showLiveState();
+  }
+
   function install() {
     if (!window.htmx) return;
+    htmx.config.wsReconnectDelay = reconnectDelay;
+    // On the document, now: htmx opens the first sockets before our DOMContentLoaded handler.
+    ["htmx:wsConnecting", "htmx:wsOpen", "htmx:wsClose"].forEach(function (name) {
+      document.addEventListener(name, onSocketEvent);
+    });
+    window.addEventListener("pagehide", function () {
+      leaving = true;
+    });
     var create = htmx.createWebSocket;
     htmx.createWebSocket = function (url) {
       var u = new URL(url, window.location.href);
@@ -125,7 +194,13 @@
     if (!box) return;
     var form = document.getElementById("decision-form");
     var busy = !!form && form.classList.contains("htmx-request");
-    var decided = box.hasAttribute("data-decided");
+    // Decided here, or elsewhere (another approver, the API, the expiry): the approval's
+    // state, pushed live and sent again on every reconnect, says so.
+    var decided = box.hasAttribute("data-decided") || !!document.querySelector(".approval-state [data-final]");
+    var confirmYes = document.getElementById("confirm-approve");
+    if (confirmYes) confirmYes.disabled = decided;
+    var claim = document.querySelector(".presence form.claim");
+    if (claim && decided) claim.hidden = true;
     var differs = fieldsDiffer();
     box.querySelectorAll("button").forEach(function (b) {
       b.disabled = decided || busy;
@@ -286,6 +361,48 @@
     });
   }
 
+  /* 7. The run's timeline. "Next gate / error" scrolls to the next such step below the top of
+   * the screen (from the first again at the end) and unfolds it. Live steps keep the page
+   * bounded: past MAX_LIVE_STEPS the oldest leave the page and "Load older" brings them back. */
+  var MAX_LIVE_STEPS = 200;
+
+  function onJump(evt) {
+    var t = evt.target;
+    var btn = t instanceof Element ? t.closest("[data-jump]") : null;
+    if (!btn) return;
+    var what = btn.getAttribute("data-jump");
+    var sel = what === "error" ? "#timeline .step[data-error]" : '#timeline .step[data-cat="' + CSS.escape(what) + '"]';
+    var steps = Array.prototype.slice.call(document.querySelectorAll(sel));
+    var next = steps.filter(function (s) { return s.getBoundingClientRect().top > 8; })[0] || steps[0];
+    btn.classList.toggle("none-found", !next);
+    if (!next) return;
+    var fold = next.querySelector("details.step-fold");
+    if (fold) fold.open = true;
+    document.querySelectorAll("#timeline .step.jumped").forEach(function (s) { s.classList.remove("jumped"); });
+    next.classList.add("jumped");
+    next.scrollIntoView({ block: "start" });
+  }
+
+  function boundTimeline() {
+    var timeline = document.getElementById("timeline");
+    if (!timeline || timeline.hasAttribute("data-filtered")) return;
+    var steps = timeline.querySelectorAll(":scope > .step");
+    var extra = steps.length - MAX_LIVE_STEPS;
+    if (extra <= 0) return;
+    for (var i = 0; i < extra; i++) steps[i].remove();
+    var first = steps[extra].getAttribute("data-seq");
+    var older = document.getElementById("load-older");
+    if (!older || !window.htmx) return;
+    var button = document.createElement("button");
+    button.type = "button";
+    button.setAttribute("hx-get", older.getAttribute("data-steps-url") + "?before=" + first);
+    button.setAttribute("hx-target", "#timeline");
+    button.setAttribute("hx-swap", "afterbegin");
+    button.textContent = "Load older steps (before #" + first + ")";
+    older.replaceChildren(button);
+    htmx.process(button);
+  }
+
   // Deferred scripts run in order after parsing: htmx and its ws extension are loaded, and
   // htmx connects sockets on DOMContentLoaded, after this.
   install();
@@ -305,6 +422,9 @@
     document.body.addEventListener("htmx:afterSettle", onSettle);
     document.addEventListener("change", rememberTick);
     document.body.addEventListener("htmx:oobAfterSwap", restoreTicks);
+    document.body.addEventListener("htmx:oobAfterSwap", syncDecision);
+    document.body.addEventListener("htmx:wsAfterMessage", boundTimeline);
+    document.addEventListener("click", onJump);
     previewOf = fieldValues(); // the page came with the preview of the fields it shows
     syncDecision();
   });

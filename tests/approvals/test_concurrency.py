@@ -4,14 +4,16 @@ import threading
 
 import pytest
 from django.db import connection
+from django.test import Client
+from django.urls import reverse
 
 from agentops.agents import get_agent
-from approvals import decisions
+from approvals import decisions, one_tap
 from approvals.decisions import DecisionConflict
 from approvals.models import Approval, ApprovalVote
 from demo.models import Refund
 from runs import engine
-from runs.models import Run, SideEffect, Step
+from runs.models import Run, SideEffect, Step, args_hash
 from tests.conftest import make_user, on_postgres
 
 RACERS = 20
@@ -101,3 +103,49 @@ def test_repeated_decisions_in_sequence_apply_once(operator, django_user_model, 
     assert no_enqueue == [str(run.pk)] * 2
     engine.advance(run.pk, time_slice=30)
     assert Refund.objects.filter(run_id=run.pk).count() == 1
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_simultaneous_taps_of_one_link_decide_once_and_the_other_gets_410(
+    operator, approver, no_enqueue, monkeypatch
+):
+    run, approval = _refund_waiting_for_approval(operator)
+    token = one_tap.token_for(approval, approver)
+    shown = args_hash(approval.tool, approval.args)
+    # Both taps are inside their decision's transaction before either marks the link used:
+    # only the compare-and-set in consume() can tell them apart.
+    both_in = threading.Barrier(2, timeout=30)
+    consume = one_tap.consume
+
+    def consume_together(link):
+        both_in.wait()
+        consume(link)
+
+    monkeypatch.setattr(one_tap, "consume", consume_together)
+    statuses: list[int] = []
+
+    def tap() -> None:
+        try:
+            client = Client()
+            client.force_login(approver)
+            response = client.post(
+                reverse("approvals:one_tap", args=[token]),
+                {"decision": "approve", "password": "pw-arthur", "shown_args_hash": shown},
+            )
+            statuses.append(response.status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=tap) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    assert sorted(statuses) == [200, 410]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.APPROVED and approval.decided_by == approver
+    assert ApprovalVote.objects.filter(approval=approval).count() == 1
+    assert run.steps.filter(kind=Step.Kind.DECISION).count() == 1
+    assert no_enqueue == [str(run.pk)] * 2  # launch + exactly one resume

@@ -79,7 +79,8 @@ def test_the_card_shows_the_evidence_expanded_the_effect_and_the_deadline(client
     _run, approval = refund
     client.force_login(approver)
     html = client.get(reverse("approvals:detail", args=[approval.pk])).content.decode()
-    section = html[html.index('id="evidence"') : html.index("<h2>Decision</h2>")]
+    start = html.index('id="evidence"')
+    section = html[start : html.index("</section>", start)]
     # Expanded: not inside a closed <details>.
     assert "<details" not in section
     assert "lookup_order returned" in section and "&quot;total&quot;" in section

@@ -34,8 +34,12 @@ from .conftest import launch
 
 pytestmark = pytest.mark.django_db
 
-# SIM_DECISIONS: fewer for a quick look while working on the policy.
-DECISIONS = int(os.environ.get("SIM_DECISIONS", 2000))
+# 450 in the suite: every promise below is checked (three shifts), in about 25 s.
+# bench/learning_simulation.py runs it with thousands (SIM_DECISIONS); any size works, the
+# expectations follow the shifts worked.
+DECISIONS = int(os.environ.get("SIM_DECISIONS", 450))
+# Calls in a row decided by one approver (careful, rubber-stamper, adversary, careful...).
+SHIFT = 150
 LEARNS = {
     "bar": 30,
     "bands": [0.1, 0.25, 0.5, 1.0],
@@ -62,8 +66,6 @@ def adversarial(args: dict, rng: random.Random) -> tuple[str, dict | None]:
     return ("reject", None) if rng.random() < 0.02 else ("approve", None)
 
 
-# About 3,000 gated calls through the real decision service: minutes on a busy machine.
-@pytest.mark.timeout(900)
 def test_thousands_of_decisions_keep_the_promises(django_user_model, no_enqueue, settings):
     settings.AGENTOPS = {**settings.AGENTOPS, "GATE_SAMPLING_SEED": "simulation"}
     rng = random.Random(19)
@@ -86,7 +88,7 @@ def test_thousands_of_decisions_keep_the_promises(django_user_model, no_enqueue,
     while decided < DECISIONS:
         seq += 1
         # The shift decides who is on the queue: long stretches of one approver each.
-        who = ("careful", "stamper", "adversary")[(seq // 150) % 3]
+        who = ("careful", "stamper", "adversary")[(seq // SHIFT) % 3]
         user, script = people[who]
         if rng.random() < 0.2:
             run, tool = payer_run, transfer
@@ -122,9 +124,14 @@ def test_thousands_of_decisions_keep_the_promises(django_user_model, no_enqueue,
             )
 
     rules = list(AutoApproveRule.objects.all())
-    assert rules, "the rubber-stamper's and adversary's stretches earn rules"
-    assert auto > 0, "accepted rules approved calls"
-    assert any(r.status == AutoApproveRule.Status.REVOKED for r in rules)
+    shifts = seq // SHIFT  # whole shifts worked: what the record must show depends on them
+    if shifts >= 2:
+        assert rules, "the rubber-stamper's stretch earns rules"
+        assert auto > 0, "accepted rules approved calls"
+    if shifts >= 3:
+        assert any(r.status == AutoApproveRule.Status.REVOKED for r in rules), (
+            "the adversary's stretch contradicts a rule it earned"
+        )
 
     for rule in rules:
         _proposed_only_where_the_record_supports_it(rule)

@@ -326,3 +326,22 @@ def test_wrong_passwords_lock_the_account_out_of_the_prompt(transfer, approver, 
     login = Client().post("/accounts/login/", {"username": "arthur", "password": "pw-arthur"})
     assert login.status_code == 429
     assert "Too many failed sign-ins" in login.content.decode()
+
+
+def test_the_password_sentence_says_what_is_true_of_this_call(transfer, approver):
+    # A medium-risk irreversible call asks for the password because it is irreversible, not
+    # because it is "high-risk"; the exact call shows the amount as the number the tool gets.
+    _, approval = transfer
+    client = client_for(approver)
+    token = one_tap.token_for(approval, approver)
+    assert "high-risk" in approval.confirmation_grounds
+    Approval.objects.filter(pk=approval.pk).update(risk=Approval.Risk.MEDIUM)
+    approval.refresh_from_db()
+    assert approval.confirmation_grounds == "irreversible"
+    html = client.get(url(token)).content.decode()
+    assert "approving this irreversible call asks for it again" in html
+    assert "high-risk" not in html
+    assert "&quot;amount&quot;: 900.00" in html
+    refused = post(client, token, approval, decision="approve", password="wrong")
+    assert "to approve a irreversible call" not in refused.content.decode()
+    assert "enter your password to approve an irreversible call" in refused.content.decode()

@@ -332,20 +332,27 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     _run, approval = gated
     _other_run, other = gated_run(operator)
     Approval.objects.filter(pk=other.pk).update(risk=Approval.Risk.CRITICAL)
-    notices, rows = live.render_approval_event(approval.pk)["html"]
+    notices, rows, state = live.render_approval_event(approval.pk)["html"]
     assert 'id="nav-pending-count" class="count" hx-swap-oob="true">2<' in notices
     assert 'id="dashboard-approval-list" hx-swap-oob="true"' in notices
     assert rows.lstrip().startswith('<tbody id="approval-rows-live" hx-swap-oob="true">')
     # The whole queue, in order: the critical one first.
     assert rows.index(str(other.pk)) < rows.index(str(approval.pk))
     assert rows.count("hx-swap-oob") == 1
+    # Open decision screens get the approval's state: still open, with its deadline.
+    assert f'id="approval-state-{approval.pk}"' in state and 'data-status="pending"' in state
+    assert "data-final" not in state
 
     decisions.decide(approval.pk, user=approver, decision="approve")
-    notices, rows = live.render_approval_event(approval.pk)["html"]
+    notices, rows, state = live.render_approval_event(approval.pk)["html"]
     assert 'hx-swap-oob="true">1<' in notices
     assert str(approval.pk) not in rows and str(other.pk) in rows
-    assert f'id="approval-state-{approval.pk}" hx-swap-oob="true"' in notices
+    assert f'id="approval-state-{approval.pk}" class="approval-state"' in state
+    assert 'hx-swap-oob="true"' in state and 'data-final="approved"' in state
+    assert "by arthur" in state
     assert f'id="dash-approval-{approval.pk}"' not in notices
+    # Without an approval (a queue page connecting) there is no screen state to send.
+    assert len(live.render_approval_event(None)["html"]) == 2
 
 
 # --- statistics --------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ def test_a_hanging_supplier_times_out_and_the_agent_asks_the_next(operator, no_e
     started = time.monotonic()
     assert engine.advance(run.pk, time_slice=60) == Run.Status.SUCCEEDED
     took = time.monotonic() - started
-    assert took < 2 * 2.5 + 1.5  # two 2 s deadlines and their grace, not the 30 s hang
+    # Two 2 s deadlines and their grace (about 6.5 s), not the supplier's 30 s hang: the margin
+    # is for a loaded machine; the error below says which deadline fired.
+    assert took < 25
     slow, fast = [s.data for s in run.steps.filter(kind="tool").order_by("seq")]
     assert slow["is_error"] and slow["attempts"] == 2
     assert slow["error"] == "check_supplier_stock timed out after 2s (after 2 attempts)"

@@ -41,7 +41,8 @@ def test_the_card_shows_the_lookup_and_a_high_risk_approve_confirms_its_effect(s
     assert order["id"] == 42 and "total" in order
     seqs = [int(s) for s in items.evaluate_all("els => els.map(e => e.dataset.seq)")]
     assert seqs == sorted(seqs, reverse=True)
-    expect(page.locator("#evidence")).to_contain_text("If nobody decides by")
+    # Said once, where the decision is made (the decision bar), not again under the evidence.
+    expect(page.locator("#on-expiry")).to_contain_text("If nobody decides by")
     expect(page.locator("#call-effect")).to_contain_text("Refund 600.00 on order 42")
     screenshot(page, "approval-evidence")
 
@@ -114,8 +115,12 @@ def test_bidi_and_zero_width_characters_are_visibly_marked(server, login, spoofe
         page = approver.page
         scope = page.locator("#evidence" if name == "approval" else "#timeline")
         if name != "approval":
-            # The timeline folds a long result; its summary says it hides characters.
-            flagged = scope.locator("details:has(.hidden-chars-flag) > summary")
+            # The step's line says it hides characters and comes unfolded; inside, the long
+            # result is folded and its summary says so too.
+            expect(scope.locator(".step-fold:has(.hidden-chars-flag)").first).to_have_attribute(
+                "open", ""
+            )
+            flagged = scope.locator("details:not(.step-fold):has(.hidden-chars-flag) > summary")
             expect(flagged.first).to_contain_text("contains hidden characters")
             for summary in flagged.all():
                 summary.click()

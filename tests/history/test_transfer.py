@@ -12,6 +12,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 
+from history import transfer
 from history.transfer import ImportRefused, import_run
 from runs.models import Run, Step
 
@@ -120,10 +121,24 @@ def _text(lines: list[dict]) -> str:
     return "\n".join(json.dumps(line) for line in lines)
 
 
+def _spliced(lines: list[dict]) -> None:
+    """Step #3 chained to a foreign step, with its own hash and every later one recomputed:
+    each step's hash is its content's, only the link to step #2 is wrong."""
+    run = transfer._run(lines[0]["run"])
+    lines[3]["prev_hash"] = "f" * 64
+    for i in range(3, len(lines)):
+        if "seq" not in lines[i]:
+            break
+        if i > 3:
+            lines[i]["prev_hash"] = lines[i - 1]["hash"]
+        lines[i]["hash"] = transfer._step(run, lines[i]).compute_hash()
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         (lambda ls: ls[3]["data"].update(args={"order_id": 1}), "step #3 was changed"),
+        (_spliced, "step #3 is not chained"),
         (lambda ls: ls.pop(2), "step #2 is missing"),
         (lambda ls: [ls.pop(i) for i in range(len(ls) - 1, 0, -1) if "seq" in ls[i]][:1], "holds"),
         (lambda ls: ls[0].pop("run"), "does not start with a run record"),

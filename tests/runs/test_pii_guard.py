@@ -134,8 +134,10 @@ def test_a_gated_call_shows_the_findings_and_runs_once_approved(start, plain_use
     engine.advance(run.pk, time_slice=30)
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
-    # Approved as shown: the real number went out (the approver saw it on the card).
-    assert harness.tool_steps(run, "t_notify")[0]["args"] == {"to": "call +44 20 7946 0958"}
+    # Approved as shown: the real number went out (the approver saw it on the card; the ledger
+    # keeps the call made), while the timeline keeps it masked.
+    assert SideEffect.objects.get(run=run, tool="t_notify").args == {"to": "call +44 20 7946 0958"}
+    assert harness.tool_steps(run, "t_notify")[0]["args"] == {"to": "call +44 ** **** **58"}
 
 
 def test_an_output_is_redacted(start):
@@ -203,3 +205,48 @@ def test_a_held_output_no_policy_asks_about_ends_the_run_blocked(start, monkeypa
     run, _ = start(PiiPolicy(on_output="gate"), [[text(f"Write to {MAIL}.")]])
     assert run.termination_reason == Run.Termination.BLOCKED, run.status_detail
     assert run.output == "" and "never put to a person" in run.status_detail
+
+
+def test_personal_data_is_masked_on_every_surface_and_the_chain_still_verifies(
+    start, viewer, approver, client
+):
+    # The model says the card and the phone in its own words and puts the phone in a gated
+    # call: the timeline keeps them masked, so the run page, its live frames (the same step
+    # fragment), the steps API, both exports, the approval's evidence and notifications all
+    # show the masked form. The decision card shows the call itself, once, to its decider.
+    from approvals import notify
+
+    phone = "+44 20 7946 0958"
+    run, _ = start(
+        PiiPolicy(on_tool_args="gate"),
+        [
+            [text(f"Card {CARD}, phone {phone}."), tool_use("t_notify", to=f"call {phone}")],
+            [text("Sent.")],
+        ],
+    )
+    assert run.status == Run.Status.WAITING
+    assert run.verify_chain() == (True, None)
+    stored = str(list(run.steps.values_list("data", flat=True)))
+    assert CARD not in stored and phone not in stored
+    assert "**** **** **** 4242" in stored and "+44 ** **** **58" in stored
+
+    client.force_login(viewer)
+    surfaces = {
+        "run page": f"/runs/{run.pk}/",
+        "steps API": f"/api/runs/{run.pk}/steps",
+        "export JSON": f"/runs/{run.pk}/export.json",
+        "export JSONL": f"/runs/{run.pk}/export.jsonl",
+    }
+    approval = Approval.objects.get(run=run)
+    for name, url in surfaces.items():
+        response = client.get(url)
+        assert response.status_code == 200, name
+        body = b"".join(response) if response.streaming else response.content
+        assert CARD not in body.decode() and "7946 0958" not in body.decode(), name
+    client.force_login(approver)
+    card = client.get(f"/approvals/{approval.pk}/").content.decode()
+    evidence = card[card.index('id="evidence"') :]
+    assert CARD not in evidence and "7946 0958" not in evidence
+    assert "7946 0958" in card[: card.index('id="evidence"')]  # the call, for the decision
+    assert "7946 0958" not in str(notify.payload(approval))
+    assert "7946 0958" not in str(notify.slack_payload(approval))

@@ -90,6 +90,15 @@ def test_a_run_id_finds_its_run(search, runs):
     assert search(str(runs["queued"].pk)) == {"queued"}
 
 
+def test_the_short_id_the_ui_shows_finds_its_run(search, runs):
+    # Pages show a run by the first 8 characters of its id: pasting them finds it.
+    short = str(runs["queued"].pk)[:8]
+    assert search(short) == {"queued"}
+    assert search(short.upper()) == {"queued"}
+    assert search(str(runs["queued"].pk)[:13]) == {"queued"}  # with the dash
+    assert search(short, "runs:audit") == {"queued"}
+
+
 @pytest.mark.parametrize(
     "q",
     [

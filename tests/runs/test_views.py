@@ -625,3 +625,45 @@ def test_dashboard_charts_count_runs_and_cost(client, viewer, operator, no_enque
     assert tallest.y == 0 and tallest.height == 104  # the peak fills the plot
     # The third chart, time to decision, comes from the approvals tag library.
     assert "Time to decision, 7 days" in response.content.decode()
+
+
+def _gate_and_error(run: Run, *, needle: str) -> None:
+    from django.db import transaction
+
+    with transaction.atomic():
+        locked = Run.locked(run.pk)
+        locked.append_step(
+            Step.Kind.GATE,
+            {"tool": "email_report", "args": {"to": needle}, "risk": "medium", "explanation": "x"},
+        )
+        locked.append_step(
+            Step.Kind.TOOL,
+            {"tool": "run_query", "args": {}, "is_error": True, "error": "boom", "attempts": 1},
+        )
+
+
+def test_the_timeline_filters_by_kind_and_searches_the_whole_run(
+    client, viewer, run, django_assert_max_num_queries
+):
+    # A long run: a gate and an error far back, well before the 50 steps the page shows.
+    add_steps(run, 10)
+    _gate_and_error(run, needle="needle@example.com")
+    add_steps(run, 200)
+    client.force_login(viewer)
+    url = reverse("runs:detail", args=[run.pk])
+    page = client.get(url).content.decode()
+    # One line per step: each is a folded <details> whose summary says kind and duration.
+    assert page.count('<details class="step-fold"') == 50
+    assert 'data-cat="tool"' in page and 'class="dur-bar" data-bucket="' in page
+    with django_assert_max_num_queries(10):
+        gates = client.get(url, {"kind": "gate"}).content.decode()
+    assert gates.count('class="step ') == 1 and 'data-kind="gate"' in gates
+    assert 'id="timeline-filtered"' in gates and "ws-connect" not in gates.split("<main>")[1]
+    errors = client.get(url, {"kind": "error"}).content.decode()
+    assert errors.count('class="step ') == 1 and "data-error" in errors
+    found = client.get(url, {"q": "NEEDLE@example"}).content.decode()
+    assert found.count('class="step ') == 1 and "needle@example.com" in found
+    assert (
+        client.get(url, {"kind": "model", "q": "thinking 3"}).content.decode().count('class="step ')
+        == 5
+    )  # the model steps "thinking 30", 32, 34, 36 and 38 (odd ones are tool steps)

@@ -19,6 +19,7 @@ from django.core.management.commands.runserver import naiveip_re
 from django.db import connections
 
 from agentops import embedded
+from agentops.logs import redact_secrets
 from demo import shop
 from runs import events
 
@@ -57,6 +58,10 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         addr, port = parse_addrport(options["addrport"])
         quiet = max(0, options["verbosity"] - 1)
+        if not os.environ.get("AGENTOPS_PUBLIC_URL"):
+            # Links this server hands out (one-tap e-mails, callback URLs, webhook answers)
+            # point at where it listens, not at the default port.
+            settings.AGENTOPS["PUBLIC_URL"] = public_url(addr, port)
 
         call_command("migrate", interactive=False, verbosity=quiet)
         shop.ensure()
@@ -150,6 +155,8 @@ class Command(BaseCommand):
         model = "Claude (ANTHROPIC_API_KEY)" if settings.ANTHROPIC_API_KEY else "scripted"
         lines += [
             f"  model: {model}",
+            f"  links in e-mails and callbacks: {settings.AGENTOPS['PUBLIC_URL']}"
+            + ("" if os.environ.get("AGENTOPS_PUBLIC_URL") else " (set AGENTOPS_PUBLIC_URL)"),
             "",
             "  demo logins:",
             describe_logins(logins),
@@ -168,12 +175,22 @@ class Command(BaseCommand):
             self.stdout.write(text)
 
     def _log_action(self, protocol: str, action: str, details: dict) -> None:
+        # A one-tap link's path carries its token: never written out.
+        path = redact_secrets(str(details.get("path", "")))
         if protocol == "http" and action == "complete":
             self._say(
-                "HTTP {method} {path} {status} [{time_taken:.2f}, {client}]".format(**details)
+                "HTTP {method} {path} {status} [{time_taken:.2f}, {client}]".format(
+                    **{**details, "path": path}
+                )
             )
         elif protocol == "websocket" and action in ("connected", "disconnected", "rejected"):
-            self._say(f"WebSocket {action.upper()} {details['path']} [{details['client']}]")
+            self._say(f"WebSocket {action.upper()} {path} [{details['client']}]")
+
+
+def public_url(addr: str, port: int) -> str:
+    """The URL of a server bound to addr:port, for links (a wildcard address: this machine)."""
+    host = "127.0.0.1" if addr in ("0.0.0.0", "", "::") else addr  # noqa: S104
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def parse_addrport(value: str) -> tuple[str, int]:

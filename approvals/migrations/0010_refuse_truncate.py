@@ -27,7 +27,7 @@ def backwards(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0008_learning_policy"),
+        ("approvals", "0009_approval_watch"),
         # The function the triggers call.
         ("runs", "0013_refuse_truncate"),
     ]

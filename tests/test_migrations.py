@@ -1,0 +1,124 @@
+"""Migrations run on data and run backwards: a data migration is checked on the rows it was
+written for (migrate to the one before, insert, migrate, assert), and every app of ours goes
+to zero and back, so the backward paths (the append-only triggers' included) are run too.
+On SQLite and, in CI's second pass, on Postgres."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.db.utils import DatabaseError
+from django.utils import timezone
+
+from tests.conftest import on_postgres
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Apps with migrations of ours, dependents first (migrating an app to zero takes what depends
+# on it along).
+OUR_APPS = ["triggers", "gateway", "demo", "approvals", "runs"]
+
+
+def _run(Run, **fields):
+    return Run.objects.create(
+        agent="refund-desk",
+        agent_config={},
+        provider="scripted",
+        max_steps=10,
+        max_cost_usd=Decimal("1"),
+        max_seconds=600,
+        max_consecutive_errors=3,
+        **fields,
+    )
+
+
+def test_runs_0004_backfills_outcome_counters_summary_and_waiting_time(migrator):
+    old = migrator.apply_initial_migration(("runs", "0003_steps_append_only"))
+    Run, Step = old.apps.get_model("runs", "Run"), old.apps.get_model("runs", "Step")
+    t0 = timezone.now() - timedelta(hours=1)
+    run = _run(
+        Run,
+        input={"order_id": 13, "amount": "689.00", "reason": "damaged   lid"},
+        status="succeeded",
+        termination_reason="completed",
+    )
+    timeline = [
+        ("status", {"from": "running", "to": "waiting"}, 0),
+        ("decision", {"status": "approved", "edited_args": {"amount": "500"}}, 90),
+        ("status", {"from": "waiting", "to": "queued"}, 90),
+        ("tool", {"tool": "issue_refund", "is_error": True, "error": "refund API timed out"}, 100),
+        ("status", {"from": "running", "to": "waiting"}, 110),
+        ("decision", {"status": "rejected", "reason": "no"}, 140),
+        ("status", {"from": "waiting", "to": "queued"}, 140),
+        ("tool", {"tool": "send_email", "is_error": True, "error": "rejected by arthur: no"}, 141),
+        ("decision", {"status": "answered", "answer": "order 13"}, 150),
+        ("decision", {"status": "expired"}, 160),
+        ("decision", {"status": "approved", "edited_args": None}, 170),
+        ("status", {"from": "running", "to": "waiting"}, 180),  # still waiting at the end
+    ]
+    for seq, (kind, data, at) in enumerate(timeline, start=1):
+        Step.objects.create(
+            run=run, seq=seq, kind=kind, data=data, created_at=t0 + timedelta(seconds=at), hash="h"
+        )
+    untouched = _run(Run, input=[], status="queued")
+
+    new = migrator.apply_tested_migration(("runs", "0004_run_outcome_and_working_time"))
+    Run = new.apps.get_model("runs", "Run")
+    run = Run.objects.get(pk=run.pk)
+    assert (run.approved_count, run.edited_count, run.rejected_count) == (1, 1, 1)
+    assert (run.answered_count, run.expired_count) == (1, 1)
+    assert run.tool_failed_count == 1  # the timeout; the rejected e-mail is not a failure
+    assert run.seconds_waited == pytest.approx(90 + 30)
+    assert run.waiting_since == t0 + timedelta(seconds=180)
+    # The input's fields in the order the database keeps them (jsonb sorts keys).
+    assert set(run.input_summary.split(" · ")) == {
+        "order id 13",
+        "amount 689.00",
+        "reason damaged lid",
+    }
+    untouched = Run.objects.get(pk=untouched.pk)
+    assert (untouched.approved_count, untouched.seconds_waited, untouched.input_summary) == (
+        0,
+        0,
+        "",
+    )
+
+
+def _tables() -> set[str]:
+    return set(connection.introspection.table_names())
+
+
+def _trigger_names() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
+        return {name for (name,) in cursor.fetchall()}
+
+
+def test_every_app_of_ours_migrates_to_zero_and_back():
+    before = _tables()
+    for app in OUR_APPS:
+        call_command("migrate", app, "zero", verbosity=0)
+    left = {t for t in _tables() if t.split("_", 1)[0] in OUR_APPS}
+    assert left == set(), f"tables left after migrating to zero: {sorted(left)}"
+    call_command("migrate", verbosity=0)
+    assert _tables() == before
+
+
+@on_postgres
+def test_the_append_only_triggers_go_with_their_migrations_and_come_back():
+    triggers = {"runs_step_append_only"}
+    assert triggers <= _trigger_names()
+    call_command("migrate", "runs", "0002", verbosity=0)
+    assert not triggers & _trigger_names()
+    call_command("migrate", verbosity=0)
+    assert triggers <= _trigger_names()
+
+    # And they work again: a step can be written, never rewritten.
+    from runs.models import Run, Step
+
+    run = _run(Run, input={}, status="queued")
+    step = Step.objects.create(run=run, seq=1, kind="status", data={"to": "queued"}, hash="h")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        Step.objects.filter(pk=step.pk).update(data={"to": "running"})
