@@ -1,9 +1,38 @@
-from django.contrib import admin
+import logging
+
+from axes.utils import reset as reset_sign_in_failures
+from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 
 from .models import ApiToken, User
 
-admin.site.register(User, UserAdmin)
+log = logging.getLogger("agentops.security")
+
+
+@admin.register(User)
+class AgentopsUserAdmin(UserAdmin):
+    actions = ["unlock_sign_in"]
+
+    @admin.action(description="Unlock sign-in (forget failed attempts)")
+    def unlock_sign_in(self, request, queryset) -> None:
+        """What an admin does for someone locked out (django-axes): every recorded failure
+        of those usernames, from any address, is forgotten; the unlock is audited."""
+        removed = 0
+        for user in queryset:
+            count = reset_sign_in_failures(username=user.get_username())
+            removed += count
+            log.warning(
+                "sign-in unlocked: username %r by %s (%d attempt records removed)",
+                user.get_username(),
+                request.user.get_username(),
+                count,
+                extra={"security_event": "unlock", "username": user.get_username()},
+            )
+        self.message_user(
+            request,
+            f"Unlocked {queryset.count()} account(s) ({removed} attempt record(s) removed).",
+            messages.SUCCESS,
+        )
 
 
 @admin.register(ApiToken)

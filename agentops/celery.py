@@ -1,7 +1,7 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import setup_logging, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
@@ -16,3 +16,10 @@ def preload_model_sdk(**kwargs) -> None:
     needs it), it was imported by the first burst of runs' threads all at once: 20 ms of CPU
     per call and +150 MB of memory in the first round of bench/model_latency.py."""
     import agentops.llm.anthropic  # noqa: F401
+
+
+@setup_logging.connect
+def keep_django_logging(**kwargs) -> None:
+    """A receiver here tells Celery not to configure logging itself: the worker and beat keep
+    the settings' LOGGING (one JSON object per line with LOG_FORMAT=json), instead of
+    Celery's own plain-text handler on the root logger."""

@@ -20,6 +20,7 @@ from agentops.celery import app as default_app
 from approvals import decisions
 from approvals import tasks as approval_tasks
 from runs import chains, engine, pending, queue, rate_limits
+from runs import tasks as run_tasks
 from runs.models import Run
 from triggers import scheduler
 
@@ -41,7 +42,7 @@ class Embedded:
     stopped: bool = field(default=False)
 
 
-def start(*, concurrency: int, sweep_interval: float = SWEEP_INTERVAL_SECONDS) -> Embedded:
+def start(*, concurrency: int, sweep_interval: float | None = None) -> Embedded:
     """Start the worker (returns once it consumes) and the sweeps. Idempotent."""
     global _running
     if _running is not None and not _running.stopped:
@@ -49,7 +50,7 @@ def start(*, concurrency: int, sweep_interval: float = SWEEP_INTERVAL_SECONDS) -
     if settings.EMBEDDED:
         recover_lost_messages()
     worker, thread = start_worker(concurrency=concurrency)
-    sweeps = Sweeps(interval=sweep_interval)
+    sweeps = Sweeps(interval=sweep_interval or min(SWEEP_INTERVAL_SECONDS, settings.SWEEP_SECONDS))
     sweeps.start()
     _running = Embedded(worker=worker, worker_thread=thread, sweeps=sweeps, concurrency=concurrency)
     return _running
@@ -134,23 +135,30 @@ class Sweeps(threading.Thread):
 
     def sweep_once(self) -> None:
         try:
-            requeued = engine.sweep()
-            if requeued:
-                log.info("sweep re-enqueued %d run(s)", requeued)
-            expired = decisions.expire_due()
-            if expired:
-                log.info("expired %d approval(s)", expired)
-            escalated = approval_tasks.escalate_approvals()
-            if escalated:
-                log.info("escalated %d approval(s)", escalated)
-            chains.sweep()
-            pending.sweep()
-            rate_limits.sweep()
-            launched = scheduler.launch_due_schedules()
-            if launched:
-                log.info("launched %d scheduled run(s)", launched)
+            # Fast connection checkouts, tried again: after a Postgres restart the sweep is
+            # what brings runs back, and must not sit 30 s on a pool that cannot connect.
+            run_tasks.sweep_all(self._sweep)
         except Exception:
             log.exception("embedded sweep failed")
         finally:
             # This thread is not a request: give back its connection between sweeps.
             connections.close_all()
+
+    @staticmethod
+    def _sweep() -> int:
+        requeued = engine.sweep()
+        if requeued:
+            log.info("sweep re-enqueued %d run(s)", requeued)
+        expired = decisions.expire_due()
+        if expired:
+            log.info("expired %d approval(s)", expired)
+        escalated = approval_tasks.escalate_approvals()
+        if escalated:
+            log.info("escalated %d approval(s)", escalated)
+        chains.sweep()
+        pending.sweep()
+        rate_limits.sweep()
+        launched = scheduler.launch_due_schedules()
+        if launched:
+            log.info("launched %d scheduled run(s)", launched)
+        return requeued

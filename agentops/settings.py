@@ -5,6 +5,7 @@ inside the web process, the in-memory channel layer. Production: set DATABASE_UR
 REDIS_URL (and SECRET_KEY, ALLOWED_HOSTS, DEBUG=false).
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -40,6 +41,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "axes",
     "accounts",
     "runs",
     "approvals",
@@ -64,6 +66,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: turns a sign-in refused for too many failures into the lockout page (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -120,6 +124,27 @@ else:
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
+# django-axes first: it refuses a locked-out sign-in before a password is even checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Sign-in throttling (django-axes): the login page, the admin's and the one-tap password
+# prompt. After AXES_FAILURE_LIMIT failures for one username from one address, that pair is
+# locked for AXES_COOLOFF_MINUTES (each failure while locked starts the wait again); an
+# admin unlocks at once (Users: "Unlock sign-in", or delete its Access attempt).
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "accounts.lockouts.locked_out_response"
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+# The client's address is the socket's unless a proxy count is given: a client-sent
+# X-Forwarded-For must not make every attempt come from a new address.
+AXES_IPWARE_PROXY_COUNT = env.int("AXES_PROXY_COUNT", default=None)
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if AXES_IPWARE_PROXY_COUNT else ("REMOTE_ADDR",)
+)
 
 # --- broker, channel layer ----------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -168,8 +193,12 @@ CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=100)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# How often the sweep looks for runs whose lease expired or whose message was lost: at most
+# half a lease, so a dead worker's run is taken over within 1.5 leases (15 s by default).
+_LEASE_SECONDS = env.float("AGENTOPS_LEASE_SECONDS", default=60.0)
+SWEEP_SECONDS = env.float("AGENTOPS_SWEEP_SECONDS", default=min(15.0, _LEASE_SECONDS / 2))
 CELERY_BEAT_SCHEDULE = {
-    "sweep-expired-leases": {"task": "runs.tasks.sweep", "schedule": 15.0},
+    "sweep-expired-leases": {"task": "runs.tasks.sweep", "schedule": SWEEP_SECONDS},
     "expire-approvals": {"task": "approvals.tasks.expire_approvals", "schedule": 30.0},
     "escalate-approvals": {"task": "approvals.tasks.escalate_approvals", "schedule": 30.0},
     "launch-due-schedules": {"task": "triggers.tasks.launch_due_schedules", "schedule": 15.0},
@@ -181,7 +210,10 @@ AGENTOPS = {
     # share workers fairly and a deploy never waits on a long task.
     "TIME_SLICE_SECONDS": env.float("AGENTOPS_TIME_SLICE_SECONDS", default=5.0),
     # A claimed run's lease; a live worker renews it, the sweep re-enqueues expired ones.
-    "LEASE_SECONDS": env.float("AGENTOPS_LEASE_SECONDS", default=60.0),
+    "LEASE_SECONDS": _LEASE_SECONDS,
+    # A queued run not sent for this long is sent again by the sweep (its message may have
+    # been lost in a broker outage); empty: half of LEASE_SECONDS.
+    "QUEUED_RESEND_SECONDS": env.float("AGENTOPS_QUEUED_RESEND_SECONDS", default=None),
     "LLM_TIMEOUT_SECONDS": env.float("AGENTOPS_LLM_TIMEOUT_SECONDS", default=60.0),
     "LLM_MAX_RETRIES": env.int("AGENTOPS_LLM_MAX_RETRIES", default=3),
     "RUN_MAX_RETRIES": env.int("AGENTOPS_RUN_MAX_RETRIES", default=10),
@@ -195,12 +227,19 @@ AGENTOPS = {
     "NOTIFY_EMAIL": env.bool("AGENTOPS_NOTIFY_EMAIL", default=True),
     # Comma-separated; "slack+https://..." or a hooks.slack.com URL gets a Slack payload.
     "WEBHOOK_URLS": env.list("AGENTOPS_WEBHOOK_URLS", default=[]),
-    # HMAC-SHA256 key for X-Agentops-Signature; generic webhooks are not sent without it.
-    "WEBHOOK_SECRET": env.str("AGENTOPS_WEBHOOK_SECRET", default=""),
+    # The key that signs approval webhooks (agentops/signing.py, Standard Webhooks); generic
+    # webhooks are not sent without it. Comma-separated while rotating: every key signs
+    # (several v1 signatures), so a receiver holding either one accepts.
+    "WEBHOOK_SECRET": env.list("AGENTOPS_WEBHOOK_SECRET", default=[]),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("AGENTOPS_WEBHOOK_TIMEOUT_SECONDS", default=5.0),
-    # Incoming webhooks (triggers/signing.py): a signed timestamp further than this from now,
-    # past or future, is refused, so a captured request cannot be replayed later.
+    # Incoming webhooks (agentops/signing.py): a signed timestamp further than this from now,
+    # past or future, is refused, and a delivery id already accepted never launches again.
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),
+    # Deprecated: the scheme before Standard Webhooks (X-Agentops-Signature: sha256=<hex>).
+    # While true, incoming requests signed with it are accepted (each logged as deprecated)
+    # and outgoing ones carry its headers beside the new ones. Set false once senders and
+    # receivers have moved; it will be removed.
+    "WEBHOOK_LEGACY_SIGNATURES": env.bool("AGENTOPS_WEBHOOK_LEGACY_SIGNATURES", default=True),
     # Rubber-stamp guard: decisions made faster than this after opening are flagged.
     "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
     # The Slack app (approvals/slack.py): on only when the token, the signing secret and the
@@ -319,5 +358,13 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
-    "loggers": {"agentops": {"level": env.str("LOG_LEVEL", default="INFO")}},
+    "loggers": {
+        "agentops": {"level": env.str("LOG_LEVEL", default="INFO")},
+        # Django's own defaults give these loggers handlers of their own (plain text, and
+        # in DEBUG a second copy of every django.request warning): here they only pass
+        # their records on to the root's handler, so each line is written once, in the
+        # format asked for.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.server": {"handlers": [], "level": "INFO", "propagate": True},
+    },
 }

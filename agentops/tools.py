@@ -7,6 +7,7 @@ validated before anything runs; bad arguments become an error result the model s
 import copy
 import enum
 import functools
+import hashlib
 import inspect
 import json
 import time
@@ -239,7 +240,27 @@ class Tool:
             "timeout_seconds": self.timeout_seconds,
             "on_reject": self.on_reject,
             "input_schema": self.input_schema(),
+            "fingerprint": self.fingerprint(),
         }
+
+    def fingerprint(self) -> str:
+        """What the tool is, as code: a hash of its function's source and its input schema.
+        Recorded with each run (its snapshot), so a replay can tell a tool whose code changed
+        since the run from one that did not (history/replay.py)."""
+        schema = json.dumps(self.input_schema(), sort_keys=True, default=str)
+        return hashlib.sha256(f"{_code_of(self.fn)}\n{schema}".encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_of(fn: Callable[..., Any]) -> str:
+    target = inspect.unwrap(fn)
+    try:
+        return inspect.getsource(target)
+    except (OSError, TypeError):  # built in, or made at run time: its bytecode and constants
+        code = getattr(target, "__code__", None)
+        if code is None:
+            return repr(target)
+        return f"{code.co_code.hex()}|{code.co_consts!r}|{code.co_names!r}"
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class ApprovalsConfig(AppConfig):
@@ -10,8 +11,11 @@ class ApprovalsConfig(AppConfig):
         from runs import engine
         from runs.models import Run, run_cancelled
 
-        from . import decisions, gates, tasks
+        from . import decisions, gate_config, gates, tasks
         from .models import Approval
+
+        # A gate configuration that names what is not there refuses to start (check, up).
+        checks.register(gate_config.check_catalogue)
 
         # The engine asks the gate policy through an interface it owns (runs.engine.gates).
         engine.use_gates(gates)

@@ -7,6 +7,7 @@ the caller). Approvers are notified (approvals/tasks.py) once that transaction c
 """
 
 import hashlib
+import logging
 import random
 from datetime import timedelta
 
@@ -24,6 +25,7 @@ from . import learning, policy, tasks
 from .models import Approval, RuleHit
 
 ASK_OPERATOR = "ask_operator"
+log = logging.getLogger("agentops.gates")
 
 # Sampling draws from the OS: the model cannot predict which borderline calls are reviewed.
 # Tests pass a seeded random.Random to gate_for_call (or replace this), or set
@@ -65,7 +67,29 @@ def gate_for_call(
 
     `response` is the model turn that proposed the call: its stated confidence (see
     policy.model_confidence) can add a gate, and its text is the approver's context.
+
+    Fails closed: a policy that raises (rules it cannot read, a learned rule that cannot be
+    looked up) gates the call, and the approval says why.
     """
+    try:
+        return _gate_for_call(run, item, tool, response, rng)
+    except Exception as exc:
+        log.exception("run %s: the gate policy failed on %s; a person decides", run.pk, tool.name)
+        return {
+            "kind": Approval.Kind.ACTION,
+            "tool": tool.name,
+            "explanation": (
+                f"the gate policy could not decide ({type(exc).__name__}: {exc}); "
+                "gated, as every call is when its policy fails"
+            )[:1000],
+            "risk": Blast.HIGH.label,
+            "context": (getattr(response, "text", "") or "")[:4000],
+        }
+
+
+def _gate_for_call(
+    run: Run, item: dict, tool: Tool, response, rng: random.Random | None
+) -> dict | None:
     if tool.name == ASK_OPERATOR:
         return {
             "kind": Approval.Kind.QUESTION,
@@ -121,7 +145,13 @@ def _learned(
         return gate
     if not learning.eligible(tool, run.agent_config.get("gates", {}), verdict.risk):
         return gate
-    rule = learning.covering_rule(run.agent, tool, item["args"], verdict.risk)
+    try:
+        rule = learning.covering_rule(run.agent, tool, item["args"], verdict.risk)
+    except Exception as exc:
+        # A rule that cannot be evaluated approves nothing: the table's gate stands.
+        log.exception("run %s: learned rules for %s could not be evaluated", run.pk, tool.name)
+        gate["explanation"] += f" (learned rules not applied: {type(exc).__name__})"
+        return gate
     if rule is None:
         return gate
     rate = policy._rate(learns.get("check_rate"))

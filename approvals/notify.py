@@ -17,26 +17,27 @@ Settings (settings.AGENTOPS, from the environment):
   hooks.slack.com, or written with a "slack+" prefix ("slack+https://chat.example/hook", the
   prefix is dropped before sending), gets a Slack-compatible {"text", "blocks"} payload;
   every other URL gets the JSON payload built by `payload()`.
-- WEBHOOK_SECRET (AGENTOPS_WEBHOOK_SECRET): the HMAC key. Without it, generic webhooks are not
-  sent (an unsigned approval feed would let anyone forge one); Slack URLs, whose secret is the
-  URL itself, still are.
+- WEBHOOK_SECRET (AGENTOPS_WEBHOOK_SECRET): the signing key, or several comma-separated while
+  rotating (each signs). Without it, generic webhooks are not sent (an unsigned approval feed
+  would let anyone forge one); Slack URLs, whose secret is the URL itself, still are.
 - PUBLIC_URL (AGENTOPS_PUBLIC_URL): where links in messages point.
 
-Signature (every webhook, Slack ones included):
-    X-Agentops-Timestamp: <unix seconds when this attempt was sent>
-    X-Agentops-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<raw body bytes>")>
-    X-Agentops-Delivery: <id, the same on every retry of one delivery>
-The timestamp is inside the MAC, so it cannot be replaced: a receiver recomputes the MAC over
-the raw body it got, compares with hmac.compare_digest, rejects timestamps older than a few
-minutes (a captured request cannot be replayed later), and ignores a delivery id it has seen
-(a retry after a lost response is not a second request).
+Signature (every webhook, Slack ones included): Standard Webhooks, by agentops/signing.py,
+the module every signed request of agentops goes through:
+    webhook-id: <id, the same on every retry of one delivery>
+    webhook-timestamp: <unix seconds when this attempt was sent>
+    webhook-signature: v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<raw body bytes>")> …
+A receiver checks it with any Standard Webhooks library (`Webhook(key).verify(body,
+headers)`), which rejects timestamps older than a few minutes, and ignores an id it has seen
+(a retry after a lost response is not a second request). While
+AGENTOPS_WEBHOOK_LEGACY_SIGNATURES is true (deprecated) the older headers are sent beside
+them: X-Agentops-Timestamp, X-Agentops-Signature (sha256=<hex HMAC over
+"<timestamp>.<body>">) and X-Agentops-Delivery (the id).
 """
 
 import hashlib
-import hmac
 import json
 import logging
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -49,14 +50,14 @@ from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
 from accounts.models import Role
+from agentops import signing
 
 from . import one_tap
 from .models import Approval, Delegation
 
 log = logging.getLogger("agentops.notify")
 
-SIGNATURE_HEADER = "X-Agentops-Signature"
-TIMESTAMP_HEADER = "X-Agentops-Timestamp"
+# Sent beside the Standard Webhooks headers while the legacy scheme is on (deprecated).
 DELIVERY_HEADER = "X-Agentops-Delivery"
 EVENT = "approval.requested"
 SLACK_PREFIX = "slack+"
@@ -304,20 +305,12 @@ def _send(approval: Approval, recipients: list, *, subject: str, key: str, intro
 
 
 # --- webhooks --------------------------------------------------------------------------------
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
-
-
-def verify(
-    secret: str, timestamp: str, body: bytes, signature: str, *, max_age: float = 300
-) -> bool:
-    """What a receiver does (and what the tests check)."""
-    try:
-        fresh = abs(time.time() - int(timestamp)) <= max_age
-    except ValueError:
-        return False
-    return fresh and hmac.compare_digest(sign(secret, timestamp, body), signature)
+def signing_keys() -> list[str]:
+    """AGENTOPS_WEBHOOK_SECRET: one key, or several while rotating (every one signs)."""
+    keys = _cfg("WEBHOOK_SECRET")
+    if isinstance(keys, str):
+        keys = keys.split(",")
+    return [key.strip() for key in keys if key.strip()]
 
 
 def target(url: str) -> tuple[str, bool]:
@@ -347,21 +340,20 @@ def deliver_webhook(approval_id: str, url: str) -> int:
     post_to, slack = target(url)
     if urlsplit(post_to).scheme not in ("http", "https"):
         raise DeliveryRefused(f"webhook URL must be http(s): {post_to!r}")
-    secret = _cfg("WEBHOOK_SECRET")
-    if not secret and not slack:
+    keys = signing_keys()
+    if not keys and not slack:
         raise DeliveryRefused("AGENTOPS_WEBHOOK_SECRET is not set; generic webhooks are not sent")
     body = json.dumps(
         slack_payload(approval) if slack else payload(approval), ensure_ascii=False
     ).encode()
-    timestamp = str(int(time.time()))
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "agentops-webhook/1",
-        TIMESTAMP_HEADER: timestamp,
-        DELIVERY_HEADER: delivery_id(approval.pk, url),
-    }
-    if secret:
-        headers[SIGNATURE_HEADER] = sign(secret, timestamp, body)
+    message_id = delivery_id(approval.pk, url)
+    headers = {"Content-Type": "application/json", "User-Agent": "agentops-webhook/1"}
+    if keys:
+        headers.update(signing.sign(keys, message_id, body))
+        if signing.legacy_accepted():
+            headers[DELIVERY_HEADER] = message_id
+    else:  # a Slack URL without a key: still one id for every retry
+        headers[signing.ID_HEADER] = message_id
     request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked above)
     try:
         with _opener.open(request, timeout=_cfg("WEBHOOK_TIMEOUT_SECONDS")) as response:

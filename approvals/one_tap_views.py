@@ -3,6 +3,7 @@ what a link is and why it is safe). The same card as the full screen, sized for 
 the exact call, its effect, the evidence, the risk; Approve / Reject (and Answer for a
 question). Decisions go through `approvals.decisions.decide` like every other one."""
 
+from django.contrib.auth import authenticate
 from django.contrib.auth.decorators import login_required
 from django.core import signing
 from django.db import transaction
@@ -38,9 +39,7 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
     decision = request.POST.get("decision", "")
     if decision not in CHOICES:
         return _page(request, approval, status=422, message="Choose approve, reject or answer.")
-    if one_tap.needs_password(approval, decision) and not request.user.check_password(
-        request.POST.get("password", "")
-    ):
+    if one_tap.needs_password(approval, decision) and not _password_confirms(request):
         one_tap.password_failed(link)
         return _page(
             request,
@@ -68,6 +67,18 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
         approval.refresh_from_db()
         return _page(request, approval, status=exc.status, message=str(exc))
     return _page(request, outcome, status=200, message=_done(decision, outcome), ok=True)
+
+
+def _password_confirms(request: HttpRequest) -> bool:
+    """The signed-in person's password, checked as a sign-in is: through `authenticate`, so
+    failures count toward the lockout (django-axes, accounts/lockouts.py), and a locked-out
+    person is refused without the password being checked (the middleware answers 429)."""
+    user = authenticate(
+        request,
+        username=request.user.get_username(),
+        password=request.POST.get("password", ""),
+    )
+    return user is not None and user.pk == request.user.pk
 
 
 def _page(

@@ -154,12 +154,41 @@ def update_message(approval: Approval) -> None:
 
 # --- what comes back -------------------------------------------------------------------------
 def verify(body: bytes, headers) -> bool:
-    """Slack's request signature over the raw body, with a fresh timestamp."""
-    return SignatureVerifier(_cfg("SLACK_SIGNING_SECRET")).is_valid(
-        body=body,
-        timestamp=headers.get("X-Slack-Request-Timestamp"),
-        signature=headers.get("X-Slack-Signature"),
-    )
+    """Slack's request signature over the raw body, with a fresh timestamp. A timestamp that
+    is not unix seconds is a bad signature, not an error (the SDK would raise on it)."""
+    timestamp = headers.get("X-Slack-Request-Timestamp") or ""
+    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12:
+        return False
+    try:
+        return SignatureVerifier(_cfg("SLACK_SIGNING_SECRET")).is_valid(
+            body=body, timestamp=timestamp, signature=headers.get("X-Slack-Signature")
+        )
+    except (ValueError, TypeError):
+        return False
+
+
+def shape_error(payload: dict) -> str:
+    """Why a signed payload is not shaped as Slack's interactions are, or "". Checked before
+    anything reads it, so a payload Slack would never send is a 400, not a 500."""
+    if not isinstance(payload.get("type"), str):
+        return "type must be a string"
+    if payload["type"] != "block_actions":
+        return ""
+    actions = payload.get("actions")
+    if not isinstance(actions, list) or not all(isinstance(a, dict) for a in actions):
+        return "actions must be a list of objects"
+    for action in actions:
+        for key in ("action_id", "value"):
+            if key in action and not isinstance(action[key], str):
+                return f"actions[].{key} must be a string"
+    for key in ("team", "user"):
+        if key in payload and not (
+            isinstance(payload[key], dict) and isinstance(payload[key].get("id", ""), str)
+        ):
+            return f"{key} must be an object with a string id"
+    if not isinstance(payload.get("response_url", ""), str):
+        return "response_url must be a string"
+    return ""
 
 
 def user_for(team_id: str, slack_id: str):
@@ -219,7 +248,10 @@ def handle_action(payload: dict) -> str:
             shown_args_hash=shown if decision == "approve" else None,
         )
     except decisions.DecisionConflict as exc:
-        return _tell(payload, f"Already decided: {exc.message}")
+        if exc.approval_status and exc.approval_status != Approval.Status.PENDING:
+            return _tell(payload, f"Already decided: {exc.message}")
+        # Still pending: a stale card, or a vote already cast. Say what happened.
+        return _tell(payload, f"Nothing was decided: {exc.message}")
     except decisions.DecisionError as exc:
         return _tell(payload, f"Nothing was decided: {exc.message}")
     except Approval.DoesNotExist:

@@ -21,6 +21,9 @@ def slack_actions(request: HttpRequest) -> HttpResponse:
     payload = slack.parse(request.body)
     if payload is None:
         return HttpResponse("No interaction payload.", status=400)
+    problem = slack.shape_error(payload)
+    if problem:
+        return HttpResponse(f"Not a Slack interaction payload: {problem}.", status=400)
     slack.handle_action(payload)
     # Slack wants a quick 200; what the presser is told goes to the response_url.
     return HttpResponse(status=200)

@@ -20,13 +20,31 @@ kill -9 of daphne with the WebSocket clients connected (restarted 1 s later).
 
 After each fault a canary run is launched; the fault is recovered when the API answers again,
 the canary has finished and (for a worker kill) every run the dead worker held has moved on.
+A worker kill aims at the worker that holds the most runs, waiting (briefly) for one to hold
+any: a kill that hits no run exercises nothing and is a failure. During each Redis outage a
+run is launched whose enqueue is lost: the sweep must send it again within the bound.
+
+Then the attacks of issue 28, each a failure unless refused as it should be: a signed webhook
+replayed within the window (one run), a gate configuration with a typo (`manage.py check`
+refuses it), TRUNCATE of the timeline (refused by the database), a login brute force (locked
+out, even the right password), a lone UTF-16 surrogate in a JSON body (4xx, never 5xx).
+
 Then it waits (at most --drain seconds) for every run to finish and checks: runs launched /
-acknowledged (201) / found in the database, terminal or waiting for a person, stuck (active
-with no activity for 2 x lease), duplicate effects per idempotency key and per logical call,
-effects missing from completed runs, seq gaps and hash chains, HTTP 5xx during and after each
-fault, time to recover, and that each WebSocket client saw exactly the run's seqs 1..n once.
-Exits 1 on a lost run, a duplicate effect, a gap, a stuck run, a 5xx after recovery, a fault
-not recovered, or a WebSocket client that disagrees with the database.
+acknowledged (201) / found in the database, terminal, stuck (active with no activity for
+2 x lease), stalls (the longest a run went without a step, waits for a person aside, against
+--stall-bound: 2 x lease plus the longest outage by default), duplicate effects per
+idempotency key and per logical call, effects missing from completed runs, seq gaps and hash
+chains, HTTP 5xx during and after each fault, hung requests (no answer within the client's
+timeout), time to recover, the worst time to terminal after the last fault, and that each
+WebSocket client saw exactly the run's seqs 1..n once. Exits 1 on any of: a launch that never
+got its 201, a lost run, a run still waiting for a person or active at the end, a stall beyond
+the bound, a duplicate effect, a gap, a 5xx after recovery, a hung request, a fault not
+recovered, a worker kill that hit no run, an attack not refused, or a WebSocket client that
+disagrees with the database.
+
+Waits for a process (daphne at start and after its restart) are bounded by the process
+itself: the suite waits while it is alive and fails as soon as it exits, up to --start-cap
+seconds, so a loaded 2-core machine slows it down instead of aborting it.
 """
 
 import argparse
@@ -49,6 +67,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +76,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 AGENT = "chaos-loop"
+ATTACK: dict[str, str] = {}  # what prepare() made for the attacks
 SEQ_RE = re.compile(r'class="step[^"]*"[^>]*data-seq="(\d+)"')
 
 
@@ -181,11 +201,14 @@ class Services:
 
 
 # --- HTTP, with every answer recorded -------------------------------------------------------------
+HUNG = -1  # a Hit's code when the request got no answer within the client's timeout
+
+
 @dataclass
 class Hit:
     at: float
     what: str
-    code: int  # 0: no answer (refused, reset, timeout)
+    code: int  # 0: no answer (refused, reset); HUNG: no answer within the timeout
 
 
 class Client:
@@ -208,7 +231,11 @@ class Client:
                 code, raw = resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             code, raw = exc.code, exc.read()
-        except (OSError, urllib.error.URLError):
+        except TimeoutError:
+            code, raw = HUNG, b""
+        except urllib.error.URLError as exc:
+            code, raw = (HUNG if isinstance(exc.reason, TimeoutError) else 0), b""
+        except OSError:
             raw = b""
         try:
             out = json.loads(raw or b"{}")
@@ -272,6 +299,7 @@ class Fault:
     orphans: int = 0
     recovered: float = 0.0
     note: str = ""
+    wall: float = field(default_factory=time.time)  # when injected, wall clock
 
     def recovery(self) -> float:
         parts = [self.api_back, self.canary_done]
@@ -289,6 +317,7 @@ class Launch:
     no_answer: int = 0
     run_id: str = ""
     canary: bool = False
+    lost_enqueue: bool = False  # launched while the broker was down
 
 
 @dataclass
@@ -314,10 +343,13 @@ class Chaos:
         self.counter = itertools.count(1)
 
     # launching
-    def launch(self, *, steps: int, gate: bool, canary: bool = False, timeout=120.0) -> Launch:
-        tag = f"{self.tag_prefix}-{'k' if canary else 'r'}{next(self.counter)}"
+    def launch(
+        self, *, steps: int, gate: bool, canary: bool = False, lost: bool = False, timeout=120.0
+    ) -> Launch:
+        kind = "k" if canary else ("l" if lost else "r")
+        tag = f"{self.tag_prefix}-{kind}{next(self.counter)}"
         launch = Launch(tag, {"agent": AGENT, "input": {"tag": tag, "steps": steps, "gate": gate}})
-        launch.canary = canary
+        launch.canary, launch.lost_enqueue = canary, lost
         self.st.launches.append(launch)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -326,7 +358,7 @@ class Chaos:
             if code == 201:
                 launch.acknowledged, launch.run_id = True, out["id"]
                 return launch
-            if code == 0:
+            if code in (0, HUNG):
                 launch.no_answer += 1
             elif code < 500:
                 self.st.errors.append(f"launch {tag}: {code} {out}")
@@ -409,11 +441,15 @@ class Chaos:
                 sv.procs["redis"].wait(timeout=10)
             except subprocess.TimeoutExpired:
                 sv.kill("redis")
-            time.sleep(self.args.redis_down)
+            # A launch while the broker is down: the API answers 201 (the run is in
+            # Postgres), its message is lost, and the sweep must send it again in time.
+            lost = self.launch(steps=1, gate=False, lost=True, timeout=self.args.redis_down)
+            fault.note = f"launch during outage: {'201' if lost.acknowledged else 'no 201'}"
+            time.sleep(max(0.0, fault.at + self.args.redis_down - time.monotonic()))
             sv.spawn("redis")
             wait_port(sv.redis_port, 30)
         elif kind == "kill":
-            name = self.rng.choice(["w1", "w2"])
+            name = self.busiest_worker()
             pid = sv.procs[name].pid
             fault = Fault(f"kill -9 worker {name}", time.monotonic())
             fault.kind = f"kill worker {name}"
@@ -422,18 +458,43 @@ class Chaos:
             fault.orphans = len(held)
             fault.note = f"held {len(held)} runs"
             time.sleep(1)
-            sv.spawn(name)
+            new = sv.spawn(name)
             threading.Thread(target=self.watch_orphans, args=(fault, held), daemon=True).start()
+            # Back when the new worker consumes (bench/chaos_app.py marks it), not when its
+            # process starts: on a loaded machine that takes a while, and runs wait meanwhile.
+            ready = sv.tmp / f"ready-{new.pid}"
+            deadline = time.monotonic() + self.args.start_cap
+            while not ready.exists() and new.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            fault.note += f", worker ready after {time.monotonic() - fault.at:.1f} s"
         else:
             fault = Fault("kill -9 daphne", time.monotonic())
             sv.kill("daphne")
             time.sleep(1)
             sv.spawn("daphne")
-            wait_port(sv.web_port, 30)
+            wait_port(sv.web_port, self.args.start_cap, proc=sv.procs["daphne"])
         fault.restored = time.monotonic()
         self.st.faults.append(fault)
         threading.Thread(target=self.watch_recovery, args=(fault,), daemon=True).start()
         return fault
+
+    def busiest_worker(self, patience: float = 15.0) -> str:
+        """The worker holding the most runs now; waits (at most `patience` s) for one to hold
+        any, so the kill exercises a takeover. A kill that still hits none is a failure."""
+        deadline = time.monotonic() + patience
+        fed = False
+        while True:
+            held = {name: len(self.runs_held_by(self.sv.procs[name].pid)) for name in ("w1", "w2")}
+            if max(held.values()) or time.monotonic() >= deadline:
+                return max(sorted(held), key=lambda name: held[name])
+            if not fed and time.monotonic() >= deadline - patience / 2:
+                # Nothing running now: give the workers something to hold.
+                for _ in range(2):
+                    threading.Thread(
+                        target=self.launch, kwargs={"steps": 3, "gate": False}, daemon=True
+                    ).start()
+                fed = True
+            time.sleep(0.25)
 
     def runs_held_by(self, pid: int) -> dict[str, int]:
         from django.db import connection
@@ -498,23 +559,173 @@ class Chaos:
             fault = self.inject(kind, sum(1 for k in kinds[:i] if k == kind))
             print(f"  {fault.at - t0:6.1f} s  {fault.kind}  {fault.note}", flush=True)
 
+    # the attacks of issue 28: each refused as it should be, or a failure
+    def attacks(self) -> list[str]:
+        failures: list[str] = []
+        for name, attack in (
+            ("webhook replayed in the window", self.attack_webhook_replay),
+            ("gate configuration with a typo", self.attack_gate_typo),
+            ("TRUNCATE of the timeline", self.attack_truncate),
+            ("login brute force", self.attack_brute_force),
+            ("lone UTF-16 surrogate in JSON", self.attack_surrogate),
+        ):
+            try:
+                problem = attack()
+            except Exception as exc:  # the attack itself broke: that is a failure too
+                problem = f"{type(exc).__name__}: {exc}"
+            print(f"  attack: {name}: {'refused' if not problem else 'NOT REFUSED: ' + problem}")
+            if problem:
+                failures.append(f"attack {name}: {problem}")
+        return failures
 
-def wait_port(port: int, timeout: float) -> None:
+    def attack_webhook_replay(self) -> str:
+        from datetime import UTC, datetime
+
+        from standardwebhooks.webhooks import Webhook
+
+        tag = f"{self.tag_prefix}-w{next(self.counter)}"
+        body = json.dumps({"input": {"tag": tag, "steps": 1, "gate": False}})
+        now = datetime.now(UTC)
+        headers = {
+            "Content-Type": "application/json",
+            "webhook-id": f"msg_{tag}",
+            "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": Webhook(ATTACK["webhook_secret"]).sign(f"msg_{tag}", now, body),
+        }
+        codes, ids = [], set()
+        for fresh_key in ("a", "a", "b", "c"):  # an unsigned key cannot make a copy new
+            request = urllib.request.Request(
+                f"{self.http.base}/api/hooks/{AGENT}",
+                data=body.encode(),
+                headers={**headers, "Idempotency-Key": fresh_key},
+                method="POST",
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    codes.append(response.status)
+                    ids.add(json.loads(response.read())["id"])
+            except urllib.error.HTTPError as exc:
+                codes.append(exc.code)
+        if ids:
+            launch = Launch(tag, {}, acknowledged=True, attempts=1, run_id=sorted(ids)[0])
+            self.st.launches.append(launch)
+        if codes != [201, 200, 200, 200] or len(ids) != 1:
+            return f"answers {codes}, {len(ids)} run(s) launched"
+        return ""
+
+    def attack_gate_typo(self) -> str:
+        code = "\n".join(
+            [
+                "import dataclasses",
+                "import bench.chaos_app",
+                "from agentops.agents import GateRules, get_agent, register",
+                f"chaos = get_agent({AGENT!r})",
+                "register(dataclasses.replace(chaos, slug='chaos-typo',"
+                " gates=GateRules(always_gate=('chaos_transfr',))))",
+                "from django.core.management import call_command",
+                "call_command('check')",
+            ]
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=self.sv.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode == 0 or "approvals.E001" not in done.stderr:
+            return f"check exited {done.returncode}: {done.stderr[-300:]}"
+        return ""
+
+    def attack_truncate(self) -> str:
+        import psycopg
+
+        dsn = f"host=127.0.0.1 port={self.sv.pg_port} user=postgres dbname=agentops_chaos"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            before = conn.execute("select count(*) from runs_step").fetchone()[0]
+            try:
+                conn.execute("TRUNCATE runs_step CASCADE")
+            except psycopg.Error as exc:
+                if "append-only" not in str(exc):
+                    return f"refused, but not by the audit trigger: {exc}"
+            after = conn.execute("select count(*) from runs_step").fetchone()[0]
+        if after < before:
+            return f"the timeline went from {before} steps to {after}"
+        return ""
+
+    def attack_brute_force(self) -> str:
+        def attempt(password: str) -> int:
+            # The CSRF cookie is Secure (DEBUG is off): sent back by hand over plain HTTP.
+            with urllib.request.urlopen(f"{self.http.base}/accounts/login/", timeout=10) as page:
+                cookie = page.headers.get("Set-Cookie", "")
+                html = page.read().decode()
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+            csrf = re.search(r"csrftoken=([^;]+)", cookie)
+            form = urllib.parse.urlencode(
+                {
+                    "username": "chaos-victim",
+                    "password": password,
+                    "csrfmiddlewaretoken": token[1] if token else "",
+                }
+            ).encode()
+            request = urllib.request.Request(
+                f"{self.http.base}/accounts/login/",
+                data=form,
+                headers={"Cookie": f"csrftoken={csrf[1] if csrf else ''}"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        codes = [attempt(f"guess-{n}") for n in range(5)]
+        right = attempt(ATTACK["victim_password"])
+        if codes[:4] != [200] * 4 or codes[-1] != 429 or right != 429:
+            return f"wrong passwords answered {codes}, then the right one {right}"
+        return ""
+
+    def attack_surrogate(self) -> str:
+        raw = b'{"agent": "%s", "input": {"tag": "a\\ud800b", "steps": 1}}' % AGENT.encode()
+        request = urllib.request.Request(
+            f"{self.http.base}/api/runs",
+            data=raw,
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.op}"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return f"accepted with {response.status}"
+        except urllib.error.HTTPError as exc:
+            return f"answered {exc.code}" if exc.code >= 500 else ""
+
+
+def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Until something listens on `port`. With `proc` (what is starting), the wait lasts as
+    long as it is alive (a loaded machine starts it slowly) and ends at once if it exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return
         except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise SystemExit(f"the process for :{port} exited ({proc.returncode})") from None
             time.sleep(0.1)
     raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
 
 
-def wait_http(client: Client, path: str, timeout: float) -> None:
+def wait_http(
+    client: Client, path: str, timeout: float, proc: subprocess.Popen | None = None
+) -> None:
+    """Until `path` answers 200; with `proc`, bounded by that process as wait_port is."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if client.call("GET", path)[0] == 200:
             return
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"{path}: the server exited ({proc.returncode}) before answering")
         time.sleep(0.25)
     raise SystemExit(f"{path} did not answer 200 within {timeout:.0f} s")
 
@@ -542,6 +753,12 @@ def prepare() -> tuple[str, str]:
     tokens = tuple(
         ApiToken.issue(users.get(username=u), "chaos")[1] for u in ("operator", "approver")
     )
+    # For the attacks: a webhook secret of the chaos agent, and an approver to brute-force.
+    from triggers.models import WebhookSecret
+
+    ATTACK["webhook_secret"] = WebhookSecret.objects.create(agent=AGENT, name="chaos").secret
+    ATTACK["victim_password"] = secrets.token_urlsafe(12)
+    users.create_user(username="chaos-victim", password=ATTACK["victim_password"])
     connection.close()
     print(f"  migrated, static files, users, tokens: {time.monotonic() - started:.1f} s")
     return tokens
@@ -625,22 +842,31 @@ def session_for(username: str) -> str:
 
 # --- checks ------------------------------------------------------------------------------------
 def settle(chaos: Chaos, run_ids: set, timeout: float) -> float:
-    """Wait until every run is terminal (people keep deciding meanwhile); seconds waited."""
+    """Wait until every run is terminal (people keep deciding meanwhile); seconds waited.
+    Bounded by the runs' own progress: the wait ends when no run has written a step for
+    `timeout` seconds (stuck runs are then reported), however long progressing runs take,
+    up to 5 x `timeout` in all."""
     from django.db import OperationalError, connection
+    from django.db.models import Sum
 
     from runs.models import Run
 
     started = time.monotonic()
     connection.close()
-    while time.monotonic() - started < timeout:
+    progress, last_progress = None, started
+    while time.monotonic() - last_progress < timeout and time.monotonic() - started < 5 * timeout:
         try:
-            statuses = dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "status"))
+            runs = Run.objects.filter(pk__in=run_ids)
+            statuses = dict(runs.values_list("pk", "status"))
+            seen = runs.aggregate(steps=Sum("last_seq"))["steps"]
         except OperationalError:
             connection.close()
             time.sleep(1)
             continue
         if all(s in Run.TERMINAL_STATUSES for s in statuses.values()):
             break
+        if seen != progress:
+            progress, last_progress = seen, time.monotonic()
         time.sleep(1)
     return time.monotonic() - started
 
@@ -670,6 +896,9 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
     )
     if lost:
         failures.append(f"{len(lost)} acknowledged runs not in the database: {sorted(lost)[:5]}")
+    never = sorted(t for t, launch in tags.items() if not launch.acknowledged)
+    if never:
+        failures.append(f"{len(never)} launches never got their 201: {never[:5]}")
     if unasked:
         failures.append(f"runs nobody launched: {sorted(unasked)[:5]}")
     if len(runs) != len(set(by_tag)):
@@ -685,6 +914,13 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
             reasons[run.termination_reason] = reasons.get(run.termination_reason, 0) + 1
     waiting = [r for r in runs if r.status == Run.Status.WAITING]
     print(f"status {statuses}; termination {reasons}; waiting for a person {len(waiting)}")
+    # The people decide everything as it comes: a run still waiting at the end was lost on
+    # the way to them (a gate nobody was shown), and so is one still active.
+    for run in waiting[:5]:
+        failures.append(f"run {run.pk} still waiting for a person at the end")
+    active = [r for r in runs if r.status in (Run.Status.QUEUED, Run.Status.RUNNING)]
+    for run in active[:5]:
+        failures.append(f"run {run.pk} still {run.status} at the end")
     # Stuck: active, and nothing happened to it for 2 x lease (its lease, or its last write).
     now = timezone.now()
     stuck = []
@@ -716,6 +952,50 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
         if not ok:
             failures.append(f"run {run.pk}: hash chain breaks at seq {bad}")
     print(f"step seq gaps: {gaps} runs; steps {sum(len(s) for s in seqs.values())}")
+
+    # Stalls: the longest a run went without a step, a wait for a person aside (from the
+    # step that parked it to the decision that woke it).
+    downtimes = [f.restored - f.at for f in st.faults if f.restored]
+    bound = args.stall_bound or 2 * args.lease + max(downtimes, default=0.0)
+    timeline: dict = {}
+    for run_id, kind, event, at in (
+        Step.objects.filter(run__agent=AGENT)
+        .order_by("run_id", "seq")
+        .values_list("run_id", "kind", "data__event", "created_at")
+    ):
+        timeline.setdefault(run_id, []).append((kind, event, at))
+    worst_stall, worst_run = 0.0, None
+    for run_id, steps in timeline.items():
+        for (_, event, before), (kind, _, after) in itertools.pairwise(steps):
+            if event == "paused" or kind == Step.Kind.DECISION:
+                continue  # waiting for a person
+            gap = (after - before).total_seconds()
+            if gap > worst_stall:
+                worst_stall, worst_run = gap, run_id
+    print(f"worst stall: {worst_stall:.1f} s (run {worst_run}); bound {bound:.1f} s")
+    if worst_stall > bound:
+        failures.append(f"run {worst_run} stalled {worst_stall:.1f} s (bound {bound:.1f} s)")
+    if st.faults:
+        # The runs that were in flight when the last fault struck: how long they took to end.
+        last = max(f.wall for f in st.faults)
+        after_last = [
+            r.finished_at.timestamp() - last
+            for r in runs
+            if r.finished_at and r.created_at.timestamp() < last < r.finished_at.timestamp()
+        ]
+        print(
+            f"worst time to terminal after the last fault: {max(after_last, default=0.0):.1f} s "
+            f"({len(after_last)} runs in flight then)"
+        )
+    for launch in st.launches:
+        if launch.lost_enqueue:
+            run = next((r for r in runs if r.input.get("tag") == launch.tag), None)
+            took = (
+                f"{(run.finished_at - run.created_at).total_seconds():.1f} s to terminal"
+                if run and run.finished_at
+                else "not terminal"
+            )
+            print(f"run launched while Redis was down ({launch.tag}): {took}")
 
     # Effects against the ledger.
     db = sqlite3.connect(chaos.effects_path)
@@ -814,6 +1094,13 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
             f"time to recover: max {max(recoveries):.1f} s, "
             f"mean {sum(recoveries) / len(recoveries):.1f} s over {len(recoveries)} faults"
         )
+    hung = [h for h in hits if h.code == HUNG]
+    print(f"hung requests (no answer within the client's timeout): {len(hung)}")
+    if hung:
+        failures.append(f"{len(hung)} hung requests: " + ", ".join(f"{h.what}" for h in hung[:3]))
+    for fault in faults:
+        if fault.kind.startswith("kill worker") and not fault.orphans:
+            failures.append(f"{fault.kind} at {fault.at - t0:.1f} s hit no run: nothing exercised")
     after_all = [h for h in hits if h.at >= t_end and h.code >= 500 and h.what != "GET /healthz"]
     if after_all:
         failures.append(f"{len(after_all)} HTTP 5xx after the faults ended")
@@ -856,7 +1143,21 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=20, help="threads per worker")
     parser.add_argument("--redis-down", type=float, default=3.0)
     parser.add_argument("--recover-timeout", type=float, default=180.0)
-    parser.add_argument("--drain", type=float, default=240.0)
+    parser.add_argument(
+        "--drain", type=float, default=120.0, help="longest wait without any run progressing (s)"
+    )
+    parser.add_argument(
+        "--start-cap",
+        type=float,
+        default=600.0,
+        help="longest wait for a starting daphne that is still alive (s)",
+    )
+    parser.add_argument(
+        "--stall-bound",
+        type=float,
+        default=0.0,
+        help="longest a run may go without a step (default: 2 x lease + the longest outage)",
+    )
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
@@ -883,7 +1184,7 @@ def main() -> int:
         )
         op, ap = start(args, sv)
         client = Client(f"http://127.0.0.1:{sv.web_port}")
-        wait_http(client, "/healthz", 90)
+        wait_http(client, "/healthz", args.start_cap, proc=sv.procs["daphne"])
         client.hits.clear()
         print(f"topology up in {time.monotonic() - started:.1f} s", flush=True)
 
@@ -915,7 +1216,9 @@ def main() -> int:
             for f in chaos.st.faults
         ):
             time.sleep(0.5)
-        print(f"faults done at {t_end - t0:.0f} s; draining", flush=True)
+        print(f"faults done at {t_end - t0:.0f} s; the attacks", flush=True)
+        attack_failures = chaos.attacks()
+        print("draining", flush=True)
         ids = {launch.run_id for launch in chaos.st.launches if launch.acknowledged}
         drained = settle(chaos, ids, args.drain)
         time.sleep(2)  # the sockets' last steps
@@ -927,7 +1230,7 @@ def main() -> int:
             watcher.stop.set()
         print(f"drained in {drained:.0f} s", flush=True)
         failures = check(chaos, watchers, t_end)
-        failures += chaos.st.errors
+        failures += chaos.st.errors + attack_failures
         finished = True
     except KeyboardInterrupt:
         print("interrupted", flush=True)

@@ -32,6 +32,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from celery.signals import worker_ready  # noqa: E402
 from django import forms  # noqa: E402
 
 from agentops.agents import Agent, GateRules, Limits, get_agent, register  # noqa: E402
@@ -153,6 +154,13 @@ def register_chaos_agent() -> Agent:
 
 
 register_chaos_agent()
+
+
+@worker_ready.connect
+def mark_ready(**kwargs) -> None:
+    """bench/chaos.py: a restarted worker counts as back once it consumes."""
+    marker = Path(os.environ["CHAOS_EFFECTS_DB"]).parent / f"ready-{os.getpid()}"
+    marker.write_text("ready")
 
 
 def __getattr__(name: str):

@@ -1,15 +1,15 @@
 """The decision, POSTed to the callback URL an external call gave (instead of, or as well as,
 long-polling).
 
-Signed as approvals/notify.py signs its webhooks (X-Agentops-Signature: sha256=HMAC over
-"<timestamp>.<body>"), with the agent's own key: the SHA-256 hex of its token, which agentops
-stores and the agent can compute from the token it holds. Sent once the decision is
-committed, by a Celery task retried like the approval webhooks; sent once per call.
+Signed as every webhook of agentops is (agentops/signing.py, Standard Webhooks, webhook-id
+"callback_<approval id>"), with the agent's own key: the SHA-256 hex of its token, which
+agentops stores and the agent can compute from the token it holds (its UTF-8 bytes are the
+HMAC key). Sent once the decision is committed, by a Celery task retried like the approval
+webhooks; sent once per call.
 """
 
 import json
 import logging
-import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
@@ -18,7 +18,8 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.notify import SIGNATURE_HEADER, TIMESTAMP_HEADER, DeliveryError, sign
+from agentops import signing
+from approvals.notify import DeliveryError
 from runs.models import Run, Step
 
 from .models import ExternalAgent, ExternalCall
@@ -66,7 +67,6 @@ def deliver_callback(approval_id: str) -> int:
         return 0
     key = _agent_key(call)
     body = json.dumps(state_of(call).as_dict()).encode()
-    timestamp = str(int(time.time()))
     request = urllib.request.Request(  # noqa: S310 (scheme checked above)
         call.callback_url,
         data=body,
@@ -74,8 +74,7 @@ def deliver_callback(approval_id: str) -> int:
         headers={
             "Content-Type": "application/json",
             "User-Agent": "agentops-callback/1",
-            TIMESTAMP_HEADER: timestamp,
-            SIGNATURE_HEADER: sign(key, timestamp, body),
+            **signing.sign(key, f"callback_{approval_id}", body),
         },
     )
     # A proxy from the environment cannot reach an agent on this machine.

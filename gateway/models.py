@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from agentops.agents import CATALOGUE, GateRules, Limits
 from agentops.tools import Blast
+from approvals import gate_config
 
 TOKEN_PREFIX = "aoa_"
 BLAST_LABELS = [b.label for b in Blast]
@@ -69,6 +70,15 @@ class ExternalAgent(models.Model):
             self.gate_rules()
         except ValueError as exc:
             raise ValidationError({"gates": str(exc)}) from None
+        # Its rules must name people that exist, and arguments its registered tools take (a
+        # session would be refused otherwise; a tool it never registered may be named).
+        snapshot = self.snapshot() if self.pk else {"gates": self.gate_rules(), "tools": []}
+        named = gate_config.named_users(snapshot["gates"])
+        found = gate_config.problems(
+            {**snapshot, "external": True}, existing_users=gate_config.existing_users(named)
+        )
+        if found:
+            raise ValidationError({"gates": found})
 
     def gate_rules(self) -> dict:
         """The rules as GateRules.as_dict() (what a run's snapshot holds); ValueError with
@@ -213,6 +223,17 @@ def gate_rules_from_json(data: Any) -> dict:
         raise ValueError("continue_every_n_steps counts model steps: external agents have none")
     kwargs["thresholds"] = _per_tool(data.get("thresholds"), "thresholds", _limit)
     kwargs["allow_lists"] = _per_tool(data.get("allow_lists"), "allow_lists", _allowed)
+    rates = data.get("sample_rates") or {}
+    if not isinstance(rates, dict):
+        raise ValueError('sample_rates must look like {"tool": 0.1}')
+    try:
+        kwargs["sample_rates"] = {tool: float(rate) for tool, rate in rates.items()}
+    except (TypeError, ValueError):
+        raise ValueError("sample_rates: each rate must be a number") from None
+    # Read but never applied would be a rule that silently gates nothing.
+    for name in ("escalation", "learning"):
+        if data.get(name):
+            raise ValueError(f"{name} is not available to external agents yet")
     return GateRules(**kwargs).as_dict()
 
 

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.tools import Tool, ToolArgsError
-from approvals import gates, policy
+from approvals import gate_config, gates, policy
 from approvals.models import Approval
 from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash
@@ -47,7 +47,16 @@ def register(agent: ExternalAgent, *, session: str = "", metadata: dict | None =
     try:
         config = agent.snapshot()
     except ValueError as exc:  # an admin saved broken rules past the form
-        raise SessionError(409, f"this agent's gate rules are invalid: {exc}") from None
+        raise SessionError(422, f"this agent's gate rules are invalid: {exc}") from None
+    # Never a session under rules that gate nothing of what they name (a typo'd tool).
+    named = gate_config.named_users(config["gates"])
+    found = gate_config.problems(config, existing_users=gate_config.existing_users(named))
+    if found:
+        raise SessionError(
+            422,
+            f"this agent's gate rules cannot be applied: {'; '.join(found)}",
+            errors={"gates": found},
+        )
     limits = config["limits"]
     run = Run(
         agent=agent.slug,

@@ -12,6 +12,15 @@ waits for a commit (live events, the queue, notifications) ever happens.
 Each step is compared by its signature (seq, kind, tool, arguments' hash; what it is, not
 when or how long): the replay is identical, or it stopped at the first step that differs,
 with why (a tool's schema changed, the policy gates differently, a prompt changed ...).
+
+Recovery is followed, not compared: what the recorded run went through because a worker died
+or crashed (a takeover's "resumed", an engine error, the "did it happen?" question about a call
+whose outcome was never recorded, with its decision and the pause around it) is no step of the
+agent's, and a replay, where nothing dies, has none of it. Arguments a tool gained since the
+run, with their defaults, are not a difference either: the recorded call could not have
+given them. A tool whose code changed since the run (its fingerprint, recorded in the run's
+snapshot, is not today's) is a verdict of its own: "tool changed", even when every step
+replays the same.
 """
 
 import hashlib
@@ -32,6 +41,20 @@ from runs.models import PendingOperation, Run, Step, args_hash, canonical_json
 MAX_STEPS = 5000
 # People's steps: inputs taken from the record, written when the replay reaches them.
 _HUMAN_EVENTS = {"resumed", "cancelled"}
+# What the "did it happen?" question offers (approvals/gates.py open_outcome_question).
+_UNKNOWN_OUTCOME_OPTIONS = ["happened", "did_not_happen"]
+
+
+def _is_outcome_question(kind: str, data: dict) -> bool:
+    return (
+        kind == Step.Kind.GATE
+        and data.get("kind") == "question"
+        and data.get("options") == _UNKNOWN_OUTCOME_OPTIONS
+        and str(data.get("explanation", "")).startswith("outcome unknown")
+    )
+
+
+IDENTICAL, TOOL_CHANGED, DIVERGED = "identical", "tool changed", "diverged"
 
 
 class RecordingEnded(BaseException):
@@ -58,11 +81,27 @@ class ReplayResult:
     notes: list[str] = field(default_factory=list)
     recorded: list[str] = field(default_factory=list)  # each step's signature, in words
     replayed: list[str] = field(default_factory=list)
+    recovery_steps: int = 0  # recorded recovery steps followed, not compared
+    changed_tools: list[str] = field(default_factory=list)  # code changed since the run
+
+    @property
+    def verdict(self) -> str:
+        if not self.identical:
+            return DIVERGED
+        return TOOL_CHANGED if self.changed_tools else IDENTICAL
 
     @property
     def summary(self) -> str:
         if self.identical:
-            return f"identical: {self.compared} of {self.recorded_steps} step(s) replayed the same"
+            same = f"{self.compared} of {self.recorded_steps} step(s) replayed the same"
+            if self.recovery_steps:
+                same += f" ({self.recovery_steps} recovery step(s) of the run followed)"
+            if self.changed_tools:
+                return (
+                    f"tool changed: {same}, but the code of {', '.join(self.changed_tools)} "
+                    "changed since the run"
+                )
+            return f"identical: {same}"
         d = self.divergence
         return f"diverged at step #{d.seq}: recorded {d.recorded}; replayed {d.replayed}. {d.why}"
 
@@ -71,7 +110,10 @@ class ReplayResult:
             "run_id": self.run_id,
             "agent": self.agent,
             "identical": self.identical,
+            "verdict": self.verdict,
             "summary": self.summary,
+            "changed_tools": self.changed_tools,
+            "recovery_steps": self.recovery_steps,
             "compared": self.compared,
             "recorded_steps": self.recorded_steps,
             "divergence": self.divergence.__dict__ if self.divergence else None,
@@ -81,15 +123,17 @@ class ReplayResult:
         }
 
 
-def signature(kind: str, data: dict) -> str:
+def signature(kind: str, data: dict, trim=None) -> str:
     """What a step is, for comparing a replay with its recording: kind, tool or event, and
-    the arguments' hash; not when, how long or what it cost."""
+    the arguments' hash; not when, how long or what it cost. `trim(tool, args)`: the
+    arguments as the recorded run could have given them (see `_as_recorded`)."""
+    trim = trim or (lambda tool, args: args)
     if kind == Step.Kind.TOOL:
-        args = data.get("args") or {}
+        args = trim(data.get("tool"), data.get("args") or {})
         outcome = "error" if data.get("is_error") else "ok"
         return f"tool {data.get('tool')} {_short_hash(data.get('tool'), args)} {outcome}"
     if kind == Step.Kind.GATE:
-        args = data.get("args") or {}
+        args = trim(data.get("tool"), data.get("args") or {})
         return f"gate {data.get('kind')} {data.get('tool')} {_short_hash(data.get('tool'), args)}"
     if kind == Step.Kind.LLM:
         calls = [
@@ -126,6 +170,32 @@ def _short_hash(tool: str | None, args: dict) -> str:
     return args_hash(tool or "", args)[:12]
 
 
+def recovery_steps(steps: list[tuple[int, str, dict, Any]]) -> set[int]:
+    """The seqs of the recorded steps that are recovery, not the agent's path: a takeover
+    ("resumed" while running), an engine error, and an "outcome unknown" question with its
+    decision and the pause and resume around it."""
+    found: set[int] = set()
+    questions: set[str] = set()
+    waiting_on_recovery = False
+    for seq, kind, data, _ in steps:
+        event = data.get("event") if kind == Step.Kind.STATUS else None
+        if event == "error" or (event == "resumed" and data.get("from") == Run.Status.RUNNING):
+            found.add(seq)
+        elif _is_outcome_question(kind, data):
+            found.add(seq)
+            questions.add(str(data.get("approval")))
+            waiting_on_recovery = True
+        elif kind == Step.Kind.DECISION and str(data.get("approval")) in questions:
+            found.add(seq)
+        elif waiting_on_recovery and event in ("paused", "resumed"):
+            found.add(seq)
+            if event == "resumed":
+                waiting_on_recovery = False
+        elif waiting_on_recovery and kind != Step.Kind.STATUS:
+            waiting_on_recovery = False
+    return found
+
+
 # --- the recording ----------------------------------------------------------------------------
 class Recording:
     """A recorded timeline answering for the world: the model, the tools, the people."""
@@ -133,6 +203,14 @@ class Recording:
     def __init__(self, run: Run, steps: list[tuple[int, str, dict, Any]]):
         self.run = run
         self.steps = steps  # (seq, kind, data, cost_usd) in seq order
+        recovery = recovery_steps(steps)
+        # What the replay is compared with, in order: the steps but recovery.
+        self.compared = [step for step in steps if step[0] not in recovery]
+        self.recovery = len(recovery)
+        self._schemas = {
+            t["name"]: (t.get("input_schema") or {}).get("properties")
+            for t in run.agent_config.get("tools", [])
+        }
         self.notes: list[str] = []
         self.provider = _RecordedModel(self)
         self.gates = _RecordedGates(self)
@@ -161,7 +239,10 @@ class Recording:
         self.gates_by_use = {
             data.get("tool_use_id"): data
             for _, kind, data, _ in steps
-            if kind == Step.Kind.GATE and data.get("tool_use_id")
+            # An "outcome unknown" question is recovery: the call itself was not gated.
+            if kind == Step.Kind.GATE
+            and data.get("tool_use_id")
+            and not _is_outcome_question(kind, data)
         }
         self.decided: dict[str, dict] = {}  # approval id -> decision step data, once fed
         self.opened: list[str] = []  # approval ids the replay opened
@@ -170,8 +251,18 @@ class Recording:
         if text not in self.notes:
             self.notes.append(text)
 
+    def as_recorded(self, tool: str | None, args: dict) -> dict:
+        """`args` without the arguments the tool did not have when the run was recorded
+        (added since, with a default): the recorded call could not have given them."""
+        properties = self._schemas.get(tool or "")
+        if not properties or not isinstance(args, dict):
+            return args
+        return {name: value for name, value in args.items() if name in properties}
+
     def tool_result(self, tool: str, args: dict) -> tuple[Any, str | None]:
-        queue = self._results.get(args_hash(tool, args))
+        queue = self._results.get(args_hash(tool, args)) or self._results.get(
+            args_hash(tool, self.as_recorded(tool, args))
+        )
         if not queue:
             self.note(
                 f"the replay called {tool} with arguments the recorded run never ran it with "
@@ -194,10 +285,15 @@ class Recording:
     def next_summary(self) -> tuple[int, str, dict, Any] | None:
         return self._summaries.pop(0) if self._summaries else None
 
-    def human_steps_after(self, seq: int) -> list[tuple[int, str, dict, Any]]:
-        """The recorded people's steps right after `seq` (decisions, a resume, a cancel)."""
+    def human_steps_after(self, replayed_seq: int) -> list[tuple[int, str, dict, Any]]:
+        """The recorded people's steps right after the replay's step `replayed_seq`
+        (decisions, a resume, a cancel). Steps are matched by place among the compared ones:
+        the recorded seqs are ahead of the replay's by the recovery steps before them."""
+        if not 0 < replayed_seq <= len(self.compared):
+            return []
+        seq = self.compared[replayed_seq - 1][0]
         out = []
-        for step in self.steps:
+        for step in self.compared:
             if step[0] <= seq:
                 continue
             kind, data = step[1], step[2]
@@ -366,13 +462,15 @@ def replay(run: Run) -> ReplayResult:
         # What followed the run's end (its follow-up runs, runs/chains.py) is not the loop's.
         if not (kind == Step.Kind.STATUS and data.get("event") == chains.FOLLOW_UP)
     ]
+    recording = Recording(run, steps)
     result = ReplayResult(
         run_id=str(run.pk),
         agent=run.agent,
         identical=False,
         compared=0,
-        recorded_steps=len(steps),
-        recorded=[signature(kind, data) for _, kind, data, _ in steps],
+        recorded_steps=len(recording.compared),
+        recorded=[signature(kind, data) for _, kind, data, _ in recording.compared],
+        recovery_steps=recording.recovery,
     )
     agent = get_agent(run.agent)
     if agent is None:
@@ -386,7 +484,7 @@ def replay(run: Run) -> ReplayResult:
             1, "launched", "nothing", f"the run's input is no longer valid for the agent: {errors}"
         )
         return result
-    recording = Recording(run, steps)
+    result.changed_tools = _changed_tools(run)
     replayed: list[tuple[str, dict]] = []
     try:
         with transaction.atomic():
@@ -395,10 +493,22 @@ def replay(run: Run) -> ReplayResult:
             raise _RollBack
     except _RollBack:
         pass
-    result.replayed = [signature(kind, data) for kind, data in replayed]
+    result.replayed = [signature(kind, data, recording.as_recorded) for kind, data in replayed]
     result.notes = recording.notes
     _compare(result, run, agent, replayed)
     return result
+
+
+def _changed_tools(run: Run) -> list[str]:
+    """The run's tools whose code or schema is not what it was (fingerprints in the
+    snapshot; a run recorded before fingerprints has none to compare)."""
+    changed = []
+    for meta in run.agent_config.get("tools", []):
+        then = meta.get("fingerprint")
+        tool = get_tool(meta["name"])
+        if then and tool is not None and tool.fingerprint() != then:
+            changed.append(meta["name"])
+    return sorted(changed)
 
 
 def _drive(agent: Agent, input: dict, run: Run, recording: Recording) -> Run:

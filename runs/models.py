@@ -63,6 +63,8 @@ _TERMINATIONS = [
     "blocked",
     "pending_timeout",
     "agent_failed",
+    "truncated",
+    "refused",
 ]
 _STEP_KINDS = [
     "status",
@@ -170,11 +172,24 @@ class RunQuerySet(models.QuerySet):
         return self.order_by(created.desc())
 
     def lease_expired(self, now=None):
+        """Running runs whose lease expired, and queued runs not sent for
+        `queued_resend_seconds()`: their message may have been lost (an enqueue during a
+        broker outage), so the sweep sends it again."""
         now = now or timezone.now()
         return self.filter(
             Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
-            | Q(status=Run.Status.QUEUED, updated_at__lt=now - timedelta(seconds=60))
+            | Q(
+                status=Run.Status.QUEUED,
+                updated_at__lt=now - timedelta(seconds=queued_resend_seconds()),
+            )
         )
+
+
+def queued_resend_seconds() -> float:
+    """AGENTOPS_QUEUED_RESEND_SECONDS, by default half the lease: a queued run whose message
+    was lost is sent again within that plus one sweep, well inside two leases."""
+    cfg = settings.AGENTOPS
+    return float(cfg.get("QUEUED_RESEND_SECONDS") or cfg["LEASE_SECONDS"] / 2)
 
 
 class Run(models.Model):
@@ -214,6 +229,8 @@ class Run(models.Model):
         BLOCKED = "blocked", "blocked by a guardrail"
         PENDING_TIMEOUT = "pending_timeout", "a pending operation timed out"
         AGENT_FAILED = "agent_failed", "the external agent reported a failure"
+        TRUNCATED = "truncated", "the model's answer was cut off"
+        REFUSED = "refused", "the model declined to answer"
 
     TRANSITIONS: dict[str, set[str]] = {
         Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},

@@ -1,9 +1,22 @@
 """The runs' Celery tasks: thin, ids in, the engine does the work."""
 
+import logging
+import time
+
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connections
+
+from agentops.db import fail_fast
 
 from . import chains, engine, pending, rate_limits
+
+log = logging.getLogger("agentops.engine")
+# The sweep's own attempts while the database is unreachable: each waits at most
+# SWEEP_CHECKOUT_SECONDS for a connection (not the pool's 30 s), then tries again after
+# SWEEP_RETRY_SECONDS, SWEEP_ATTEMPTS times in all: about one sweep interval (15 s).
+SWEEP_CHECKOUT_SECONDS = 2.0
+SWEEP_RETRY_SECONDS = 1.0
+SWEEP_ATTEMPTS = 5
 
 # A database that is restarting or unreachable: the message is sent again with backoff and
 # jitter (up to 2, 4 ... 64 s), not lost. The sweep stays the safety net for whatever else
@@ -31,5 +44,26 @@ def launch_follow_ups(run_id: str) -> int:
 def sweep() -> int:
     """Runs whose lease expired or whose message was lost, lost follow-ups, pending
     operations past their deadline or due for a poll, and runs whose rate limit wait is
-    over."""
-    return engine.sweep() + chains.sweep() + pending.sweep() + rate_limits.sweep()
+    over. While the database is unreachable it fails fast and tries again (sweep_all)."""
+    return sweep_all(
+        lambda: engine.sweep() + chains.sweep() + pending.sweep() + rate_limits.sweep()
+    )
+
+
+def sweep_all(work, *, attempts: int | None = None) -> int:
+    """`work()` with fast connection checkouts, tried again on a database error: after a
+    Postgres restart the first attempts meet a pool still reconnecting. Raises the last
+    error when every attempt failed (beat sends the next sweep anyway)."""
+    attempts = attempts or SWEEP_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        try:
+            with fail_fast(SWEEP_CHECKOUT_SECONDS):
+                return work()
+        except (OperationalError, InterfaceError) as exc:
+            # A dead connection must not be handed to the next attempt.
+            connections.close_all()
+            if attempt == attempts:
+                raise
+            log.warning("sweep attempt %d failed (%s); trying again", attempt, exc)
+            time.sleep(SWEEP_RETRY_SECONDS)
+    return 0

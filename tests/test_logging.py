@@ -157,6 +157,62 @@ def test_every_line_is_json_when_debug_is_off(tmp_path):
     assert "run_id" not in lines[0]
 
 
+def test_every_line_is_json_when_json_is_asked_for_even_in_debug(tmp_path):
+    """`up` runs with DEBUG on: a 404 is logged by django.request once, as JSON, not a second
+    time as plain text by Django's own console handler."""
+    code = "\n".join(
+        [
+            "import django, logging",
+            "django.setup()",
+            "from django.test import Client",
+            "Client(HTTP_HOST='127.0.0.1').get('/no-such-page/')",
+            "logging.getLogger('django.server').warning('served')",
+            "logging.getLogger('daphne.server').warning('listening')",
+            "from agentops.celery import app",
+            "from celery.signals import setup_logging",
+            "print(len(setup_logging.receivers))",
+        ]
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentops.settings",
+        "DEBUG": "true",
+        "LOG_FORMAT": "json",
+        "AGENTOPS_VAR_DIR": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    messages = [(x["logger"], x["message"]) for x in lines]
+    assert messages == [
+        ("django.request", "Not Found: /no-such-page/"),
+        ("django.server", "served"),
+        ("daphne.server", "listening"),
+    ]
+    # Celery workers keep this logging instead of installing their own handler.
+    assert int(proc.stdout.strip()) >= 1
+
+
+def test_up_says_what_it_says_as_log_records_when_json_is_asked_for(settings, caplog, capsys):
+    from agentops.management.commands.up import Command
+
+    settings.LOG_FORMAT = "json"
+    command = Command()
+    command._log_action(
+        "http",
+        "complete",
+        {"method": "GET", "path": "/", "status": 200, "time_taken": 0.01, "client": "x"},
+    )
+    command._log_action("websocket", "connected", {"path": "/ws/runs/1/", "client": "x"})
+    assert capsys.readouterr().out == ""  # nothing written around the logging config
+    said = [r.getMessage() for r in caplog.records if r.name == "agentops.up"]
+    assert said == ["HTTP GET / 200 [0.01, x]", "WebSocket CONNECTED /ws/runs/1/ [x]"]
+    formatted = logs.JsonFormatter().format(caplog.records[-1])
+    assert json.loads(formatted)["message"] == "WebSocket CONNECTED /ws/runs/1/ [x]"
+
+
 @pytest.mark.django_db
 def test_a_refused_one_tap_link_is_one_line_without_its_token(client, approver):
     # A 403 or 410 on a one-tap link is logged with its path: the token in it is a credential.

@@ -207,6 +207,7 @@ def test_demo_users_get_their_roles_and_a_password_that_survives_restarts(
     settings, tmp_path, monkeypatch
 ):
     from django.contrib.auth import authenticate
+    from django.test import RequestFactory
 
     from agentops.management.commands.seed_demo import PASSWORD_ENV, ensure_demo_users
 
@@ -220,9 +221,11 @@ def test_demo_users_get_their_roles_and_a_password_that_survives_restarts(
     again = ensure_demo_users()
     assert again.created == () and again.password == first.password
 
-    operator = authenticate(username="operator", password=first.password)
-    approver = authenticate(username="approver", password=first.password)
-    admin = authenticate(username="admin", password=first.password)
+    # As a sign-in does: with its request (django-axes throttles by it).
+    request = RequestFactory().post("/accounts/login/")
+    operator = authenticate(request, username="operator", password=first.password)
+    approver = authenticate(request, username="approver", password=first.password)
+    admin = authenticate(request, username="admin", password=first.password)
     assert operator.can_operate and operator.can_view and not operator.can_approve
     assert approver.can_approve and approver.can_view and not approver.can_operate
     assert admin.is_admin and admin.is_staff and admin.is_superuser
@@ -231,7 +234,7 @@ def test_demo_users_get_their_roles_and_a_password_that_survives_restarts(
     # An explicit password is what the environment says it should be: applied to existing users.
     monkeypatch.setenv(PASSWORD_ENV, "another-demo-password")
     assert ensure_demo_users().password == "another-demo-password"
-    assert authenticate(username="approver", password="another-demo-password")
+    assert authenticate(request, username="approver", password="another-demo-password")
 
 
 def test_up_parses_addresses_like_runserver():

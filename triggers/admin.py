@@ -10,11 +10,11 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
+from agentops.signing import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 from runs.forms import agent_choices
 
 from . import scheduler
 from .models import ROTATION_GRACE, Schedule, WebhookDelivery, WebhookSecret
-from .signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 # Changing any of these starts the schedule over from now.
 TIMING_FIELDS = {"cron", "timezone", "interval_seconds", "enabled"}
@@ -86,6 +86,7 @@ def _show_once(request: HttpRequest, secrets: list[WebhookSecret], opts) -> Http
             "opts": opts,
             "title": "Copy the new webhook secret now",
             "secrets": secrets,
+            "id_header": ID_HEADER,
             "timestamp_header": TIMESTAMP_HEADER,
             "signature_header": SIGNATURE_HEADER,
         },
@@ -98,9 +99,9 @@ def _show_once(request: HttpRequest, secrets: list[WebhookSecret], opts) -> Http
 class WebhookDeliveryAdmin(admin.ModelAdmin):
     """What was received: read-only, like the runs themselves."""
 
-    list_display = ["created_at", "agent", "key", "run_link", "secret"]
-    list_filter = ["agent"]
-    search_fields = ["=id", "=key", "agent"]
+    list_display = ["created_at", "agent", "key", "run_link", "secret", "legacy"]
+    list_filter = ["agent", "legacy"]
+    search_fields = ["=id", "=key", "=message_id", "agent"]
     list_select_related = ["run", "secret"]
     date_hierarchy = "created_at"
 

@@ -1,5 +1,6 @@
 """What outside triggers remember: webhook secrets and deliveries, and schedules."""
 
+import base64
 import hashlib
 import secrets
 import uuid
@@ -25,7 +26,8 @@ MIN_INTERVAL_SECONDS = 60
 
 
 def new_secret() -> str:
-    return SECRET_PREFIX + secrets.token_urlsafe(32)
+    # Standard base64, as the Standard Webhooks libraries decode it (agentops/signing.py).
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 def unknown_agent(slug: str) -> str:
@@ -43,7 +45,7 @@ class WebhookSecretQuerySet(models.QuerySet):
 
 
 class WebhookSecret(models.Model):
-    """A key that signs one agent's webhook deliveries (triggers/signing.py).
+    """A key that signs one agent's webhook deliveries (agentops/signing.py).
 
     An agent may have several: a rotation adds a new one and lets the ones in use expire a
     while later, so a sender switches without a gap. Stored as given, not hashed, because
@@ -113,15 +115,27 @@ class WebhookSecret(models.Model):
 class WebhookDelivery(models.Model):
     """One accepted webhook request and the run it launched.
 
-    The sender's Idempotency-Key is unique per agent (the constraint is the guard against two
-    requests racing): the same key again answers with the same run instead of launching a
-    second one, and with another body it is refused.
+    `message_id` is the signed delivery id (webhook-id; for a request signed the deprecated
+    way, one derived from its signature), unique per agent: a replayed request, or a retry of
+    one delivery, answers with the run the first launched and never launches another. `key`
+    is what the run's source shows: the webhook-id, or a legacy request's Idempotency-Key,
+    unique per agent too. The constraints are the guards against two requests racing.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.SlugField(max_length=64)
     key = models.CharField(
-        max_length=128, blank=True, help_text="The sender's Idempotency-Key; empty if none."
+        max_length=128,
+        blank=True,
+        help_text="The webhook-id, or a legacy request's Idempotency-Key; empty if none.",
+    )
+    message_id = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="The signed delivery id (webhook-id), or legacy_<digest of its signature>.",
+    )
+    legacy = models.BooleanField(
+        default=False, help_text="Signed with the deprecated X-Agentops-Signature scheme."
     )
     body_sha256 = models.CharField(max_length=64, help_text="Of the body's canonical JSON.")
     run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -136,7 +150,12 @@ class WebhookDelivery(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["agent", "key"], condition=~Q(key=""), name="webhookdelivery_key_unique"
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["agent", "message_id"],
+                condition=~Q(message_id=""),
+                name="webhookdelivery_message_unique",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,21 +1,27 @@
 """POST /api/hooks/<agent>: a signed webhook launches a run of the agent.
 
 No user, no session, hence no CSRF token: the request is authenticated by its signature
-(triggers/signing.py) with one of the agent's current webhook secrets (the admin's "Webhook
+(Standard Webhooks: webhook-id, webhook-timestamp and the body signed together, see
+agentops/signing.py) with one of the agent's current webhook secrets (the admin's "Webhook
 secrets"). The body is `{"input": {...}}`, the input checked exactly as POST /api/runs
-checks it. An optional Idempotency-Key header (up to 128 printable ASCII characters) makes a
-retry safe: the same key again answers 200 with the run the first request launched (201);
-the same key with another body is 409.
+checks it. The webhook-id is the delivery's idempotency key: the same id again (a retry, or
+a captured request replayed) answers 200 with the run the first request launched (201) and
+never launches a second one; the same id with another body is 409.
+
+The deprecated scheme (X-Agentops-Signature, accepted while AGENTOPS_WEBHOOK_LEGACY_SIGNATURES
+is true) signs no id: a replayed copy is recognised by its signature, and an optional
+Idempotency-Key header (up to 128 printable ASCII characters) makes a re-signed retry safe.
 
 Checked in this order, each refused before anything is written: the body's size (413), the
-agent (404), a current secret (403), timestamp and signature (401), the key and the JSON
+agent (404), a current secret (403), id, timestamp and signature (401), the key and the JSON
 (400), the input (413, 422). A launched run has trigger "webhook", source
-"delivery <Idempotency-Key or delivery id>" and no launcher: a webhook is no person, and its
-delivery (admin: Webhook deliveries) records the secret that signed it.
+"delivery <webhook-id, Idempotency-Key or delivery id>" and no launcher: a webhook is no
+person, and its delivery (admin: Webhook deliveries) records the secret that signed it.
 """
 
 import hashlib
 import json
+import logging
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -28,6 +34,7 @@ from ninja import Field, Router, Schema, Status
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError, ValidationError
 
+from agentops import signing
 from agentops.agents import get_agent
 from runs import engine
 from runs.api import FieldErrors, Message, refuse_large_bodies
@@ -35,10 +42,9 @@ from runs.models import Run, canonical_json
 
 from .inputs import input_size, max_input_bytes, validate_input
 from .models import WebhookDelivery, WebhookSecret
-from .signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, SignatureError, check_timestamp
-from .signing import matching_secret as signed_by
 
 router = Router(tags=["webhooks"])
+log = logging.getLogger("agentops.triggers")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 128
@@ -85,8 +91,9 @@ class WebhookRunOut(Schema):
         "parameters": [
             {"name": name, "in": "header", "required": required, "schema": {"type": "string"}}
             for name, required in (
-                (TIMESTAMP_HEADER, True),
-                (SIGNATURE_HEADER, True),
+                (signing.ID_HEADER, True),
+                (signing.TIMESTAMP_HEADER, True),
+                (signing.SIGNATURE_HEADER, True),
                 (IDEMPOTENCY_HEADER, False),
             )
         ],
@@ -102,37 +109,51 @@ def receive(request: HttpRequest, agent: str) -> Status:
         raise HttpError(403, f"agent {agent!r} takes no webhooks: it has no current secret")
     body = request.body
     try:
-        timestamp = request.headers.get(TIMESTAMP_HEADER)
-        check_timestamp(timestamp)
-        secret_id = signed_by(secrets, timestamp, body, request.headers.get(SIGNATURE_HEADER))
-    except SignatureError as exc:
+        verified = signing.verify(secrets, request.headers, body)
+    except signing.SignatureError as exc:
         raise HttpError(401, str(exc)) from None
-
-    key = _idempotency_key(request)
+    if verified.legacy:
+        log.warning(
+            "agent %s: webhook signed with the deprecated %s scheme (secret %s); "
+            "move the sender to Standard Webhooks",
+            agent,
+            signing.LEGACY_SIGNATURE_HEADER,
+            verified.key,
+        )
+        key = _idempotency_key(request)
+    else:
+        # Signed with the body: the one key a replay cannot change.
+        key = verified.message_id
+    message_id = verified.message_id
     envelope = _parse(body)
     data = _input_of(envelope)
     if input_size(data) > max_input_bytes():
         raise HttpError(413, f"input is {input_size(data)} bytes; the limit is {max_input_bytes()}")
     body_sha256 = hashlib.sha256(canonical_json(envelope).encode()).hexdigest()
-    if key:
-        earlier = WebhookDelivery.objects.filter(agent=agent, key=key).first()
-        if earlier is not None:
-            return _again(earlier, body_sha256)
+    earlier = _earlier(agent, message_id, key)
+    if earlier is not None:
+        return _again(earlier, body_sha256)
     cleaned, errors = validate_input(found, data)
     if errors:
         raise _field_errors(errors)
 
     with transaction.atomic():
         delivery = WebhookDelivery(
-            agent=agent, key=key, body_sha256=body_sha256, secret_id=secret_id
+            agent=agent,
+            key=key,
+            message_id=message_id,
+            legacy=verified.legacy,
+            body_sha256=body_sha256,
+            secret_id=verified.key,
         )
         try:
-            # A savepoint: the unique (agent, key) constraint is what stops two requests
-            # with the same key racing past the check above; the loser reads the winner's.
+            # A savepoint: the unique (agent, message_id) and (agent, key) constraints are
+            # what stop two requests racing past the check above; the loser reads the
+            # winner's.
             with transaction.atomic():
                 delivery.save(force_insert=True)
         except IntegrityError:
-            return _again(WebhookDelivery.objects.get(agent=agent, key=key), body_sha256)
+            return _again(_earlier(agent, message_id, key), body_sha256)
         run = engine.launch(
             agent=found,
             input=cleaned,
@@ -143,6 +164,14 @@ def receive(request: HttpRequest, agent: str) -> Status:
         delivery.run = run
         delivery.save(update_fields=["run"])
     return Status(201, _out(run, delivery))
+
+
+def _earlier(agent: str, message_id: str, key: str) -> WebhookDelivery | None:
+    """The delivery this request repeats: the same signed id first, else the same key."""
+    earlier = WebhookDelivery.objects.filter(agent=agent, message_id=message_id).first()
+    if earlier is None and key:
+        earlier = WebhookDelivery.objects.filter(agent=agent, key=key).first()
+    return earlier
 
 
 def _idempotency_key(request: HttpRequest) -> str:

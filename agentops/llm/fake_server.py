@@ -3,9 +3,14 @@
 It speaks enough of `POST /v1/messages` for the official SDK to take it for the real thing:
 message JSON with id, type, role, model, content, stop_reason and usage (cache fields
 included), a `request-id` header, and the API's error bodies. It also refuses what the real
-API refuses (no key; a tool_use without a tool_result in the next message, or a tool_result
-without its tool_use; tool_use input that is not an object), so a client bug shows up here
-rather than in production.
+API refuses, with its status (400), error type and message (no key; max_tokens below 1; a
+message with empty content or an empty text block; a tool_use without a tool_result at the
+start of the next message, a text block before those results, or a tool_result without its
+tool_use; tool_use input that is not an object; a tool whose name is not
+`^[a-zA-Z0-9_-]{1,128}$` or that has no input_schema; a final assistant message (prefill)
+ending in whitespace), so a client bug shows up here rather than in production. Like the real
+API it stops at `max_tokens`: a reply longer than that (about 4 bytes of its JSON a token) is
+cut there, with stop_reason "max_tokens" (a tool call that does not fit is left out).
 
 In Python (tests, bench)::
 
@@ -52,6 +57,7 @@ From the command line, for a person pointing the app at it (any API key is accep
 import argparse
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -350,10 +356,13 @@ class FakeMessagesServer:
         stop = answer.stop_reason or (
             "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
         )
+        content, cut = _cut_at(content, int(body["max_tokens"]))
+        if cut:
+            stop = "max_tokens"
         usage = {
             # Roughly 4 bytes per token, like English text and JSON.
             "input_tokens": max(1, len(raw) // 4),
-            "output_tokens": max(1, len(json.dumps(content)) // 4),
+            "output_tokens": min(max(1, _tokens(content)), int(body["max_tokens"])),
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
             "service_tier": "standard",
@@ -438,6 +447,32 @@ class FakeMessagesServer:
             self._stopping.wait(seconds)
 
 
+def _tokens(content: list[dict]) -> int:
+    return len(json.dumps(content)) // 4
+
+
+def _cut_at(content: list[dict], max_tokens: int) -> tuple[list[dict], bool]:
+    """The content as the real API would end it at `max_tokens`: whole blocks while they fit,
+    then the text that fits of a text block (a tool call that does not fit whole is left
+    out); and whether it was cut."""
+    if _tokens(content) <= max_tokens:
+        return content, False
+    kept: list[dict] = []
+    for block in content:
+        if _tokens([*kept, block]) <= max_tokens:
+            kept.append(block)
+            continue
+        if block.get("type") == "text":
+            room = max_tokens * 4 - len(json.dumps([*kept, {**block, "text": ""}]))
+            if room > 0:
+                kept.append({**block, "text": block["text"][:room]})
+        break
+    return kept, True
+
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+
+
 def _sse(name: str, data: dict) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -448,8 +483,17 @@ def validate_messages_request(body: Any) -> str:
         return "request body must be a JSON object"
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "model: field required"
-    if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 0:
-        return "max_tokens: field required"
+    if not isinstance(body.get("max_tokens"), int) or isinstance(body["max_tokens"], bool):
+        return "max_tokens: Field required"
+    if body["max_tokens"] < 1:
+        return "max_tokens: Input should be greater than or equal to 1"
+    for i, tool in enumerate(body.get("tools") or []):
+        if not isinstance(tool, dict):
+            return f"tools.{i}: Input should be a valid dictionary"
+        if not isinstance(tool.get("name"), str) or not TOOL_NAME.match(tool["name"]):
+            return f"tools.{i}.custom.name: String should match pattern '{TOOL_NAME.pattern}'"
+        if not isinstance(tool.get("input_schema"), dict):
+            return f"tools.{i}.custom.input_schema: Field required"
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
@@ -461,6 +505,26 @@ def validate_messages_request(body: Any) -> str:
         content = message.get("content")
         if not isinstance(content, str | list):
             return f"messages.{i}.content: must be a string or a list of blocks"
+        final_assistant = i == len(messages) - 1 and message["role"] == "assistant"
+        if not content and not final_assistant:
+            return (
+                "messages: all messages must have non-empty content except for the optional "
+                "final assistant message"
+            )
+        texts = (
+            [content]
+            if isinstance(content, str)
+            else [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        )
+        if isinstance(content, list) and any(not t for t in texts):
+            return "messages: text content blocks must be non-empty"
+        if (
+            final_assistant
+            and texts
+            and isinstance(texts[-1], str)
+            and texts[-1] != texts[-1].rstrip()
+        ) and (isinstance(content, str) or content[-1].get("type") == "text"):
+            return "messages: final assistant content cannot end with trailing whitespace"
     for i, message in enumerate(messages):
         if message["role"] == "assistant":
             uses = _blocks(message, "tool_use")
@@ -468,6 +532,17 @@ def validate_messages_request(body: Any) -> str:
                 return f"messages.{i}.content: tool_use.input: Input should be a valid dictionary"
             following = messages[i + 1] if i + 1 < len(messages) else {}
             answered = {b.get("tool_use_id") for b in _blocks(following, "tool_result", "user")}
+            if (
+                uses
+                and answered
+                and _blocks(following, "tool_result", "user")
+                != (following["content"][: len(_blocks(following, "tool_result", "user"))])
+            ):
+                return (
+                    f"messages.{i + 1}: Did not find {len(uses)} `tool_result` block(s) at the "
+                    "beginning of this message. Messages following `tool_use` blocks must "
+                    "begin with a matching number of `tool_result` blocks."
+                )
             missing = [str(b.get("id")) for b in uses if b.get("id") not in answered]
             if missing:
                 return (

@@ -56,6 +56,8 @@ def messages(rows) -> list[dict]:
                 if data.get("instruction"):
                     texts = _instruction(out, data["instruction"])
         elif kind == Step.Kind.LLM:
+            if data.get("discarded"):
+                continue  # an answer cut off or refused (model.py): never part of the talk
             if results or texts:
                 out.append({"role": "user", "content": [*results, *texts]})
                 results, texts = [], []

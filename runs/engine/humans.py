@@ -9,6 +9,7 @@ question's result. Whether a call needs a person is the policy's, never decided 
 """
 
 from django.db import transaction
+from django.utils import timezone
 
 from agentops.tools import Tool, get_tool
 
@@ -89,8 +90,9 @@ def apply_decision(work: Work, item: dict, tool: Tool, decision: gates.Decision)
         if tool.on_reject == "fail_run":
             terminate(work, Run.Termination.REJECTED, message)
         return None
-    # Expired.
-    message = f"approval expired at {decision.decided_at:%Y-%m-%d %H:%M} UTC; not executed"
+    # Expired, or any status this code does not know: never executed.
+    when = decision.decided_at or timezone.now()
+    message = f"approval {decision.status} at {when:%Y-%m-%d %H:%M} UTC; not executed"
     ledger.record_tool_result(work, item, error=message, attempts=0, counts_as_error=False)
     if decision.on_expiry == "fail":
         terminate(work, Run.Termination.APPROVAL_EXPIRED, message)

@@ -236,11 +236,12 @@ def _fail_after_engine_errors(run: Run, exc: Exception) -> None:
 
 def sweep(now=None) -> int:
     """Re-enqueue runs whose worker died (lease expired) or whose queue message was lost."""
+    now = now or timezone.now()
     found = list(Run.objects.lease_expired(now).values_list("pk", "status")[:500])
     ids = [run_id for run_id, _ in found]
     # A queued run is re-sent at most once per staleness window, so a backlog is not
     # flooded with duplicate messages on every sweep (duplicates are harmless, not free).
-    Run.objects.filter(pk__in=ids, status=Run.Status.QUEUED).update(updated_at=timezone.now())
+    Run.objects.filter(pk__in=ids, status=Run.Status.QUEUED).update(updated_at=now)
     for run_id in ids:
         queue.enqueue(run_id)
     expired = sum(status == Run.Status.RUNNING for _, status in found)

@@ -6,6 +6,17 @@ a valid response is never asked again. The answer is recorded in one write with 
 leads to: its calls without side effects and their results (tools.run_inline), or the run's
 end when it asked for no tool, or, in one transaction, the approvals its gated calls need.
 An answer that arrives after the run was cancelled or taken over is discarded, but charged.
+
+The loop believes what the API says about how the answer ended (`stop_reason`):
+- `end_turn`, `stop_sequence`: a final answer (or the calls it asks for); `tool_use`: calls.
+- `max_tokens` (and `model_context_window_exceeded`): the answer was cut off. It is recorded
+  and charged but never used (no call it holds runs, it is not the output, it does not enter
+  the conversation): the model is asked again with twice the room, up to MAX_ROOM_FACTOR
+  times the agent's max_tokens; cut off even then, the run fails ("truncated").
+- `pause_turn`: the API paused a long turn; the paused answer goes back as it is and the
+  model is asked to go on.
+- `refusal`: the model declined; the run fails ("refused"), nothing it proposed runs.
+- anything else: not an answer this engine understands; the run fails (model call failed).
 """
 
 import logging
@@ -24,6 +35,14 @@ from .owned import Stop, Work, cfg, renewal
 
 log = logging.getLogger("agentops.engine")
 
+FINISHED = ("end_turn", "stop_sequence", "tool_use", "")
+CUT_OFF = ("max_tokens", "model_context_window_exceeded")
+PAUSED = "pause_turn"
+REFUSED = "refusal"
+# A cut-off answer is asked again with 2x, then 4x the agent's max_tokens; then the run fails.
+MAX_ROOM_FACTOR = 4
+ROOM = "max_tokens_room"  # work.state: the max_tokens of the next call, while asking again
+
 
 def ask(work: Work) -> None:
     """One model call for the run's next turn, and its answer recorded."""
@@ -40,7 +59,7 @@ def ask(work: Work) -> None:
         system=system,
         messages=messages,
         tools=work.tool_schemas(),
-        max_tokens=config.get("max_tokens", 1024),
+        max_tokens=work.state.get(ROOM) or config.get("max_tokens", 1024),
         metadata={
             "turn": work.run.step_count,
             "run_id": str(work.run.pk),
@@ -111,6 +130,11 @@ def _record_error(work: Work, exc: llm.LLMError, attempt: int, *, will_retry: bo
 
 
 def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
+    stop = response.stop_reason or ""
+    if stop not in FINISHED:
+        _record_unfinished(work, response, trimmed, stop)
+        return
+    work.state.pop(ROOM, None)
     tool_uses = response.tool_uses
     # Planned before the write, so that step, counters and checkpoint are one statement;
     # only a gated call (an Approval and a gate step) needs a transaction of several.
@@ -165,6 +189,54 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
         )
     if gated:
         lease.park_for_humans(work)
+
+
+def _record_unfinished(work: Work, response: llm.LLMResponse, trimmed: int, stop: str) -> None:
+    """An answer that did not finish (see the module's docstring): recorded and charged,
+    then asked again, continued, or the run's end."""
+    data, counters, columns = _model_step(work, response, trimmed)
+    if stop == PAUSED:
+        # The API resumes a paused turn from the paused answer, sent back unchanged.
+        work.state.pop(ROOM, None)
+        owned.append(work, Step.Kind.LLM, data, counters, checkpoint=True, **columns)
+        work.add_message({"role": "assistant", "content": response.content})
+        return
+    # Not an answer to act on: no call it proposed runs, and it never enters the conversation.
+    data["discarded"] = True
+    then: tuple = ()
+    again = False
+    if stop in CUT_OFF:
+        base = int(work.agent_config.get("max_tokens", 1024))
+        used = int(work.state.get(ROOM) or base)
+        if stop == "max_tokens" and used < base * MAX_ROOM_FACTOR:
+            work.state[ROOM] = min(used * 2, base * MAX_ROOM_FACTOR)
+            data["asked_again_with"] = work.state[ROOM]
+            again = True
+        else:
+            reason = Run.Termination.TRUNCATED
+            detail = (
+                f"the model's answer was cut off ({stop}) at {used} tokens, "
+                f"even with {MAX_ROOM_FACTOR}x the agent's max_tokens"
+                if stop == "max_tokens"
+                else f"the model's answer was cut off ({stop})"
+            )
+    elif stop == REFUSED:
+        reason, detail = Run.Termination.REFUSED, "the model declined to answer (refusal)"
+    else:
+        reason = Run.Termination.LLM_ERROR
+        detail = f"the model's answer ended with an unknown stop_reason {stop!r}"
+    if not again:
+        work.state.pop(ROOM, None)
+        ended, end_update = terminator.termination(work, reason, detail)
+        counters.update(end_update)
+        then = ((Step.Kind.STATUS, ended, {}),)
+    try:
+        owned.append(work, Step.Kind.LLM, data, counters, checkpoint=True, then=then, **columns)
+    except Stop:
+        owned.charge_discarded(work, response)
+        raise
+    if then:
+        raise Stop
 
 
 def _model_step(work: Work, response: llm.LLMResponse, trimmed: int) -> tuple[dict, dict, dict]:

@@ -14,7 +14,9 @@ from django.core import mail
 from django.core.mail.backends.locmem import EmailBackend as LocmemBackend
 from django.db import transaction
 from django.utils import timezone
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from agentops import signing
 from agentops.agents import get_agent
 from agentops.celery import app as celery_app
 from approvals import notify, tasks
@@ -88,7 +90,7 @@ def eager():
     celery_app.conf.CELERY_TASK_ALWAYS_EAGER = before
 
 
-def configure(settings, *urls: str, secret: str = SECRET, email: bool = False) -> None:
+def configure(settings, *urls: str, secret: str | list[str] = SECRET, email: bool = False) -> None:
     settings.AGENTOPS = {
         **settings.AGENTOPS,
         "WEBHOOK_URLS": list(urls),
@@ -132,12 +134,15 @@ def test_webhook_is_signed_and_carries_what_an_approver_needs(
     headers, body = request["headers"], request["body"]
     assert request["path"] == "/hook"
     assert headers["content-type"] == "application/json"
-    # The signature covers "<timestamp>.<raw body>", recomputed here independently.
-    timestamp = headers["x-agentops-timestamp"]
+    # Standard Webhooks, checked as a receiver would, with the reference library.
+    timestamp = headers["webhook-timestamp"]
     assert abs(time.time() - int(timestamp)) < 60
+    assert headers["webhook-signature"].startswith("v1,")
+    assert Webhook(SECRET.encode()).verify(body, headers) == json.loads(body)
+    # The deprecated headers ride along while the legacy scheme is on, same id as webhook-id.
     expected = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     assert headers["x-agentops-signature"] == "sha256=" + expected.hexdigest()
-    assert notify.verify(SECRET, timestamp, body, headers["x-agentops-signature"])
+    assert headers["x-agentops-delivery"] == headers["webhook-id"]
 
     data = json.loads(body)
     assert data["event"] == "approval.requested"
@@ -163,17 +168,41 @@ def test_a_tampered_stale_or_foreign_webhook_fails_verification(
     configure(settings, hook.url)
     gate_a_run(operator)
     request = hook.requests[0]
-    timestamp, body = request["headers"]["x-agentops-timestamp"], request["body"]
-    signature = request["headers"]["x-agentops-signature"]
+    headers, body = request["headers"], request["body"]
+    receiver = Webhook(SECRET.encode())
 
-    assert notify.verify(SECRET, timestamp, body, signature)
-    assert not notify.verify(SECRET, timestamp, body.replace(b"boss@", b"evil@"), signature)
-    assert not notify.verify("another-secret", timestamp, body, signature)
-    # A replay with a fresh timestamp header does not match: the timestamp is signed.
-    assert not notify.verify(SECRET, str(int(timestamp) + 1), body, signature)
+    receiver.verify(body, headers)
+    for tampered in (
+        (body.replace(b"boss@", b"evil@"), headers),
+        # A fresh timestamp or id does not match: both are signed with the body.
+        (body, {**headers, "webhook-timestamp": str(int(headers["webhook-timestamp"]) + 1)}),
+        (body, {**headers, "webhook-id": "another"}),
+    ):
+        with pytest.raises(WebhookVerificationError):
+            receiver.verify(*tampered)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(b"another-secret").verify(body, headers)
     # A captured request replayed ten minutes later is stale.
-    old = str(int(time.time()) - 600)
-    assert not notify.verify(SECRET, old, body, notify.sign(SECRET, old, body))
+    old = int(time.time()) - 600
+    stale = signing.sign(SECRET, headers["webhook-id"], body, timestamp=old)
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        receiver.verify(body, stale)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_a_key_rotates_every_key_signs(settings, endpoint, eager, operator, no_enqueue):
+    hook = endpoint()
+    new = "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3ODk="
+    configure(settings, hook.url, secret=[SECRET, new])
+    settings.AGENTOPS = {**settings.AGENTOPS, "WEBHOOK_LEGACY_SIGNATURES": False}
+    gate_a_run(operator)
+    headers, body = hook.requests[0]["headers"], hook.requests[0]["body"]
+    assert len(headers["webhook-signature"].split()) == 2
+    # A receiver holding either key accepts it.
+    Webhook(SECRET.encode()).verify(body, headers)
+    Webhook(new).verify(body, headers)
+    # The deprecated headers are gone once the legacy scheme is off.
+    assert "x-agentops-signature" not in headers and "x-agentops-delivery" not in headers
 
 
 @pytest.mark.django_db(transaction=True)
@@ -185,17 +214,10 @@ def test_a_failing_endpoint_is_retried_and_the_run_goes_on(
     run, approval = gate_a_run(operator)
 
     assert len(hook.requests) == 3
-    deliveries = {r["headers"]["x-agentops-delivery"] for r in hook.requests}
+    deliveries = {r["headers"]["webhook-id"] for r in hook.requests}
     assert len(deliveries) == 1  # one delivery, retried: the receiver can de-duplicate
-    assert all(
-        notify.verify(
-            SECRET,
-            r["headers"]["x-agentops-timestamp"],
-            r["body"],
-            r["headers"]["x-agentops-signature"],
-        )
-        for r in hook.requests
-    )
+    for r in hook.requests:
+        Webhook(SECRET.encode()).verify(r["body"], r["headers"])
     run.refresh_from_db()
     assert run.status == Run.Status.WAITING
     assert not run.steps.filter(kind=Step.Kind.LLM_ERROR).exists()
@@ -277,6 +299,7 @@ def test_generic_webhooks_are_not_sent_without_a_secret(
     assert generic.requests == []
     assert len(slack.requests) == 1
     assert "x-agentops-signature" not in slack.requests[0]["headers"]
+    assert "webhook-signature" not in slack.requests[0]["headers"]
     run.refresh_from_db()
     assert run.status == Run.Status.WAITING
 

@@ -292,7 +292,9 @@ def test_a_delegates_link_decides_acting_for_the_approver(operator, django_user_
     assert (step.data["by"], step.data["acting_for"]) == ("dan", "bea")
 
 
-def test_a_link_locks_after_too_many_wrong_passwords(transfer, approver):
+def test_a_link_locks_after_too_many_wrong_passwords(transfer, approver, settings):
+    # The link's own counter; the account's lockout (django-axes) is tested below.
+    settings.AXES_ENABLED = False
     run, approval = transfer
     token = one_tap.token_for(approval, approver)
     client = client_for(approver)
@@ -304,6 +306,26 @@ def test_a_link_locks_after_too_many_wrong_passwords(transfer, approver):
     response = post(client, token, approval, decision="approve", password="pw-arthur")
     assert response.status_code == 410 and "locked" in response.content.decode()
     assert_nothing_decided(run, approval, seq)
+
+
+def test_wrong_passwords_lock_the_account_out_of_the_prompt(transfer, approver, caplog):
+    """The prompt counts toward the sign-in lockout (django-axes): the failure that reaches
+    the limit is answered with the lockout page, nothing is decided, and the account is
+    locked out of the login page as well (from this address)."""
+    run, approval = transfer
+    client = client_for(approver)
+    token = one_tap.token_for(approval, approver)
+    seq = run.last_seq
+    statuses = [
+        post(client, token, approval, decision="approve", password="guess").status_code
+        for _ in range(5)
+    ]
+    assert statuses == [403, 403, 403, 403, 429]
+    assert_nothing_decided(run, approval, seq)
+    assert any("sign-in locked out" in r.getMessage() for r in caplog.records)
+    login = Client().post("/accounts/login/", {"username": "arthur", "password": "pw-arthur"})
+    assert login.status_code == 429
+    assert "Too many failed sign-ins" in login.content.decode()
 
 
 def test_the_password_sentence_says_what_is_true_of_this_call(transfer, approver):

@@ -121,6 +121,16 @@ def report(operator) -> tuple[Run, Approval]:
     return run, Approval.objects.get(run=run)
 
 
+def signed_post(payload: dict, *, timestamp: str | None = None, secret: str = SECRET):
+    body = urlencode({"payload": json.dumps(payload)})
+    timestamp = str(int(time.time())) if timestamp is None else timestamp
+    mac = hmac.new(secret.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256)
+    headers = {"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": "v0=" + mac.hexdigest()}
+    return Client().post(
+        "/slack/actions", body, content_type="application/x-www-form-urlencoded", headers=headers
+    )
+
+
 def press(fake, approval, action: str, *, slack_user="U1", sign=True, age=0, secret=SECRET):
     payload = {
         "type": "block_actions",
@@ -402,3 +412,80 @@ def test_an_expired_request_says_so_in_slack(
         decisions.expire_due(now=approval.expires_at)
     (update,) = fake.called("/api/chat.update")
     assert "*Expired* by the system" in update["blocks"][-1]["text"]["text"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("timestamp", ["abc", "", "-5", "1e9", "99999999999999999999"])
+def test_a_timestamp_that_is_not_unix_seconds_is_401(fake, operator, approver, timestamp):
+    run, approval = report(operator)
+    seq = run.last_seq
+    response = Client().post(
+        "/slack/actions",
+        "payload=%7B%7D",
+        content_type="application/x-www-form-urlencoded",
+        headers={"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": "v0=00"},
+    )
+    assert response.status_code == 401
+    # Correctly signed with it, it is refused all the same.
+    assert signed_post({"type": "block_actions"}, timestamp=timestamp).status_code == 401
+    assert_pending(run, approval, seq)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        ({"actions": ["x"]}, "actions must be a list of objects"),
+        ({"actions": "approve"}, "actions must be a list of objects"),
+        ({"team": "T1"}, "team must be an object"),
+        ({"user": "U1"}, "user must be an object"),
+        ({"user": {"id": 5}}, "user must be an object"),
+        ({"actions": [{"action_id": ["approve"], "value": "x"}]}, "action_id must be a string"),
+        ({"actions": [{"action_id": "approve", "value": 5}]}, "value must be a string"),
+        ({"response_url": 5}, "response_url must be a string"),
+        ({"type": ["block_actions"]}, "type must be a string"),
+    ],
+)
+def test_a_signed_payload_of_the_wrong_shape_is_400(
+    fake, operator, approver, no_enqueue, change, words
+):
+    run, approval = report(operator)
+    link(approver)
+    seq = run.last_seq
+    payload = {
+        "type": "block_actions",
+        "team": {"id": TEAM},
+        "user": {"id": "U1"},
+        "response_url": f"{fake.url}/respond/U1",
+        "actions": [
+            {
+                "action_id": "approve",
+                "value": f"{approval.pk}:{args_hash(approval.tool, approval.args)}",
+            }
+        ],
+        **change,
+    }
+    response = signed_post(payload)
+    assert response.status_code == 400
+    assert words in response.content.decode()
+    assert_pending(run, approval, seq)
+
+
+@pytest.mark.django_db
+def test_a_stale_card_is_told_nothing_was_decided(fake, operator, approver, no_enqueue):
+    run, approval = report(operator)
+    link(approver)
+    seq = run.last_seq
+    payload = {
+        "type": "block_actions",
+        "team": {"id": TEAM},
+        "user": {"id": "U1"},
+        "response_url": f"{fake.url}/respond/U1",
+        # The hash of a call other than the one waiting (an edited or stale card).
+        "actions": [{"action_id": "approve", "value": f"{approval.pk}:{'0' * 64}"}],
+    }
+    assert signed_post(payload).status_code == 200
+    (reply,) = fake.replies()
+    assert reply.startswith("Nothing was decided: the call you were shown is not the call")
+    assert "Already decided" not in reply
+    assert_pending(run, approval, seq)

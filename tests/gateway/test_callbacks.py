@@ -7,11 +7,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from agentops.celery import app as celery_app
 from approvals import decisions
 from approvals.models import Approval
-from approvals.notify import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from gateway.models import ExternalCall
 from runs.models import args_hash
 
@@ -66,8 +66,11 @@ def test_the_decision_is_posted_signed_with_the_agents_key(
     assert len(got) == 1
     headers, raw = got[0]
     key = hashlib.sha256(token.encode()).hexdigest()
-    assert verify(key, headers[TIMESTAMP_HEADER], raw, headers[SIGNATURE_HEADER])
-    assert not verify("another key", headers[TIMESTAMP_HEADER], raw, headers[SIGNATURE_HEADER])
+    # What the agent does with any Standard Webhooks library: its key is the token's hash.
+    assert Webhook(key.encode()).verify(raw, headers) == json.loads(raw)
+    assert {k.lower(): v for k, v in headers.items()}["webhook-id"] == f"callback_{approval.pk}"
+    with pytest.raises(WebhookVerificationError):
+        Webhook(b"another key").verify(raw, headers)
     sent = json.loads(raw)
     assert (sent["call"], sent["status"], sent["reason"]) == (body["call"], "rejected", "keep it")
     assert ExternalCall.objects.get(pk=body["call"]).callback_sent_at is not None

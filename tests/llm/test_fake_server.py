@@ -282,7 +282,7 @@ def test_a_streamed_request_is_answered_as_server_sent_events_in_the_apis_order(
         data=json.dumps(
             {
                 "model": "m",
-                "max_tokens": 10,
+                "max_tokens": 1024,
                 "stream": True,
                 "messages": [{"role": "user", "content": "hi"}],
             }
@@ -318,3 +318,111 @@ def test_a_streamed_request_is_answered_as_server_sent_events_in_the_apis_order(
     )
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
     assert events[-2][1]["usage"]["output_tokens"] > 1
+
+
+USER = {"role": "user", "content": "hi"}
+CALL = {"type": "tool_use", "id": "toolu_1", "name": "list_tables", "input": {}}
+RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+TOOL = {"name": "list_tables", "description": "d", "input_schema": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    "changes,complaint",
+    [
+        ({"max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
+        ({"messages": [{"role": "user", "content": ""}]}, "must have non-empty content"),
+        ({"messages": [{"role": "user", "content": []}]}, "must have non-empty content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]},
+            "text content blocks must be non-empty",
+        ),
+        (
+            {
+                "messages": [
+                    USER,
+                    {"role": "assistant", "content": [CALL]},
+                    {"role": "user", "content": [{"type": "text", "text": "note"}, RESULT]},
+                ]
+            },
+            "Did not find 1 `tool_result` block(s) at the beginning of this message",
+        ),
+        ({"tools": [{**TOOL, "name": "a.b"}]}, "tools.0.custom.name: String should match"),
+        ({"tools": [{"name": "t", "description": "d"}]}, "tools.0.custom.input_schema: Field"),
+        (
+            {"messages": [USER, {"role": "assistant", "content": "The answer is "}]},
+            "final assistant content cannot end with trailing whitespace",
+        ),
+    ],
+    ids=[
+        "max-tokens-0",
+        "empty-string",
+        "empty-list",
+        "empty-text-block",
+        "text-before-tool-result",
+        "tool-name-with-a-dot",
+        "tool-without-schema",
+        "prefill-ending-in-whitespace",
+    ],
+)
+def test_it_refuses_malformed_requests_as_the_real_api_does(fake_api, changes, complaint):
+    fake_api.push(reply([text("must not be used")]))
+    body = {"model": "claude-haiku-4-5", "max_tokens": 10, "messages": [USER], **changes}
+    status, headers, answer = post(fake_api.base_url, body, {"x-api-key": "k"})
+    assert status == 400, answer
+    # The real error shape: {"type": "error", "error": {type, message}, "request_id"}.
+    assert answer["type"] == "error"
+    assert answer["error"]["type"] == "invalid_request_error"
+    assert complaint in answer["error"]["message"]
+    assert answer["request_id"] == headers["request-id"]
+    assert fake_api.remaining == 1
+
+
+def test_what_the_real_api_accepts_it_accepts(fake_api):
+    body = {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 10,
+        "tools": [TOOL],
+        "messages": [
+            USER,
+            {"role": "assistant", "content": [CALL]},
+            {"role": "user", "content": [RESULT, {"type": "text", "text": "and then?"}]},
+            {"role": "assistant", "content": "The answer is"},  # a prefill without trailing space
+        ],
+    }
+    status, _, answer = post(fake_api.base_url, body, {"x-api-key": "k"})
+    assert status == 200, answer
+
+
+def test_it_stops_at_max_tokens_as_the_real_api_does(fake_api):
+    long = "Revenue by category: Electronics 41%, Home 23%, Garden 36%. " * 10
+    fake_api.push(reply([text(long), tool_use("list_tables")]))
+    body = {"model": "claude-haiku-4-5", "max_tokens": 20, "messages": [USER]}
+    status, _, answer = post(fake_api.base_url, body, {"x-api-key": "k"})
+    assert status == 200
+    assert answer["stop_reason"] == "max_tokens"
+    assert answer["usage"]["output_tokens"] == 20
+    (block,) = answer["content"]  # the call that did not fit is left out
+    assert block["type"] == "text" and long.startswith(block["text"])
+    assert 0 < len(block["text"]) < len(long)
+
+
+def test_a_truncated_answer_fails_the_run_through_the_sdk(fake_api, settings, db, no_enqueue):
+    """The SQL analyst's run of the issue: cut off every time, it fails visibly instead of
+    ending succeeded with "…Electronics 41%, Home 2"."""
+    long = "Revenue by category: Electronics 41%, Home 23%, Garden 36%. " * 400
+    fake_api.push(*[reply([text(long)])] * 3)
+    agent = get_agent("sql-analyst")
+    data, errors = agent.validate_input(
+        {"question": "Revenue by category?", "report_to": "analytics@example.com"}
+    )
+    assert not errors
+    run = engine.launch(agent=agent, input=data, launched_by=None)
+    engine.advance(run.pk, time_slice=30)
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert run.termination_reason == Run.Termination.TRUNCATED
+    assert run.output == ""
+    sent = [r.body["max_tokens"] for r in fake_api.messages_requests()]
+    assert sent == [sent[0], sent[0] * 2, sent[0] * 4]
+    stops = [s.data["stop_reason"] for s in run.steps.filter(kind=Step.Kind.LLM)]
+    assert stops == ["max_tokens"] * 3

@@ -6,7 +6,7 @@ triggers off for its session), which is the point of the first tests.
 """
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
 from agentops.llm.scripted import text, tool_use
@@ -98,3 +98,43 @@ def test_a_deleted_last_step_breaks_the_chain_at_its_place(launch, script):
     tamper("DELETE FROM runs_step WHERE run_id = %s AND seq = %s", [run.pk.hex, last])
     # Every remaining link is sound; only the run's head says a step is missing.
     assert run.verify_chain() == (False, last)
+
+
+@on_postgres
+def test_postgres_refuses_to_truncate_the_timeline(launch, script):
+    run = finished_run(launch, script)
+    # Without CASCADE the foreign keys refuse it already; with it, the trigger does.
+    for statement in ("TRUNCATE runs_step CASCADE", "TRUNCATE runs_run CASCADE"):
+        with (
+            pytest.raises(DatabaseError, match="append-only"),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(statement)
+    assert run.steps.count() == run.last_seq
+    assert run.verify_chain() == (True, None)
+
+
+@on_postgres
+def test_postgres_refuses_to_truncate_the_decisions():
+    for table in ("approvals_approval", "approvals_approvalvote"):
+        with (
+            pytest.raises(DatabaseError, match="append-only"),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(f"TRUNCATE {table} CASCADE")
+
+
+def test_a_removed_whole_timeline_breaks_the_chain(launch, script):
+    """The run row keeps the chain's head (last_seq, last_hash): an empty timeline is not an
+    intact one."""
+    run = finished_run(launch, script)
+    tamper("DELETE FROM runs_step WHERE run_id = %s", [run.pk.hex])
+    assert run.verify_chain() == (False, 1)
+
+
+def test_a_removed_tail_breaks_the_chain(launch, script):
+    run = finished_run(launch, script)
+    tamper("DELETE FROM runs_step WHERE run_id = %s AND seq > 2", [run.pk.hex])
+    assert run.verify_chain() == (False, 3)

@@ -8,9 +8,9 @@ import pytest
 from django.utils import timezone
 
 from runs.models import Run
-from triggers.models import WebhookDelivery, WebhookSecret
+from triggers.models import WebhookDelivery, WebhookSecret, new_secret
 
-from .conftest import AGENT, INPUT, post_hook
+from .conftest import AGENT, INPUT, post_hook, v1_signature
 
 pytestmark = pytest.mark.django_db
 
@@ -54,13 +54,22 @@ def test_a_signed_delivery_launches_a_run(
 
 
 def test_without_a_key_the_source_is_the_delivery_id(hook_client, secret, no_enqueue):
-    response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret)
+    # The deprecated scheme signs no id; without an Idempotency-Key the delivery's own id is
+    # the source.
+    response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, legacy=True)
     assert response.status_code == 201
     delivery = WebhookDelivery.objects.get()
     assert delivery.key == ""
     assert Run.objects.get().source == f"delivery {delivery.pk}"
-    # Deliveries without a key never collide with each other.
-    assert post_hook(hook_client, {"input": INPUT}, secret=secret.secret).status_code == 201
+    # Deliveries without a key never collide with each other (a new timestamp: not a replay).
+    again = post_hook(
+        hook_client,
+        {"input": INPUT},
+        secret=secret.secret,
+        legacy=True,
+        timestamp=int(time.time()) + 1,
+    )
+    assert again.status_code == 201
     assert Run.objects.count() == WebhookDelivery.objects.count() == 2
 
 
@@ -84,7 +93,7 @@ def test_a_tampered_body_is_refused(hook_client, secret, no_enqueue):
 
 
 def test_a_wrong_secret_is_refused(hook_client, secret, no_enqueue):
-    response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret + "x")
+    response = post_hook(hook_client, {"input": INPUT}, secret=new_secret())
     assert_nothing_created(response, 401)
 
 
@@ -122,18 +131,44 @@ def test_the_window_is_a_setting(hook_client, secret, no_enqueue, settings):
 @pytest.mark.parametrize(
     "headers,message",
     [
-        ({"X-Agentops-Signature": ""}, "missing X-Agentops-Signature"),
-        ({"X-Agentops-Timestamp": ""}, "missing X-Agentops-Timestamp"),
-        ({"X-Agentops-Timestamp": "yesterday"}, "unix seconds"),
-        ({"X-Agentops-Timestamp": "-5"}, "unix seconds"),
-        ({"X-Agentops-Timestamp": "99999999999999999999"}, "unix seconds"),
-        ({"X-Agentops-Signature": "md5=abc"}, "sha256="),
+        ({"webhook-signature": ""}, "missing webhook-signature"),
+        ({"webhook-id": ""}, "missing webhook-id"),
+        ({"webhook-id": "caf\u00e9"}, "printable ASCII"),
+        ({"webhook-id": "m" * 129}, "printable ASCII"),
+        ({"webhook-timestamp": ""}, "missing webhook-timestamp"),
+        ({"webhook-timestamp": "yesterday"}, "unix seconds"),
+        ({"webhook-timestamp": "-5"}, "unix seconds"),
+        ({"webhook-timestamp": "99999999999999999999"}, "unix seconds"),
+        ({"webhook-signature": "v1,not base64!"}, "v1,<base64>"),
+        ({"webhook-signature": "v1a,abc"}, "no v1,<base64> signature"),
+        ({"webhook-signature": "v1,"}, "signature does not match"),
+        ({"webhook-signature": "garbage"}, "no v1,<base64> signature"),
+        ({"webhook-signature": " ".join(["v1,AAAA"] * 9)}, "at most 8"),
     ],
 )
 def test_missing_or_malformed_headers_are_refused(
     hook_client, secret, no_enqueue, headers, message
 ):
     response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, headers=headers)
+    assert_nothing_created(response, 401)
+    assert message in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "headers,message",
+    [
+        ({"X-Agentops-Signature": ""}, "sha256="),
+        ({"X-Agentops-Timestamp": ""}, "missing X-Agentops-Timestamp"),
+        ({"X-Agentops-Timestamp": "yesterday"}, "unix seconds"),
+        ({"X-Agentops-Signature": "md5=abc"}, "sha256="),
+    ],
+)
+def test_missing_or_malformed_legacy_headers_are_refused(
+    hook_client, secret, no_enqueue, headers, message
+):
+    response = post_hook(
+        hook_client, {"input": INPUT}, secret=secret.secret, headers=headers, legacy=True
+    )
     assert_nothing_created(response, 401)
     assert message in response.json()["detail"]
 
@@ -148,23 +183,31 @@ def test_an_unknown_agent_is_404(hook_client, secret, no_enqueue):
 
 
 def test_an_agent_without_a_secret_takes_no_webhooks(hook_client, no_enqueue):
-    response = post_hook(hook_client, {"input": INPUT}, secret="whsec_guess", agent="refund-desk")
+    response = post_hook(hook_client, {"input": INPUT}, secret=new_secret(), agent="refund-desk")
     assert_nothing_created(response, 403)
     assert "no current secret" in response.json()["detail"]
 
 
 def test_the_signature_is_checked_before_the_body_is_read(hook_client, secret, no_enqueue):
     # Bad JSON and a bad signature: the sender learns nothing about the body's fate.
-    response = post_hook(hook_client, b"{not json", secret="whsec_wrong")
+    response = post_hook(hook_client, b"{not json", secret=new_secret())
     assert_nothing_created(response, 401)
 
 
 # --- refused: the body -------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "raw", [b"{not json", b"", b'{"input": {"question": NaN}}', b"\xff\xfe\x00"]
-)
+@pytest.mark.parametrize("raw", [b"{not json", b"", b'{"input": {"question": NaN}}'])
 def test_a_body_that_is_not_json_is_400(hook_client, secret, no_enqueue, raw):
     assert_nothing_created(post_hook(hook_client, raw, secret=secret.secret), 400)
+
+
+def test_a_body_that_is_not_utf8_is_refused(hook_client, secret, no_enqueue):
+    # Standard Webhooks signs text: such a body cannot carry a v1 signature.
+    raw = b"\xff\xfe\x00"
+    response = post_hook(hook_client, raw, secret=secret.secret)
+    assert_nothing_created(response, 401)
+    assert "not UTF-8" in response.json()["detail"]
+    legacy = post_hook(hook_client, raw, secret=secret.secret, legacy=True)
+    assert_nothing_created(legacy, 400)
 
 
 @pytest.mark.parametrize(
@@ -201,7 +244,7 @@ def test_a_body_too_large_is_413(hook_client, secret, no_enqueue, settings):
 
 @pytest.mark.parametrize("key", ["k" * 129, "caf\u00e9", "tab\there"])
 def test_a_bad_idempotency_key_is_400(hook_client, secret, no_enqueue, key):
-    response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, key=key)
+    response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, key=key, legacy=True)
     assert_nothing_created(response, 400)
 
 
@@ -261,6 +304,132 @@ def test_a_replay_of_a_key_whose_run_was_deleted_is_409(hook_client, secret, no_
     assert "no longer exists" in response.json()["detail"]
 
 
+# --- replays ----------------------------------------------------------------------------------
+def test_a_captured_request_replayed_in_the_window_launches_one_run(
+    hook_client, secret, no_enqueue
+):
+    stamp = int(time.time())
+    sent = [
+        post_hook(hook_client, {"input": INPUT}, secret=secret.secret, key="msg_1", timestamp=stamp)
+        for _ in range(3)
+    ]
+    assert [r.status_code for r in sent] == [201, 200, 200]
+    assert len({r.json()["id"] for r in sent}) == 1
+    assert Run.objects.count() == WebhookDelivery.objects.count() == 1
+
+
+def test_an_unsigned_idempotency_key_cannot_make_a_replay_new(hook_client, secret, no_enqueue):
+    stamp = int(time.time())
+    for fresh in ("a", "a", "b", "c"):
+        response = post_hook(
+            hook_client,
+            {"input": INPUT},
+            secret=secret.secret,
+            key="msg_1",
+            timestamp=stamp,
+            headers={"Idempotency-Key": fresh},
+        )
+        assert response.status_code in (200, 201), response.content
+    assert Run.objects.count() == 1
+    assert Run.objects.get().source == "delivery msg_1"
+
+
+def test_a_legacy_request_replayed_with_fresh_keys_launches_one_run(
+    hook_client, secret, no_enqueue
+):
+    # The deprecated scheme does not sign the Idempotency-Key; the replayed signature is
+    # what gives the copy away.
+    stamp = int(time.time())
+    statuses = [
+        post_hook(
+            hook_client,
+            {"input": INPUT},
+            secret=secret.secret,
+            key=key,
+            timestamp=stamp,
+            legacy=True,
+        ).status_code
+        for key in ("a", "a", "b", "c")
+    ]
+    assert statuses == [201, 200, 200, 200]
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.legacy and delivery.message_id.startswith("legacy_")
+    assert Run.objects.count() == 1
+
+
+def test_a_legacy_retry_resigned_with_its_key_is_the_same_delivery(hook_client, secret, no_enqueue):
+    first = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, key="a", legacy=True)
+    again = post_hook(
+        hook_client,
+        {"input": INPUT},
+        secret=secret.secret,
+        key="a",
+        legacy=True,
+        timestamp=int(time.time()) + 3,
+    )
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert Run.objects.count() == 1
+
+
+def test_the_legacy_scheme_is_refused_once_its_setting_is_off(
+    hook_client, secret, no_enqueue, settings
+):
+    settings.AGENTOPS = {**settings.AGENTOPS, "WEBHOOK_LEGACY_SIGNATURES": False}
+    response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, legacy=True)
+    assert_nothing_created(response, 401)
+    assert "no longer accepted" in response.json()["detail"]
+    assert post_hook(hook_client, {"input": INPUT}, secret=secret.secret).status_code == 201
+
+
+def test_a_legacy_delivery_is_logged_as_deprecated(hook_client, secret, no_enqueue, caplog):
+    response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, legacy=True)
+    assert response.status_code == 201
+    assert any("deprecated" in r.getMessage() for r in caplog.records)
+
+
+def test_any_of_several_signatures_may_match(hook_client, secret, no_enqueue):
+    # A sender rotating its key signs with both; a later version is skipped, not an error.
+    body = json.dumps({"input": INPUT}).encode()
+    stamp = str(int(time.time()))
+    other = new_secret()
+    signatures = " ".join(
+        [
+            "v2,c29tZXRoaW5nIGVsc2U=",
+            v1_signature(other, "msg_9", stamp, body),
+            v1_signature(secret.secret, "msg_9", stamp, body),
+        ]
+    )
+    response = hook_client.post(
+        f"/api/hooks/{AGENT}",
+        data=body,
+        content_type="application/json",
+        headers={
+            "webhook-id": "msg_9",
+            "webhook-timestamp": stamp,
+            "webhook-signature": signatures,
+        },
+    )
+    assert response.status_code == 201, response.content
+
+
+def test_the_id_is_signed(hook_client, secret, no_enqueue):
+    # A replay under a new webhook-id does not carry a valid signature.
+    body = json.dumps({"input": INPUT}).encode()
+    stamp = str(int(time.time()))
+    signed = v1_signature(secret.secret, "msg_1", stamp, body)
+    assert (
+        post_hook(hook_client, body, secret=secret.secret, key="msg_1", timestamp=stamp).status_code
+        == 201
+    )
+    response = hook_client.post(
+        f"/api/hooks/{AGENT}",
+        data=body,
+        content_type="application/json",
+        headers={"webhook-id": "msg_2", "webhook-timestamp": stamp, "webhook-signature": signed},
+    )
+    assert_nothing_created(response, 401, runs=1)
+
+
 # --- rotation ----------------------------------------------------------------------------------
 def test_during_a_rotation_both_secrets_are_accepted(hook_client, secret, no_enqueue):
     new = WebhookSecret.rotate(AGENT, grace=timedelta(hours=1))
@@ -310,8 +479,9 @@ def test_the_endpoint_is_in_the_openapi_document(operator, client):
     paths = client.get("/api/openapi.json").json()["paths"]
     operation = paths["/api/hooks/{agent}"]["post"]
     assert {p["name"] for p in operation["parameters"]} >= {
-        "X-Agentops-Timestamp",
-        "X-Agentops-Signature",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
         "Idempotency-Key",
     }
     assert operation.get("security") in (None, [])  # no user: the signature authenticates

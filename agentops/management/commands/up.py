@@ -7,6 +7,7 @@ beat run as their own processes (or pass --with-worker to run a worker and the s
 too, against Redis).
 """
 
+import logging
 import os
 import re
 import sys
@@ -24,6 +25,7 @@ from runs import events
 
 from .seed_demo import describe_logins, ensure_demo_users
 
+log = logging.getLogger("agentops.up")
 DEFAULT_ADDR = "127.0.0.1"
 DEFAULT_PORT = 8000
 
@@ -79,11 +81,14 @@ class Command(BaseCommand):
             stopped = embedded.stop(grace=options["shutdown_grace"])
         if not server.listening_addresses:
             raise CommandError(f"could not listen on {addr}:{port}")
-        self.stdout.write("agentops stopped.")
+        self._say("agentops stopped.")
         if not stopped:
             # Worker threads are still inside a task; their runs are checkpointed and resume
             # after the lease expires. Do not wait for them.
-            self.stderr.write("Some tasks were still running; their runs resume on restart.")
+            if settings.LOG_FORMAT == "json":
+                log.warning("Some tasks were still running; their runs resume on restart.")
+            else:
+                self.stderr.write("Some tasks were still running; their runs resume on restart.")
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
@@ -106,7 +111,7 @@ class Command(BaseCommand):
             host, bound = (
                 server.listening_addresses[0] if server.listening_addresses else (addr, port)
             )
-            self.stdout.write(self._banner(host, bound, logins, run_worker, options))
+            self._say(self._banner(host, bound, logins, run_worker, options))
             sys.stdout.flush()
 
         server = Server(
@@ -161,17 +166,25 @@ class Command(BaseCommand):
         ]
         return "\n".join(lines)
 
+    def _say(self, text: str) -> None:
+        """A line for the person who started `up`; with LOG_FORMAT=json a log record like
+        every other line, so each line of the output is JSON."""
+        if settings.LOG_FORMAT == "json":
+            log.info(text.strip())
+        else:
+            self.stdout.write(text)
+
     def _log_action(self, protocol: str, action: str, details: dict) -> None:
         # A one-tap link's path carries its token: never written out.
         path = redact_secrets(str(details.get("path", "")))
         if protocol == "http" and action == "complete":
-            self.stdout.write(
+            self._say(
                 "HTTP {method} {path} {status} [{time_taken:.2f}, {client}]".format(
                     **{**details, "path": path}
                 )
             )
         elif protocol == "websocket" and action in ("connected", "disconnected", "rejected"):
-            self.stdout.write(f"WebSocket {action.upper()} {path} [{details['client']}]")
+            self._say(f"WebSocket {action.upper()} {path} [{details['client']}]")
 
 
 def public_url(addr: str, port: int) -> str:

@@ -5,14 +5,15 @@ from uuid import UUID
 
 from django.core.management.base import BaseCommand, CommandError
 
-from history.replay import replay
+from history.replay import DIVERGED, TOOL_CHANGED, replay
 from runs.models import Run
 
 
 class Command(BaseCommand):
     help = (
         "Re-run a recorded run with its recorded model turns, tool results and decisions (no "
-        "model call, no side effect) and compare; exits 1 when the replay diverges."
+        "model call, no side effect) and compare; exits 1 when the replay diverges, 2 when "
+        "every step replays the same but a tool's code changed since the run."
     )
 
     def add_arguments(self, parser):
@@ -35,7 +36,11 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"{mark} #{number:<4} {want}" + ("" if want == got else f"  | {got}")
                 )
-            style = self.style.SUCCESS if result.identical else self.style.ERROR
+            style = {DIVERGED: self.style.ERROR, TOOL_CHANGED: self.style.WARNING}.get(
+                result.verdict, self.style.SUCCESS
+            )
             self.stdout.write(style(result.summary))
-        if not result.identical:
+        if result.verdict == DIVERGED:
             raise SystemExit(1)
+        if result.verdict == TOOL_CHANGED:
+            raise SystemExit(2)
