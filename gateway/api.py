@@ -25,15 +25,18 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from ninja import Field, Router, Schema, Status
+from ninja.decorators import decorate_view
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
+from runs.api import refuse_large_bodies
 from runs.models import Run
 
 from . import mcp_tools, sessions
 from .models import ExternalAgent, ExternalCall
 
 MAX_WAIT_SECONDS = 30
+TOOL_NAME = mcp_tools.TOOL_NAME
 POLL_SECONDS = 0.5
 
 
@@ -58,7 +61,11 @@ class SessionOut(Schema):
 
 
 class CallIn(Schema):
-    tool: str = Field(..., min_length=1, max_length=64)
+    tool: str = Field(
+        ...,
+        pattern=TOOL_NAME,
+        description="The tool's name: letters, digits, _ . - (at most 64, as MCP names are).",
+    )
     args: dict = Field(default_factory=dict)
     hints: dict | None = Field(
         None, description='Risk of this call: {"reversible": false, "blast": "high"}.'
@@ -105,6 +112,7 @@ def _refused(exc: sessions.SessionError) -> JsonResponse:
 
 
 @router.post("/external/sessions", response={201: SessionOut})
+@decorate_view(refuse_large_bodies)
 def register_session(request: HttpRequest, payload: SessionIn):
     """Register a session of the calling agent: a run that shows in the runs list."""
     try:
@@ -115,6 +123,7 @@ def register_session(request: HttpRequest, payload: SessionIn):
 
 
 @router.post("/external/sessions/{uuid:session_id}/calls")
+@decorate_view(refuse_large_bodies)
 def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
     """Submit a tool call for review. 200 with the decision when policy allows it at once
     (recorded all the same); 202 when a person decides: then GET the call (long-poll)."""
@@ -169,6 +178,7 @@ def _current_state(agent: ExternalAgent, call_id: UUID) -> dict | sessions.Sessi
 
 
 @router.post("/external/calls/{uuid:call_id}/result")
+@decorate_view(refuse_large_bodies)
 def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
     """What the call did: `result` (any JSON) or `error`. Recorded as the run's tool step."""
     call = _call(request.auth, call_id)
@@ -184,6 +194,7 @@ def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
 
 
 @router.post("/external/sessions/{uuid:session_id}/close")
+@decorate_view(refuse_large_bodies)
 def close_session(request: HttpRequest, session_id: UUID, payload: CloseIn):
     """End the session: `status` succeeded or failed. A pending call is cancelled with a
     failed session; a session with one cannot succeed (409)."""

@@ -13,6 +13,7 @@ decision are the ones internal runs have.
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -20,14 +21,13 @@ from agentops.tools import Tool, ToolArgsError
 from approvals import gates, policy
 from approvals.models import Approval
 from runs import events, sql
-from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash
+from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
 
 from .models import ExternalAgent, ExternalCall
 from .tools import EXTERNAL_USE_PREFIX, metadata_for_call, tool_from_metadata
 
 PROVIDER = "external"
-SUMMARY_MAX = 4000
-RESULT_MAX_CHARS = 100_000
+SUMMARY_MAX = 4000  # characters of a call's summary for the approver
 
 # What became of a call, as the agent is told.
 ALLOWED, PENDING = "allowed", "pending"
@@ -41,8 +41,22 @@ class SessionError(Exception):
         self.status, self.message, self.errors = status, message, errors or {}
 
 
+def max_bytes() -> int:
+    """What one value an agent sends (arguments, metadata, a result) may weigh: the limit a
+    run's input has (AGENTOPS_MAX_INPUT_BYTES), counted the same way."""
+    return int(settings.AGENTOPS["MAX_INPUT_BYTES"])
+
+
+def _capped(what: str, value: Any) -> None:
+    """413 for a value larger than a run's input may be (its canonical JSON)."""
+    size = len(canonical_json(value).encode())
+    if size > max_bytes():
+        raise SessionError(413, f"{what} is {size} bytes; the limit is {max_bytes()}")
+
+
 def register(agent: ExternalAgent, *, session: str = "", metadata: dict | None = None) -> Run:
     """A running run for a new session of `agent` (its snapshot taken now)."""
+    _capped("metadata", metadata or {})
     now = timezone.now()
     try:
         config = agent.snapshot()
@@ -96,6 +110,9 @@ def submit(
 ) -> ExternalCall:
     """Record a proposed call and put it through the gate policy: allowed at once, or an
     approval opened and the run waiting for it."""
+    _capped("args", args)
+    if len(summary or "") > SUMMARY_MAX:
+        raise SessionError(413, f"summary is {len(summary)} characters; the limit is {SUMMARY_MAX}")
     registered = agent.tools.filter(name=tool).first()
     try:
         meta = metadata_for_call(registered, tool, hints)
@@ -106,7 +123,7 @@ def submit(
         args = spec.validate(args)
     except ToolArgsError as exc:
         raise SessionError(422, str(exc), {"args": [str(exc)]}) from None
-    summary = (summary or "")[:SUMMARY_MAX]
+    summary = summary or ""
     with transaction.atomic():
         run = _locked_open(run.pk)
         call = ExternalCall(
@@ -228,6 +245,8 @@ def report_result(
 ) -> Step:
     """The agent says what the call did: the run's tool step. Only a call it was allowed to
     make, with the arguments it was allowed; once."""
+    _capped("result", result)
+    _capped("error", error)
     state = state_of(call)
     if not state.approved:
         raise SessionError(409, f"this call was {state.status}: it must not have run")
@@ -251,7 +270,7 @@ def report_result(
         if call.approval_id:
             data["approval"] = str(call.approval_id)
         if is_error:
-            data["error"] = str(error)[:RESULT_MAX_CHARS]
+            data["error"] = str(error)
         else:
             data["result"] = result
         update = {}
@@ -268,6 +287,7 @@ def report_result(
 def close(run: Run, *, succeeded: bool, output: str = "", detail: str = "") -> Run:
     """End the session: succeeded (completed) or failed. What still waits for a person is
     cancelled with it."""
+    _capped("output", output)
     with transaction.atomic():
         run = _locked_open(run.pk)
         if succeeded and run.status == Run.Status.WAITING:
