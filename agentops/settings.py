@@ -5,6 +5,7 @@ inside the web process, the in-memory channel layer. Production: set DATABASE_UR
 REDIS_URL (and SECRET_KEY, ALLOWED_HOSTS, DEBUG=false).
 """
 
+import ipaddress
 from pathlib import Path
 
 import environ
@@ -198,6 +199,14 @@ AGENTOPS = {
     # HMAC-SHA256 key for X-Agentops-Signature; generic webhooks are not sent without it.
     "WEBHOOK_SECRET": env.str("AGENTOPS_WEBHOOK_SECRET", default=""),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("AGENTOPS_WEBHOOK_TIMEOUT_SECONDS", default=5.0),
+    # External agents' callback URLs (gateway/egress.py) never reach loopback, link-local
+    # (cloud metadata), private or reserved addresses, except these networks (CIDRs, e.g.
+    # "10.20.0.0/16,127.0.0.1/32") for receivers on premises. Parsed here: a typo stops start-up.
+    "CALLBACK_ALLOWED_NETWORKS": [
+        str(ipaddress.ip_network(n.strip(), strict=False))
+        for n in env.list("AGENTOPS_CALLBACK_ALLOWED_NETWORKS", default=[])
+        if n.strip()
+    ],
     # Incoming webhooks (triggers/signing.py): a signed timestamp further than this from now,
     # past or future, is refused, so a captured request cannot be replayed later.
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),

@@ -32,7 +32,7 @@ from ninja.security import HttpBearer
 from runs.api import refuse_large_bodies
 from runs.models import Run
 
-from . import mcp_tools, sessions
+from . import egress, mcp_tools, sessions
 from .models import ExternalAgent, ExternalCall
 
 MAX_WAIT_SECONDS = 30
@@ -130,8 +130,9 @@ def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
     run = _session(request.auth, session_id)
     if run is None:
         return _error(404, "no such session")
-    if payload.callback_url and not payload.callback_url.startswith(("http://", "https://")):
-        return _error(422, "callback_url must be an http(s) URL")
+    refused = payload.callback_url and egress.url_refusal(payload.callback_url)
+    if refused:
+        return _error(422, refused, errors={"callback_url": [refused]})
     try:
         call = sessions.submit(
             run,
