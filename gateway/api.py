@@ -18,6 +18,7 @@ Authenticated by the agent's own token (`Authorization: Bearer aoa_…`, see
 
 import asyncio
 import time
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -82,6 +83,9 @@ class ResultIn(Schema):
     result: Any = None
     error: str | None = None
     duration_ms: int = Field(0, ge=0)
+    cost_usd: Decimal | None = Field(
+        None, ge=0, description="What the call cost (a model call, a paid API): the session's cost."
+    )
 
 
 class CloseIn(Schema):
@@ -187,7 +191,11 @@ def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
         return _error(404, "no such call")
     try:
         step = sessions.report_result(
-            call, result=payload.result, error=payload.error, duration_ms=payload.duration_ms
+            call,
+            result=payload.result,
+            error=payload.error,
+            duration_ms=payload.duration_ms,
+            cost_usd=payload.cost_usd,
         )
     except sessions.SessionError as exc:
         return _refused(exc)

@@ -11,6 +11,7 @@ decision are the ones internal runs have.
 """
 
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -126,6 +127,16 @@ def submit(
     summary = summary or ""
     with transaction.atomic():
         run = _locked_open(run.pk)
+        stop = limit_reached(run)
+        if stop is not None:
+            _end(run, Run.Status.FAILED, *stop)
+    if stop is not None:  # the termination is committed; the call is refused
+        reason, detail = stop
+        raise SessionError(
+            409, f"the session was stopped: {Run.Termination(reason).label} ({detail})"
+        )
+    with transaction.atomic():
+        run = _locked_open(run.pk)
         call = ExternalCall(
             run=run,
             tool=tool,
@@ -149,6 +160,8 @@ def submit(
                 "risk": verdict.risk,
                 "explanation": verdict.explanation,
             },
+            # A call is the session's step: max_steps counts them.
+            update={"step_count": run.step_count + 1},
         )
         if verdict.gated:
             item = {"llm_seq": run.last_seq, "id": f"{EXTERNAL_USE_PREFIX}{call.pk}", "args": args}
@@ -164,6 +177,32 @@ def submit(
             _park(run)
         call.save(force_insert=True)
     return call
+
+
+def limit_reached(run: Run) -> tuple[str, str] | None:
+    """(termination reason, detail) when the session may make no more calls: the engine's
+    terminator rules (runs/engine/terminator.py) with a call for a model step. Steps: calls
+    submitted; cost: what the agent reported with its results; time: working time, not
+    counting waits for people; errors: results reported as errors in a row."""
+    if run.step_count >= run.max_steps:
+        return Run.Termination.MAX_STEPS, f"{run.step_count} of {run.max_steps} steps used"
+    if run.consecutive_errors >= run.max_consecutive_errors:
+        return (
+            Run.Termination.CONSECUTIVE_ERRORS,
+            f"{run.consecutive_errors} consecutive errors (limit {run.max_consecutive_errors})",
+        )
+    if run.cost_usd >= run.max_cost_usd:
+        return (
+            Run.Termination.MAX_COST,
+            f"spent {run.cost_usd:.4f} USD; the limit is {run.max_cost_usd} USD",
+        )
+    working = run.working_seconds
+    if working >= run.max_seconds:
+        detail = f"{working:.0f}s of {run.max_seconds}s"
+        if run.waiting_seconds:
+            detail += f" (not counting {run.waiting_seconds:.0f}s waiting for people)"
+        return Run.Termination.MAX_SECONDS, detail
+    return None
 
 
 def _park(run: Run) -> None:
@@ -241,12 +280,19 @@ def state_of(call: ExternalCall) -> CallState:
 
 
 def report_result(
-    call: ExternalCall, *, result: Any = None, error: str | None = None, duration_ms: int = 0
+    call: ExternalCall,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    duration_ms: int = 0,
+    cost_usd: Decimal | None = None,
 ) -> Step:
     """The agent says what the call did: the run's tool step. Only a call it was allowed to
     make, with the arguments it was allowed; once."""
     _capped("result", result)
     _capped("error", error)
+    if cost_usd is not None and not (cost_usd.is_finite() and cost_usd >= 0):
+        raise SessionError(422, "cost_usd must be a number of dollars, 0 or more")
     state = state_of(call)
     if not state.approved:
         raise SessionError(409, f"this call was {state.status}: it must not have run")
@@ -273,12 +319,17 @@ def report_result(
             data["error"] = str(error)
         else:
             data["result"] = result
-        update = {}
+        # Consecutive errors and cost count toward the session's limits (limit_reached).
+        update: dict[str, Any] = {"consecutive_errors": 0}
         if is_error:
             update = {
                 "tool_failed_count": run.tool_failed_count + 1,
                 "error_count": run.error_count + 1,
+                "consecutive_errors": run.consecutive_errors + 1,
             }
+        if cost_usd:
+            data["cost_usd"] = str(cost_usd)
+            update["cost_usd"] = run.cost_usd + cost_usd
         step = run.append_step(Step.Kind.TOOL, data, update=update, latency_ms=data["duration_ms"])
         ExternalCall.objects.filter(pk=call.pk).update(result_seq=step.seq)
     return step
@@ -292,38 +343,41 @@ def close(run: Run, *, succeeded: bool, output: str = "", detail: str = "") -> R
         run = _locked_open(run.pk)
         if succeeded and run.status == Run.Status.WAITING:
             raise SessionError(409, "calls of this session still wait for a decision")
-        status = Run.Status.SUCCEEDED if succeeded else Run.Status.FAILED
-        reason = Run.Termination.COMPLETED if succeeded else Run.Termination.AGENT_FAILED
-        old = run.status
-        pending = list(
-            Approval.objects.filter(run=run, status=Approval.Status.PENDING).values_list(
-                "pk", flat=True
-            )
-        )
-        Approval.objects.filter(pk__in=pending, status=Approval.Status.PENDING).update(
-            status=Approval.Status.CANCELLED, decided_at=timezone.now()
-        )
-        for approval_id in pending:
-            events.publish_approvals_changed(approval_id)
-        if not run.transition_to(
-            status,
-            termination_reason=reason,
-            status_detail=(detail or ("session closed" if succeeded else "session failed"))[:500],
-            output=output,
-        ):
-            raise SessionError(409, f"the session is already {run.status}")
-        run.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "terminated",
-                "from": old,
-                "to": status,
-                "reason": reason,
-                "detail": detail
-                or ("closed by the agent" if succeeded else "failed, says the agent"),
-            },
-        )
+        if succeeded:
+            status, reason = Run.Status.SUCCEEDED, Run.Termination.COMPLETED
+            detail = detail or "closed by the agent"
+        else:
+            status, reason = Run.Status.FAILED, Run.Termination.AGENT_FAILED
+            detail = detail or "failed, says the agent"
+        _end(run, status, reason, detail, output=output)
     return run
+
+
+def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -> None:
+    """The session's end and its terminated step; approvals still pending are cancelled.
+    Under the run's row lock."""
+    old = run.status
+    pending = list(
+        Approval.objects.filter(run=run, status=Approval.Status.PENDING).values_list(
+            "pk", flat=True
+        )
+    )
+    Approval.objects.filter(pk__in=pending, status=Approval.Status.PENDING).update(
+        status=Approval.Status.CANCELLED, decided_at=timezone.now()
+    )
+    for approval_id in pending:
+        events.publish_approvals_changed(approval_id)
+    if not run.transition_to(
+        status,
+        termination_reason=reason,
+        status_detail=detail[:500],
+        output=output,
+    ):
+        raise SessionError(409, f"the session is already {run.status}")
+    run.append_step(
+        Step.Kind.STATUS,
+        {"event": "terminated", "from": old, "to": status, "reason": reason, "detail": detail},
+    )
 
 
 def _locked_open(run_id) -> Run:
