@@ -7,22 +7,20 @@ Authenticated by the agent's own token (`Authorization: Bearer aoa_…`, see
 - POST /api/external/sessions: register a session (a run, trigger "external").
 - POST /api/external/sessions/{session}/calls: submit a call; 200 with the decision when the
   gate policy allows it, 202 with the call's id when a person must decide.
-- GET /api/external/calls/{call}?wait=30: the decision, long-polled up to `wait` seconds.
-  Async: a waiting agent holds no worker thread, only a timer and a short query per
-  POLL_SECONDS.
+- GET /api/external/calls/{call}?wait=30: the decision, long-polled up to `wait` seconds;
+  GET /api/external/sessions/{session}/events: every decision of the session as
+  Server-Sent Events. A waiting agent holds no thread and no database connection: the
+  decision is pushed to it (gateway/waits.py, which serves both outside Django's middleware).
 - POST /api/external/calls/{call}/result: what the call did (the run's tool step).
 - POST /api/external/sessions/{session}/close: the session ends, succeeded or failed.
 - POST /api/external/tools/mcp: register an MCP server's tool definitions as the agent's tools
   (the MCP gating proxy does, on start; see mcp_tools).
 """
 
-import asyncio
-import time
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from ninja import Field, Router, Schema, Status
@@ -33,7 +31,7 @@ from ninja.security import HttpBearer
 from runs.api import refuse_large_bodies
 from runs.models import Run
 
-from . import egress, mcp_tools, sessions
+from . import egress, mcp_tools, sessions, waits
 from .models import ExternalAgent, ExternalCall
 
 MAX_WAIT_SECONDS = 30
@@ -156,30 +154,16 @@ def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
 @router.get("/external/calls/{uuid:call_id}")
 async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0):
     """The call's decision. With `wait` (seconds, at most 30) the answer waits until a
-    person decides or the time is up; `status` is "pending" until then."""
+    person decides or the time is up; `status` is "pending" until then.
+
+    Under daphne this path is served by gateway/waits.py outside Django's middleware (a
+    waiting call holds no thread and no database connection); this view documents it and
+    serves other hosts (the test client) through the same `call_state`."""
     if not 0 <= wait <= MAX_WAIT_SECONDS:
         return _error(422, f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds")
-    agent = request.auth
-    deadline = time.monotonic() + wait
-    while True:
-        found = await sync_to_async(_current_state)(agent, call_id)
-        if found is None:
-            return _error(404, "no such call")
-        if isinstance(found, sessions.SessionError):
-            return _refused(found)
-        if found["status"] != sessions.PENDING or time.monotonic() >= deadline:
-            return found
-        await asyncio.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
-
-
-def _current_state(agent: ExternalAgent, call_id: UUID) -> dict | sessions.SessionError | None:
-    call = _call(agent, call_id)
-    if call is None:
-        return None
-    try:
-        return sessions.state_of(call).as_dict()
-    except sessions.SessionError as exc:
-        return exc
+    token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+    status, body = await waits.call_state(token, str(call_id), wait, own_thread=True)
+    return JsonResponse(body, status=status, encoder=NinjaJSONEncoder)
 
 
 @router.post("/external/calls/{uuid:call_id}/result")

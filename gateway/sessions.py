@@ -24,6 +24,7 @@ from approvals.models import Approval
 from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
 
+from . import wakeups
 from .models import ExternalAgent, ExternalCall
 from .tools import EXTERNAL_USE_PREFIX, metadata_for_call, tool_from_metadata
 
@@ -367,6 +368,8 @@ def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -
     )
     for approval_id in pending:
         events.publish_approvals_changed(approval_id)
+    wakeups.publish_cancelled_on_commit(pending, run.pk)
+    wakeups.publish_session_ended_on_commit(run.pk)
     if not run.transition_to(
         status,
         termination_reason=reason,
