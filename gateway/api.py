@@ -71,6 +71,17 @@ class CallIn(Schema):
     )
     summary: str = Field("", description="What the agent is doing and why, for the approver.")
     callback_url: str = Field("", max_length=500)
+    call_id: str = Field(
+        "",
+        max_length=200,
+        pattern=r"^[\x21-\x7e]*$",
+        description="Your own id for the call (an interrupt id, a tool_use_id): submitting it "
+        "again, from any session of the agent, answers the same call.",
+    )
+
+
+class WithdrawIn(Schema):
+    reason: str = Field("", description="Why the agent gave the call up (a timeout, ...).")
 
 
 class McpToolsIn(Schema):
@@ -144,6 +155,7 @@ def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
             hints=payload.hints,
             summary=payload.summary,
             callback_url=payload.callback_url,
+            client_id=payload.call_id,
         )
         state = sessions.state_of(call)
     except sessions.SessionError as exc:
@@ -184,6 +196,22 @@ def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
     except sessions.SessionError as exc:
         return _refused(exc)
     return {"call": str(call.pk), "step": step.seq}
+
+
+@router.post("/external/calls/{uuid:call_id}/withdraw")
+@decorate_view(refuse_large_bodies)
+def withdraw_call(request: HttpRequest, call_id: UUID, payload: WithdrawIn):
+    """The agent gave the call up (its framework timed it out or cancelled it): it will
+    never run. A pending approval is withdrawn ("withdrawn by the agent"). Idempotent; 409
+    once a result was reported."""
+    call = _call(request.auth, call_id)
+    if call is None:
+        return _error(404, "no such call")
+    try:
+        call = sessions.withdraw(call, reason=payload.reason)
+    except sessions.SessionError as exc:
+        return _refused(exc)
+    return sessions.state_of(call).as_dict()
 
 
 @router.post("/external/sessions/{uuid:session_id}/close")

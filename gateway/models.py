@@ -164,10 +164,22 @@ class ExternalCall(models.Model):
     callback_sent_at = models.DateTimeField(null=True, blank=True)
     # The step that records what the agent reported happened (POST .../result); null until.
     result_seq = models.PositiveIntegerField(null=True, blank=True)
+    # "<agent slug>:<the agent's own id for the call>" (a LangGraph interrupt id, a
+    # tool_use_id): submitting the same id again, from any session of the agent, is the same
+    # call, so a restarted agent waits on the approval it opened before.
+    client_key = models.CharField(max_length=300, blank=True)
+    # The agent gave the call up (its framework timed it out or cancelled it): it must never
+    # run, and a pending approval was withdrawn with it.
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client_key"], condition=~Q(client_key=""), name="external_call_key_once"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool} ({self.run_id})"

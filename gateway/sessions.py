@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentops.tools import Tool, ToolArgsError
@@ -32,7 +32,7 @@ PROVIDER = "external"
 SUMMARY_MAX = 4000  # characters of a call's summary for the approver
 
 # What became of a call, as the agent is told.
-ALLOWED, PENDING = "allowed", "pending"
+ALLOWED, PENDING, WITHDRAWN = "allowed", "pending", "withdrawn"
 
 
 class SessionError(Exception):
@@ -109,9 +109,15 @@ def submit(
     hints: Any = None,
     summary: str = "",
     callback_url: str = "",
+    client_id: str = "",
 ) -> ExternalCall:
     """Record a proposed call and put it through the gate policy: allowed at once, or an
-    approval opened and the run waiting for it."""
+    approval opened and the run waiting for it.
+
+    `client_id`, the agent's own id for the call (an interrupt id, a tool_use_id), makes the
+    submission idempotent across the agent's sessions: the same id again is the call made
+    the first time (its approval, its decision), never a second one; with other arguments
+    it is a 409."""
     _capped("args", args)
     if len(summary or "") > SUMMARY_MAX:
         raise SessionError(413, f"summary is {len(summary)} characters; the limit is {SUMMARY_MAX}")
@@ -126,6 +132,10 @@ def submit(
     except ToolArgsError as exc:
         raise SessionError(422, str(exc), {"args": [str(exc)]}) from None
     summary = summary or ""
+    key = f"{agent.slug}:{client_id}" if client_id else ""
+    existing = ExternalCall.objects.filter(client_key=key).first() if key else None
+    if existing is not None:
+        return _same_call(existing, tool, args, client_id)
     with transaction.atomic():
         run = _locked_open(run.pk)
         stop = limit_reached(run)
@@ -136,9 +146,28 @@ def submit(
         raise SessionError(
             409, f"the session was stopped: {Run.Termination(reason).label} ({detail})"
         )
+    try:
+        return _record(run, tool, args, meta, spec, summary, callback_url, key)
+    except IntegrityError:
+        if not key:
+            raise
+        # The same id submitted at the same moment: the other request made the call.
+        return _same_call(ExternalCall.objects.get(client_key=key), tool, args, client_id)
+
+
+def _same_call(call: ExternalCall, tool: str, args: dict, client_id: str) -> ExternalCall:
+    if (call.tool, call.args) != (tool, args):
+        raise SessionError(
+            409, f"call id {client_id!r} was already used for another call ({call.tool})"
+        )
+    return call
+
+
+def _record(run, tool, args, meta, spec, summary, callback_url, key) -> ExternalCall:
     with transaction.atomic():
         run = _locked_open(run.pk)
         call = ExternalCall(
+            client_key=key,
             run=run,
             tool=tool,
             args=args,
@@ -261,6 +290,10 @@ class CallState:
 
 def state_of(call: ExternalCall) -> CallState:
     """The call's decision as it stands (reads the approval afresh)."""
+    if call.withdrawn_at is not None:
+        return CallState(
+            call, WITHDRAWN, call.args, "withdrawn by the agent", None, call.withdrawn_at
+        )
     if call.approval_id is None:
         return CallState(call, ALLOWED, call.args)
     approval = Approval.objects.select_related("decided_by").get(pk=call.approval_id)
@@ -300,6 +333,8 @@ def report_result(
     with transaction.atomic():
         run = _locked_open(call.run_id)
         fresh = ExternalCall.objects.select_for_update().get(pk=call.pk)
+        if fresh.withdrawn_at is not None:
+            raise SessionError(409, "this call was withdrawn: it must not have run")
         if fresh.result_seq is not None:
             raise SessionError(
                 409, f"the result of this call was already reported (step #{fresh.result_seq})"
@@ -334,6 +369,50 @@ def report_result(
         step = run.append_step(Step.Kind.TOOL, data, update=update, latency_ms=data["duration_ms"])
         ExternalCall.objects.filter(pk=call.pk).update(result_seq=step.seq)
     return step
+
+
+def withdraw(call: ExternalCall, *, reason: str = "") -> ExternalCall:
+    """The agent gave the call up (its framework abandoned it: a timeout, a cancellation):
+    it must never run. A pending approval is withdrawn (cancelled, "withdrawn by the
+    agent"), so nobody decides it for nothing; an approved one is kept as decided, and the
+    timeline says the call did not run. Once; not after a result was reported."""
+    if len(reason) > SUMMARY_MAX:
+        raise SessionError(413, f"reason is {len(reason)} characters; the limit is {SUMMARY_MAX}")
+    with transaction.atomic():
+        run = Run.locked(call.run_id)
+        fresh = ExternalCall.objects.select_for_update().get(pk=call.pk)
+        if fresh.withdrawn_at is not None:
+            return fresh
+        if fresh.result_seq is not None:
+            raise SessionError(409, f"this call ran: its result is step #{fresh.result_seq}")
+        now = timezone.now()
+        why = "withdrawn by the agent" + (f": {reason}" if reason else "")
+        was = None
+        if fresh.approval_id is not None:
+            was = Approval.objects.filter(pk=fresh.approval_id).values_list("status", flat=True)[0]
+            if was == Approval.Status.PENDING:
+                Approval.objects.filter(
+                    pk=fresh.approval_id, status=Approval.Status.PENDING
+                ).update(status=Approval.Status.CANCELLED, reason=why, decided_at=now)
+                events.publish_approvals_changed(fresh.approval_id)
+        ExternalCall.objects.filter(pk=fresh.pk).update(withdrawn_at=now)
+        fresh.withdrawn_at = now
+        step = {
+            "event": "withdrawn",
+            "call": str(fresh.pk),
+            "tool": fresh.tool,
+            "approval": str(fresh.approval_id) if fresh.approval_id else None,
+            "approval_was": was,
+            "detail": why + "; the call did not run",
+        }
+        if run.is_terminal:
+            pass  # nothing more to write on a finished session's timeline
+        elif run.status != Run.Status.WAITING or gates.pending_count(run):
+            run.append_step(Step.Kind.STATUS, step)
+        else:
+            run.resume("no decision awaited", first=(Step.Kind.STATUS, step, {}))
+        wakeups.publish_decided_on_commit(fresh.pk, run.pk)
+    return fresh
 
 
 def close(run: Run, *, succeeded: bool, output: str = "", detail: str = "") -> Run:

@@ -5,6 +5,7 @@ from django.test import Client
 
 from gateway.models import ExternalAgent, ExternalTool
 
+INVOICE_LIMIT_ARGS = {"vendor": "acme", "amount": 900}  # over pay_invoice's threshold: gated
 GATES = {
     "always_gate": ["delete_branch"],
     "thresholds": {"pay_invoice": {"amount": 500}},
