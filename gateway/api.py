@@ -11,6 +11,7 @@ Authenticated by the agent's own token (`Authorization: Bearer aoa_…`, see
   GET /api/external/sessions/{session}/events: every decision of the session as
   Server-Sent Events. A waiting agent holds no thread and no database connection: the
   decision is pushed to it (gateway/waits.py, which serves both outside Django's middleware).
+- POST /api/external/calls/{call}/withdraw: the agent gave the call up; it never runs.
 - POST /api/external/calls/{call}/result: what the call did (the run's tool step).
 - POST /api/external/sessions/{session}/close: the session ends, succeeded or failed.
 - POST /api/external/tools/mcp: register an MCP server's tool definitions as the agent's tools

@@ -456,11 +456,18 @@ def validate_messages_request(body: Any) -> str:
     if not isinstance(messages[0], dict) or messages[0].get("role") != "user":
         return "messages.0.role: the first message must use the user role"
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        # "system" messages inside the conversation: Claude Code's CLI (the Claude Agent
+        # SDK's) sends its environment notes so; they take no part in tool pairing.
+        if not isinstance(message, dict) or message.get("role") not in (
+            "user",
+            "assistant",
+            "system",
+        ):
             return f"messages.{i}: role must be user or assistant"
         content = message.get("content")
         if not isinstance(content, str | list):
             return f"messages.{i}.content: must be a string or a list of blocks"
+    messages = [m for m in messages if m["role"] != "system"]
     for i, message in enumerate(messages):
         if message["role"] == "assistant":
             uses = _blocks(message, "tool_use")

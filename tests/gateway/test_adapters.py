@@ -368,3 +368,75 @@ def test_claude_hooks_see_every_tool_use_and_report_results(client, approver):
     tools = _tool_steps(approver, session.id)
     assert [(t["tool"], t["is_error"]) for t in tools] == [("Read", False), ("Bash", True)]
     assert tools[0]["result"] == "# agentops" and tools[1]["error"] == "no such branch"
+
+
+def test_claude_cli_end_to_end_every_tool_use_goes_through_agentops(client, approver, tmp_path):
+    """The Claude Agent SDK's bundled CLI, against the fake Messages API: a Read inside the
+    working directory (which the CLI's own rules allow without asking) and a gated Bash,
+    edited by a person, both decided by agentops, and their results reported."""
+    from agentops_client.claude import hooks
+    from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient
+
+    from agentops.llm.fake_server import FakeMessagesServer, reply
+    from agentops.llm.scripted import text, tool_use
+
+    (tmp_path / "notes.txt").write_text("hello from notes")
+    plan = [
+        tool_use("Read", file_path=str(tmp_path / "notes.txt")),
+        tool_use("Bash", command="echo proposed"),
+    ]
+
+    def turn(body: dict):
+        offered = {t.get("name") for t in body.get("tools", [])}
+        if "Read" not in offered:  # one of the CLI's side requests
+            return reply([text("ok")])
+        done = sum(
+            1
+            for m in body["messages"]
+            if m.get("role") == "user"
+            and isinstance(m.get("content"), list)
+            and any(b.get("type") == "tool_result" for b in m["content"])
+        )
+        return reply([plan[done]] if done < len(plan) else [text("All done.")])
+
+    session = client.session("claude cli")
+
+    def person():
+        waiting = _until(approver.pending)
+        approver.decide(waiting[0], arguments={"command": "echo edited-by-a-person"})
+
+    async def run(base_url: str) -> list:
+        options = ClaudeAgentOptions(
+            cwd=str(tmp_path),
+            hooks=hooks(session, hints={"Bash": {"reversible": False, "blast": "high"}}),
+            max_turns=5,
+            env={
+                "ANTHROPIC_BASE_URL": base_url,
+                "ANTHROPIC_API_KEY": "fake",
+                "HOME": str(tmp_path),
+                "DISABLE_TELEMETRY": "1",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_AUTOUPDATER": "1",
+            },
+        )
+        messages = []
+        async with ClaudeSDKClient(options=options) as claude:
+            await claude.query("Read the notes, then clean up.")
+            async for message in claude.receive_response():
+                messages.append(message)
+        return messages
+
+    thread = threading.Thread(target=person)
+    thread.start()
+    with FakeMessagesServer() as server:
+        for _ in range(20):
+            server.push(turn)
+        messages = asyncio.run(asyncio.wait_for(run(server.base_url), 120))
+    thread.join()
+    assert type(messages[-1]).__name__ == "ResultMessage" and not messages[-1].is_error
+    tools = _until(lambda: _reported(approver, session.id, 2))
+    assert [t["tool"] for t in tools] == ["Read", "Bash"]
+    assert "hello from notes" in str(tools[0]["result"])
+    # The CLI ran exactly what the person approved.
+    assert tools[1]["args"] == {"command": "echo edited-by-a-person"}
+    assert "edited-by-a-person" in str(tools[1]["result"])
