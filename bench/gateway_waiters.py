@@ -300,6 +300,10 @@ def main() -> None:
         time.sleep(2)  # their first reads done
         print(f"[waiting] {established(port)} connections open to daphne; db connections "
               f"(open, in use) {daphne_connections()}; daphne {daphne.status()}")  # fmt: skip
+        quiet = daphne.status()["cpu_s"]
+        time.sleep(10)
+        busy = (daphne.status()["cpu_s"] - quiet) / 10 * 100
+        print(f"[waiting] daphne CPU, no person asking: {busy:.0f} % of a core over 10 s")
         cpu1 = daphne.status()["cpu_s"]
         api1, page1, err1 = person.probe(args.probes)
         print(f"[waiting] user API  {summary(api1)}; errors {err1}")

@@ -29,6 +29,7 @@ import asyncio
 import json
 import logging
 import re
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
@@ -120,33 +121,91 @@ def read_session_events(token: str, session_id: str, after: int) -> Answer:
 
 
 # --- waiting -------------------------------------------------------------------------------
-class Listening:
-    """A channel of its own in `groups` while the block lasts (join before reading)."""
+class _Hub:
+    """One channel per process (per event loop) for every wait in it, as runs/feeds.py keeps
+    one feed per watched run: it joins a group when its first waiter does and leaves it with
+    the last, and a single receive loop, never cancelled, hands each message to the waiters
+    of its group. (A receive per waiter, cancelled at each waiter's deadline, is thousands of
+    cancelled Redis reads a minute, and channels_redis can drop a message that a cancelled
+    read had already taken.)"""
 
-    def __init__(self, *groups: str):
-        self.groups = groups
+    def __init__(self) -> None:
         self.layer = get_channel_layer()
         self.channel = ""
+        self.waiters: dict[str, set[asyncio.Queue]] = {}
+        # Group membership changes in order: a leave never undoes a later join.
+        self.lock = asyncio.Lock()
+        self.task: asyncio.Task | None = None
 
-    async def __aenter__(self) -> "Listening":
-        # Embedded: the in-memory layer's queues live on this loop (runs/events.send).
-        events.remember_server_loop(asyncio.get_running_loop())
-        self.channel = await self.layer.new_channel()
-        for group in self.groups:
-            await self.layer.group_add(group, self.channel)
-        return self
+    async def join(self, group: str) -> asyncio.Queue:
+        async with self.lock:
+            if not self.channel:
+                self.channel = await self.layer.new_channel()
+                self.task = asyncio.ensure_future(self._receive())
+            inbox: asyncio.Queue = asyncio.Queue()
+            members = self.waiters.setdefault(group, set())
+            if not members:
+                await self.layer.group_add(group, self.channel)
+            members.add(inbox)
+            return inbox
 
-    async def __aexit__(self, *exc) -> None:
-        for group in self.groups:
+    async def leave(self, group: str, inbox: asyncio.Queue) -> None:
+        async with self.lock:
+            members = self.waiters.get(group, set())
+            members.discard(inbox)
+            if members:
+                return
+            self.waiters.pop(group, None)
             try:
                 await self.layer.group_discard(group, self.channel)
             except Exception as error:  # membership expires by itself (group_expiry)
                 log.warning("channel layer: leaving %s failed: %s", group, error)
 
+    async def _receive(self) -> None:
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # Redis away: the waiters' safety timers still read
+                log.warning("channel layer: receiving failed: %s", error)
+                await asyncio.sleep(1.0)
+                continue
+            for inbox in list(self.waiters.get(message.get("group", ""), ())):
+                inbox.put_nowait(message)
+
+
+_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub]" = weakref.WeakKeyDictionary()
+
+
+def _hub() -> _Hub:
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = _Hub()
+    return hub
+
+
+class Listening:
+    """Messages to `group` while the block lasts (join before reading the state)."""
+
+    def __init__(self, group: str):
+        self.group = group
+        self.inbox: asyncio.Queue | None = None
+
+    async def __aenter__(self) -> "Listening":
+        # Embedded: the in-memory layer's queues live on this loop (runs/events.send).
+        events.remember_server_loop(asyncio.get_running_loop())
+        self.inbox = await _hub().join(self.group)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.shield(_hub().leave(self.group, self.inbox))
+
     async def next_message(self, timeout: float) -> dict | None:
         """The next message, or None after `timeout` seconds."""
         try:
-            return await asyncio.wait_for(self.layer.receive(self.channel), max(0.0, timeout))
+            return await asyncio.wait_for(self.inbox.get(), max(0.0, timeout))
         except TimeoutError:
             return None
 

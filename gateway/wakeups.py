@@ -50,9 +50,8 @@ def publish_decided_on_commit(call_id, run_id) -> None:
 
 def publish_decided(call_id, run_id) -> None:
     """Wake whoever waits on this call or its session (after commit; never raises)."""
-    message = {"type": DECIDED, "call": str(call_id)}
-    events.send(call_group(call_id), message)
-    events.send(session_group(run_id), message)
+    for group in (call_group(call_id), session_group(run_id)):
+        events.send(group, {"type": DECIDED, "group": group, "call": str(call_id)})
 
 
 def publish_cancelled_on_commit(approval_ids, run_id) -> None:
@@ -66,5 +65,6 @@ def publish_cancelled_on_commit(approval_ids, run_id) -> None:
 
 def publish_session_ended_on_commit(run_id) -> None:
     """The session ended: its event streams say so and end."""
-    message = {"type": DECIDED, "call": None}
-    transaction.on_commit(lambda: events.send(session_group(run_id), message))
+    group = session_group(run_id)
+    message = {"type": DECIDED, "group": group, "call": None}
+    transaction.on_commit(lambda: events.send(group, message))

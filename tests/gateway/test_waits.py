@@ -115,6 +115,22 @@ async def _members_is(group: str, count: int) -> bool:
     return await _members(group) == count
 
 
+async def test_a_waiter_that_times_out_leaves_the_others_listening():
+    token, _, (call,) = await _db(_setup)()
+    group = wakeups.call_group(call["call"])
+    short = _get(f"/api/external/calls/{call['call']}?wait=0.5", token)
+    long = _get(f"/api/external/calls/{call['call']}?wait=25", token)
+    await long.send_input({"type": "http.request", "body": b""})
+    await _until(lambda: _members_is(group, 1))
+    # The short wait ends pending; the process stays in the call's group for the long one.
+    assert json.loads((await short.get_response(ANSWER_WITHIN))["body"])["status"] == "pending"
+    assert await _members(group) == 1
+    await _db(_decide)(call["approval"])
+    answer = await long.get_response(timeout=ANSWER_WITHIN)
+    assert json.loads(answer["body"])["status"] == "approved"
+    await _until(lambda: _members_is(group, 0))
+
+
 async def test_the_long_poll_answers_like_the_api():
     token, _, (call,) = await _db(_setup)()
     path = f"/api/external/calls/{call['call']}"
