@@ -12,10 +12,19 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from agentops.routing import websocket_urlpatterns  # noqa: E402
+from gateway import waits  # noqa: E402
+
+
+async def http(scope, receive, send):
+    """Django, except for the external agents' waits: served without Django's middleware,
+    so a waiting call holds no thread and no database connection (gateway/waits.py)."""
+    endpoint = waits.route(scope) or django_asgi_app
+    await endpoint(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -8,56 +8,68 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from agentops import storable
+
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
-NUL_MESSAGE = "the request contains a NUL character (\\x00), which is not accepted"
 
 
-def _has_nul(value) -> bool:
+def _text_problem(value) -> str | None:
     if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+        return storable.NUL_MESSAGE if "\x00" in value else None
+    return next((p for v in value if (p := _text_problem(v))), None)
 
 
-def _json_has_nul(request: HttpRequest) -> bool:
+def _json_problem(request: HttpRequest) -> str | None:
     # Whatever the declared content type: the API parses any body as JSON.
     try:
         body = request.body
     except (RequestDataTooBig, ValueError):
         # Too large or a garbled Content-Length: refused before anything was read, so the
         # view still answers with its own 413 or 400.
-        return False
-    if b"\\u0000" not in body and b"\x00" not in body:
-        return False  # the cheap test first: most bodies are never parsed here
+        return None
+    if not storable.suspect(body):
+        return None  # the cheap test first: most bodies are never parsed here
     try:
-        return _has_nul(json.loads(body))
-    except (ValueError, UnicodeDecodeError):
-        return False  # not JSON: the view's parser reports it
+        return storable.problem(json.loads(body))
+    except UnicodeDecodeError:
+        return None  # not UTF-8: the view's parser reports it
+    except ValueError:
+        pass
+    # JSON Lines (POST /api/imports): each line on its own.
+    for line in body.splitlines():
+        try:
+            why = storable.problem(json.loads(line)) if line.strip() else None
+        except ValueError:
+            return None  # not JSON: the view's parser reports it
+        if why:
+            return why
+    return None
 
 
-def reject_nul_characters(get_response: Callable[[HttpRequest], HttpResponse]):
-    """400 for a NUL character anywhere in the query, a form or a JSON body.
+def reject_unstorable_text(get_response: Callable[[HttpRequest], HttpResponse]):
+    """400 for a NUL character anywhere in the query, a form or a JSON body, and for a lone
+    UTF-16 surrogate in a JSON body (agentops/storable.py: neither can be stored).
 
-    PostgreSQL cannot store NUL in text or jsonb (psycopg raises DataError), so such a value
-    reaching a filter or a save was a 500, and on SQLite it would be stored where nobody can
-    see it. No legitimate input contains one; Django forms refuse them field by field, this
-    covers everything else (API filters, JSON bodies, plain request.POST reads) in one place.
+    Such a value reaching a filter or a save was a 500, sometimes after part of the request
+    had been written. No legitimate input contains one; Django forms refuse NULs field by
+    field, this covers everything else (every JSON endpoint: the API, the gateway, signed
+    webhooks, imports; API filters; plain request.POST reads) in one place, before any view.
+    A query string or a form cannot hold a surrogate: Django decodes them as UTF-8.
     """
 
     def middleware(request: HttpRequest) -> HttpResponse:
         api = request.path.startswith("/api/")
-        bad = any(_has_nul(k) or _has_nul(vs) for k, vs in request.GET.lists())
-        if not bad and api:
-            bad = _json_has_nul(request)
-        elif not bad and request.method == "POST" and request.content_type in FORM_TYPES:
-            bad = any(_has_nul(k) or _has_nul(vs) for k, vs in request.POST.lists())
-        if bad:
+        why = next((p for k, vs in request.GET.lists() if (p := _text_problem([k, *vs]))), None)
+        if not why and api:
+            why = _json_problem(request)
+        elif not why and request.method == "POST" and request.content_type in FORM_TYPES:
+            why = next(
+                (p for k, vs in request.POST.lists() if (p := _text_problem([k, *vs]))), None
+            )
+        if why:
             if api:
-                return JsonResponse({"detail": NUL_MESSAGE}, status=400)
-            return HttpResponse(NUL_MESSAGE, status=400, content_type="text/plain")
+                return JsonResponse({"detail": why}, status=400)
+            return HttpResponse(why, status=400, content_type="text/plain")
         return get_response(request)
 
     return middleware

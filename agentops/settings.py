@@ -5,6 +5,7 @@ inside the web process, the in-memory channel layer. Production: set DATABASE_UR
 REDIS_URL (and SECRET_KEY, ALLOWED_HOSTS, DEBUG=false).
 """
 
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -57,7 +58,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "agentops.middleware.reject_nul_characters",
+    "agentops.middleware.reject_unstorable_text",
     "agentops.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -232,6 +233,14 @@ AGENTOPS = {
     # (several v1 signatures), so a receiver holding either one accepts.
     "WEBHOOK_SECRET": env.list("AGENTOPS_WEBHOOK_SECRET", default=[]),
     "WEBHOOK_TIMEOUT_SECONDS": env.float("AGENTOPS_WEBHOOK_TIMEOUT_SECONDS", default=5.0),
+    # External agents' callback URLs (gateway/egress.py) never reach loopback, link-local
+    # (cloud metadata), private or reserved addresses, except these networks (CIDRs, e.g.
+    # "10.20.0.0/16,127.0.0.1/32") for receivers on premises. Parsed here: a typo stops start-up.
+    "CALLBACK_ALLOWED_NETWORKS": [
+        str(ipaddress.ip_network(n.strip(), strict=False))
+        for n in env.list("AGENTOPS_CALLBACK_ALLOWED_NETWORKS", default=[])
+        if n.strip()
+    ],
     # Incoming webhooks (agentops/signing.py): a signed timestamp further than this from now,
     # past or future, is refused, and a delivery id already accepted never launches again.
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),

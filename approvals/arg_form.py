@@ -13,6 +13,7 @@ from typing import Any
 
 import pydantic
 
+from agentops import storable
 from agentops.tools import Tool, get_tool
 
 TEXTAREA_FROM = 80  # characters; longer (or multi-line) values get a textarea
@@ -164,7 +165,7 @@ def parse(fields: list[ArgField], original: dict, post) -> tuple[dict, dict[str,
                 errors[f.html_name] = ["must be a number"]
         elif f.kind == "json":
             try:
-                args[f.name] = json.loads(submitted)
+                args[f.name] = storable.loads(submitted)
             except ValueError as exc:
                 errors[f.html_name] = [f"must be JSON: {exc}"]
         else:

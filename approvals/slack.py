@@ -20,7 +20,6 @@ Off unless SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET and SLACK_CHANNEL are set. Then
   in agentops, where the exact effect is confirmed (and a one-tap link asks for the password).
 """
 
-import json
 import logging
 import uuid
 from typing import Any
@@ -33,6 +32,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
+from agentops import storable
 from runs.models import args_hash
 
 from . import decisions, notify
@@ -289,7 +289,7 @@ def parse(body: bytes) -> dict | None:
     """The interaction payload of a form-encoded Slack request, or None."""
     try:
         raw = parse_qs(body.decode())["payload"][0]
-        payload = json.loads(raw)
+        payload = storable.loads(raw)
     except (KeyError, IndexError, ValueError, UnicodeDecodeError):
         return None
     return payload if isinstance(payload, dict) else None

@@ -18,10 +18,9 @@ import os
 from agentops_client import AgentopsClient
 from agentops_client.claude import can_use_tool
 
-HINTS = {
-    "Bash": {"reversible": False, "blast": "high"},
-    "Read": {"reversible": True, "blast": "none"},
-}
+# Hints can only raise a tool's risk: Read runs at once only where an admin registered it
+# as reversible with no blast radius (the tests do); otherwise a person decides it too.
+HINTS = {"Bash": {"reversible": False, "blast": "high"}}
 # The scripted model's tool uses, in order.
 SCRIPT = [("Read", {"file_path": "README.md"}), ("Bash", {"command": "git branch -D old-feature"})]
 

@@ -7,12 +7,14 @@ With the SDK (pip install openai-agents), the tool is given to an agent as
 
 `gated` keeps the function's name, docstring and signature (the tool's schema), asks agentops
 before each call, and runs the function with exactly the approved (maybe edited) arguments;
-a rejection is the tool's output, which the model reads. Offline, this script plays the
-model's part: it calls the tool as the SDK would with the arguments the "model" chose.
+a rejection is the tool's output, which the model reads. The tool is a coroutine function, so
+the SDK's per-tool timeout applies to it. Offline, this script plays the model's part: it
+awaits the tool as the SDK would, with the arguments the "model" chose.
 
     AGENTOPS_TOKEN=aoa_… uv run python examples/openai_agents_tool.py
 """
 
+import asyncio
 import os
 
 from agentops_client import AgentopsClient
@@ -31,7 +33,7 @@ def main() -> None:
     session = client.session("openai agents sdk example")
     tool = gated(session, pay_invoice, hints={"reversible": False, "blast": "low"})
     # The scripted model's call: what Runner.run would invoke.
-    print("TOOL OUTPUT:", tool(vendor="acme", amount=900.0))
+    print("TOOL OUTPUT:", asyncio.run(tool(vendor="acme", amount=900.0)))
     session.close()
 
 

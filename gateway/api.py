@@ -7,33 +7,36 @@ Authenticated by the agent's own token (`Authorization: Bearer aoa_…`, see
 - POST /api/external/sessions: register a session (a run, trigger "external").
 - POST /api/external/sessions/{session}/calls: submit a call; 200 with the decision when the
   gate policy allows it, 202 with the call's id when a person must decide.
-- GET /api/external/calls/{call}?wait=30: the decision, long-polled up to `wait` seconds.
-  Async: a waiting agent holds no worker thread, only a timer and a short query per
-  POLL_SECONDS.
+- GET /api/external/calls/{call}?wait=30: the decision, long-polled up to `wait` seconds;
+  GET /api/external/sessions/{session}/events: every decision of the session as
+  Server-Sent Events. A waiting agent holds no thread and no database connection: the
+  decision is pushed to it (gateway/waits.py, which serves both outside Django's middleware).
+- POST /api/external/calls/{call}/withdraw: the agent gave the call up; it never runs.
 - POST /api/external/calls/{call}/result: what the call did (the run's tool step).
 - POST /api/external/sessions/{session}/close: the session ends, succeeded or failed.
 - POST /api/external/tools/mcp: register an MCP server's tool definitions as the agent's tools
   (the MCP gating proxy does, on start; see mcp_tools).
 """
 
-import asyncio
-import time
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from ninja import Field, Router, Schema, Status
+from ninja.decorators import decorate_view
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
+from runs.api import refuse_large_bodies
 from runs.models import Run
 
-from . import mcp_tools, sessions
+from . import egress, mcp_tools, sessions, waits
 from .models import ExternalAgent, ExternalCall
 
 MAX_WAIT_SECONDS = 30
+TOOL_NAME = mcp_tools.TOOL_NAME
 POLL_SECONDS = 0.5
 
 
@@ -58,13 +61,28 @@ class SessionOut(Schema):
 
 
 class CallIn(Schema):
-    tool: str = Field(..., min_length=1, max_length=64)
+    tool: str = Field(
+        ...,
+        pattern=TOOL_NAME,
+        description="The tool's name: letters, digits, _ . - (at most 64, as MCP names are).",
+    )
     args: dict = Field(default_factory=dict)
     hints: dict | None = Field(
         None, description='Risk of this call: {"reversible": false, "blast": "high"}.'
     )
     summary: str = Field("", description="What the agent is doing and why, for the approver.")
     callback_url: str = Field("", max_length=500)
+    call_id: str = Field(
+        "",
+        max_length=200,
+        pattern=r"^[\x21-\x7e]*$",
+        description="Your own id for the call (an interrupt id, a tool_use_id): submitting it "
+        "again, from any session of the agent, answers the same call.",
+    )
+
+
+class WithdrawIn(Schema):
+    reason: str = Field("", description="Why the agent gave the call up (a timeout, ...).")
 
 
 class McpToolsIn(Schema):
@@ -75,6 +93,9 @@ class ResultIn(Schema):
     result: Any = None
     error: str | None = None
     duration_ms: int = Field(0, ge=0)
+    cost_usd: Decimal | None = Field(
+        None, ge=0, description="What the call cost (a model call, a paid API): the session's cost."
+    )
 
 
 class CloseIn(Schema):
@@ -105,6 +126,7 @@ def _refused(exc: sessions.SessionError) -> JsonResponse:
 
 
 @router.post("/external/sessions", response={201: SessionOut})
+@decorate_view(refuse_large_bodies)
 def register_session(request: HttpRequest, payload: SessionIn):
     """Register a session of the calling agent: a run that shows in the runs list."""
     try:
@@ -115,14 +137,16 @@ def register_session(request: HttpRequest, payload: SessionIn):
 
 
 @router.post("/external/sessions/{uuid:session_id}/calls")
+@decorate_view(refuse_large_bodies)
 def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
     """Submit a tool call for review. 200 with the decision when policy allows it at once
     (recorded all the same); 202 when a person decides: then GET the call (long-poll)."""
     run = _session(request.auth, session_id)
     if run is None:
         return _error(404, "no such session")
-    if payload.callback_url and not payload.callback_url.startswith(("http://", "https://")):
-        return _error(422, "callback_url must be an http(s) URL")
+    refused = payload.callback_url and egress.url_refusal(payload.callback_url)
+    if refused:
+        return _error(422, refused, errors={"callback_url": [refused]})
     try:
         call = sessions.submit(
             run,
@@ -132,6 +156,7 @@ def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
             hints=payload.hints,
             summary=payload.summary,
             callback_url=payload.callback_url,
+            client_id=payload.call_id,
         )
         state = sessions.state_of(call)
     except sessions.SessionError as exc:
@@ -142,33 +167,20 @@ def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
 @router.get("/external/calls/{uuid:call_id}")
 async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0):
     """The call's decision. With `wait` (seconds, at most 30) the answer waits until a
-    person decides or the time is up; `status` is "pending" until then."""
+    person decides or the time is up; `status` is "pending" until then.
+
+    Under daphne this path is served by gateway/waits.py outside Django's middleware (a
+    waiting call holds no thread and no database connection); this view documents it and
+    serves other hosts (the test client) through the same `call_state`."""
     if not 0 <= wait <= MAX_WAIT_SECONDS:
         return _error(422, f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds")
-    agent = request.auth
-    deadline = time.monotonic() + wait
-    while True:
-        found = await sync_to_async(_current_state)(agent, call_id)
-        if found is None:
-            return _error(404, "no such call")
-        if isinstance(found, sessions.SessionError):
-            return _refused(found)
-        if found["status"] != sessions.PENDING or time.monotonic() >= deadline:
-            return found
-        await asyncio.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
-
-
-def _current_state(agent: ExternalAgent, call_id: UUID) -> dict | sessions.SessionError | None:
-    call = _call(agent, call_id)
-    if call is None:
-        return None
-    try:
-        return sessions.state_of(call).as_dict()
-    except sessions.SessionError as exc:
-        return exc
+    token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+    status, body = await waits.call_state(token, str(call_id), wait, own_thread=True)
+    return JsonResponse(body, status=status, encoder=NinjaJSONEncoder)
 
 
 @router.post("/external/calls/{uuid:call_id}/result")
+@decorate_view(refuse_large_bodies)
 def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
     """What the call did: `result` (any JSON) or `error`. Recorded as the run's tool step."""
     call = _call(request.auth, call_id)
@@ -176,14 +188,35 @@ def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
         return _error(404, "no such call")
     try:
         step = sessions.report_result(
-            call, result=payload.result, error=payload.error, duration_ms=payload.duration_ms
+            call,
+            result=payload.result,
+            error=payload.error,
+            duration_ms=payload.duration_ms,
+            cost_usd=payload.cost_usd,
         )
     except sessions.SessionError as exc:
         return _refused(exc)
     return {"call": str(call.pk), "step": step.seq}
 
 
+@router.post("/external/calls/{uuid:call_id}/withdraw")
+@decorate_view(refuse_large_bodies)
+def withdraw_call(request: HttpRequest, call_id: UUID, payload: WithdrawIn):
+    """The agent gave the call up (its framework timed it out or cancelled it): it will
+    never run. A pending approval is withdrawn ("withdrawn by the agent"). Idempotent; 409
+    once a result was reported."""
+    call = _call(request.auth, call_id)
+    if call is None:
+        return _error(404, "no such call")
+    try:
+        call = sessions.withdraw(call, reason=payload.reason)
+    except sessions.SessionError as exc:
+        return _refused(exc)
+    return sessions.state_of(call).as_dict()
+
+
 @router.post("/external/sessions/{uuid:session_id}/close")
+@decorate_view(refuse_large_bodies)
 def close_session(request: HttpRequest, session_id: UUID, payload: CloseIn):
     """End the session: `status` succeeded or failed. A pending call is cancelled with a
     failed session; a session with one cannot succeed (409)."""

@@ -11,7 +11,7 @@ class GatewayConfig(AppConfig):
         from approvals.models import TOOL_FINDERS
         from runs.models import Step, step_appended
 
-        from . import callbacks
+        from . import callbacks, wakeups
         from .tools import tool_of_approval
 
         if tool_of_approval not in TOOL_FINDERS:
@@ -20,3 +20,5 @@ class GatewayConfig(AppConfig):
         step_appended.connect(
             callbacks.on_step_appended, sender=Step, dispatch_uid="gateway.callbacks"
         )
+        # A decided call wakes the requests waiting on it (gateway/waits.py).
+        step_appended.connect(wakeups.on_step_appended, sender=Step, dispatch_uid="gateway.wakeups")

@@ -12,7 +12,6 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
 
 from celery import shared_task
 from django.db import transaction
@@ -22,6 +21,7 @@ from agentops import signing
 from approvals.notify import DeliveryError
 from runs.models import Run, Step
 
+from . import egress
 from .models import ExternalAgent, ExternalCall
 from .sessions import state_of
 
@@ -63,8 +63,8 @@ def deliver_callback(approval_id: str) -> int:
     call = ExternalCall.objects.select_related("run").filter(approval_id=approval_id).first()
     if call is None or not call.callback_url or call.callback_sent_at is not None:
         return 0
-    if urlsplit(call.callback_url).scheme not in ("http", "https"):
-        return 0
+    if egress.url_refusal(call.callback_url):
+        return 0  # refused when submitted; a row from before the check is not sent either
     key = _agent_key(call)
     body = json.dumps(state_of(call).as_dict()).encode()
     request = urllib.request.Request(  # noqa: S310 (scheme checked above)
@@ -77,12 +77,15 @@ def deliver_callback(approval_id: str) -> int:
             **signing.sign(key, f"callback_{approval_id}", body),
         },
     )
-    # A proxy from the environment cannot reach an agent on this machine.
-    local = urlsplit(call.callback_url).hostname in ("localhost", "127.0.0.1", "::1")
-    opener = urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if local else []))
     try:
-        with opener.open(request, timeout=CALLBACK_TIMEOUT_SECONDS) as response:
+        # Connects only to addresses the agent may reach (gateway/egress.py), redirects too.
+        with egress.opener().open(request, timeout=CALLBACK_TIMEOUT_SECONDS) as response:
             status = response.status
+    except egress.ForbiddenAddress as exc:
+        # Not retried: the address will not become allowed by waiting. The agent still
+        # learns the decision by asking for its call.
+        log.warning("call %s: callback refused: %s", call.pk, exc)
+        return 0
     except urllib.error.HTTPError as exc:
         if exc.code >= 500 or exc.code in (408, 429):
             raise DeliveryError(f"callback answered {exc.code}") from None

@@ -10,6 +10,7 @@ tool in the admin keeps that, and a server that starts calling a tool read-only 
 quietly drop its gate. The schema and description are the server's, refreshed each time.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,10 @@ from agentops.tools import Blast
 from .models import ExternalAgent, ExternalTool
 
 NAME_MAX = ExternalTool._meta.get_field("name").max_length
+# A tool's name is a name (MCP's own rule for tool names, within the column's 64 characters):
+# it is shown to approvers and used in rules, never markup or a sentence.
+NAME_CHARS = rf"[A-Za-z0-9_][A-Za-z0-9_.\-]{{0,{NAME_MAX - 1}}}"
+TOOL_NAME = f"^{NAME_CHARS}$"
 
 
 class DefinitionError(ValueError):
@@ -56,6 +61,8 @@ def _checked(definition: Any) -> dict:
         raise DefinitionError("each tool needs a name")
     if len(name) > NAME_MAX:
         raise DefinitionError(f"tool name {name[:NAME_MAX]}… is longer than {NAME_MAX} characters")
+    if not re.fullmatch(NAME_CHARS, name):
+        raise DefinitionError(f"tool name {name!r} is not a name: letters, digits, _ . - only")
     schema = definition.get("inputSchema")
     if schema is not None and not isinstance(schema, dict):
         raise DefinitionError(f"{name}: inputSchema must be an object")

@@ -45,6 +45,11 @@ class ExternalAgent(models.Model):
     # GateRules as JSON: {"always_gate": [...], "thresholds": {"tool": {"arg": 500}}, ...};
     # "approval_timeout_seconds" stands for GateRules.approval_timeout.
     gates = models.JSONField(default=dict, blank=True)
+    # Each session's limits as JSON: {"max_steps": 500, "max_seconds": 3600, "max_cost_usd":
+    # "5.00", "max_consecutive_errors": 3}; what is left out is an internal agent's default.
+    # Enforced at each call as the engine's terminator does (gateway/sessions.py): a step is
+    # a call, cost is what the agent reports, time is working time.
+    limits = models.JSONField(default=dict, blank=True)
     token_hash = models.CharField(max_length=64, blank=True, editable=False)
     token_prefix = models.CharField(max_length=12, blank=True, editable=False)
     token_issued_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -79,6 +84,10 @@ class ExternalAgent(models.Model):
         )
         if found:
             raise ValidationError({"gates": found})
+        try:
+            limits_from_json(self.limits)
+        except ValueError as exc:
+            raise ValidationError({"limits": str(exc)}) from None
 
     def gate_rules(self) -> dict:
         """The rules as GateRules.as_dict() (what a run's snapshot holds); ValueError with
@@ -107,7 +116,7 @@ class ExternalAgent(models.Model):
             "external": True,
             "model": "",
             "tools": [t.metadata() for t in self.tools.order_by("name")],
-            "limits": Limits().as_dict(),
+            "limits": limits_from_json(self.limits),
             "gates": self.gate_rules(),
         }
 
@@ -165,13 +174,53 @@ class ExternalCall(models.Model):
     callback_sent_at = models.DateTimeField(null=True, blank=True)
     # The step that records what the agent reported happened (POST .../result); null until.
     result_seq = models.PositiveIntegerField(null=True, blank=True)
+    # "<agent slug>:<the agent's own id for the call>" (a LangGraph interrupt id, a
+    # tool_use_id): submitting the same id again, from any session of the agent, is the same
+    # call, so a restarted agent waits on the approval it opened before.
+    client_key = models.CharField(max_length=300, blank=True)
+    # The agent gave the call up (its framework timed it out or cancelled it): it must never
+    # run, and a pending approval was withdrawn with it.
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client_key"], condition=~Q(client_key=""), name="external_call_key_once"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool} ({self.run_id})"
+
+
+# --- Limits from JSON -----------------------------------------------------------------------------
+def limits_from_json(data: Any) -> dict:
+    """Limits.as_dict() of the JSON an admin wrote (defaults for what is left out);
+    ValueError naming the first problem."""
+    if data in (None, ""):
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError("limits must be a JSON object")
+    known = set(Limits.__dataclass_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown limit(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        if name == "max_cost_usd":
+            number = _limit("limits", value)
+            if number <= 0:
+                raise ValueError("max_cost_usd must be more than 0")
+            kwargs[name] = number
+        elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            kwargs[name] = value
+        else:
+            raise ValueError(f"{name} must be a positive whole number")
+    return Limits(**kwargs).as_dict()
 
 
 # --- GateRules from JSON -------------------------------------------------------------------------

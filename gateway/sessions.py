@@ -11,26 +11,28 @@ decision are the ones internal runs have.
 """
 
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentops.tools import Tool, ToolArgsError
 from approvals import gate_config, gates, policy
 from approvals.models import Approval
 from runs import events, sql
-from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash
+from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
 
+from . import wakeups
 from .models import ExternalAgent, ExternalCall
 from .tools import EXTERNAL_USE_PREFIX, metadata_for_call, tool_from_metadata
 
 PROVIDER = "external"
-SUMMARY_MAX = 4000
-RESULT_MAX_CHARS = 100_000
+SUMMARY_MAX = 4000  # characters of a call's summary for the approver
 
 # What became of a call, as the agent is told.
-ALLOWED, PENDING = "allowed", "pending"
+ALLOWED, PENDING, WITHDRAWN = "allowed", "pending", "withdrawn"
 
 
 class SessionError(Exception):
@@ -41,8 +43,22 @@ class SessionError(Exception):
         self.status, self.message, self.errors = status, message, errors or {}
 
 
+def max_bytes() -> int:
+    """What one value an agent sends (arguments, metadata, a result) may weigh: the limit a
+    run's input has (AGENTOPS_MAX_INPUT_BYTES), counted the same way."""
+    return int(settings.AGENTOPS["MAX_INPUT_BYTES"])
+
+
+def _capped(what: str, value: Any) -> None:
+    """413 for a value larger than a run's input may be (its canonical JSON)."""
+    size = len(canonical_json(value).encode())
+    if size > max_bytes():
+        raise SessionError(413, f"{what} is {size} bytes; the limit is {max_bytes()}")
+
+
 def register(agent: ExternalAgent, *, session: str = "", metadata: dict | None = None) -> Run:
     """A running run for a new session of `agent` (its snapshot taken now)."""
+    _capped("metadata", metadata or {})
     now = timezone.now()
     try:
         config = agent.snapshot()
@@ -102,9 +118,18 @@ def submit(
     hints: Any = None,
     summary: str = "",
     callback_url: str = "",
+    client_id: str = "",
 ) -> ExternalCall:
     """Record a proposed call and put it through the gate policy: allowed at once, or an
-    approval opened and the run waiting for it."""
+    approval opened and the run waiting for it.
+
+    `client_id`, the agent's own id for the call (an interrupt id, a tool_use_id), makes the
+    submission idempotent across the agent's sessions: the same id again is the call made
+    the first time (its approval, its decision), never a second one; with other arguments
+    it is a 409."""
+    _capped("args", args)
+    if len(summary or "") > SUMMARY_MAX:
+        raise SessionError(413, f"summary is {len(summary)} characters; the limit is {SUMMARY_MAX}")
     registered = agent.tools.filter(name=tool).first()
     try:
         meta = metadata_for_call(registered, tool, hints)
@@ -115,10 +140,43 @@ def submit(
         args = spec.validate(args)
     except ToolArgsError as exc:
         raise SessionError(422, str(exc), {"args": [str(exc)]}) from None
-    summary = (summary or "")[:SUMMARY_MAX]
+    summary = summary or ""
+    key = f"{agent.slug}:{client_id}" if client_id else ""
+    existing = ExternalCall.objects.filter(client_key=key).first() if key else None
+    if existing is not None:
+        return _same_call(existing, tool, args, client_id)
+    with transaction.atomic():
+        run = _locked_open(run.pk)
+        stop = limit_reached(run)
+        if stop is not None:
+            _end(run, Run.Status.FAILED, *stop)
+    if stop is not None:  # the termination is committed; the call is refused
+        reason, detail = stop
+        raise SessionError(
+            409, f"the session was stopped: {Run.Termination(reason).label} ({detail})"
+        )
+    try:
+        return _record(run, tool, args, meta, spec, summary, callback_url, key)
+    except IntegrityError:
+        if not key:
+            raise
+        # The same id submitted at the same moment: the other request made the call.
+        return _same_call(ExternalCall.objects.get(client_key=key), tool, args, client_id)
+
+
+def _same_call(call: ExternalCall, tool: str, args: dict, client_id: str) -> ExternalCall:
+    if (call.tool, call.args) != (tool, args):
+        raise SessionError(
+            409, f"call id {client_id!r} was already used for another call ({call.tool})"
+        )
+    return call
+
+
+def _record(run, tool, args, meta, spec, summary, callback_url, key) -> ExternalCall:
     with transaction.atomic():
         run = _locked_open(run.pk)
         call = ExternalCall(
+            client_key=key,
             run=run,
             tool=tool,
             args=args,
@@ -141,6 +199,8 @@ def submit(
                 "risk": verdict.risk,
                 "explanation": verdict.explanation,
             },
+            # A call is the session's step: max_steps counts them.
+            update={"step_count": run.step_count + 1},
         )
         if verdict.gated:
             item = {"llm_seq": run.last_seq, "id": f"{EXTERNAL_USE_PREFIX}{call.pk}", "args": args}
@@ -156,6 +216,32 @@ def submit(
             _park(run)
         call.save(force_insert=True)
     return call
+
+
+def limit_reached(run: Run) -> tuple[str, str] | None:
+    """(termination reason, detail) when the session may make no more calls: the engine's
+    terminator rules (runs/engine/terminator.py) with a call for a model step. Steps: calls
+    submitted; cost: what the agent reported with its results; time: working time, not
+    counting waits for people; errors: results reported as errors in a row."""
+    if run.step_count >= run.max_steps:
+        return Run.Termination.MAX_STEPS, f"{run.step_count} of {run.max_steps} steps used"
+    if run.consecutive_errors >= run.max_consecutive_errors:
+        return (
+            Run.Termination.CONSECUTIVE_ERRORS,
+            f"{run.consecutive_errors} consecutive errors (limit {run.max_consecutive_errors})",
+        )
+    if run.cost_usd >= run.max_cost_usd:
+        return (
+            Run.Termination.MAX_COST,
+            f"spent {run.cost_usd:.4f} USD; the limit is {run.max_cost_usd} USD",
+        )
+    working = run.working_seconds
+    if working >= run.max_seconds:
+        detail = f"{working:.0f}s of {run.max_seconds}s"
+        if run.waiting_seconds:
+            detail += f" (not counting {run.waiting_seconds:.0f}s waiting for people)"
+        return Run.Termination.MAX_SECONDS, detail
+    return None
 
 
 def _park(run: Run) -> None:
@@ -213,6 +299,10 @@ class CallState:
 
 def state_of(call: ExternalCall) -> CallState:
     """The call's decision as it stands (reads the approval afresh)."""
+    if call.withdrawn_at is not None:
+        return CallState(
+            call, WITHDRAWN, call.args, "withdrawn by the agent", None, call.withdrawn_at
+        )
     if call.approval_id is None:
         return CallState(call, ALLOWED, call.args)
     approval = Approval.objects.select_related("decided_by").get(pk=call.approval_id)
@@ -233,16 +323,27 @@ def state_of(call: ExternalCall) -> CallState:
 
 
 def report_result(
-    call: ExternalCall, *, result: Any = None, error: str | None = None, duration_ms: int = 0
+    call: ExternalCall,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    duration_ms: int = 0,
+    cost_usd: Decimal | None = None,
 ) -> Step:
     """The agent says what the call did: the run's tool step. Only a call it was allowed to
     make, with the arguments it was allowed; once."""
+    _capped("result", result)
+    _capped("error", error)
+    if cost_usd is not None and not (cost_usd.is_finite() and cost_usd >= 0):
+        raise SessionError(422, "cost_usd must be a number of dollars, 0 or more")
     state = state_of(call)
     if not state.approved:
         raise SessionError(409, f"this call was {state.status}: it must not have run")
     with transaction.atomic():
         run = _locked_open(call.run_id)
         fresh = ExternalCall.objects.select_for_update().get(pk=call.pk)
+        if fresh.withdrawn_at is not None:
+            raise SessionError(409, "this call was withdrawn: it must not have run")
         if fresh.result_seq is not None:
             raise SessionError(
                 409, f"the result of this call was already reported (step #{fresh.result_seq})"
@@ -260,59 +361,114 @@ def report_result(
         if call.approval_id:
             data["approval"] = str(call.approval_id)
         if is_error:
-            data["error"] = str(error)[:RESULT_MAX_CHARS]
+            data["error"] = str(error)
         else:
             data["result"] = result
-        update = {}
+        # Consecutive errors and cost count toward the session's limits (limit_reached).
+        update: dict[str, Any] = {"consecutive_errors": 0}
         if is_error:
             update = {
                 "tool_failed_count": run.tool_failed_count + 1,
                 "error_count": run.error_count + 1,
+                "consecutive_errors": run.consecutive_errors + 1,
             }
+        if cost_usd:
+            data["cost_usd"] = str(cost_usd)
+            update["cost_usd"] = run.cost_usd + cost_usd
         step = run.append_step(Step.Kind.TOOL, data, update=update, latency_ms=data["duration_ms"])
         ExternalCall.objects.filter(pk=call.pk).update(result_seq=step.seq)
     return step
 
 
+def withdraw(call: ExternalCall, *, reason: str = "") -> ExternalCall:
+    """The agent gave the call up (its framework abandoned it: a timeout, a cancellation):
+    it must never run. A pending approval is withdrawn (cancelled, "withdrawn by the
+    agent"), so nobody decides it for nothing; an approved one is kept as decided, and the
+    timeline says the call did not run. Once; not after a result was reported."""
+    if len(reason) > SUMMARY_MAX:
+        raise SessionError(413, f"reason is {len(reason)} characters; the limit is {SUMMARY_MAX}")
+    with transaction.atomic():
+        run = Run.locked(call.run_id)
+        fresh = ExternalCall.objects.select_for_update().get(pk=call.pk)
+        if fresh.withdrawn_at is not None:
+            return fresh
+        if fresh.result_seq is not None:
+            raise SessionError(409, f"this call ran: its result is step #{fresh.result_seq}")
+        now = timezone.now()
+        why = "withdrawn by the agent" + (f": {reason}" if reason else "")
+        was = None
+        if fresh.approval_id is not None:
+            was = Approval.objects.filter(pk=fresh.approval_id).values_list("status", flat=True)[0]
+            if was == Approval.Status.PENDING:
+                Approval.objects.filter(
+                    pk=fresh.approval_id, status=Approval.Status.PENDING
+                ).update(status=Approval.Status.CANCELLED, reason=why, decided_at=now)
+                events.publish_approvals_changed(fresh.approval_id)
+        ExternalCall.objects.filter(pk=fresh.pk).update(withdrawn_at=now)
+        fresh.withdrawn_at = now
+        step = {
+            "event": "withdrawn",
+            "call": str(fresh.pk),
+            "tool": fresh.tool,
+            "approval": str(fresh.approval_id) if fresh.approval_id else None,
+            "approval_was": was,
+            "detail": why + "; the call did not run",
+        }
+        if run.is_terminal:
+            pass  # nothing more to write on a finished session's timeline
+        elif run.status != Run.Status.WAITING or gates.pending_count(run):
+            run.append_step(Step.Kind.STATUS, step)
+        else:
+            run.resume("no decision awaited", first=(Step.Kind.STATUS, step, {}))
+        wakeups.publish_decided_on_commit(fresh.pk, run.pk)
+    return fresh
+
+
 def close(run: Run, *, succeeded: bool, output: str = "", detail: str = "") -> Run:
     """End the session: succeeded (completed) or failed. What still waits for a person is
     cancelled with it."""
+    _capped("output", output)
     with transaction.atomic():
         run = _locked_open(run.pk)
         if succeeded and run.status == Run.Status.WAITING:
             raise SessionError(409, "calls of this session still wait for a decision")
-        status = Run.Status.SUCCEEDED if succeeded else Run.Status.FAILED
-        reason = Run.Termination.COMPLETED if succeeded else Run.Termination.AGENT_FAILED
-        old = run.status
-        pending = list(
-            Approval.objects.filter(run=run, status=Approval.Status.PENDING).values_list(
-                "pk", flat=True
-            )
-        )
-        Approval.objects.filter(pk__in=pending, status=Approval.Status.PENDING).update(
-            status=Approval.Status.CANCELLED, decided_at=timezone.now()
-        )
-        for approval_id in pending:
-            events.publish_approvals_changed(approval_id)
-        if not run.transition_to(
-            status,
-            termination_reason=reason,
-            status_detail=(detail or ("session closed" if succeeded else "session failed"))[:500],
-            output=output,
-        ):
-            raise SessionError(409, f"the session is already {run.status}")
-        run.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "terminated",
-                "from": old,
-                "to": status,
-                "reason": reason,
-                "detail": detail
-                or ("closed by the agent" if succeeded else "failed, says the agent"),
-            },
-        )
+        if succeeded:
+            status, reason = Run.Status.SUCCEEDED, Run.Termination.COMPLETED
+            detail = detail or "closed by the agent"
+        else:
+            status, reason = Run.Status.FAILED, Run.Termination.AGENT_FAILED
+            detail = detail or "failed, says the agent"
+        _end(run, status, reason, detail, output=output)
     return run
+
+
+def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -> None:
+    """The session's end and its terminated step; approvals still pending are cancelled.
+    Under the run's row lock."""
+    old = run.status
+    pending = list(
+        Approval.objects.filter(run=run, status=Approval.Status.PENDING).values_list(
+            "pk", flat=True
+        )
+    )
+    Approval.objects.filter(pk__in=pending, status=Approval.Status.PENDING).update(
+        status=Approval.Status.CANCELLED, decided_at=timezone.now()
+    )
+    for approval_id in pending:
+        events.publish_approvals_changed(approval_id)
+    wakeups.publish_cancelled_on_commit(pending, run.pk)
+    wakeups.publish_session_ended_on_commit(run.pk)
+    if not run.transition_to(
+        status,
+        termination_reason=reason,
+        status_detail=detail[:500],
+        output=output,
+    ):
+        raise SessionError(409, f"the session is already {run.status}")
+    run.append_step(
+        Step.Kind.STATUS,
+        {"event": "terminated", "from": old, "to": status, "reason": reason, "detail": detail},
+    )
 
 
 def _locked_open(run_id) -> Run:

@@ -4,7 +4,7 @@ An external agent's tool runs in its own process, never here: its Tool carries o
 policy and edits need (name, risk, the schema arguments are checked against). The risk is the
 registered tool's, raised by the call's hints (an agent may say one call is riskier than its
 tool usually is, never that it is safer); a tool nobody registered is irreversible with a
-medium blast radius unless its hints say otherwise, so an unknown call is gated by default.
+medium blast radius, raised by its hints likewise, so the base table gates an unknown call.
 """
 
 from dataclasses import dataclass, field
@@ -56,7 +56,9 @@ class ExternalToolSpec(Tool):
 
 
 def metadata_for_call(registered: ExternalTool | None, name: str, hints: Any) -> dict:
-    """The tool metadata one call is judged by: the registered tool's, raised by `hints`."""
+    """The tool metadata one call is judged by: the registered tool's (or, for a tool nobody
+    registered, irreversible with a medium blast radius), raised by `hints`. Hints come from
+    the agent, which must never pick its own gate: they can only add risk."""
     if hints is None:
         hints = {}
     if not isinstance(hints, dict) or set(hints) - {"reversible", "blast"}:
@@ -67,18 +69,19 @@ def metadata_for_call(registered: ExternalTool | None, name: str, hints: Any) ->
         raise HintError(f'"blast" must be one of {", ".join(BLAST_LABELS)}')
     if registered is not None:
         meta = registered.metadata()
-        meta["reversible"] = meta["reversible"] and hints.get("reversible", True)
-        meta["blast"] = max(
-            Blast[meta["blast"].upper()], Blast[hints.get("blast", "none").upper()]
-        ).label
-        return meta
-    return {
-        "name": name,
-        "description": "",
-        "reversible": hints.get("reversible", False),
-        "blast": hints.get("blast", Blast.MEDIUM.label),
-        "input_schema": {"type": "object"},
-    }
+    else:
+        meta = {
+            "name": name,
+            "description": "",
+            "reversible": False,
+            "blast": Blast.MEDIUM.label,
+            "input_schema": {"type": "object"},
+        }
+    meta["reversible"] = meta["reversible"] and hints.get("reversible", True)
+    meta["blast"] = max(
+        Blast[meta["blast"].upper()], Blast[hints.get("blast", "none").upper()]
+    ).label
+    return meta
 
 
 def tool_from_metadata(meta: dict) -> ExternalToolSpec:

@@ -21,7 +21,7 @@ from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agentops import pii
+from agentops import pii, storable
 from agentops.agents import CATALOGUE, Agent, get_agent
 
 from . import charts, costs, engine, pending, rendering
@@ -371,8 +371,8 @@ def run_pending_finish(request: HttpRequest, pk, op_id: int) -> HttpResponse:
 
 def _json_or_text(text: str):
     try:
-        return json.loads(text)
-    except ValueError:
+        return storable.loads(text)
+    except ValueError:  # not JSON, or JSON that cannot be stored: the text as it came
         return text
 
 

@@ -33,6 +33,7 @@ DEFERRED_IMPORTS = {
     ("gateway/apps.py", "approvals.models"),
     ("gateway/apps.py", "gateway.tools"),
     ("gateway/apps.py", "gateway.callbacks"),
+    ("gateway/apps.py", "gateway.wakeups"),
     ("gateway/apps.py", "runs.models"),
     # The Anthropic SDK: a web process never needs its import time and memory.
     ("agentops/agents.py", "agentops.llm.anthropic"),

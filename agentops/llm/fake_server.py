@@ -500,7 +500,13 @@ def validate_messages_request(body: Any) -> str:
     if not isinstance(messages[0], dict) or messages[0].get("role") != "user":
         return "messages.0.role: the first message must use the user role"
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        # "system" messages inside the conversation: Claude Code's CLI (the Claude Agent
+        # SDK's) sends its environment notes so; they take no part in tool pairing.
+        if not isinstance(message, dict) or message.get("role") not in (
+            "user",
+            "assistant",
+            "system",
+        ):
             return f"messages.{i}: role must be user or assistant"
         content = message.get("content")
         if not isinstance(content, str | list):
@@ -525,6 +531,7 @@ def validate_messages_request(body: Any) -> str:
             and texts[-1] != texts[-1].rstrip()
         ) and (isinstance(content, str) or content[-1].get("type") == "text"):
             return "messages: final assistant content cannot end with trailing whitespace"
+    messages = [m for m in messages if m["role"] != "system"]
     for i, message in enumerate(messages):
         if message["role"] == "assistant":
             uses = _blocks(message, "tool_use")

@@ -43,7 +43,7 @@ def openai_agent(session) -> dict:
         ran.append({"vendor": vendor, "amount": amount})
         return "paid"
 
-    assert gated(session, pay_invoice)(**PROPOSED) == "paid"
+    assert asyncio.run(gated(session, pay_invoice)(**PROPOSED)) == "paid"
     assert len(ran) == 1
     return ran[0]
 

@@ -5,6 +5,7 @@ from django.test import Client
 
 from gateway.models import ExternalAgent, ExternalTool
 
+INVOICE_LIMIT_ARGS = {"vendor": "acme", "amount": 900}  # over pay_invoice's threshold: gated
 GATES = {
     "always_gate": ["delete_branch"],
     "thresholds": {"pay_invoice": {"amount": 500}},
@@ -67,3 +68,17 @@ def agent(db):
 @pytest.fixture
 def bot(agent) -> AgentClient:
     return AgentClient(agent[1])
+
+
+@pytest.fixture(scope="package")
+def live_up(tmp_path_factory):
+    """One live `manage.py up` for the modules that drive agentops over HTTP (the client,
+    the adapters): starting one costs seconds of CI."""
+    from tests.livesupport import kill_up, start_up, stop_up
+
+    server = start_up(tmp_path_factory.mktemp("gateway-live-var"))
+    try:
+        yield server
+        stop_up(server)
+    finally:
+        kill_up(server)

@@ -14,6 +14,9 @@ ExternalTool.objects.get_or_create(
     agent=agent, name="read_file", defaults={{"reversible": True, "blast": "none"}}
 )
 ExternalTool.objects.get_or_create(
+    agent=agent, name="Read", defaults={{"reversible": True, "blast": "none"}}
+)
+ExternalTool.objects.get_or_create(
     agent=agent, name="pay_invoice",
     defaults={{"reversible": False, "blast": "low", "input_schema": {{
         "type": "object",

@@ -117,20 +117,45 @@ def test_hints_can_raise_a_tools_risk_but_never_lower_it(bot):
     assert raised.status_code == 202
     approval = Approval.objects.get(pk=raised.json()["approval"])
     assert approval.risk == "high"
-    # pay_invoice is irreversible: a hint of "reversible, no blast" does not let it through.
-    session2 = bot.session()
-    lowered = bot.call(
-        session2,
-        "pay_invoice",
-        {"vendor": "a", "amount": 900},
-        hints={"reversible": True, "blast": "none"},
-    )
-    assert lowered.status_code == 202
+    # A blast hint alone raises the blast radius and keeps the registered reversibility.
+    bot.call(session, "read_file", {"path": "/etc"}, hints={"blast": "critical"})
+    assert ExternalCall.objects.get(args={"path": "/etc"}).tool_meta["blast"] == "critical"
 
 
-def test_an_unregistered_tool_is_gated_by_default(bot):
+@pytest.mark.parametrize(
+    "hints", [{"reversible": True, "blast": "none"}, {"reversible": True}, {"blast": "none"}]
+)
+def test_hints_never_lower_a_registered_tools_risk(bot, hints):
     session = bot.session()
-    assert bot.call(session, "drop_database", {"name": "prod"}).status_code == 202
+    # pay_invoice is registered irreversible, blast low; 400 is under its threshold.
+    bot.call(session, "pay_invoice", {"vendor": "a", "amount": 400}, hints=hints)
+    meta = ExternalCall.objects.get().tool_meta
+    assert (meta["reversible"], meta["blast"]) == (False, "low")
+
+
+@pytest.mark.parametrize(
+    "hints", [{"reversible": True, "blast": "none"}, {"reversible": True}, {"blast": "low"}]
+)
+def test_an_unregistered_tool_cannot_hint_its_way_past_the_gate(bot, hints):
+    session = bot.session()
+    response = bot.call(session, "drop_database", {"name": "prod"}, hints=hints)
+    assert response.status_code == 202, response.json()
+    assert response.json()["status"] == "pending"
+    meta = ExternalCall.objects.get().tool_meta
+    assert (meta["reversible"], meta["blast"]) == (False, "medium")
+    assert Run.objects.get(pk=session).status == "waiting"
+
+
+def test_an_unregistered_tools_risk_can_be_raised(bot):
+    session = bot.session()
+    response = bot.call(
+        session, "drop_database", {"name": "prod"}, hints={"reversible": True, "blast": "critical"}
+    )
+    assert response.status_code == 202
+    meta = ExternalCall.objects.get().tool_meta
+    # Raised to critical; "reversible" is not believed either.
+    assert (meta["reversible"], meta["blast"]) == (False, "critical")
+    assert Approval.objects.get(pk=response.json()["approval"]).risk == "critical"
 
 
 def _decide(approval_id, user, decision="approve", **kw):

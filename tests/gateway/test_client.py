@@ -10,21 +10,14 @@ import time
 import pytest
 from agentops_client import AgentopsClient, AgentopsError, ApprovalTimeout
 from agentops_client.claude import can_use_tool
-from agentops_client.openai_agents import decide_interruptions, gated
-
-from tests.livesupport import kill_up, start_up, stop_up
+from agentops_client.openai_agents import gated
 
 from .live import Approver, external_agent
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory):
-    server = start_up(tmp_path_factory.mktemp("gateway-var"))
-    try:
-        yield server
-        stop_up(server)
-    finally:
-        kill_up(server)
+def up(live_up):
+    return live_up
 
 
 @pytest.fixture(scope="module")
@@ -141,56 +134,13 @@ def test_the_openai_wrapper_runs_the_tool_with_the_approved_args_only(approver, 
     tool = gated(session, pay_invoice, hints={"reversible": False, "blast": "medium"})
     assert tool.__name__ == "pay_invoice" and tool.__doc__ == "Pay a vendor's invoice."
     person = decide_when_pending(approver, arguments={"vendor": "acme", "amount": 120})
-    assert tool("acme", 900) == "paid 120 to acme"
+    assert asyncio.run(tool("acme", 900)) == "paid 120 to acme"
     person.join()
     assert paid == [("acme", 120)]
     person = decide_when_pending(approver, "reject", reason="duplicate invoice")
-    assert "duplicate invoice" in tool(vendor="acme", amount=900)
+    assert "duplicate invoice" in asyncio.run(tool(vendor="acme", amount=900))
     person.join()
     assert paid == [("acme", 120)]
-
-
-class _Item:
-    def __init__(self, name, arguments):
-        self.name, self.arguments, self.raw_item = name, arguments, None
-
-
-class _State:
-    def __init__(self):
-        self.approved, self.rejected = [], []
-
-    def approve(self, item):
-        self.approved.append(item)
-
-    def reject(self, item, rejection_message=None):
-        self.rejected.append((item, rejection_message))
-
-
-class _Result:
-    def __init__(self, items):
-        self.interruptions, self.state = items, _State()
-
-    def to_state(self):
-        return self.state
-
-
-def test_openai_interruptions_are_decided_in_agentops(approver, client):
-    session = client.session("openai-hitl")
-    ok = _Item("delete_branch", '{"name": "stale"}')
-    no = _Item("delete_branch", '{"name": "main"}')
-    result = _Result([ok, no])
-    people = [decide_when_pending(approver)]
-
-    def second():
-        people[0].join()
-        decide_when_pending(approver, "reject", reason="protected").join()
-
-    thread = threading.Thread(target=second)
-    thread.start()
-    state = decide_interruptions(session, result, timeout=60)
-    thread.join()
-    assert state.approved == [ok]
-    assert state.rejected == [(no, "agentops: rejected by approver: protected")]
 
 
 def test_a_langgraph_interrupt_resumes_with_the_approved_args(approver, client):

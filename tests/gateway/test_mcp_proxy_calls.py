@@ -23,13 +23,19 @@ class Upstream:
 
 class FakeSession:
     def __init__(self, answer):
-        self.answer, self.asked, self.reports = answer, [], []
+        self.answer, self.asked, self.reports, self.withdrawn = answer, [], [], []
 
-    def request_approval(self, tool, args, **kw):
+    def submit(self, tool, args, **kw):
         self.asked.append((tool, args, kw))
+        return {"status": "pending", "call": "c1"}
+
+    def wait_for(self, call_id, **kw):
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
+
+    def withdraw(self, call_id, reason=""):
+        self.withdrawn.append((call_id, reason))
 
     def report(self, decision, **kw):
         self.reports.append(kw)
@@ -131,14 +137,23 @@ async def test_a_call_cancelled_while_it_waits_is_never_forwarded():
     release = threading.Event()
 
     class Waiting(FakeSession):
-        def request_approval(self, tool, args, **kw):
+        def wait_for(self, call_id, **kw):
             release.wait(5)  # a person who decides only after the client gave up
             return decision("approved", {"key": "a"})
 
-    upstream = Upstream()
+    upstream, session = Upstream(), Waiting(None)
     with anyio.move_on_after(0.2) as scope:
-        await proxy(Waiting(None), upstream).call("delete_record", {"key": "a"})
+        await proxy(session, upstream).call("delete_record", {"key": "a"})
     release.set()
     assert scope.cancelled_caught
+    # Withdrawn in agentops: nobody decides it for nothing, and it never runs.
+    assert session.withdrawn == [("c1", "the MCP client cancelled the call")]
     await anyio.sleep(0.1)
     assert upstream.calls == []
+
+
+async def test_a_call_undecided_past_the_decision_timeout_is_withdrawn():
+    session, upstream = FakeSession(ApprovalTimeout(408, "no decision")), Upstream()
+    result = await proxy(session, upstream).call("delete_record", {"key": "a"})
+    assert result.is_error and upstream.calls == []
+    assert session.withdrawn == [("c1", "no decision within the proxy's 5 s")]

@@ -1,4 +1,4 @@
-"""`manage.py issue_agent_token <slug> [--title T] [--gates JSON]`: an external agent's token.
+"""`manage.py issue_agent_token <slug> [--title T] [--gates JSON] [--limits JSON]`: a token.
 
 Creates the agent when it does not exist yet. Issuing a token rotates: the agent's previous
 token stops working at once. Only its SHA-256 is stored, so the value is printed once.
@@ -8,7 +8,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from gateway.models import ExternalAgent
+from gateway.models import ExternalAgent, limits_from_json
 
 
 class Command(BaseCommand):
@@ -21,7 +21,16 @@ class Command(BaseCommand):
             "--gates", default=None, help='Gate rules as JSON, e.g. \'{"always_gate": ["rm"]}\'.'
         )
 
-    def handle(self, *args, slug: str, title: str, gates: str | None, **options) -> None:
+        parser.add_argument(
+            "--limits",
+            default=None,
+            help="Each session's limits as JSON, e.g. "
+            '\'{"max_steps": 500, "max_seconds": 3600}\'.',
+        )
+
+    def handle(
+        self, *args, slug: str, title: str, gates: str | None, limits: str | None, **options
+    ) -> None:
         agent, created = ExternalAgent.objects.get_or_create(
             slug=slug, defaults={"title": title or slug}
         )
@@ -33,6 +42,12 @@ class Command(BaseCommand):
                 agent.gate_rules()
             except ValueError as exc:
                 raise CommandError(f"--gates: {exc}") from None
+        if limits is not None:
+            try:
+                agent.limits = json.loads(limits)
+                limits_from_json(agent.limits)
+            except ValueError as exc:
+                raise CommandError(f"--limits: {exc}") from None
         agent.full_clean()
         agent.save()
         raw = agent.issue_token()

@@ -1,20 +1,26 @@
-"""A permission hook for the Claude Agent SDK: every tool use is decided by agentops.
+"""The Claude Agent SDK's tool uses, decided by agentops. Two ways, by what must be seen:
 
-    from claude_agent_sdk import ClaudeAgentOptions
-    from agentops_client.claude import can_use_tool
+- `hooks(session)`, for `ClaudeAgentOptions(hooks=hooks(session))`: a PreToolUse hook that
+  sees **every** tool use (the CLI runs hooks before its own permission rules) and answers
+  allow with the approved input, or deny with who refused and why; and PostToolUse /
+  PostToolUseFailure hooks that report each approved call's result or error to the session.
+  The tool_use_id is the call's id in agentops, so a retried hook (or a restarted agent)
+  waits on the same approval instead of opening another.
+- `can_use_tool(session)`, for `ClaudeAgentOptions(can_use_tool=...)`: the permission
+  callback. The CLI calls it **only when its own rules would prompt** (a `Read` inside the
+  working directory, or a tool an allow rule covers, never reaches it), so agentops does not
+  see those calls; results are not reported. Its summary for the approver is the
+  permission context's title and description, its id the context's tool_use_id.
 
-    options = ClaudeAgentOptions(can_use_tool=can_use_tool(session, hints={"Bash": HIGH}))
-
-The SDK calls `can_use_tool(tool_name, input, context)` before a tool runs; the hook submits
-the call to agentops and answers PermissionResultAllow(updated_input=<the approved args>)
-(an approver's edit included) or PermissionResultDeny(message=<who rejected it and why>).
-The SDK's types are imported when the hook answers; without the SDK installed, stand-ins of
+The SDK's types are imported when an answer is made; without the SDK installed, stand-ins of
 the same names and fields are returned (for tests and other hosts).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,19 +76,22 @@ def can_use_tool(
     approver reads. `interrupt_on_reject` stops the whole SDK session on a rejection."""
 
     async def callback(tool_name: str, tool_input: dict, context: Any = None) -> Any:
-        call_hints = (
-            hints(tool_name, tool_input) if callable(hints) else (hints or {}).get(tool_name)
-        )
-        text = (
-            summary(tool_name, tool_input) if summary else f"Claude agent wants to use {tool_name}"
-        )
-        decision = await asyncio.to_thread(
-            session.request_approval,
+        title = getattr(context, "title", None) or ""
+        detail = getattr(context, "description", None) or ""
+        if summary:
+            text = summary(tool_name, tool_input)
+        else:
+            text = " - ".join(t for t in (title, detail) if t)
+            text = text or f"Claude agent wants to use {tool_name}"
+        use_id = getattr(context, "tool_use_id", None) or ""
+        decision = await decide_async(
+            session,
             tool_name,
             dict(tool_input),
-            hints=call_hints,
+            hints=_hints_for(hints, tool_name, tool_input),
             summary=text,
             timeout=timeout,
+            call_id=f"claude:{use_id}" if use_id else "",
         )
         allow, deny = _result_types()
         if decision.approved:
@@ -92,4 +101,116 @@ def can_use_tool(
     return callback
 
 
-__all__ = ["PermissionResultAllow", "PermissionResultDeny", "can_use_tool", "deny_message"]
+def _hints_for(hints: Hints, tool_name: str, tool_input: dict) -> dict | None:
+    return hints(tool_name, tool_input) if callable(hints) else (hints or {}).get(tool_name)
+
+
+def hooks(
+    session: Session,
+    *,
+    hints: Hints = None,
+    summary: Callable[[str, dict], str] | None = None,
+    timeout: float = 3600,
+    matcher: str | None = None,
+) -> dict[str, list]:
+    """`ClaudeAgentOptions(hooks=...)`: every tool use (or those `matcher` names, e.g.
+    "Bash|Write") decided in agentops before it runs, and its result or error reported after.
+    The hooks' own timeout is `timeout` (the CLI's default, 60 s, would cut a person short)."""
+    decided: dict[str, Decision] = {}
+
+    async def pre_tool_use(input_data: dict, tool_use_id: str | None, context: Any) -> dict:
+        tool_name, tool_input = input_data["tool_name"], dict(input_data.get("tool_input") or {})
+        use_id = tool_use_id or input_data.get("tool_use_id") or ""
+        text = summary(tool_name, tool_input) if summary else f"Claude wants to use {tool_name}"
+        decision = await decide_async(
+            session,
+            tool_name,
+            tool_input,
+            hints=_hints_for(hints, tool_name, tool_input),
+            summary=text,
+            timeout=timeout,
+            call_id=f"claude:{use_id}" if use_id else "",
+        )
+        output: dict[str, Any] = {"hookEventName": "PreToolUse"}
+        if decision.approved:
+            decided[use_id] = decision
+            output.update(permissionDecision="allow", updatedInput=decision.args)
+        else:
+            output.update(
+                permissionDecision="deny", permissionDecisionReason=deny_message(decision)
+            )
+        return {"hookSpecificOutput": output}
+
+    async def post_tool_use(input_data: dict, tool_use_id: str | None, context: Any) -> dict:
+        use_id = tool_use_id or input_data.get("tool_use_id") or ""
+        decision = decided.pop(use_id, None)
+        if decision is not None:
+            duration = int(input_data.get("duration_ms") or 0)
+            if input_data.get("hook_event_name") == "PostToolUseFailure":
+                error = str(input_data.get("error") or "failed")
+                report = functools.partial(session.report, error=error, duration_ms=duration)
+            else:
+                result = _jsonable(input_data.get("tool_response"))
+                report = functools.partial(session.report, result=result, duration_ms=duration)
+            await asyncio.to_thread(report, decision)
+        return {}
+
+    from claude_agent_sdk import HookMatcher
+
+    def matched(hook) -> list:
+        return [HookMatcher(matcher=matcher, hooks=[hook], timeout=timeout)]
+
+    return {
+        "PreToolUse": matched(pre_tool_use),
+        "PostToolUse": matched(post_tool_use),
+        "PostToolUseFailure": matched(post_tool_use),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+async def decide_async(
+    session: Session,
+    tool: str,
+    args: dict,
+    *,
+    hints: dict | None = None,
+    summary: str = "",
+    timeout: float = 3600,
+    call_id: str = "",
+) -> Decision:
+    """Submit the call and await its decision; cancelled (the framework gave the call up),
+    the call is withdrawn in agentops before the cancellation goes on: it never runs."""
+    answer = await asyncio.to_thread(
+        session.submit, tool, args, hints=hints, summary=summary, call_id=call_id
+    )
+    if answer["status"] != "pending":
+        return Decision.from_json(answer)
+    try:
+        return await asyncio.to_thread(
+            session.wait_for, answer["call"], timeout=timeout, poll=CANCEL_POLL_SECONDS
+        )
+    except asyncio.CancelledError:
+        reason = "the agent's framework gave the call up (a timeout or a cancelled run)"
+        await asyncio.shield(asyncio.to_thread(session.withdraw, answer["call"], reason=reason))
+        raise
+
+
+# A cancelled wait's thread stops polling within this long (a long-poll cannot be
+# interrupted; the call is withdrawn at once all the same).
+CANCEL_POLL_SECONDS = 5.0
+
+__all__ = [
+    "PermissionResultAllow",
+    "PermissionResultDeny",
+    "can_use_tool",
+    "decide_async",
+    "deny_message",
+    "hooks",
+]

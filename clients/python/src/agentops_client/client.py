@@ -12,6 +12,7 @@ edited. A call the agent's gate policy allows comes back approved at once.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 import urllib.error
@@ -136,6 +137,43 @@ class AgentopsClient:
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
             raise AgentopsError(0, f"agentops unreachable: {exc}") from None
 
+    def stream(self, path: str, *, last_event_id: str = "0", idle_timeout: float = 60.0):
+        """Server-Sent Events from `path`: (id, event, data) for each event; ends when the
+        server ends the stream. The server sends a comment every 15 s, so `idle_timeout`
+        without a byte means the connection is dead (AgentopsError 0)."""
+        request = urllib.request.Request(  # noqa: S310 (http(s), checked in __init__)
+            self.base_url + path,
+            method="GET",
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Accept": "text/event-stream",
+                "Last-Event-ID": last_event_id,
+            },
+        )
+        try:
+            response = self._opener.open(request, timeout=idle_timeout)
+        except urllib.error.HTTPError as exc:
+            raise AgentopsError(exc.code, exc.read().decode(errors="replace")) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            raise AgentopsError(0, f"agentops unreachable: {exc}") from None
+        fields: dict[str, str] = {}
+        try:
+            with response:
+                for raw in response:
+                    line = raw.decode().rstrip("\r\n")
+                    if line == "":
+                        if "event" in fields or "data" in fields:
+                            data = json.loads(fields.get("data") or "null")
+                            yield fields.get("id", ""), fields.get("event", "message"), data
+                        fields = {}
+                    elif line.startswith(":"):
+                        yield None, "keepalive", None  # lets a reader check its deadline
+                    else:
+                        name, _, value = line.partition(":")
+                        fields[name] = value[1:] if value.startswith(" ") else value
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            raise AgentopsError(0, f"event stream lost: {exc}") from None
+
 
 class Session:
     """One session of the agent: its calls, their results, its end."""
@@ -151,13 +189,26 @@ class Session:
         hints: dict | None = None,
         summary: str = "",
         callback_url: str = "",
+        call_id: str = "",
     ) -> dict:
         """Submit a call without waiting: the server's answer (status "pending" when a person
-        must decide; then `wait_for(answer["call"])`)."""
+        must decide; then `wait_for(answer["call"])`). `call_id`, your own id for the call
+        (an interrupt id, a tool_use_id), makes it idempotent: submitted again, from any
+        session of this agent (after a restart), it answers the same call and approval."""
         body = {"tool": tool, "args": args, "summary": summary, "callback_url": callback_url}
         if hints is not None:
             body["hints"] = hints
+        if call_id:
+            body["call_id"] = call_id
         return self.client.request("POST", f"/api/external/sessions/{self.id}/calls", body)
+
+    def withdraw(self, call_id: str, *, reason: str = "") -> Decision:
+        """Give a call up (your framework abandoned it: a timeout, a cancellation): it must
+        not run, and a pending approval is withdrawn so nobody decides it for nothing."""
+        body = {"reason": reason}
+        return Decision.from_json(
+            self.client.request("POST", f"/api/external/calls/{call_id}/withdraw", body)
+        )
 
     def request_approval(
         self,
@@ -167,19 +218,25 @@ class Session:
         hints: dict | None = None,
         summary: str = "",
         timeout: float = 3600,
+        call_id: str = "",
     ) -> Decision:
         """Submit the call and block until it is decided (or `timeout` seconds pass:
         ApprovalTimeout). Hints: {"reversible": bool, "blast": "none|low|medium|high|critical"}."""
-        answer = self.submit(tool, args, hints=hints, summary=summary)
+        answer = self.submit(tool, args, hints=hints, summary=summary, call_id=call_id)
         if answer["status"] != "pending":
             return Decision.from_json(answer)
         return self.wait_for(answer["call"], timeout=timeout)
 
-    def wait_for(self, call_id: str, *, timeout: float = 3600) -> Decision:
+    def wait_for(
+        self, call_id: str, *, timeout: float = 3600, poll: float = MAX_WAIT_SECONDS
+    ) -> Decision:
+        """Block until the call is decided (ApprovalTimeout after `timeout` seconds). Each
+        long-poll lasts at most `poll` seconds: a thread running this can be told to stop
+        (see `wait_all`, and the adapters' cancellation) no later than that."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            wait = max(0.0, min(MAX_WAIT_SECONDS, left))
+            wait = max(0.0, min(poll, MAX_WAIT_SECONDS, left))
             answer = self.client.request(
                 "GET",
                 f"/api/external/calls/{call_id}?wait={wait:.1f}",
@@ -189,6 +246,67 @@ class Session:
                 return Decision.from_json(answer)
             if time.monotonic() >= deadline:
                 raise ApprovalTimeout(408, f"no decision on call {call_id} within {timeout:.0f}s")
+
+    def wait_all(self, call_ids: list[str], *, timeout: float = 3600) -> dict[str, Decision]:
+        """Block until every one of these calls is decided; their decisions by call id. The
+        calls wait together (submit them all first): people decide them in any order. One
+        connection for all of them: the session's event stream (Server-Sent Events),
+        resumed after a dropped connection."""
+        deadline = time.monotonic() + timeout
+        decided: dict[str, Decision] = {}
+        while True:
+            elsewhere = False
+            for call_id in set(call_ids) - set(decided):
+                answer = self.client.request("GET", f"/api/external/calls/{call_id}")
+                if answer["status"] != "pending":
+                    decided[call_id] = Decision.from_json(answer)
+                elsewhere = elsewhere or answer["session"] != self.id
+            left = set(call_ids) - set(decided)
+            if not left:
+                return {c: decided[c] for c in call_ids}
+            if time.monotonic() >= deadline:
+                raise ApprovalTimeout(408, f"{len(left)} call(s) undecided after {timeout:.0f}s")
+            if elsewhere:
+                # Calls an earlier session opened (a restarted agent): this session's stream
+                # does not carry them; a long-poll each, side by side.
+                remaining = max(0.0, deadline - time.monotonic())
+                with concurrent.futures.ThreadPoolExecutor(len(left)) as pool:
+                    waits = {c: pool.submit(self.wait_for, c, timeout=remaining) for c in left}
+                    return {**decided, **{c: w.result() for c, w in waits.items()}}
+            # Every decision of the session since it began, then the live ones; a decision
+            # made before the stream opened is in it too.
+            for decision in self.decisions(deadline=deadline, until=left):
+                if decision.call_id in left:
+                    decided[decision.call_id] = decision
+
+    def decisions(self, *, deadline: float | None = None, until: set | None = None):
+        """The session's decisions as they are made (a generator of Decision), from the
+        session's event stream; reconnects with the last event id it saw. Ends when the
+        session ends, at `deadline` (time.monotonic()), or once every call in `until` was
+        seen."""
+        last = "0"
+        waiting = set(until or ())
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                for event_id, event, data in self.client.stream(
+                    f"/api/external/sessions/{self.id}/events", last_event_id=last
+                ):
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return
+                    if event == "closed":
+                        return
+                    if event != "decision":
+                        continue
+                    last = event_id or last
+                    decision = Decision.from_json(data)
+                    waiting.discard(decision.call_id)
+                    yield decision
+                    if until is not None and not waiting:
+                        return
+            except AgentopsError as exc:
+                if exc.status not in (0, 502, 503, 504):
+                    raise
+                time.sleep(1.0)  # the server went away: reconnect, resuming after `last`
 
     def report(
         self,

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
-from .claude import deny_message
-from .client import AgentopsClient, AgentopsError, ApprovalTimeout, Session
+from .claude import CANCEL_POLL_SECONDS, deny_message
+from .client import AgentopsClient, AgentopsError, ApprovalTimeout, Decision, Session
 
 try:
     import anyio
@@ -136,6 +136,31 @@ class GatingProxy:
 
         return Server("agentops-mcp-proxy", on_list_tools=list_tools, on_call_tool=call_tool)
 
+    async def _decided(self, session: Session, call_id: str) -> Decision:
+        """The call's decision. A client that cancels its call, or a wait past
+        --decision-timeout, withdraws the call in agentops (approvers see it withdrawn, and a
+        later approval forwards nothing); the cancellation goes on at once (the abandoned
+        poll's thread ends within CANCEL_POLL_SECONDS)."""
+        try:
+            return await anyio.to_thread.run_sync(
+                lambda: session.wait_for(
+                    call_id, timeout=self.decision_timeout, poll=CANCEL_POLL_SECONDS
+                ),
+                abandon_on_cancel=True,
+            )
+        except (anyio.get_cancelled_exc_class(), ApprovalTimeout) as exc:
+            reason = (
+                "the MCP client cancelled the call"
+                if not isinstance(exc, ApprovalTimeout)
+                else f"no decision within the proxy's {self.decision_timeout:.0f} s"
+            )
+            with anyio.CancelScope(shield=True):
+                try:
+                    await anyio.to_thread.run_sync(lambda: session.withdraw(call_id, reason=reason))
+                except AgentopsError as error:
+                    log.warning("could not withdraw call %s: %s", call_id, error)
+            raise
+
     async def call(self, name: str, args: dict) -> types.CallToolResult:
         """One tools/call: decided by agentops, forwarded only when approved."""
         session = self.session
@@ -146,13 +171,13 @@ class GatingProxy:
             return error_result(f"unknown tool {name!r}: the MCP server does not list it")
         summary = f"MCP tools/call {name} to {self.upstream_label}"
         try:
-            # A client that cancels its call stops waiting here at once (the abandoned poll
-            # ends with its timeout); the approval stays open until decided or the session ends.
-            decision = await anyio.to_thread.run_sync(
-                lambda: session.request_approval(
-                    name, dict(args), summary=summary, timeout=self.decision_timeout
-                ),
-                abandon_on_cancel=True,
+            answer = await anyio.to_thread.run_sync(
+                lambda: session.submit(name, dict(args), summary=summary)
+            )
+            decision = (
+                Decision.from_json(answer)
+                if answer["status"] != "pending"
+                else await self._decided(session, answer["call"])
             )
         except ApprovalTimeout:
             return error_result(

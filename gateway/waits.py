@@ -1,0 +1,436 @@
+"""Waiting for a person's decision costs the waiting agent's server (almost) nothing.
+
+A waiting call holds no database connection and no thread. The decision is pushed: when an
+external call's decision (or its withdrawal, or its session's end) is committed, a message
+goes to the call's group and its session's group on the channel layer (runs/events.send:
+through Redis in production, in-process when embedded). A waiter joins its group *before* it
+reads the call (a decision committed in between is not lost), then reads the database once,
+and again only when woken or on a slow safety timer (RECHECK_SECONDS, in case a message was
+lost). Each read borrows a pooled connection and a thread of the loop's executor for the
+query alone and gives both back (`_db`), so 10 000 waiting calls cost 10 000 sockets and
+small coroutines, not 10 000 threads or the pool.
+
+The waits are served by plain ASGI endpoints (agentops/asgi.py sends these paths here),
+never through Django's middleware: a sync middleware gives each request a thread of its own
+for the request's whole life, whatever the view does (asgiref's ThreadSensitiveContext), and
+the connection that thread opened stays checked out until the request ends. What those
+middleware give an API request is done here by hand: the host check, the HTTPS redirect, the
+agent's token, JSON answers and the 503 of a database that is down.
+
+- GET /api/external/calls/{call}?wait=30: the long-poll (its ninja twin in gateway/api.py
+  documents it and serves the test client through the same `call_state`).
+- GET /api/external/sessions/{session}/events: Server-Sent Events, one `decision` event per
+  decided call of the session (`id:` the step that recorded it), a `closed` event when the
+  session ends, a comment line every KEEPALIVE_SECONDS. A client that reconnects with
+  `Last-Event-ID` (or `?after=<id>`) gets every decision after it, then the live ones.
+"""
+
+import asyncio
+import json
+import logging
+import re
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qsl
+from uuid import UUID
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import DatabaseError
+from django.http.request import split_domain_port, validate_host
+from ninja.responses import NinjaJSONEncoder
+
+from agentops.middleware import DATABASE_DOWN_MESSAGE, DATABASE_RETRY_AFTER_SECONDS
+from runs import events
+from runs.models import Run, Step
+
+from . import sessions
+from .models import ExternalAgent, ExternalCall
+from .wakeups import call_group, session_group
+
+log = logging.getLogger("agentops.gateway")
+
+MAX_WAIT_SECONDS = 30
+# A waiter re-reads the database this often even if no message came (one was lost): the
+# long-poll re-reads anyway when its agent asks again (every MAX_WAIT_SECONDS at most).
+RECHECK_SECONDS = 60.0
+KEEPALIVE_SECONDS = 15.0  # an SSE comment line: proxies do not cut a quiet stream
+
+CALL_PATH = re.compile(r"^/api/external/calls/(?P<id>[0-9a-fA-F-]{32,36})$")
+EVENTS_PATH = re.compile(r"^/api/external/sessions/(?P<id>[0-9a-fA-F-]{32,36})/events$")
+
+
+# --- reading (each read: one thread hop, its connection given back at once) ---------------
+def _db(fn: Callable[..., Any], *, own_thread: bool = False) -> Callable[..., Awaitable[Any]]:
+    # Any executor thread will do, and channels' wrapper closes the connection after the
+    # call (CONN_MAX_AGE 0: back to the pool), so nothing is kept. `own_thread`: the
+    # request's own thread and connection instead, for a view Django serves (its
+    # middleware gave it a thread already; the test client's transaction lives there).
+    if own_thread:
+        return sync_to_async(fn, thread_sensitive=True)
+    return database_sync_to_async(fn, thread_sensitive=False)
+
+
+Answer = tuple[int, dict]
+
+
+def _agent(token: str) -> ExternalAgent | None:
+    return ExternalAgent.authenticate(token) if token else None
+
+
+def read_call(token: str, call_id: str) -> Answer:
+    """(HTTP status, body) of the call as the agent holding `token` may see it."""
+    agent = _agent(token)
+    if agent is None:
+        return 401, {"detail": "authentication required: the agent's bearer token"}
+    call = (
+        ExternalCall.objects.select_related("run")
+        .filter(pk=call_id, run__agent=agent.slug, run__trigger=Run.Trigger.EXTERNAL)
+        .first()
+    )
+    if call is None:
+        return 404, {"detail": "no such call"}
+    try:
+        return 200, sessions.state_of(call).as_dict()
+    except sessions.SessionError as exc:
+        return exc.status, {"detail": exc.message}
+
+
+def read_session_events(token: str, session_id: str, after: int) -> Answer:
+    """(HTTP status, {"events": [(id, state)], "closed": status or None}): the session's
+    calls decided in steps after `after`, in order."""
+    agent = _agent(token)
+    if agent is None:
+        return 401, {"detail": "authentication required: the agent's bearer token"}
+    run = Run.objects.filter(pk=session_id, trigger=Run.Trigger.EXTERNAL, agent=agent.slug).first()
+    if run is None:
+        return 404, {"detail": "no such session"}
+    steps = list(
+        run.steps.filter(kind=Step.Kind.DECISION, seq__gt=after)
+        .order_by("seq")
+        .values_list("seq", "data")
+    )
+    final = {d["approval"]: seq for seq, d in steps if d.get("status") not in (None, "pending")}
+    calls = ExternalCall.objects.select_related("run").filter(approval_id__in=list(final))
+    found = [(final[str(c.approval_id)], sessions.state_of(c).as_dict()) for c in calls]
+    closed = run.status if run.is_terminal else None
+    return 200, {"events": sorted(found, key=lambda e: e[0]), "closed": closed, "seq": run.last_seq}
+
+
+# --- waiting -------------------------------------------------------------------------------
+class _Hub:
+    """One channel per process (per event loop) for every wait in it, as runs/feeds.py keeps
+    one feed per watched run: it joins a group when its first waiter does and leaves it with
+    the last, and a single receive loop, never cancelled, hands each message to the waiters
+    of its group. (A receive per waiter, cancelled at each waiter's deadline, is thousands of
+    cancelled Redis reads a minute, and channels_redis can drop a message that a cancelled
+    read had already taken.)"""
+
+    def __init__(self) -> None:
+        self.layer = get_channel_layer()
+        self.channel = ""
+        self.waiters: dict[str, set[asyncio.Queue]] = {}
+        # Group membership changes in order: a leave never undoes a later join.
+        self.lock = asyncio.Lock()
+        self.task: asyncio.Task | None = None
+
+    async def join(self, group: str) -> asyncio.Queue:
+        async with self.lock:
+            if not self.channel:
+                self.channel = await self.layer.new_channel()
+                self.task = asyncio.ensure_future(self._receive())
+            inbox: asyncio.Queue = asyncio.Queue()
+            members = self.waiters.setdefault(group, set())
+            if not members:
+                await self.layer.group_add(group, self.channel)
+            members.add(inbox)
+            return inbox
+
+    async def leave(self, group: str, inbox: asyncio.Queue) -> None:
+        async with self.lock:
+            members = self.waiters.get(group, set())
+            members.discard(inbox)
+            if members:
+                return
+            self.waiters.pop(group, None)
+            try:
+                await self.layer.group_discard(group, self.channel)
+            except Exception as error:  # membership expires by itself (group_expiry)
+                log.warning("channel layer: leaving %s failed: %s", group, error)
+
+    async def _receive(self) -> None:
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # Redis away: the waiters' safety timers still read
+                log.warning("channel layer: receiving failed: %s", error)
+                await asyncio.sleep(1.0)
+                continue
+            for inbox in list(self.waiters.get(message.get("group", ""), ())):
+                inbox.put_nowait(message)
+
+
+_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub]" = weakref.WeakKeyDictionary()
+
+
+def _hub() -> _Hub:
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = _Hub()
+    return hub
+
+
+class Listening:
+    """Messages to `group` while the block lasts (join before reading the state)."""
+
+    def __init__(self, group: str):
+        self.group = group
+        self.inbox: asyncio.Queue | None = None
+
+    async def __aenter__(self) -> "Listening":
+        # Embedded: the in-memory layer's queues live on this loop (runs/events.send).
+        events.remember_server_loop(asyncio.get_running_loop())
+        self.inbox = await _hub().join(self.group)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.shield(_hub().leave(self.group, self.inbox))
+
+    async def next_message(self, timeout: float) -> dict | None:
+        """The next message, or None after `timeout` seconds."""
+        try:
+            return await asyncio.wait_for(self.inbox.get(), max(0.0, timeout))
+        except TimeoutError:
+            return None
+
+
+async def call_state(token: str, call_id: str, wait: float, *, own_thread: bool = False) -> Answer:
+    """The call's state, once it is no longer pending or after `wait` seconds."""
+    read = _db(read_call, own_thread=own_thread)
+    if wait <= 0:
+        return await read(token, call_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    async with Listening(call_group(call_id)) as listening:
+        status, body = await read(token, call_id)
+        while status == 200 and body["status"] == sessions.PENDING:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            message = await listening.next_message(min(left, RECHECK_SECONDS))
+            if message is None and loop.time() >= deadline:
+                break  # pending still: the agent asks again, which reads the database
+            status, body = await read(token, call_id)  # woken, or the safety timer
+    return status, body
+
+
+# --- the ASGI endpoints ----------------------------------------------------------------------
+def route(scope: dict) -> Callable | None:
+    """The endpoint serving this HTTP request outside Django, or None (Django serves it)."""
+    if scope.get("method") != "GET":
+        return None
+    path = scope.get("path", "")
+    if CALL_PATH.match(path):
+        return long_poll
+    if EVENTS_PATH.match(path):
+        return session_events
+    return None
+
+
+def _headers(scope: dict) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def _query(scope: dict) -> dict[str, str]:
+    return dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+
+
+async def _respond(send, status: int, body: dict, extra: list | None = None) -> None:
+    raw = json.dumps(body, cls=NinjaJSONEncoder).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(raw)).encode()),
+        (b"cache-control", b"no-store"),
+        *(extra or []),
+    ]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="agentops"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": raw})
+
+
+async def _database_down(send) -> None:
+    # As agentops/middleware.database_unavailable answers the API.
+    body = {"detail": DATABASE_DOWN_MESSAGE}
+    await _respond(send, 503, body, [(b"retry-after", str(DATABASE_RETRY_AFTER_SECONDS).encode())])
+
+
+async def _refused(scope: dict, send) -> bool:
+    """What Django's middleware would refuse before any view: a host not allowed, plain HTTP
+    when HTTPS is required. True when it answered."""
+    headers = _headers(scope)
+    host = headers.get("host", "")
+    domain, _ = split_domain_port(host)
+    allowed = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]
+    if not domain or not validate_host(domain, allowed):
+        await _respond(send, 400, {"detail": "host not allowed"})
+        return True
+    if settings.SECURE_SSL_REDIRECT and scope.get("scheme") != "https":
+        query = scope.get("query_string", b"").decode("latin-1")
+        location = f"https://{host}{scope['path']}" + (f"?{query}" if query else "")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 301,
+                "headers": [(b"location", location.encode()), (b"content-length", b"0")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
+        return True
+    return False
+
+
+def _token(scope: dict) -> str:
+    value = _headers(scope).get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+async def _until_disconnected(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _unless_disconnected(receive, work: Awaitable):
+    """(True, work's result), or (False, None) when the client went away first (the work
+    is cancelled: it leaves its groups on the way out)."""
+    gone = asyncio.ensure_future(_until_disconnected(receive))
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({gone, task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return (True, task.result()) if task.done() and not task.cancelled() else (False, None)
+
+
+async def long_poll(scope: dict, receive, send) -> None:
+    """GET /api/external/calls/{call}?wait=…: see the module's docstring."""
+    if await _refused(scope, send):
+        return
+    call_id = CALL_PATH.match(scope["path"]).group("id")
+    try:
+        wait = float(_query(scope).get("wait", "0"))
+    except ValueError:
+        wait = -1.0
+    if not 0 <= wait <= MAX_WAIT_SECONDS:
+        await _respond(
+            send, 422, {"detail": f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds"}
+        )
+        return
+    try:
+        UUID(call_id)
+    except ValueError:
+        await _respond(send, 404, {"detail": "no such call"})
+        return
+    try:
+        answered, result = await _unless_disconnected(
+            receive, call_state(_token(scope), call_id, wait)
+        )
+    except DatabaseError as exc:
+        log.error("database unavailable for a gateway wait: %s", exc)
+        await _respond(
+            send,
+            503,
+            {"detail": "the database is unavailable; retry in a few seconds"},
+            [(b"retry-after", b"5")],
+        )
+        return
+    if answered:
+        await _respond(send, *result)
+
+
+async def session_events(scope: dict, receive, send) -> None:
+    """GET /api/external/sessions/{session}/events: see the module's docstring."""
+    if await _refused(scope, send):
+        return
+    session_id = EVENTS_PATH.match(scope["path"]).group("id")
+    last = _headers(scope).get("last-event-id") or _query(scope).get("after") or "0"
+    try:
+        UUID(session_id)
+        after = max(0, int(last))
+    except ValueError:
+        await _respond(send, 422, {"detail": "Last-Event-ID / after must be a step number"})
+        return
+    await _unless_disconnected(receive, _stream(scope, send, session_id, after))
+
+
+async def _stream(scope: dict, send, session_id: str, after: int) -> None:
+    token, read = _token(scope), _db(read_session_events)
+    loop = asyncio.get_running_loop()
+    async with Listening(session_group(session_id)) as listening:
+        try:
+            status, body = await read(token, session_id, after)
+        except DatabaseError:
+            await _respond(
+                send, 503, {"detail": "the database is unavailable"}, [(b"retry-after", b"5")]
+            )
+            return
+        if status != 200:
+            await _respond(send, status, body)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-store"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
+        # A client's retry delay, and a first line so it sees the stream is open.
+        await _chunk(send, "retry: 1000\n\n")
+        next_read = loop.time() + RECHECK_SECONDS
+        while True:
+            for seq, state in body["events"]:
+                await _chunk(send, f"id: {seq}\nevent: decision\ndata: {json.dumps(state)}\n\n")
+                after = seq
+            if body["closed"]:
+                data = json.dumps({"session": session_id, "status": body["closed"]})
+                await _chunk(send, f"event: closed\ndata: {data}\n\n")
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            while True:
+                timeout = min(KEEPALIVE_SECONDS, next_read - loop.time())
+                message = await listening.next_message(timeout)
+                if message is not None or loop.time() >= next_read:
+                    break
+                await _chunk(send, ": keepalive\n\n")
+            next_read = loop.time() + RECHECK_SECONDS
+            try:
+                status, body = await read(token, session_id, after)
+            except DatabaseError as exc:
+                log.warning("gateway events: database unavailable: %s", exc)
+                body = {"events": [], "closed": None}
+                continue  # keep the stream; the safety timer reads again
+            if status != 200:  # the token was rotated, the agent deactivated
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+
+
+async def _chunk(send, text: str) -> None:
+    await send({"type": "http.response.body", "body": text.encode(), "more_body": True})

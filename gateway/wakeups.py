@@ -1,0 +1,70 @@
+"""Waking whoever waits on an external call: a message on the channel layer when its
+decision is committed (gateway/waits.py explains the waiting side).
+
+Sent for a final decision (approved, rejected, expired: the decision step), for approvals
+cancelled with their session, and for a call its agent withdrew. Sent after commit, through
+runs/events.send (the code that talks to the channel layer), to the call's group and its
+session's group; a group nobody listens to costs a membership count, not a send.
+"""
+
+from uuid import UUID
+
+from django.db import transaction
+
+from runs import events
+from runs.models import Run, Step
+
+from .models import ExternalCall
+
+DECIDED = "gateway.decided"
+
+
+def call_group(call_id) -> str:
+    return f"gateway.call.{UUID(str(call_id)).hex}"
+
+
+def session_group(run_id) -> str:
+    return f"gateway.session.{UUID(str(run_id)).hex}"
+
+
+# --- pushing -----------------------------------------------------------------------------
+def on_step_appended(sender, step: Step, **kwargs) -> None:
+    """runs.models.step_appended: a final decision on an external call wakes its waiters,
+    once committed. Other steps cost nothing here (no query)."""
+    if step.kind != Step.Kind.DECISION or step.run.trigger != Run.Trigger.EXTERNAL:
+        return
+    if step.data.get("status") in (None, "pending") or not step.data.get("approval"):
+        return  # one vote of a quorum: nothing decided yet
+    call_id = (
+        ExternalCall.objects.filter(approval_id=step.data["approval"])
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if call_id is not None:
+        publish_decided_on_commit(call_id, step.run_id)
+
+
+def publish_decided_on_commit(call_id, run_id) -> None:
+    transaction.on_commit(lambda: publish_decided(call_id, run_id))
+
+
+def publish_decided(call_id, run_id) -> None:
+    """Wake whoever waits on this call or its session (after commit; never raises)."""
+    for group in (call_group(call_id), session_group(run_id)):
+        events.send(group, {"type": DECIDED, "group": group, "call": str(call_id)})
+
+
+def publish_cancelled_on_commit(approval_ids, run_id) -> None:
+    """The calls of these approvals were cancelled with their session (one query)."""
+    calls = ExternalCall.objects.filter(approval_id__in=list(approval_ids)).values_list(
+        "pk", flat=True
+    )
+    for call_id in calls:
+        publish_decided_on_commit(call_id, run_id)
+
+
+def publish_session_ended_on_commit(run_id) -> None:
+    """The session ended: its event streams say so and end."""
+    group = session_group(run_id)
+    message = {"type": DECIDED, "group": group, "call": None}
+    transaction.on_commit(lambda: events.send(group, message))
