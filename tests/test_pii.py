@@ -140,3 +140,10 @@ def test_guards_name_the_agents_own_tools_with_side_effects():
         )
     assert RateLimit(20, per=timedelta(hours=1)).describe() == "at most 20 per hour"
     assert RateLimit(5, per=timedelta(minutes=15)).describe() == "at most 5 per 15 minutes"
+
+
+def test_a_card_followed_by_a_short_number_is_found_without_it():
+    # The greedy pattern takes the CVV in and the checksum fails: the card itself is found.
+    assert kinds("card 4242 4242 4242 4242 123 thanks") == [("card", "4242 4242 4242 4242")]
+    masked, findings = pii.scan("card 4242-4242-4242-4242-123", ["card"])
+    assert "4242-4242-4242-4242" not in masked and [f.kind for f in findings] == ["card"]
