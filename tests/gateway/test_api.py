@@ -276,7 +276,9 @@ def test_wait_is_bounded(bot):
     assert bot.get(f"/calls/{body['call']}?wait=31").status_code == 422
     started = time.monotonic()
     state = bot.get(f"/calls/{body['call']}?wait=0.6").json()
-    assert state["status"] == "pending" and 0.5 <= time.monotonic() - started < 3
+    # It waited (at least the time asked) and then answered: not the 30 s the longest wait
+    # allows (the margin is for a loaded machine).
+    assert state["status"] == "pending" and 0.5 <= time.monotonic() - started < 20
 
 
 @pytest.mark.django_db(transaction=True)
@@ -298,11 +300,12 @@ def test_a_long_poll_returns_when_a_person_decides(django_user_model):
     timer = threading.Timer(0.8, person)
     timer.start()
     started = time.monotonic()
-    state = bot.get(f"/calls/{body['call']}?wait=10").json()
+    state = bot.get(f"/calls/{body['call']}?wait=30").json()
     waited = time.monotonic() - started
     timer.join()
     assert state["status"] == "approved" and state["args"] == INVOICE
-    assert 0.7 <= waited < 5
+    # Woken by the decision, not by the end of its 30 s wait (the margin is for load).
+    assert 0.7 <= waited < 20
 
 
 def test_results_are_the_runs_tool_steps_and_close_ends_it(bot, approver):
