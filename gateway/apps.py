@@ -8,10 +8,13 @@ class GatewayConfig(AppConfig):
     def ready(self) -> None:
         # Approvals of external calls name tools that are not in this process's registry:
         # the approvals app asks the finders registered here (Approval.tool_object).
+        from django.db.models.signals import post_save
+
         from approvals.models import TOOL_FINDERS
         from runs.models import Step, step_appended
 
         from . import callbacks, wakeups
+        from .models import ExternalAgent
         from .tools import tool_of_approval
 
         if tool_of_approval not in TOOL_FINDERS:
@@ -22,3 +25,7 @@ class GatewayConfig(AppConfig):
         )
         # A decided call wakes the requests waiting on it (gateway/waits.py).
         step_appended.connect(wakeups.on_step_appended, sender=Step, dispatch_uid="gateway.wakeups")
+        # An agent switched off: its waiting requests answer 401 at once.
+        post_save.connect(
+            wakeups.on_agent_saved, sender=ExternalAgent, dispatch_uid="gateway.wakeups"
+        )

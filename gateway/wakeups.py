@@ -14,7 +14,7 @@ from django.db import transaction
 from runs import events
 from runs.models import Run, Step
 
-from .models import ExternalCall
+from .models import ExternalAgent, ExternalCall
 
 DECIDED = "gateway.decided"
 
@@ -68,3 +68,18 @@ def publish_session_ended_on_commit(run_id) -> None:
     group = session_group(run_id)
     message = {"type": DECIDED, "group": group, "call": None}
     transaction.on_commit(lambda: events.send(group, message))
+
+
+def on_agent_saved(sender, instance: ExternalAgent, created: bool = False, **kwargs) -> None:
+    """An agent switched off (or its token rotated): its waiting requests are woken, re-read
+    with their token and answer 401 now, not when their wait ends. One query for the calls
+    of its sessions still open; an agent saved while active wakes them to find nothing new."""
+    if created:
+        return
+    calls = ExternalCall.objects.filter(
+        run__agent=instance.slug,
+        run__trigger=Run.Trigger.EXTERNAL,
+        run__status__in=Run.ACTIVE_STATUSES,
+    ).values_list("pk", "run_id")
+    for call_id, run_id in calls:
+        publish_decided_on_commit(call_id, run_id)

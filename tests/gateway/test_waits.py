@@ -289,3 +289,23 @@ async def test_the_event_stream_refuses_a_wrong_token_or_session():
     assert await Stream("aoa_wrong", session).open() == 401
     other = await _db(lambda: make_agent("other-bot")[1])()
     assert await Stream(other, session).open() == 404
+
+
+async def test_a_long_poll_already_waiting_gets_401_once_its_agent_is_switched_off():
+    token, _, (call,) = await _db(_setup)()
+    poll = _get(f"/api/external/calls/{call['call']}?wait=25", token)
+    await poll.send_input({"type": "http.request", "body": b""})
+    await _until(lambda: _members_is(wakeups.call_group(call["call"]), 1))
+
+    @_db
+    def switch_off():
+        from gateway.models import ExternalAgent
+
+        agent = ExternalAgent.authenticate(token)
+        agent.active = False
+        agent.save()
+
+    await switch_off()
+    # Long before its 25 s wait ends (the safety timer is off: only the wake-up answers).
+    response = await poll.get_response(timeout=ANSWER_WITHIN)
+    assert response["status"] == 401
