@@ -93,6 +93,7 @@ def test_a_lone_surrogate_is_a_400_on_every_json_endpoint(callers, path, method,
         agent="sql-analyst",
         token="not-a-token",
         op_id=1,
+        pk=1,
     )
     raw = _raw(BODY)
     before = _counts()
