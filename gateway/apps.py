@@ -14,7 +14,6 @@ class GatewayConfig(AppConfig):
         from runs.models import Step, step_appended
 
         from . import callbacks, wakeups
-        from .models import ExternalAgent
         from .tools import tool_of_approval
 
         if tool_of_approval not in TOOL_FINDERS:
@@ -27,5 +26,5 @@ class GatewayConfig(AppConfig):
         step_appended.connect(wakeups.on_step_appended, sender=Step, dispatch_uid="gateway.wakeups")
         # An agent switched off: its waiting requests answer 401 at once.
         post_save.connect(
-            wakeups.on_agent_saved, sender=ExternalAgent, dispatch_uid="gateway.wakeups"
+            wakeups.on_agent_saved, sender="gateway.ExternalAgent", dispatch_uid="gateway.wakeups"
         )
