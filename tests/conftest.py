@@ -114,18 +114,12 @@ def _needs_a_service(item) -> bool:
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        path = Path(str(item.path)).resolve()
-        module = path.relative_to(TESTS_DIR).as_posix() if path.is_relative_to(TESTS_DIR) else ""
-        # Under pytest-xdist (--dist loadgroup) a module's tests stay on one worker, so a
-        # module-scoped fixture (a live `up` server, an MCP server) starts once, not once per
-        # worker; one live server and one browser serve the whole browser suite.
-        group = "browser" if item.get_closest_marker("e2e") else module or str(path)
-        item.add_marker(pytest.mark.xdist_group(group))
-        if module in SERVICE_SENSITIVE or _needs_a_service(item):
-            item.add_marker(pytest.mark.services)
+def pytest_itemcollected(item):
+    # Marked as each test is collected, before -m selects.
+    path = Path(str(item.path)).resolve()
+    module = path.relative_to(TESTS_DIR).as_posix() if path.is_relative_to(TESTS_DIR) else ""
+    if module in SERVICE_SENSITIVE or _needs_a_service(item):
+        item.add_marker(pytest.mark.services)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -253,7 +253,10 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
     var_dir = tmp_path_factory.mktemp("e2e-var")
     services = services_from_env()
     if services:
-        database = fresh_postgres_database(services[0])
+        # One per pytest-xdist worker that runs browser tests (--dist loadfile spreads
+        # their files), each with its own server.
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        database = fresh_postgres_database(services[0], f"_browser{worker and '_' + worker}")
         up = start_up(
             var_dir,
             "--with-worker",
