@@ -18,7 +18,6 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from agentops import signing
 from agentops.agents import get_agent
-from agentops.celery import app as celery_app
 from approvals import notify, tasks
 from approvals.models import Approval
 from demo.models import OutboxEmail
@@ -77,17 +76,6 @@ def endpoint():
     yield make
     for e in made:
         e.close()
-
-
-@pytest.fixture
-def eager():
-    """Run Celery tasks inline (retries too, without their countdown) so a test sees them."""
-    # The app reads Django settings under the CELERY_ namespace; Celery 5.6 looks the
-    # setting up by its prefixed name, so that is the one to change.
-    before = celery_app.conf.CELERY_TASK_ALWAYS_EAGER
-    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = True
-    yield
-    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = before
 
 
 def configure(settings, *urls: str, secret: str | list[str] = SECRET, email: bool = False) -> None:

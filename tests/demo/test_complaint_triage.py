@@ -7,7 +7,6 @@ import pytest
 from django.urls import reverse
 
 from agentops.agents import get_agent
-from agentops.celery import app as celery_app
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund
@@ -17,15 +16,6 @@ from runs.models import Run, Step
 from .test_demo_flows import default_input, launch_default
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def eager():
-    """Celery tasks run inline: the follow-up task runs when its message is sent."""
-    before = celery_app.conf.CELERY_TASK_ALWAYS_EAGER
-    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = True
-    yield
-    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = before
 
 
 def follow_up_step(run: Run) -> dict:

@@ -10,21 +10,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from agentops.celery import app as celery_app
 from approvals import decisions
 from approvals.models import Approval
 from gateway.models import ExternalCall
 from runs.models import args_hash
 
 from .conftest import AgentClient, make_agent
-
-
-@pytest.fixture
-def eager():
-    before = celery_app.conf.CELERY_TASK_ALWAYS_EAGER
-    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = True
-    yield
-    celery_app.conf.CELERY_TASK_ALWAYS_EAGER = before
 
 
 def _serve(host: str = "127.0.0.1", redirect_to: str = ""):
