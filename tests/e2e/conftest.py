@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -174,6 +175,13 @@ class LiveServer:
 
     def run_status(self, run_id: str) -> str:
         return self.query("SELECT status FROM runs_run WHERE id = ?", self.key(run_id))[0][0]
+
+    def seconds_since_update(self, run_id: str) -> float:
+        """How long ago the run's row last changed (its status among it)."""
+        (updated,) = self.query("SELECT updated_at FROM runs_run WHERE id = ?", self.key(run_id))[0]
+        if isinstance(updated, str):  # SQLite stores text, in UTC
+            updated = datetime.fromisoformat(updated).replace(tzinfo=UTC)
+        return (datetime.now(UTC) - updated).total_seconds()
 
     def step_seqs(self, run_id: str) -> list[int]:
         rows = self.query(

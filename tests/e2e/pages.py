@@ -42,8 +42,18 @@ def expect_status(page: Page, status: str) -> None:
     except AssertionError as exc:
         # Tell a page that missed an update from a run that really is stuck.
         run = RUN_URL.search(page.url)
-        stored = running_servers[0].run_status(run["id"]) if run and running_servers else "?"
-        raise AssertionError(f"{exc}\n(the database says the run is {stored!r})") from None
+        if not (run and running_servers):
+            raise
+        live = running_servers[0]
+        shown = page.locator("#timeline .step").evaluate_all(
+            "steps => steps.map(s => s.dataset.seq).slice(-3)"
+        )
+        socket = page.locator("#live-status").get_attribute("data-state", timeout=1000)
+        raise AssertionError(
+            f"{exc}\n(the database says the run is {live.run_status(run['id'])!r}, its row"
+            f" changed {live.seconds_since_update(run['id']):.1f} s ago; it has steps up to"
+            f" #{live.step_seqs(run['id'])[-1:]}, the page up to {shown}; live status: {socket})"
+        ) from None
 
 
 def timeline_seqs(page: Page) -> list[int]:
