@@ -259,7 +259,11 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         found = list(_matching_steps(run, kind, q).order_by("seq")[: MAX_MATCHES + 1])
         steps, more_matches = found[:MAX_MATCHES], len(found) > MAX_MATCHES
     else:
-        steps = list(run.steps.order_by("-seq")[: rendering.TIMELINE_PAGE])[::-1]
+        # Up to the step the header was read with: a step committed since (the run paused,
+        # say) would show beside a header that predates it, and the socket, resuming after
+        # that step, would never send the header that goes with it.
+        shown = run.steps.filter(seq__lte=run.last_seq).order_by("-seq")
+        steps = list(shown[: rendering.TIMELINE_PAGE])[::-1]
         more_matches = False
     context = {
         **rendering.run_context(run),
@@ -270,8 +274,8 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         "filtered": filtered,
         "more_matches": more_matches,
         "first_seq": steps[0].seq if steps and not filtered else 0,
-        # The WebSocket resumes after the newest step this page shows, not after run.last_seq
-        # read earlier: whatever commits in between comes over the socket.
+        # The WebSocket resumes after the newest step this page shows: whatever commits from
+        # then on comes over the socket, with the header as of that step.
         "last_seq": steps[-1].seq if steps else 0,
         "checkpoints": run.checkpoints.order_by("-seq").values("seq", "created_at")[:50],
         # The runs this one came from and led to (chained, forked, replayed).

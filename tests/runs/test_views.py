@@ -2,6 +2,7 @@ import json
 
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 
@@ -302,6 +303,35 @@ def test_run_page_has_header_timeline_and_live_socket(client, viewer, run):
         assert f'id="step-{seq}" data-seq="{seq}" data-kind="{kind}"' in html
     assert "$0.00120" in html  # cost per step
     assert 'id="cancel-run"' not in html  # viewers cannot cancel
+
+
+def test_a_step_committed_after_the_header_was_read_comes_over_the_socket(
+    client, viewer, run, monkeypatch
+):
+    """The run pauses between the page's read of the run and its read of the steps: the page
+    shows the steps its header goes with, and the socket resumes before the pause, so the
+    pause arrives with the header that says "waiting" (it used to show the paused step under
+    a "running" header that nothing would ever update)."""
+    from runs import views
+
+    add_steps(run, 3)
+    read = views._get_run_for_user
+
+    def read_then_pause(request, pk, write=False):
+        snapshot = read(request, pk, write)
+        with transaction.atomic():
+            paused = Run.locked(pk)
+            paused.park("waiting for 1 decision(s)")
+            paused.append_step(Step.Kind.STATUS, {"event": "paused", "to": "waiting"})
+        return snapshot
+
+    monkeypatch.setattr(views, "_get_run_for_user", read_then_pause)
+    client.force_login(viewer)
+    html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    assert 'data-status="running"' in html
+    assert 'id="step-4"' in html and 'id="step-5"' not in html
+    assert f'ws-connect="/ws/runs/{run.pk}/?after=4"' in html
+    assert Run.objects.get(pk=run.pk).status == Run.Status.WAITING
 
 
 def test_run_page_shows_the_latest_steps_and_loads_older_ones(
