@@ -91,18 +91,7 @@ def register(agent: ExternalAgent, *, session: str = "", metadata: dict | None =
         updated_at=now,
     )
     run.source = f"external {agent.slug} session {session or run.pk}"[:200]
-    step = run.first_step(
-        {
-            "event": "launched",
-            "from": None,
-            "to": Run.Status.RUNNING,
-            "trigger": Run.Trigger.EXTERNAL,
-            "source": run.source,
-            "by": None,
-            "input": run.input,
-            "provider": PROVIDER,
-        }
-    )
+    step = run.first_step(by=None, input=run.input, provider=PROVIDER)
     with transaction.atomic():
         sql.insert_all([(run, RUN_COLUMNS, (), ()), (step, STEP_COLUMNS, (), ())])
         events.publish_step_on_commit(step)
@@ -246,17 +235,12 @@ def limit_reached(run: Run) -> tuple[str, str] | None:
 
 def _park(run: Run) -> None:
     waiting = gates.pending_count(run)
-    if run.status != Run.Status.RUNNING or not run.park(f"waiting for {waiting} decision(s)"):
+    if run.status != Run.Status.RUNNING:
         return  # already waiting for an earlier call of the session
-    run.append_step(
-        Step.Kind.STATUS,
-        {
-            "event": "paused",
-            "from": Run.Status.RUNNING,
-            "to": Run.Status.WAITING,
-            "reason": "waiting for a human",
-            "detail": f"{waiting} pending decision(s)",
-        },
+    run.park(
+        f"waiting for {waiting} decision(s)",
+        reason="waiting for a human",
+        note=f"{waiting} pending decision(s)",
     )
 
 
@@ -445,7 +429,6 @@ def close(run: Run, *, succeeded: bool, output: str = "", detail: str = "") -> R
 def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -> None:
     """The session's end and its terminated step; approvals still pending are cancelled.
     Under the run's row lock."""
-    old = run.status
     pending = list(
         Approval.objects.filter(run=run, status=Approval.Status.PENDING).values_list(
             "pk", flat=True
@@ -458,17 +441,8 @@ def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -
         events.publish_approvals_changed(approval_id)
     wakeups.publish_cancelled_on_commit(pending, run.pk)
     wakeups.publish_session_ended_on_commit(run.pk)
-    if not run.transition_to(
-        status,
-        termination_reason=reason,
-        status_detail=detail[:500],
-        output=output,
-    ):
+    if not run.terminate(status, reason, detail, output=output):
         raise SessionError(409, f"the session is already {run.status}")
-    run.append_step(
-        Step.Kind.STATUS,
-        {"event": "terminated", "from": old, "to": status, "reason": reason, "detail": detail},
-    )
 
 
 def _locked_open(run_id) -> Run:

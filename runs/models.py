@@ -519,9 +519,19 @@ class Run(models.Model):
         policy = (self.agent_config or {}).get("pii") if self.agent_config else None
         return pii.masker(policy)(data) if policy else data
 
-    def first_step(self, data: dict) -> "Step":
-        """The launched step of a run not saved yet; the run's head points at it, so the
-        caller inserts both (and a checkpoint) in one go, then publishes the step."""
+    def first_step(self, *, by: str | None, **details: Any) -> "Step":
+        """The launched step of a run not saved yet (who launched it, its input, and what
+        else the launcher records); the run's head points at it, so the caller inserts both
+        (and a checkpoint) in one go, then publishes the step."""
+        data = {
+            "event": "launched",
+            "from": None,
+            "to": self.status,
+            "trigger": self.trigger,
+            "source": self.source,
+            "by": by,
+            **details,
+        }
         step = self._next_step(Step.Kind.STATUS, data, {"created_at": self.created_at})
         self.last_seq, self.last_hash = step.seq, step.hash
         return step
@@ -569,16 +579,54 @@ class Run(models.Model):
         self.refresh_from_db()
         return True
 
-    def park(self, detail: str) -> bool:
-        """Running -> waiting for people; the wait's start is kept so it can be left out of
-        working time. Call under the run's row lock; the caller appends the paused step."""
-        return self.transition_to(
+    def park(self, detail: str, *, reason: str, note: str = "") -> bool:
+        """Running -> waiting (for people, an operation, a rate limit's window), with its
+        paused step; the wait's start is kept so it can be left out of working time. Call
+        under the run's row lock. `detail` is the run's status line, `reason` and `note` (the
+        status line if empty) the step's. False, with no step, when it was not running."""
+        if not self.transition_to(
             Run.Status.WAITING,
             status_detail=detail,
             lease_owner="",
             lease_expires_at=None,
             waiting_since=timezone.now(),
+        ):
+            return False
+        self.append_step(
+            Step.Kind.STATUS,
+            {
+                "event": "paused",
+                "from": Run.Status.RUNNING,
+                "to": Run.Status.WAITING,
+                "reason": reason,
+                "detail": note or detail,
+            },
         )
+        return True
+
+    def terminate(self, status: str, reason: str, detail: str = "", *, output: str = "") -> bool:
+        """End the run (a terminal `status`, Run.TRANSITIONS) with its terminated step. Call
+        under the run's row lock; False, with no step, when it may not end that way (it
+        already ended). The engine ends its own runs by compare-and-set (terminator.py)
+        with the same step."""
+        old = self.status
+        if not self.transition_to(
+            status, termination_reason=reason, status_detail=detail[:500], output=output
+        ):
+            return False
+        self.append_step(Step.Kind.STATUS, self.terminated_step(old, status, reason, detail))
+        return True
+
+    @staticmethod
+    def terminated_step(old: str, status: str, reason: str, detail: str) -> dict:
+        """The terminated step's data."""
+        return {
+            "event": "terminated",
+            "from": old,
+            "to": status,
+            "reason": reason,
+            "detail": detail,
+        }
 
     def resume(self, detail: str, *, first: tuple[str, dict, dict] | None = None) -> bool:
         """Waiting -> queued (a person decided what it waited for), with its step, and sent

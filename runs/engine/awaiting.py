@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from agentops.tools import Pending, Tool
 
-from ..models import PendingOperation, Run, Step, args_hash
+from ..models import PendingOperation, Step, args_hash
 from . import owned
 from .conversation import pending_report
 from .owned import Stop, Work
@@ -176,16 +176,10 @@ def wait(work: Work) -> None:
             work.state.pop("waiting", None)
             return
         detail = "; ".join(f"#{e['id']} {e['awaits']}" for e in work.state["awaiting"])
-        run.park(f"waiting for {len(ids)} operation(s)")
-        run.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "paused",
-                "from": Run.Status.RUNNING,
-                "to": Run.Status.WAITING,
-                "reason": "waiting for a pending operation",
-                "detail": detail[:2000],
-            },
+        run.park(
+            f"waiting for {len(ids)} operation(s)",
+            reason="waiting for a pending operation",
+            note=detail[:2000],
         )
         work.run = run
         work.state["waiting"] = True

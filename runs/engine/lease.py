@@ -154,16 +154,10 @@ def park_for_humans(work: Work) -> None:
             # Decided between the gate and this pause: the decision found the run still
             # running and could not re-enqueue it, so pausing now would strand it.
             return
-        run.park(f"waiting for {waiting} decision(s)")
-        run.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "paused",
-                "from": Run.Status.RUNNING,
-                "to": Run.Status.WAITING,
-                "reason": "waiting for a human",
-                "detail": f"{waiting} pending decision(s)",
-            },
+        run.park(
+            f"waiting for {waiting} decision(s)",
+            reason="waiting for a human",
+            note=f"{waiting} pending decision(s)",
         )
         work.run = run
     raise Stop
@@ -217,21 +211,7 @@ def on_crash(run_id, worker: str, exc: Exception) -> str:
 
 
 def _fail_after_engine_errors(run: Run, exc: Exception) -> None:
-    run.transition_to(
-        Run.Status.FAILED,
-        termination_reason=Run.Termination.CONSECUTIVE_ERRORS,
-        status_detail=f"engine error: {exc}"[:500],
-    )
-    run.append_step(
-        Step.Kind.STATUS,
-        {
-            "event": "terminated",
-            "from": Run.Status.RUNNING,
-            "to": Run.Status.FAILED,
-            "reason": Run.Termination.CONSECUTIVE_ERRORS,
-            "detail": "repeated engine errors",
-        },
-    )
+    run.terminate(Run.Status.FAILED, Run.Termination.CONSECUTIVE_ERRORS, f"engine error: {exc}")
 
 
 def sweep(now=None) -> int:

@@ -95,12 +95,6 @@ def launch(
     )
     run.provider = provider or llm.default_provider_name()
     launched = {
-        "event": "launched",
-        "from": None,
-        "to": Run.Status.QUEUED,
-        "trigger": trigger,
-        "source": run.source,
-        "by": launched_by.get_username() if launched_by else None,
         "input": input,
         "prompt": agent.prompt(input),
         "limits": limits.as_dict(),
@@ -115,7 +109,7 @@ def launch(
         if fork.instruction:
             launched["instruction"] = fork.instruction
         state = fork.state
-    step = run.first_step(launched)
+    step = run.first_step(by=launched_by.get_username() if launched_by else None, **launched)
     checkpoint = Checkpoint(run=run, seq=step.seq, state=state, created_at=run.created_at)
     # Run, launched step and first checkpoint in one statement (runs/sql.py): a launch of many
     # runs at once (a batch, the benchmark) is mostly these round trips.

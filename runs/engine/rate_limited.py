@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from agentops.tools import Tool, window_words
 
-from ..models import RateLimitScope, RateLimitUse, RateLimitWait, Run, Step
+from ..models import RateLimitScope, RateLimitUse, RateLimitWait, Step
 from . import owned, replaying
 from .owned import Stop, Work, renewal
 
@@ -160,17 +160,7 @@ def _wait(work: Work, item: dict, tool: Tool, refusal: Refusal) -> None:
             run=run, defaults={"tool": tool.name, "scope": refusal.scope.name, "until": until}
         )
         run.append_step(Step.Kind.GUARD, _guard_step(item, tool, refusal, "wait"))
-        run.park(detail)
-        run.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "paused",
-                "from": Run.Status.RUNNING,
-                "to": Run.Status.WAITING,
-                "reason": "rate limit",
-                "detail": f"{refusal.scope.label}; {detail}",
-            },
-        )
+        run.park(detail, reason="rate limit", note=f"{refusal.scope.label}; {detail}")
         work.run = run
         owned.write_checkpoint(work)
     raise Stop

@@ -104,13 +104,7 @@ def termination(
     """The terminated step's data and the run's fields for it."""
     status = Run.Status.SUCCEEDED if reason == Run.Termination.COMPLETED else Run.Status.FAILED
     now = timezone.now()
-    step = {
-        "event": "terminated",
-        "from": Run.Status.RUNNING,
-        "to": status,
-        "reason": reason,
-        "detail": detail,
-    }
+    step = Run.terminated_step(Run.Status.RUNNING, status, reason, detail)
     update = {
         "status": status,
         "termination_reason": reason,

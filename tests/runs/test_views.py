@@ -321,8 +321,7 @@ def test_a_step_committed_after_the_header_was_read_comes_over_the_socket(
         snapshot = read(request, pk, write)
         with transaction.atomic():
             paused = Run.locked(pk)
-            paused.park("waiting for 1 decision(s)")
-            paused.append_step(Step.Kind.STATUS, {"event": "paused", "to": "waiting"})
+            paused.park("waiting for 1 decision(s)", reason="waiting for a human")
         return snapshot
 
     monkeypatch.setattr(views, "_get_run_for_user", read_then_pause)
