@@ -3,7 +3,7 @@
 A `Verifier` checks the final answer (a function, a read-only tool call judged by a function,
 or a second model call with its own prompt); an output schema says what shape the final
 answer (Agent.output_schema) or a tool's result (`@tool(output_schema=...)`) must have.
-The engine runs them (runs/engine/verification.py); this module only declares and validates.
+The engine runs them (runs/engine/answer_check.py); this module only declares and validates.
 """
 
 from collections.abc import Callable

@@ -40,7 +40,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
-    from tests.runs.ui_factories import add_steps, make_run
+    from tests.runs.factories import add_steps, make_run
 
     user, _ = get_user_model().objects.get_or_create(username="bench-operator")
     user.groups.add(Group.objects.get_or_create(name="operator")[0])

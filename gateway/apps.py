@@ -14,7 +14,7 @@ class GatewayConfig(AppConfig):
         from runs.models import Step, step_appended
 
         from . import callbacks, wakeups
-        from .tools import tool_of_approval
+        from .call_tools import tool_of_approval
 
         if tool_of_approval not in TOOL_FINDERS:
             TOOL_FINDERS.append(tool_of_approval)

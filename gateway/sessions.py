@@ -25,8 +25,8 @@ from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
 
 from . import wakeups
+from .call_tools import EXTERNAL_USE_PREFIX, metadata_for_call, tool_from_metadata
 from .models import ExternalAgent, ExternalCall
-from .tools import EXTERNAL_USE_PREFIX, metadata_for_call, tool_from_metadata
 
 PROVIDER = "external"
 SUMMARY_MAX = 4000  # characters of a call's summary for the approver

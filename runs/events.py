@@ -29,7 +29,7 @@ from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import transaction
 
-from . import metrics
+from . import step_metrics
 from .schemas import RunLiveOut, StepOut
 
 log = logging.getLogger("agentops.events")
@@ -250,7 +250,7 @@ def _committed(step) -> None:
     # Counted here, once committed, as it is published: a step whose transaction is rolled
     # back (a replay, a lost race) is neither seen live nor counted.
     try:
-        metrics.count_committed_step(step)
+        step_metrics.count_committed_step(step)
     except Exception:
         log.exception("counting step %s#%s failed", step.run_id, step.seq)
     publish_step(step)

@@ -307,7 +307,7 @@ VERIFY_EVENTS = {
 
 
 def _verify_view(step: Step, d: dict, *, full: bool) -> StepView:
-    """A verifier's check of the final answer (runs/engine/verification.py), or a person's
+    """A verifier's check of the final answer (runs/engine/answer_check.py), or a person's
     decision after it failed."""
     passed = bool(d.get("passed"))
     if d.get("event"):

@@ -31,7 +31,7 @@ DEFERRED_IMPORTS = {
     ("demo/apps.py", "demo.agents"),
     ("accounts/apps.py", "accounts.lockouts"),
     ("gateway/apps.py", "approvals.models"),
-    ("gateway/apps.py", "gateway.tools"),
+    ("gateway/apps.py", "gateway.call_tools"),
     ("gateway/apps.py", "gateway.callbacks"),
     ("gateway/apps.py", "gateway.wakeups"),
     ("gateway/apps.py", "runs.models"),

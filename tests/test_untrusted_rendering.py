@@ -16,7 +16,7 @@ from runs import rendering
 from runs.models import Run, Step
 from tests.approvals.test_views import gated_run
 from tests.html_checks import assert_payload_inert, elements
-from tests.runs.ui_factories import XSS
+from tests.runs.factories import XSS
 
 pytestmark = pytest.mark.django_db
 

@@ -6,13 +6,13 @@
 - model.py: asking the model, with retries, and recording its answer with what follows it
 - conversation.py: the model's conversation rebuilt from the timeline, fitted to the budget
 - summary.py: past the budget, the oldest turns summarised by a model call (when declared)
-- tools.py: planning the calls the model asked for, calling a tool, describing the call
+- tool_calls.py: planning the calls the model asked for, calling a tool, describing the call
 - deadlines.py: a tool call on a pool thread, abandoned as timed out past its deadline
 - ledger.py: calls with side effects happen once (intent, outcome, "outcome unknown")
 - humans.py: gated calls, questions and "continue?" checkpoints; applying decisions
 - gates.py: the interface through which the approvals app says what needs a person
 - terminator.py: the explicit decision that a run stops (limits, no progress, completion)
-- verification.py: a final answer (or a chosen tool's call) checked before the run may succeed:
+- answer_check.py: a final answer (or a chosen tool's call) checked before the run may succeed:
   its output schema, the agent's verifier; a failure goes back to the agent or to a person
 - retry.py: backoff with jitter for infrastructure errors
 - replaying.py: while a replay runs (history/replay.py), the recording answers for the model,
@@ -31,7 +31,7 @@ from .gates import Decision, Gates, use_gates
 from .lease import claim, new_worker_id, sweep
 from .loop import ForkPoint, advance, launch
 from .retry import backoff
-from .tools import idempotency_key
+from .tool_calls import idempotency_key
 
 __all__ = [
     "Decision",

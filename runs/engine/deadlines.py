@@ -1,7 +1,7 @@
 """Tool deadlines, enforced: a call runs on a pool thread, and the engine waits for it until
 its deadline (tool.timeout_seconds, plus a little grace for a tool that honours
 ctx.deadline to say so itself). Past it the call is abandoned, since Python cannot stop a
-thread: the engine goes on with a timeout (ToolTimeout, an infrastructure error: tools.py
+thread: the engine goes on with a timeout (ToolTimeout, an infrastructure error: tool_calls.py
 retries it as the tool's policy allows, or the ledger asks a person whether the effect
 happened), and whatever the abandoned call returns later is dropped unread.
 

@@ -18,10 +18,10 @@ from agentops.tools import Tool
 
 from .. import sql
 from ..models import SideEffect, Step
-from . import gates, lease, owned, rate_limited, tools
+from . import gates, lease, owned, rate_limited, tool_calls
 from .conversation import tool_result_block
 from .owned import StepAgain, Stop, Work, renewal
-from .tools import OutcomeUnknown, error_counters, idempotency_key, tool_step
+from .tool_calls import OutcomeUnknown, error_counters, idempotency_key, tool_step
 
 _RECORDED = (SideEffect.Status.COMMITTED, SideEffect.Status.FAILED)
 # A new intent's columns (its status and attempts are the model's defaults).
@@ -52,7 +52,7 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
         if effect is None:
             return  # recorded before a crash: reported again, never run again
     try:
-        result, error, attempts, duration_ms = tools.call_tool(
+        result, error, attempts, duration_ms = tool_calls.call_tool(
             work,
             tool,
             args,
@@ -63,7 +63,7 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
     except OutcomeUnknown as exc:
         item["unknown_because"] = str(exc)  # the question says why (a timeout, a dropped call)
         outcome_unknown(work, item, tool, effect)
-    error, guard = tools.guard_output(tool, item, result, error)
+    error, guard = tool_calls.guard_output(tool, item, result, error)
     record_tool_result(
         work,
         item,
@@ -189,7 +189,7 @@ def record_tool_result(
             "result": {"error": data["error"]} if data["is_error"] else {"result": data["result"]},
         }
     work.state["pending"] = pending = work.state["pending"][1:]
-    tools.check_after(work, item, data)
+    tool_calls.check_after(work, item, data)
     update = {**counters, **renewal(model_call_next=not pending)}
     try:
         # With a ledger entry, its outcome commits with the step, in the step's one statement.

@@ -30,6 +30,7 @@ from ..models import (
     canonical_json,
 )
 from . import (
+    answer_check,
     awaiting,
     gates,
     humans,
@@ -39,11 +40,10 @@ from . import (
     pii_guard,
     replaying,
     terminator,
-    verification,
 )
 from .conversation import CONVERSATION_KINDS, messages
 from .owned import StepAgain, Stop, Work, cfg, initial_state
-from .tools import ASK_OPERATOR
+from .tool_calls import ASK_OPERATOR
 
 log = logging.getLogger("agentops.engine")
 
@@ -205,7 +205,7 @@ def step(work: Work) -> None:
     try:
         if "checking" in work.state:
             # A final answer or a call the agent declared checks for, before anything else.
-            verification.check(work)
+            answer_check.check(work)
         elif work.state["pending"]:
             _next_pending_call(work)
         else:

@@ -3,7 +3,7 @@
 The request is the conversation fitted to the context budget; infrastructure errors are
 retried with backoff (capped per call and per run), each failed attempt a step of its own;
 a valid response is never asked again. The answer is recorded in one write with what it
-leads to: its calls without side effects and their results (tools.run_inline), or the run's
+leads to: its calls without side effects and their results (tool_calls.run_inline), or the run's
 end when it asked for no tool, or, in one transaction, the approvals its gated calls need.
 An answer that arrives after the run was cancelled or taken over is discarded, but charged.
 
@@ -29,7 +29,18 @@ from agentops import llm
 from agentops.verification import checks_final_answer
 
 from ..models import Run, Step
-from . import awaiting, drafts, gates, lease, owned, pii_guard, retry, summary, terminator, tools
+from . import (
+    awaiting,
+    drafts,
+    gates,
+    lease,
+    owned,
+    pii_guard,
+    retry,
+    summary,
+    terminator,
+    tool_calls,
+)
 from .conversation import context_budget, fit_context, tool_result_block
 from .owned import Stop, Work, cfg, renewal
 
@@ -138,7 +149,7 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
     tool_uses = response.tool_uses
     # Planned before the write, so that step, counters and checkpoint are one statement;
     # only a gated call (an Approval and a gate step) needs a transaction of several.
-    pending, repeated, gated, guarded = tools.plan_calls(
+    pending, repeated, gated, guarded = tool_calls.plan_calls(
         work, work.run.last_seq + 1, tool_uses, response
     )
     output = ("", None)
@@ -176,7 +187,7 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
             awaiting.wait(work)  # returns when one finished meanwhile: the next step reports it
             return
         if "checking" in work.state:
-            return  # the next step checks the answer (verification.py)
+            return  # the next step checks the answer (answer_check.py)
         raise Stop
     for kind, tool_data, _ in then:
         if kind == Step.Kind.TOOL:  # not a guard step that came with it
@@ -284,7 +295,7 @@ def _what_follows(
         if work.state.get("awaiting"):
             return ()  # not an answer: the model waits for what it started
         if checks_final_answer(work.agent_config):
-            # Checked before the run may end (verification.py), from the next step on, so a
+            # Checked before the run may end (answer_check.py), from the next step on, so a
             # resume checks it rather than asking the model again.
             work.state["checking"] = {"llm_seq": work.run.last_seq + 1, "output": response.text}
             return ()
@@ -302,7 +313,7 @@ def _what_follows(
     if not runs_now:
         return ()
     try:
-        return tools.run_inline(work, pending, counters)
+        return tool_calls.run_inline(work, pending, counters)
     except Stop:
         raise
     except Exception:

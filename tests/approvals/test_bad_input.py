@@ -12,7 +12,7 @@ from accounts.models import ApiToken
 from approvals.models import Approval, ApprovalView
 from runs.models import Run, args_hash
 from tests.html_checks import assert_payload_inert
-from tests.runs.ui_factories import XSS
+from tests.runs.factories import XSS
 
 from .test_views import gated_run
 

@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from runs.models import Run
+from tests.runs.factories import make_run
 from tests.runs.test_consumers import connect
-from tests.runs.ui_factories import make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

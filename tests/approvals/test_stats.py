@@ -109,7 +109,7 @@ def test_stats_api_is_for_admins(operator, approver, admin_user, no_enqueue):
 
 def test_time_to_decision_chart_counts_decisions_by_time_taken(viewer, operator, no_enqueue):
     # Drawn on the dashboard (approvals/templatetags/approval_tags.py).
-    from tests.runs.ui_factories import make_run
+    from tests.runs.factories import make_run
 
     now = timezone.now()
     run = make_run(operator, status=Run.Status.SUCCEEDED)

@@ -18,7 +18,7 @@ from agentops_client.langgraph import ask, run_with_approvals
 from agentops_client.openai_agents import gated
 from playwright.sync_api import expect
 
-from tests.gateway.live import external_agent
+from tests.gateway.live_agentops import external_agent
 
 from .conftest import screenshot
 from .pages import decide

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 from runs.models import Run, Step
-from tests.runs.ui_factories import add_steps, make_run
+from tests.runs.factories import add_steps, make_run
 
 # Running under a lease nobody lets go: the live server's worker and sweep leave it alone
 # (a queued run would be picked up and advanced by the scripted model meanwhile).

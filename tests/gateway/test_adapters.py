@@ -14,7 +14,7 @@ import pytest
 from agentops_client import AgentopsClient
 
 from .fake_chat_completions import FakeChatCompletions
-from .live import Approver, external_agent
+from .live_agentops import Approver, external_agent
 
 WITHIN = 30.0  # bound on waiting for a person's decision to show up
 

@@ -12,7 +12,7 @@ from agentops_client import AgentopsClient, AgentopsError, ApprovalTimeout
 from agentops_client.claude import can_use_tool
 from agentops_client.openai_agents import gated
 
-from .live import Approver, external_agent
+from .live_agentops import Approver, external_agent
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 
 from tests.livesupport import free_port, kill_up, start_up, stop_up
 
-from .live import Approver, external_agent
+from .live_agentops import Approver, external_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(ROOT / "examples" / "mcp_records_server.py")

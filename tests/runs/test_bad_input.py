@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from runs.models import Run
 
-from .ui_factories import make_run
+from .factories import make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from agentops.asgi import application
 from runs import events
 from runs.models import Run, Step
 
-from .ui_factories import XSS, add_steps, make_run
+from .factories import XSS, add_steps, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

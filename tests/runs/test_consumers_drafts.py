@@ -13,8 +13,8 @@ from django.conf import settings
 from runs import events
 from runs.models import Run
 
+from .factories import XSS, add_steps, make_run
 from .test_consumers import connect, receive_through, receive_until, seqs
-from .ui_factories import XSS, add_steps, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

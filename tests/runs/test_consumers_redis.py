@@ -16,8 +16,8 @@ from django.conf import settings
 
 from runs.models import Run
 
+from .factories import add_steps, make_run
 from .test_consumers import connect, seqs
-from .ui_factories import add_steps, make_run
 
 pytestmark = [
     pytest.mark.redis,

@@ -14,7 +14,7 @@ from accounts.models import ApiToken
 from runs import costs
 from runs.models import Run, Step
 
-from .ui_factories import make_run
+from .factories import make_run
 
 pytestmark = pytest.mark.django_db
 

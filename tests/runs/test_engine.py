@@ -13,7 +13,7 @@ from agentops.celery import app as celery_app
 from agentops.llm.scripted import text, tool_use
 from approvals.models import Approval
 from runs import engine, queue
-from runs.engine import owned, tools
+from runs.engine import owned, tool_calls
 from runs.models import Checkpoint, Run, SideEffect, Step
 from runs.tasks import advance_run
 
@@ -341,7 +341,8 @@ def test_an_engine_error_before_the_model_step_is_written_still_charges_the_answ
 ):
     provider = script([[tool_use("t_echo", text="a")], [text("ok")]])
     run = launch()
-    _fail_once(monkeypatch, tools, "call_tool", at_call=1)  # while t_echo runs, before the write
+    # While t_echo runs, before the write.
+    _fail_once(monkeypatch, tool_calls, "call_tool", at_call=1)
     assert engine.advance(run.pk) == "requeued"
     run.refresh_from_db()
     assert not run.steps.filter(kind=Step.Kind.LLM).exists()

@@ -12,8 +12,8 @@ from channels_redis.core import RedisChannelLayer
 from runs import events, feeds
 from runs.models import Run
 
+from .factories import add_steps, make_run
 from .test_consumers import _append_quietly, connect, receive_through
-from .ui_factories import add_steps, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

@@ -13,7 +13,7 @@ from approvals.models import Approval
 from runs import engine, events, live, rendering
 from runs.models import Run, Step
 
-from .ui_factories import make_run
+from .factories import make_run
 
 # Transactional: events are published on commit.
 pytestmark = pytest.mark.django_db(transaction=True)

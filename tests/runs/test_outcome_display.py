@@ -64,7 +64,7 @@ def test_relative_times_read_naturally(seconds, said):
 
 
 def test_cancel_asks_for_confirmation(client, operator, no_enqueue):
-    from .ui_factories import make_run
+    from .factories import make_run
 
     run = make_run(operator)
     client.force_login(operator)

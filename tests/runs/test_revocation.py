@@ -19,8 +19,8 @@ from approvals.models import Approval
 from runs import consumers, events
 from runs.models import Run
 
+from .factories import add_steps, make_run
 from .test_consumers import ORIGIN, receive_through, receive_until
-from .ui_factories import add_steps, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

@@ -13,7 +13,7 @@ from runs import models
 from runs.models import Run, _prefix_tsquery
 
 from ..conftest import on_postgres
-from .ui_factories import make_run
+from .factories import make_run
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from runs.models import (
     Step,
 )
 
-from .ui_factories import add_steps, make_run
+from .factories import add_steps, make_run
 
 pytestmark = pytest.mark.django_db
 

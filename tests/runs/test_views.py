@@ -9,8 +9,8 @@ from django.utils.dateparse import parse_datetime
 from runs.models import Run, Step, canonical_json
 from tests.html_checks import assert_payload_inert
 
+from .factories import XSS, add_steps, make_run
 from .harness import tamper
-from .ui_factories import XSS, add_steps, make_run
 
 pytestmark = pytest.mark.django_db
 

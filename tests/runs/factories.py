@@ -1,4 +1,4 @@
-"""Runs and steps for the UI tests: made the way the product makes them (launch, append_step)."""
+"""Runs and steps for tests: made the way the product makes them (launch, append_step)."""
 
 from decimal import Decimal
 

@@ -10,7 +10,7 @@ agent is told of a failure is in those steps (`told`), so the conversation rebui
 timeline has it. A verifier that ran out of attempts with on_fail="person" asks a person
 through the gate interface: accept the answer, send it back with a note, or fail the run.
 A verifier declared `after_tools` checks each successful call of those tools the same way,
-before anything else runs (tools.check_after marks it due); passing, the run goes on.
+before anything else runs (tool_calls.check_after marks it due); passing, the run goes on.
 """
 
 from typing import Any
@@ -23,7 +23,7 @@ from agentops.tools import get_tool
 from agentops.verification import PASS, schema_errors
 
 from ..models import Run, Step, canonical_json
-from . import gates, lease, model, owned, terminator, tools
+from . import gates, lease, model, owned, terminator, tool_calls
 from .owned import Stop, Work, renewal
 
 ACCEPT, FAIL = "accept", "fail"
@@ -142,8 +142,8 @@ def _call_tool(work: Work, verifier, result: RunResult, data: dict, counters: di
     except Exception as exc:
         return f"the verifier could not build {name}'s arguments: {exc}"
     lease.still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
-    key = tools.idempotency_key(work.run.pk, work.state["checking"]["llm_seq"], -1, name, args)
-    output, error, attempts, duration_ms = tools.call_tool(
+    key = tool_calls.idempotency_key(work.run.pk, work.state["checking"]["llm_seq"], -1, name, args)
+    output, error, attempts, duration_ms = tool_calls.call_tool(
         work, tool, args, key, work.run.retry_count
     )
     data.update(tool=name, args=args, attempts=attempts, duration_ms=duration_ms)

@@ -126,7 +126,7 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
             steps.extend(_inline_call(work, item, tool, errors))
         left.pop(0)
         if "checking" in work.state:
-            break  # its check comes next, before the calls after it (verification.py)
+            break  # its check comes next, before the calls after it (answer_check.py)
     counters.update(errors)
     counters.update(renewal(model_call_next=not left))
     work.state["pending"] = left
