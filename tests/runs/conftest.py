@@ -10,6 +10,7 @@ from runs import engine, queue
 from runs.models import Run
 
 from . import harness
+from .factories import add_steps, make_run
 
 
 @pytest.fixture
@@ -75,3 +76,11 @@ def plain_user(django_user_model):
 def backlog(monkeypatch):
     """Other runs wait in the broker for a worker thread (so every slice is handed back)."""
     monkeypatch.setattr(queue, "runs_waiting", lambda: True)
+
+
+@pytest.fixture
+def run(operator, no_enqueue) -> Run:
+    """A running run of the demo agent, made the way the product makes it, with steps 1..5."""
+    run = make_run(operator, status=Run.Status.RUNNING)
+    add_steps(run, 4)
+    return run

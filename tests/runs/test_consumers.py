@@ -62,13 +62,6 @@ async def launch_marker(operator) -> str:
     return str((await sync_to_async(make_run)(operator)).pk)
 
 
-@pytest.fixture
-def run(operator, no_enqueue):
-    run = make_run(operator, status=Run.Status.RUNNING)
-    add_steps(run, 4)  # seq 1..5
-    return run
-
-
 async def test_anonymous_users_are_refused(run):
     _, connected = await connect(f"/ws/runs/{run.pk}/")
     assert not connected

@@ -11,9 +11,8 @@ from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
 from runs import events
-from runs.models import Run
 
-from .factories import XSS, add_steps, make_run
+from .factories import XSS, add_steps
 from .test_consumers import connect, receive_through, receive_until, seqs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -25,13 +24,6 @@ def draft_of(message: str) -> tuple[int, str] | None:
         r'<article id="draft"[^>]*data-draft-seq="(\d+)".*?<pre>(.*?)</pre>', message, re.S
     )
     return (int(found[1]), found[2]) if found else None
-
-
-@pytest.fixture
-def run(operator, no_enqueue):
-    run = make_run(operator, status=Run.Status.RUNNING)
-    add_steps(run, 4)  # seq 1..5
-    return run
 
 
 publish_draft = sync_to_async(events.publish_draft)

@@ -10,19 +10,11 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 
 from runs import events, feeds
-from runs.models import Run
 
-from .factories import add_steps, make_run
+from .factories import add_steps
 from .test_consumers import _append_quietly, connect, receive_through
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
-
-
-@pytest.fixture
-def run(operator, no_enqueue):
-    run = make_run(operator, status=Run.Status.RUNNING)
-    add_steps(run, 4)  # seq 1..5
-    return run
 
 
 @pytest.fixture

@@ -30,13 +30,6 @@ REVOKED_WITHIN = 5.0
 
 
 @pytest.fixture
-def run(operator, no_enqueue):
-    run = make_run(operator, status=Run.Status.RUNNING)
-    add_steps(run, 4)  # seq 1..5
-    return run
-
-
-@pytest.fixture
 def announced_only(monkeypatch):
     """The periodic re-check out of the way: what closes the socket is the announcement."""
     monkeypatch.setattr(consumers, "ACCESS_CHECK_SECONDS", 3600)

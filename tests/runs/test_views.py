@@ -17,6 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def run(operator, no_enqueue):
+    """Here, a running run with its launched step only (tests add what they show)."""
     return make_run(operator, status=Run.Status.RUNNING)
 
 
