@@ -1,11 +1,8 @@
 """GET /metrics: behind its token, and the series move when runs happen, in one process or
 added up over several (prometheus_client's multiprocess mode)."""
 
-import os
 import re
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from datetime import timedelta
@@ -32,6 +29,7 @@ from runs import engine, queue
 from runs.models import Run, Step
 from tests.conftest import on_postgres
 from tests.runs import harness
+from tests.runs.worker_processes import celery_worker, one_shot, stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -317,27 +315,6 @@ async def test_websocket_connections_are_counted_while_open(token, operator):
 
 
 # --- several processes -------------------------------------------------------------------------
-def _database_url() -> str:
-    db = connections["default"].settings_dict
-    if connections["default"].vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
-def _worker_env(multiproc_dir: Path, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": _database_url(),
-        "AGENTOPS_SHOP_DB": settings.AGENTOPS["SHOP_DB"],
-        "PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir),
-        "CELERY_TASK_ALWAYS_EAGER": "true",
-        "TEST_KILL_AFTER_TOOL": "",
-        "LOG_LEVEL": "WARNING",
-        **extra,
-    }
-
-
 def test_two_worker_processes_add_up(token, settings, test_agent, no_enqueue, tmp_path):
     """Each worker process writes its own files; the endpoint adds them up."""
     runs = [
@@ -350,15 +327,7 @@ def test_two_worker_processes_add_up(token, settings, test_agent, no_enqueue, tm
     ]
     connections.close_all()  # the workers write the database (SQLite: one writer at a time)
     workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.runs.worker_process", "advance", str(run.pk)],
-            cwd=ROOT,
-            env=_worker_env(tmp_path),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for run in runs
+        one_shot("advance", str(run.pk), PROMETHEUS_MULTIPROC_DIR=str(tmp_path)) for run in runs
     ]
     for worker in workers:
         out, err = worker.communicate(timeout=120)
@@ -397,45 +366,18 @@ def _steps_in(path: Path) -> float:
 
 
 # --- real Celery workers on Redis --------------------------------------------------------------
-def _celery_worker(name: str, multiproc_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.runs.worker_app",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "1",
-            "--hostname",
-            f"{name}@%h",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-            "--loglevel",
-            "WARNING",
-        ],
-        cwd=ROOT,
-        env=_worker_env(multiproc_dir, CELERY_TASK_ALWAYS_EAGER="false"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 @on_postgres
 @pytest.mark.postgres
 @pytest.mark.redis
 @pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a broker other processes see)")
 def test_two_celery_workers_add_up(token, settings, test_agent, tmp_path):
-    import signal
 
     celery_app.control.purge()
     connections.close_all()
-    workers = [_celery_worker(f"metrics{i}", tmp_path) for i in (1, 2)]
+    workers = [
+        celery_worker(f"metrics{i}", concurrency=1, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+        for i in (1, 2)
+    ]
     try:
         # Both consume before the runs are sent, so both get some.
         names = {f"metrics{i}@{socket.gethostname()}" for i in (1, 2)}
@@ -458,9 +400,7 @@ def test_two_celery_workers_add_up(token, settings, test_agent, tmp_path):
             time.sleep(0.3)
     finally:
         for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            worker.wait(30)
+            stop(worker)
 
     settings.PROMETHEUS_MULTIPROC_DIR = str(tmp_path)
     series = scrape()

@@ -71,7 +71,7 @@ def bot(agent) -> AgentClient:
 
 
 @pytest.fixture(scope="package")
-def live_up(tmp_path_factory):
+def up(tmp_path_factory):
     """One live `manage.py up` for the modules that drive agentops over HTTP (the client,
     the adapters): starting one costs seconds of CI."""
     from tests.livesupport import kill_up, start_up, stop_up
@@ -82,3 +82,11 @@ def live_up(tmp_path_factory):
         stop_up(server)
     finally:
         kill_up(server)
+
+
+@pytest.fixture(scope="package")
+def live_approver(up):
+    """The demo approver of the live agentops, deciding over its API."""
+    from .live_agentops import Approver
+
+    return Approver(up)

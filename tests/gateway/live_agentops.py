@@ -55,8 +55,10 @@ class Approver:
         with opener().open(request, timeout=10) as response:
             return json.loads(response.read())
 
-    def pending(self) -> list[str]:
-        return [a["id"] for a in self._request("GET", "/api/approvals?status=pending")["items"]]
+    def pending(self, agent: str = "") -> list[str]:
+        """The pending approvals (of one agent's runs), oldest first."""
+        query = f"/api/approvals?status=pending&agent={agent}" if agent else "/api/approvals"
+        return [a["id"] for a in self._request("GET", query)["items"]]
 
     def decide(self, approval: str, decision: str = "approve", *, arguments=None, reason=""):
         shown = self._request("GET", f"/api/approvals/{approval}")["arguments_hash"]

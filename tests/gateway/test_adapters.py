@@ -20,18 +20,8 @@ WITHIN = 30.0  # bound on waiting for a person's decision to show up
 
 
 @pytest.fixture(scope="module")
-def up(live_up):
-    return live_up
-
-
-@pytest.fixture(scope="module")
 def client(up) -> AgentopsClient:
     return AgentopsClient(up.url, external_agent(up, "adapter-bot"))
-
-
-@pytest.fixture(scope="module")
-def approver(up) -> Approver:
-    return Approver(up)
 
 
 def _until(predicate, timeout: float = WITHIN):
@@ -44,16 +34,16 @@ def _until(predicate, timeout: float = WITHIN):
         time.sleep(0.05)
 
 
-def _steps(approver: Approver, session_id: str) -> list[dict]:
-    return approver._request("GET", f"/api/runs/{session_id}/steps?after=0&limit=500")["items"]
+def _steps(live_approver: Approver, session_id: str) -> list[dict]:
+    return live_approver._request("GET", f"/api/runs/{session_id}/steps?after=0&limit=500")["items"]
 
 
-def _tool_steps(approver, session_id) -> list[dict]:
-    return [s["data"] for s in _steps(approver, session_id) if s["kind"] == "tool"]
+def _tool_steps(live_approver, session_id) -> list[dict]:
+    return [s["data"] for s in _steps(live_approver, session_id) if s["kind"] == "tool"]
 
 
-def _reported(approver, session_id, count: int) -> list[dict] | None:
-    steps = _tool_steps(approver, session_id)
+def _reported(live_approver, session_id, count: int) -> list[dict] | None:
+    steps = _tool_steps(live_approver, session_id)
     return steps if len(steps) == count else None
 
 
@@ -80,7 +70,7 @@ def openai_model():
 
 
 def test_openai_a_call_the_sdk_times_out_is_withdrawn_and_never_runs(
-    client, approver, openai_model
+    client, live_approver, openai_model
 ):
     from agentops_client.openai_agents import gated
     from agents import Agent, Runner, function_tool
@@ -102,13 +92,13 @@ def test_openai_a_call_the_sdk_times_out_is_withdrawn_and_never_runs(
     assert result.final_output == "gave up"
     assert "timed out" in fake.tool_outputs()[0]
     # Withdrawn in agentops: nobody is asked any more, and approving is impossible.
-    assert _until(lambda: not approver.pending())
-    steps = _steps(approver, session.id)
+    assert _until(lambda: not live_approver.pending())
+    steps = _steps(live_approver, session.id)
     assert any(s["data"].get("event") == "withdrawn" for s in steps)
     assert paid == []
 
 
-def test_openai_results_and_exceptions_are_reported(client, approver, openai_model):
+def test_openai_results_and_exceptions_are_reported(client, live_approver, openai_model):
     from agentops_client.openai_agents import gated
     from agents import Agent, Runner, function_tool
 
@@ -129,13 +119,16 @@ def test_openai_results_and_exceptions_are_reported(client, approver, openai_mod
     agent = Agent(name="reader", model=model, tools=[function_tool(gated(session, read_file))])
     asyncio.run(Runner.run(agent, "read"))
     steps = _until(
-        lambda: len(_tool_steps(approver, session.id)) == 2 and _tool_steps(approver, session.id)
+        lambda: (
+            len(_tool_steps(live_approver, session.id)) == 2
+            and _tool_steps(live_approver, session.id)
+        )
     )
     assert steps[0]["result"] == "contents" and steps[0]["is_error"] is False
     assert steps[1]["is_error"] is True and "FileNotFoundError" in steps[1]["error"]
 
 
-def test_openai_an_approved_edit_runs_through_the_sdks_schema(client, approver, openai_model):
+def test_openai_an_approved_edit_runs_through_the_sdks_schema(client, live_approver, openai_model):
     from agentops_client.openai_agents import gated
     from agents import Agent, Runner, function_tool
 
@@ -152,8 +145,8 @@ def test_openai_an_approved_edit_runs_through_the_sdks_schema(client, approver, 
     )
 
     def person():
-        waiting = _until(approver.pending)
-        approver.decide(waiting[0], arguments={"vendor": "acme", "amount": 450})
+        waiting = _until(live_approver.pending)
+        live_approver.decide(waiting[0], arguments={"vendor": "acme", "amount": 450})
 
     thread = threading.Thread(target=person)
     thread.start()
@@ -162,11 +155,11 @@ def test_openai_an_approved_edit_runs_through_the_sdks_schema(client, approver, 
     thread.join()
     assert paid == [("acme", 450)]
     assert fake.tool_outputs() == ["paid 450 to acme"]
-    assert _until(lambda: _tool_steps(approver, session.id))[0]["result"] == "paid 450 to acme"
+    assert _until(lambda: _tool_steps(live_approver, session.id))[0]["result"] == "paid 450 to acme"
 
 
 def test_openai_interruptions_are_decided_reported_and_an_edit_is_never_recorded_as_run(
-    client, approver, openai_model
+    client, live_approver, openai_model
 ):
     from agentops_client.openai_agents import decide_interruptions, report_results
     from agents import Agent, Runner, function_tool
@@ -192,8 +185,8 @@ def test_openai_interruptions_are_decided_reported_and_an_edit_is_never_recorded
 
     def decide(decision: str, **kw):
         def person():
-            waiting = _until(approver.pending)
-            approver.decide(waiting[0], decision, **kw)
+            waiting = _until(live_approver.pending)
+            live_approver.decide(waiting[0], decision, **kw)
 
         thread = threading.Thread(target=person)
         thread.start()
@@ -210,14 +203,16 @@ def test_openai_interruptions_are_decided_reported_and_an_edit_is_never_recorded
 
     _, reported = asyncio.run(run("delete stale", "approve"))
     assert deleted == ["stale"] and reported == 1
-    tools = _until(lambda: _reported(approver, session.id, 1))
+    tools = _until(lambda: _reported(live_approver, session.id, 1))
     assert (tools[0]["tool"], tools[0]["result"]) == ("delete_branch", "deleted stale")
-    # An approver's edit cannot run through the SDK's flow: withdrawn in agentops, rejected
+    # An live_approver's edit cannot run through the SDK's flow: withdrawn in agentops, rejected
     # in the SDK with the edit for the model to propose again; nothing ran.
     _, reported = asyncio.run(run("delete main", "approve", arguments={"name": "main-old"}))
     assert deleted == ["stale"] and reported == 0
     assert "main-old" in fake.tool_outputs()[-1]
-    withdrawn = [s for s in _steps(approver, session.id) if s["data"].get("event") == "withdrawn"]
+    withdrawn = [
+        s for s in _steps(live_approver, session.id) if s["data"].get("event") == "withdrawn"
+    ]
     assert len(withdrawn) == 1 and withdrawn[0]["data"]["approval_was"] == "approved"
 
 
@@ -250,7 +245,9 @@ def _parallel_graph(checkpointer):
     return graph.compile(checkpointer=checkpointer)
 
 
-def test_langgraph_parallel_interrupts_wait_together_and_results_are_reported(client, approver):
+def test_langgraph_parallel_interrupts_wait_together_and_results_are_reported(
+    client, live_approver
+):
     from agentops_client.langgraph import run_with_approvals
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -259,10 +256,10 @@ def test_langgraph_parallel_interrupts_wait_together_and_results_are_reported(cl
     seen_together = []
 
     def person():
-        both = _until(lambda: len(approver.pending()) == 2 and approver.pending())
+        both = _until(lambda: len(live_approver.pending()) == 2 and live_approver.pending())
         seen_together.append(len(both or []))
         for approval in both or []:
-            approver.decide(approval)
+            live_approver.decide(approval)
 
     thread = threading.Thread(target=person)
     thread.start()
@@ -271,12 +268,15 @@ def test_langgraph_parallel_interrupts_wait_together_and_results_are_reported(cl
     assert seen_together == [2]  # both approvals were open at once
     assert sorted(result["paid"]) == ["acme", "globex"]
     tools = _until(
-        lambda: len(_tool_steps(approver, session.id)) == 2 and _tool_steps(approver, session.id)
+        lambda: (
+            len(_tool_steps(live_approver, session.id)) == 2
+            and _tool_steps(live_approver, session.id)
+        )
     )
     assert sorted(t["result"] for t in tools) == ["paid acme", "paid globex"]
 
 
-def test_langgraph_a_restarted_driver_waits_on_the_same_approvals(client, approver):
+def test_langgraph_a_restarted_driver_waits_on_the_same_approvals(client, live_approver):
     from agentops_client.langgraph import run_with_approvals
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -288,25 +288,25 @@ def test_langgraph_a_restarted_driver_waits_on_the_same_approvals(client, approv
     # The first driver submitted the calls, then died while waiting.
     for item in interrupts:
         first.submit("pay_invoice", item.value["args"], summary="x", call_id=f"langgraph:{item.id}")
-    opened = sorted(_until(lambda: len(approver.pending()) == 2 and approver.pending()))
+    opened = sorted(_until(lambda: len(live_approver.pending()) == 2 and live_approver.pending()))
     again = client.session("langgraph after the restart")
 
     def person():
         for approval in opened:
-            approver.decide(approval)
+            live_approver.decide(approval)
 
     thread = threading.Thread(target=person)
     thread.start()
     result = run_with_approvals(graph, None, config, again)
     thread.join()
     assert sorted(result["paid"]) == ["acme", "globex"]
-    assert approver.pending() == []  # no second pair was opened
-    decided = approver._request("GET", "/api/approvals?status=approved&limit=200")["items"]
+    assert live_approver.pending() == []  # no second pair was opened
+    decided = live_approver._request("GET", "/api/approvals?status=approved&limit=200")["items"]
     assert set(opened) <= {a["id"] for a in decided}
 
 
 # --- Claude Agent SDK ---------------------------------------------------------------------------
-def test_claude_hooks_see_every_tool_use_and_report_results(client, approver):
+def test_claude_hooks_see_every_tool_use_and_report_results(client, live_approver):
     from agentops_client.claude import hooks
     from claude_agent_sdk import HookMatcher
 
@@ -342,8 +342,8 @@ def test_claude_hooks_see_every_tool_use_and_report_results(client, approver):
     )
 
     def person():
-        waiting = _until(approver.pending)
-        approver.decide(waiting[0], arguments={"command": "git branch -d old"})
+        waiting = _until(live_approver.pending)
+        live_approver.decide(waiting[0], arguments={"command": "git branch -d old"})
 
     thread = threading.Thread(target=person)
     thread.start()
@@ -364,13 +364,15 @@ def test_claude_hooks_see_every_tool_use_and_report_results(client, approver):
     # The same tool_use_id again (a retried hook) is the same call: answered, not asked again.
     again = use("Bash", {"command": "git branch -D old"}, "toolu_bash")
     assert again["updatedInput"] == {"command": "git branch -d old"}
-    assert approver.pending() == []
-    tools = _tool_steps(approver, session.id)
+    assert live_approver.pending() == []
+    tools = _tool_steps(live_approver, session.id)
     assert [(t["tool"], t["is_error"]) for t in tools] == [("Read", False), ("Bash", True)]
     assert tools[0]["result"] == "# agentops" and tools[1]["error"] == "no such branch"
 
 
-def test_claude_cli_end_to_end_every_tool_use_goes_through_agentops(client, approver, tmp_path):
+def test_claude_cli_end_to_end_every_tool_use_goes_through_agentops(
+    client, live_approver, tmp_path
+):
     """The Claude Agent SDK's bundled CLI, against the fake Messages API: a Read inside the
     working directory (which the CLI's own rules allow without asking) and a gated Bash,
     edited by a person, both decided by agentops, and their results reported."""
@@ -402,8 +404,8 @@ def test_claude_cli_end_to_end_every_tool_use_goes_through_agentops(client, appr
     session = client.session("claude cli")
 
     def person():
-        waiting = _until(approver.pending)
-        approver.decide(waiting[0], arguments={"command": "echo edited-by-a-person"})
+        waiting = _until(live_approver.pending)
+        live_approver.decide(waiting[0], arguments={"command": "echo edited-by-a-person"})
 
     async def run(base_url: str) -> list:
         options = ClaudeAgentOptions(
@@ -434,7 +436,7 @@ def test_claude_cli_end_to_end_every_tool_use_goes_through_agentops(client, appr
         messages = asyncio.run(asyncio.wait_for(run(server.base_url), 120))
     thread.join()
     assert type(messages[-1]).__name__ == "ResultMessage" and not messages[-1].is_error
-    tools = _until(lambda: _reported(approver, session.id, 2))
+    tools = _until(lambda: _reported(live_approver, session.id, 2))
     assert [t["tool"] for t in tools] == ["Read", "Bash"]
     assert "hello from notes" in str(tools[0]["result"])
     # The CLI ran exactly what the person approved.

@@ -12,12 +12,7 @@ from agentops_client import AgentopsClient, AgentopsError, ApprovalTimeout
 from agentops_client.claude import can_use_tool
 from agentops_client.openai_agents import gated
 
-from .live_agentops import Approver, external_agent
-
-
-@pytest.fixture(scope="module")
-def up(live_up):
-    return live_up
+from .live_agentops import external_agent
 
 
 @pytest.fixture(scope="module")
@@ -25,20 +20,15 @@ def client(up) -> AgentopsClient:
     return AgentopsClient(up.url, external_agent(up))
 
 
-@pytest.fixture(scope="module")
-def approver(up) -> Approver:
-    return Approver(up)
-
-
-def decide_when_pending(approver, decision="approve", **kw) -> threading.Thread:
+def decide_when_pending(live_approver, decision="approve", **kw) -> threading.Thread:
     """A person deciding, in the background, once the call waits for them."""
 
     def person():
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            waiting = approver.pending()
+            waiting = live_approver.pending()
             if waiting:
-                approver.decide(waiting[0], decision, **kw)
+                live_approver.decide(waiting[0], decision, **kw)
                 return
             time.sleep(0.1)
 
@@ -59,9 +49,9 @@ def test_an_allowed_call_comes_back_at_once(client):
     assert session.close() == "succeeded"
 
 
-def test_request_approval_blocks_until_approved_with_the_edited_args(approver, client):
+def test_request_approval_blocks_until_approved_with_the_edited_args(live_approver, client):
     session = client.session("edited")
-    person = decide_when_pending(approver, arguments={"vendor": "acme", "amount": 450})
+    person = decide_when_pending(live_approver, arguments={"vendor": "acme", "amount": 450})
     decision = session.request_approval(
         "pay_invoice", {"vendor": "acme", "amount": 900}, summary="March", timeout=60
     )
@@ -71,9 +61,9 @@ def test_request_approval_blocks_until_approved_with_the_edited_args(approver, c
     assert decision.decided_by == "approver"
 
 
-def test_a_rejection_returns_the_reason(approver, client):
+def test_a_rejection_returns_the_reason(live_approver, client):
     session = client.session("rejected")
-    person = decide_when_pending(approver, "reject", reason="main is protected")
+    person = decide_when_pending(live_approver, "reject", reason="main is protected")
     decision = session.request_approval("delete_branch", {"name": "main"}, timeout=60)
     person.join()
     assert (decision.approved, decision.status, decision.reason) == (
@@ -84,7 +74,7 @@ def test_a_rejection_returns_the_reason(approver, client):
     assert session.close("failed", detail="could not clean up") == "failed"
 
 
-def test_timeouts_and_refusals_are_clear_errors(up, approver, client):
+def test_timeouts_and_refusals_are_clear_errors(up, live_approver, client):
     session = client.session("timeout")
     with pytest.raises(ApprovalTimeout):
         session.request_approval("delete_branch", {"name": "x"}, timeout=1)
@@ -95,8 +85,8 @@ def test_timeouts_and_refusals_are_clear_errors(up, approver, client):
         AgentopsClient(up.url, "aoa_wrong").session()
     assert unauthenticated.value.status == 401
     # Leave nothing pending for the next test's person.
-    for approval in approver.pending():
-        approver.decide(approval, "reject", reason="cleanup")
+    for approval in live_approver.pending():
+        live_approver.decide(approval, "reject", reason="cleanup")
 
 
 def run_coroutine(coroutine):
@@ -107,14 +97,14 @@ def run_coroutine(coroutine):
         return pool.submit(asyncio.run, coroutine).result()
 
 
-def test_the_claude_hook_answers_allow_with_the_approved_input(approver, client):
+def test_the_claude_hook_answers_allow_with_the_approved_input(live_approver, client):
     session = client.session("claude")
     hook = can_use_tool(session)
-    person = decide_when_pending(approver, arguments={"command": "ls -la"})
+    person = decide_when_pending(live_approver, arguments={"command": "ls -la"})
     result = run_coroutine(hook("Bash", {"command": "rm -rf /tmp/x"}, None))
     person.join()
     assert result.behavior == "allow" and result.updated_input == {"command": "ls -la"}
-    person = decide_when_pending(approver, "reject", reason="no shell today")
+    person = decide_when_pending(live_approver, "reject", reason="no shell today")
     denied = run_coroutine(hook("Bash", {"command": "whoami"}, None))
     person.join()
     assert denied.behavior == "deny" and denied.message == (
@@ -122,7 +112,7 @@ def test_the_claude_hook_answers_allow_with_the_approved_input(approver, client)
     )
 
 
-def test_the_openai_wrapper_runs_the_tool_with_the_approved_args_only(approver, client):
+def test_the_openai_wrapper_runs_the_tool_with_the_approved_args_only(live_approver, client):
     session = client.session("openai")
     paid = []
 
@@ -133,17 +123,17 @@ def test_the_openai_wrapper_runs_the_tool_with_the_approved_args_only(approver, 
 
     tool = gated(session, pay_invoice, hints={"reversible": False, "blast": "medium"})
     assert tool.__name__ == "pay_invoice" and tool.__doc__ == "Pay a vendor's invoice."
-    person = decide_when_pending(approver, arguments={"vendor": "acme", "amount": 120})
+    person = decide_when_pending(live_approver, arguments={"vendor": "acme", "amount": 120})
     assert asyncio.run(tool("acme", 900)) == "paid 120 to acme"
     person.join()
     assert paid == [("acme", 120)]
-    person = decide_when_pending(approver, "reject", reason="duplicate invoice")
+    person = decide_when_pending(live_approver, "reject", reason="duplicate invoice")
     assert "duplicate invoice" in asyncio.run(tool(vendor="acme", amount=900))
     person.join()
     assert paid == [("acme", 120)]
 
 
-def test_a_langgraph_interrupt_resumes_with_the_approved_args(approver, client):
+def test_a_langgraph_interrupt_resumes_with_the_approved_args(live_approver, client):
     from typing import TypedDict
 
     from agentops_client.langgraph import ask, run_with_approvals
@@ -174,13 +164,13 @@ def test_a_langgraph_interrupt_resumes_with_the_approved_args(approver, client):
         .compile(checkpointer=InMemorySaver())
     )
     session = client.session("langgraph")
-    person = decide_when_pending(approver, arguments={"vendor": "acme", "amount": 600})
+    person = decide_when_pending(live_approver, arguments={"vendor": "acme", "amount": 600})
     result = run_with_approvals(
         graph, {"vendor": "acme", "amount": 900}, {"configurable": {"thread_id": "t1"}}, session
     )
     person.join()
     assert result["paid"] == {"vendor": "acme", "amount": 600}
-    person = decide_when_pending(approver, "reject", reason="over budget")
+    person = decide_when_pending(live_approver, "reject", reason="over budget")
     result = run_with_approvals(
         graph, {"vendor": "acme", "amount": 900}, {"configurable": {"thread_id": "t2"}}, session
     )
@@ -218,14 +208,16 @@ def test_a_langgraph_interrupt_resumes_with_the_approved_args(approver, client):
         ),
     ],
 )
-def test_the_examples_run_against_a_local_agentops(up, approver, client, script, edit, printed):
+def test_the_examples_run_against_a_local_agentops(
+    up, live_approver, client, script, edit, printed
+):
     import os
     import subprocess
     import sys
 
     from tests.livesupport import ROOT
 
-    person = decide_when_pending(approver, arguments=edit)
+    person = decide_when_pending(live_approver, arguments=edit)
     env = {**os.environ, "AGENTOPS_URL": up.url, "AGENTOPS_TOKEN": client.token}
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script)],

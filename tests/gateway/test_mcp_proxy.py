@@ -17,32 +17,17 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.livesupport import free_port, kill_up, start_up, stop_up
+from tests.livesupport import free_port
 
-from .live_agentops import Approver, external_agent
+from .live_agentops import external_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(ROOT / "examples" / "mcp_records_server.py")
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory):
-    server = start_up(tmp_path_factory.mktemp("mcp-var"))
-    try:
-        yield server
-        stop_up(server)
-    finally:
-        kill_up(server)
-
-
-@pytest.fixture(scope="module")
 def token(up) -> str:
     return external_agent(up, slug="mcp-bot")
-
-
-@pytest.fixture(scope="module")
-def approver(up) -> Approver:
-    return Approver(up)
 
 
 @pytest.fixture
@@ -68,18 +53,18 @@ def proxy_over_stdio(up, token, log: Path, *upstream: str) -> StdioServerParamet
     )
 
 
-def decide_when_pending(approver, decision="approve", **kw) -> tuple[threading.Thread, list]:
+def decide_when_pending(live_approver, decision="approve", **kw) -> tuple[threading.Thread, list]:
     """A person deciding in the background once a call waits; records when they decided."""
     decided: list[float] = []
 
     def person():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            waiting = approver.pending()
+            waiting = live_approver.pending(agent="mcp-bot")
             if waiting:
                 time.sleep(0.5)  # the proxy's client is kept waiting meanwhile
                 decided.append(time.monotonic())
-                approver.decide(waiting[0], decision, **kw)
+                live_approver.decide(waiting[0], decision, **kw)
                 return
             time.sleep(0.1)
 
@@ -88,11 +73,11 @@ def decide_when_pending(approver, decision="approve", **kw) -> tuple[threading.T
     return thread, decided
 
 
-async def _call(client: Client, approver, tool: str, args: dict, decision=None, **kw):
+async def _call(client: Client, live_approver, tool: str, args: dict, decision=None, **kw):
     """Call through the proxy (a person deciding when `decision`); (result, decided_at)."""
     person, decided = (None, [])
     if decision:
-        person, decided = decide_when_pending(approver, decision, **kw)
+        person, decided = decide_when_pending(live_approver, decision, **kw)
     result = await client.call_tool(tool, args)
     returned = time.monotonic()
     if person:
@@ -105,7 +90,7 @@ def text(result) -> str:
 
 
 async def test_allowed_passes_gated_waits_for_the_edit_rejected_never_arrives(
-    up, token, approver, calls_log
+    up, token, live_approver, calls_log
 ):
     async with Client(proxy_over_stdio(up, token, calls_log)) as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}
@@ -113,14 +98,14 @@ async def test_allowed_passes_gated_waits_for_the_edit_rejected_never_arrives(
         assert listed["delete_record"].annotations.destructive_hint is True
 
         # Read-only: the policy allows it, no person involved.
-        result, _, _ = await _call(client, approver, "lookup", {"key": "a1"})
+        result, _, _ = await _call(client, live_approver, "lookup", {"key": "a1"})
         assert not result.is_error and text(result) == "record a1: ok"
         assert received(calls_log) == [{"tool": "lookup", "args": {"key": "a1"}}]
 
-        # Destructive: held until the approver decides, then run with their edit only.
+        # Destructive: held until the live_approver decides, then run with their edit only.
         result, returned, decided = await _call(
             client,
-            approver,
+            live_approver,
             "delete_record",
             {"key": "a1", "reason": "all of them"},
             "approve",
@@ -134,14 +119,19 @@ async def test_allowed_passes_gated_waits_for_the_edit_rejected_never_arrives(
 
         # Rejected: an MCP tool error with the reason; the server never hears of it.
         result, _, _ = await _call(
-            client, approver, "delete_record", {"key": "b2"}, "reject", reason="b2 is live data"
+            client,
+            live_approver,
+            "delete_record",
+            {"key": "b2"},
+            "reject",
+            reason="b2 is live data",
         )
         assert result.is_error
         assert text(result) == "agentops: rejected by approver: b2 is live data"
         assert len(received(calls_log)) == 2
 
         # Arguments the registered schema refuses never reach the server either.
-        result, _, _ = await _call(client, approver, "lookup", {"key": 7})
+        result, _, _ = await _call(client, live_approver, "lookup", {"key": 7})
         assert result.is_error and "422" in text(result)
         assert len(received(calls_log)) == 2
 
@@ -226,17 +216,17 @@ def over_http(up, token, calls_log):
                     proc.wait()
 
 
-async def test_streamable_http_on_both_sides(up, approver, calls_log, over_http):
+async def test_streamable_http_on_both_sides(up, live_approver, calls_log, over_http):
     url, proxy = over_http
     async with Client(url) as client:
-        result, _, _ = await _call(client, approver, "lookup", {"key": "h1"})
+        result, _, _ = await _call(client, live_approver, "lookup", {"key": "h1"})
         assert text(result) == "record h1: ok"
         result, returned, decided = await _call(
-            client, approver, "delete_record", {"key": "h1"}, "approve"
+            client, live_approver, "delete_record", {"key": "h1"}, "approve"
         )
         assert decided and returned >= decided[0] and text(result) == "deleted h1"
         result, _, _ = await _call(
-            client, approver, "delete_record", {"key": "h2"}, "reject", reason="not today"
+            client, live_approver, "delete_record", {"key": "h2"}, "reject", reason="not today"
         )
         assert result.is_error and "not today" in text(result)
     assert received(calls_log) == [
@@ -253,8 +243,8 @@ async def test_streamable_http_on_both_sides(up, approver, calls_log, over_http)
     assert status.strip().splitlines()[-1] == "succeeded"
 
 
-def test_the_example_runs_against_a_local_agentops(up, token, approver, calls_log):
-    person, _ = decide_when_pending(approver, arguments={"key": "r-17", "reason": "reviewed"})
+def test_the_example_runs_against_a_local_agentops(up, token, live_approver, calls_log):
+    person, _ = decide_when_pending(live_approver, arguments={"key": "r-17", "reason": "reviewed"})
     env = {
         **os.environ,
         "AGENTOPS_URL": up.url,

@@ -8,16 +8,13 @@ effect exactly once. Runs on SQLite (a file database both processes open) and on
 (the shared test database).
 """
 
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Approval
@@ -27,46 +24,17 @@ from runs.models import Run, SideEffect, Step
 
 from ..conftest import on_postgres
 from .harness import assert_timeline_sound, tool_steps
+from .worker_processes import celery_worker, one_shot, stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BASE_DIR = Path(settings.BASE_DIR)
 LEASE_SECONDS = 1.0
 
 
-def database_url() -> str:
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
-def worker_env(**extra: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "AGENTOPS_SHOP_DB": settings.AGENTOPS["SHOP_DB"],
-        "AGENTOPS_LEASE_SECONDS": str(LEASE_SECONDS),
-        "TEST_KILL_AFTER_TOOL": "",
-        "CELERY_TASK_ALWAYS_EAGER": "true",
-        "LOG_LEVEL": "WARNING",
-    }
-    env.update(extra)
-    return env
-
-
 def worker(*args: str, **env: str) -> subprocess.CompletedProcess:
-    # The test process must not hold the database while another process writes it.
-    connections.close_all()
-    return subprocess.run(
-        [sys.executable, "-m", "tests.runs.worker_process", *args],
-        cwd=BASE_DIR,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    process = one_shot(*args, AGENTOPS_LEASE_SECONDS=str(LEASE_SECONDS), **env)
+    out, err = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def kill_worker_after(tool: str, run: Run) -> None:
@@ -160,46 +128,6 @@ def test_a_killed_send_without_key_support_asks_the_operator(launch, plain_user)
 
 # --- the same with real Celery workers (needs the Redis broker: the embedded memory broker
 # --- cannot be shared between processes) ----------------------------------------------------
-def celery_worker(name: str, **env: str) -> subprocess.Popen:
-    connections.close_all()
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.runs.worker_app",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "4",
-            "--hostname",
-            f"{name}@%h",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-            "--loglevel",
-            "WARNING",
-        ],
-        cwd=BASE_DIR,
-        env=worker_env(CELERY_TASK_ALWAYS_EAGER="false", **env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)  # warm shutdown
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-
 def wait_until_finished(run: Run, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -216,7 +144,9 @@ def test_a_celery_worker_killed_mid_refund_is_resumed_by_another(test_agent):
     from agentops.celery import app
 
     app.control.purge()  # stale messages from earlier tests would only slow the workers down
-    first = celery_worker("doomed", TEST_KILL_AFTER_TOOL="issue_refund")
+    first = celery_worker(
+        "doomed", TEST_KILL_AFTER_TOOL="issue_refund", AGENTOPS_LEASE_SECONDS=str(LEASE_SECONDS)
+    )
     second = None
     try:
         run = engine.launch(
@@ -232,7 +162,7 @@ def test_a_celery_worker_killed_mid_refund_is_resumed_by_another(test_agent):
 
         # acks_late: the killed worker's message is not lost, but Redis only redelivers it
         # after the visibility timeout (an hour). The sweep brings the run back in seconds.
-        second = celery_worker("survivor")
+        second = celery_worker("survivor", AGENTOPS_LEASE_SECONDS=str(LEASE_SECONDS))
         wait_for_lease_to_expire(run)
         assert engine.sweep() == 1
         wait_until_finished(run)
