@@ -2,7 +2,7 @@
 
 import pytest
 
-from .test_consumers import connect, run, seqs  # noqa: F401  (run is a fixture)
+from .test_consumers import connect, seqs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -27,7 +27,7 @@ async def everything_sent(communicator) -> list[str]:
         ("%00", [1, 2, 3, 4, 5]),
     ],
 )
-async def test_odd_after_parameters(run, viewer, after, expected):  # noqa: F811
+async def test_odd_after_parameters(run, viewer, after, expected):
     communicator, connected = await connect(f"/ws/runs/{run.pk}/?after={after}", viewer)
     assert connected
     got = [s for m in await everything_sent(communicator) for s in seqs(m)]
@@ -35,7 +35,7 @@ async def test_odd_after_parameters(run, viewer, after, expected):  # noqa: F811
 
 
 @pytest.mark.parametrize("path", ["/ws/runs/{run}/", "/ws/runs/", "/ws/approvals/"])
-async def test_a_socket_without_an_origin_header_is_refused(run, viewer, path):  # noqa: F811
+async def test_a_socket_without_an_origin_header_is_refused(run, viewer, path):
     _, connected = await connect(path.format(run=run.pk), viewer, origin=None)
     assert not connected
 

@@ -21,10 +21,10 @@ from approvals.models import Approval
 from demo.models import OutboxEmail, Refund
 from runs import engine
 from runs.models import Run, SideEffect, Step
+from tests.conftest import on_postgres
 
-from ..conftest import on_postgres
-from .harness import assert_timeline_sound, tool_steps
-from .worker_processes import celery_worker, one_shot, stop
+from ..harness import assert_timeline_sound, tool_steps
+from ..worker_processes import celery_worker, one_shot, stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

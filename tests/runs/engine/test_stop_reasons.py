@@ -11,8 +11,8 @@ from agentops.llm.base import LLMRequest, LLMResponse, Usage
 from runs.engine import model
 from runs.models import Run, Step
 
-from . import harness
-from .harness import drive
+from .. import harness
+from ..harness import drive
 
 pytestmark = pytest.mark.django_db
 

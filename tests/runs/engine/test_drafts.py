@@ -15,7 +15,7 @@ from runs import engine, events
 from runs.engine import drafts
 from runs.models import Run, Step
 
-from . import harness
+from .. import harness
 
 pytestmark = pytest.mark.django_db
 

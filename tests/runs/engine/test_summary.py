@@ -19,7 +19,7 @@ from runs.engine.conversation import SUMMARY_MARK
 from runs.models import Run, Step, canonical_json
 from tests.demo.test_demo_flows import launch_default
 
-from .harness import AGENT, CALLS, drive, tamper, tool_steps
+from ..harness import AGENT, CALLS, drive, tamper, tool_steps
 from .test_engine import _assert_tool_pairs_intact
 from .test_terminator import decide
 

@@ -15,7 +15,7 @@ from approvals.models import Approval
 from runs import engine
 from runs.models import Run, SideEffect, Step, args_hash
 
-from . import harness
+from .. import harness
 
 pytestmark = pytest.mark.django_db
 

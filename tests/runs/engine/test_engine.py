@@ -17,7 +17,7 @@ from runs.engine import owned, tool_calls
 from runs.models import Checkpoint, Run, SideEffect, Step
 from runs.tasks import advance_run
 
-from .harness import CALLS, assert_timeline_sound, drive, tool_steps, worker_thread
+from ..harness import CALLS, assert_timeline_sound, drive, tool_steps, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

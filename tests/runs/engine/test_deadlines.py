@@ -16,7 +16,7 @@ from approvals.models import Approval
 from runs.engine import deadlines
 from runs.models import Run, SideEffect, Step
 
-from .harness import (
+from ..harness import (
     CALLS,
     HANG_LEFT,
     HANG_TIMEOUT,

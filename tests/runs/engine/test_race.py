@@ -18,7 +18,7 @@ from runs import engine, sql
 from runs.engine import lease
 from runs.models import Run, SideEffect, Step
 
-from .harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps, worker_thread
+from ..harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

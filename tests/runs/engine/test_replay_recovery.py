@@ -18,7 +18,7 @@ from history.replay import DIVERGED, IDENTICAL, TOOL_CHANGED, replay
 from runs.engine import lease, loop
 from runs.models import Run
 
-from .harness import die_after, drive
+from ..harness import die_after, drive
 
 pytestmark = pytest.mark.django_db
 

@@ -19,8 +19,8 @@ from runs import engine
 from runs.engine import retry
 from runs.models import Run, SideEffect, Step, args_hash
 
-from . import harness
-from .harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps
+from .. import harness
+from ..harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps
 
 # Plain (rolled back) tests: these check decisions, not commits; the tests that need
 # commits other connections can see (races, crashes, slices) are transactional.

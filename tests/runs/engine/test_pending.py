@@ -14,7 +14,7 @@ from runs import engine, pending
 from runs.engine.awaiting import open_operation
 from runs.models import PendingOperation, Run, Step
 
-from . import harness
+from .. import harness
 
 pytestmark = pytest.mark.django_db
 

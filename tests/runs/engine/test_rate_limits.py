@@ -16,7 +16,7 @@ from runs.engine.rate_limited import Scope, reserve
 from runs.models import RateLimitUse, RateLimitWait, Run, Step
 from runs.rendering import step_view
 
-from . import harness
+from .. import harness
 from .test_race import race
 
 HOUR = timedelta(hours=1)

@@ -14,7 +14,7 @@ from runs import engine
 from runs.engine import loop, owned, terminator
 from runs.models import Checkpoint, Run, SideEffect, Step
 
-from .harness import CALLS, assert_timeline_sound, drive, forever, tool_steps
+from ..harness import CALLS, assert_timeline_sound, drive, forever, tool_steps
 
 # Plain (rolled back) tests: these check decisions, not commits; the tests that need
 # commits other connections can see (races, crashes, slices) are transactional.

@@ -23,7 +23,7 @@ from history.replay import replay
 from runs import engine
 from runs.models import Run, SideEffect, Step
 
-from . import harness
+from .. import harness
 
 pytestmark = pytest.mark.django_db
 
