@@ -1,23 +1,24 @@
-"""Spend per agent and per UTC day, summed from the recorded model steps.
+"""Spend per agent and per UTC day, from the recorded model steps.
 
 The timeline is the source of truth: each model call is a `llm` step carrying its own cost
-and tokens (runs/engine/model.py `_model_step`), so these figures are sums over those steps,
-never a second set of counters. One exception is not in them: an answer that came back after
-its run was cancelled (or taken over) is charged to the run's counters only, with no step
-(`owned.charge_discarded`), so a run's own `cost_usd` can be a little higher than its steps' sum.
-Nor are context summaries (`summary` steps, runs/engine/summary.py): they carry their cost and
-count in the run's counters, but these sums read the model turns' partial index only.
+and tokens (runs/engine/model.py `_model_step`). The database adds each one, as it is
+inserted, to its agent's day (runs.models.AgentDaySpend, kept by a trigger), so these figures
+are the sums over those steps at a cost that does not grow with traffic: a few rows per agent
+and day. One exception is not in them: an answer that came back after its run was cancelled
+(or taken over) is charged to the run's counters only, with no step
+(`owned.charge_discarded`), so a run's own `cost_usd` can be a little higher than its steps'
+sum. Nor are context summaries (`summary` steps, runs/engine/summary.py): they carry their
+cost and count in the run's counters, but only model turns are added up here.
 """
 
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import Sum
 from django.utils import timezone
 
-from .models import Step
+from .models import AgentDaySpend
 
 DEFAULT_DAYS = 7
 MAX_DAYS = 90
@@ -82,25 +83,23 @@ def cost_by_agent(
     """Model calls, tokens and cost per agent and per UTC day over the last `days` days
     (today included, so far), from the model steps recorded in that time; `agent` keeps one.
 
-    One GROUP BY over the steps created since the window's start, joined to their runs for
-    the agent (runs_step_llm_created_idx serves the filter).
+    One GROUP BY over the window's rows of AgentDaySpend (its day index serves the filter).
     """
     if not 1 <= days <= MAX_DAYS:
         raise ValueError(f"days must be between 1 and {MAX_DAYS}")
     since = window_start(days, now)
-    steps = Step.objects.filter(kind=Step.Kind.LLM, created_at__gte=since)
+    spent = AgentDaySpend.objects.filter(day__gte=since.date())
     if agent:
-        steps = steps.filter(run__agent=agent)
+        spent = spent.filter(agent=agent)
     rows = (
-        steps.annotate(day=TruncDate("created_at", tzinfo=UTC))
-        .values("run__agent", "day")
+        spent.values("agent", "day")
         .annotate(
-            calls=Count("*"),
+            calls=Sum("calls"),
             tokens_in=Sum("tokens_in"),
             tokens_out=Sum("tokens_out"),
             cost_usd=Sum("cost_usd"),
         )
-        .order_by("run__agent", "day")
+        .order_by("agent", "day")
     )
     agents: dict[str, AgentSpend] = {}
     total = Spend()
@@ -111,7 +110,7 @@ def cost_by_agent(
             tokens_out=row["tokens_out"] or 0,
             cost_usd=Decimal(row["cost_usd"] or 0).quantize(USD_PLACES),
         )
-        slug = row["run__agent"]
+        slug = row["agent"]
         per_agent = agents.setdefault(slug, AgentSpend(agent=slug))
         per_agent.by_day[row["day"]] = spend
         per_agent.total.add(spend)

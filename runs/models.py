@@ -749,14 +749,6 @@ class Step(models.Model):
 
     class Meta:
         ordering = ["run", "seq"]
-        indexes = [
-            # Spend per agent and day (runs/costs.py) reads the model steps of the last days
-            # without scanning the whole timeline. Partial, so only model steps pay for it on
-            # insert, and created_at grows with time: entries land on the index's last pages.
-            models.Index(
-                fields=["created_at"], condition=Q(kind="llm"), name="runs_step_llm_created_idx"
-            ),
-        ]
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="step_seq_unique_per_run"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="step_seq_positive"),
@@ -788,6 +780,37 @@ class Step(models.Model):
         if self.kind == self.Kind.STATUS:
             return f"{d.get('from') or '—'} → {d.get('to')}"
         return self.kind
+
+
+class AgentDaySpend(models.Model):
+    """Model calls, tokens and cost of one agent on one UTC day, kept by the database itself:
+    a trigger on each model step's insert adds the step here (runs/migrations/0015), whoever
+    writes it (the engine, an import). Spend per agent and day (runs/costs.py) then reads a
+    few rows per day instead of summing every model step of the window.
+
+    A day of an agent is SPEND_SHARDS rows (the shard is picked from the run's id): workers
+    stepping runs of one agent at once would otherwise queue on one row lock until commit.
+    Written by the trigger only."""
+
+    agent = models.CharField(max_length=64)
+    day = models.DateField()
+    shard = models.PositiveSmallIntegerField()
+    calls = models.PositiveIntegerField(default=0)
+    tokens_in = models.BigIntegerField(default=0)
+    tokens_out = models.BigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "day", "shard"], name="spend_agent_day_shard")
+        ]
+        indexes = [models.Index(fields=["day"], name="runs_spend_day_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.agent} {self.day} #{self.shard}"
+
+
+SPEND_SHARDS = 8
 
 
 class Checkpoint(models.Model):

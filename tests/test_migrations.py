@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.db.models import Sum
 from django.db.utils import DatabaseError
 from django.utils import timezone
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # Apps with migrations of ours, dependents first (migrating an app to zero takes what depends
 # on it along).
+USD = Decimal("0.000001")
 OUR_APPS = ["triggers", "gateway", "demo", "approvals", "runs"]
 
 
@@ -84,6 +86,67 @@ def test_runs_0004_backfills_outcome_counters_summary_and_waiting_time(migrator)
         0,
         "",
     )
+
+
+def test_runs_0015_sums_the_recorded_model_steps_and_adds_each_new_one(migrator):
+    old = migrator.apply_initial_migration(("runs", "0014_model_stop_reasons"))
+    Run, Step = old.apps.get_model("runs", "Run"), old.apps.get_model("runs", "Step")
+    day = timezone.now().replace(hour=12) - timedelta(days=2)
+    refunds = _run(Run, input={}, status="queued")
+    sql = _run(Run, input={}, status="queued")
+    Run.objects.filter(pk=sql.pk).update(agent="sql")
+    recorded = [
+        (refunds, "llm", "0.010000", 100, 10, day),
+        (refunds, "llm", "0.020000", 200, 20, day + timedelta(hours=1)),
+        (refunds, "tool", "0", 0, 0, day + timedelta(hours=2)),  # not a model call
+        (refunds, "llm", "0.400000", 4000, 400, day + timedelta(days=1)),
+        (sql, "llm", "0.003000", 30, 3, day),
+    ]
+    for seq, (run, kind, cost, tokens_in, tokens_out, at) in enumerate(recorded, start=1):
+        Step.objects.create(
+            run=run,
+            seq=seq,
+            kind=kind,
+            data={},
+            created_at=at,
+            hash="h",
+            cost_usd=Decimal(cost),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+        )
+
+    new = migrator.apply_tested_migration(("runs", "0015_agent_day_spend"))
+    Spend, Step = new.apps.get_model("runs", "AgentDaySpend"), new.apps.get_model("runs", "Step")
+
+    def spent() -> dict:
+        rows = Spend.objects.values("agent", "day").annotate(
+            calls=Sum("calls"), tokens=Sum("tokens_in"), cost=Sum("cost_usd")
+        )
+        return {
+            (r["agent"], r["day"]): (r["calls"], r["tokens"], Decimal(r["cost"]).quantize(USD))
+            for r in rows
+        }
+
+    first, second = day.date(), day.date() + timedelta(days=1)
+    assert spent() == {
+        ("refund-desk", first): (2, 300, Decimal("0.030000")),
+        ("refund-desk", second): (1, 4000, Decimal("0.400000")),
+        ("sql", first): (1, 30, Decimal("0.003000")),
+    }
+    # From here on the trigger adds each model step as it is inserted.
+    Step.objects.create(
+        run_id=sql.pk,
+        seq=6,
+        kind="llm",
+        data={},
+        created_at=day,
+        hash="h",
+        cost_usd=Decimal("0.5"),
+        tokens_in=5,
+        tokens_out=1,
+    )
+    Step.objects.create(run_id=sql.pk, seq=7, kind="llm_error", data={}, created_at=day, hash="h")
+    assert spent()[("sql", first)] == (2, 35, Decimal("0.503000"))
 
 
 def _tables() -> set[str]:
