@@ -19,7 +19,8 @@ from agentops.tools import get_tool
 from runs.api import MAX_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 
-from . import batch, decisions, evidence, stats
+from . import batch, decisions, evidence
+from .learning import stats
 from .models import Approval, ApprovalView
 
 router = Router(tags=["approvals"])

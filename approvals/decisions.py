@@ -39,9 +39,10 @@ from agentops.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import learning, policy
-from .escalation import escalated_to
+from . import declared_policy
+from .learning import rules as learning
 from .models import Approval, ApprovalView, ApprovalVote, Delegation
+from .notify.escalation import escalated_to
 
 DECISIONS = ("approve", "reject", "answer")
 # Sent after commit with `approval_id` once an approval is decided or expired (the Slack app
@@ -131,7 +132,7 @@ def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approv
     if (
         named
         and user.get_username() not in named
-        # An escalation tier told about it may decide it too (approvals/escalation.py).
+        # An escalation tier told about it may decide it too (approvals/notify/escalation.py).
         and not (rules.get("escalation") and user.get_username() in escalated_to(approval))
     ):
         return f"only this agent's named approvers can decide: {', '.join(named)}"
@@ -330,7 +331,7 @@ def decide(
             approval.refresh_from_db()
             raise _conflict(approval)
         step["status"] = plan.status
-        # The learning policy hears every decided action (approvals/learning.py).
+        # The learning policy hears every decided action (approvals/learning/rules.py).
         approval.run = run
         learning.record_decision(
             approval, status=plan.status, edited=fields.get("edited_args") is not None, by=user
@@ -571,7 +572,7 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
 
     Each argument rule is asked of the gate policy on its own (against a copy of the tool with
     no risk of its own, so only that rule can gate), which keeps what "over the limit" and "on
-    the allow-list" mean in policy.py. Sampling is off, so the answer is deterministic.
+    the allow-list" mean in declared_policy.py. Sampling is off, so the answer is deterministic.
     """
     problems: list[str] = []
     for arg, limit in (rules.get("thresholds") or {}).get(tool.name, {}).items():
@@ -591,8 +592,8 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
         ):
             problems.append(f"{arg} {edited.get(arg)!r} is not on the allow-list")
     quiet = {**rules, "sample_rate": 0}
-    before = policy.evaluate(tool=tool, args=original, rules=quiet)
-    after = policy.evaluate(tool=tool, args=edited, rules=quiet)
+    before = declared_policy.evaluate(tool=tool, args=original, rules=quiet)
+    after = declared_policy.evaluate(tool=tool, args=edited, rules=quiet)
     if after.gated and _rank(after.risk) > _rank(before.risk):
         problems.append(f"the risk rises from {before.risk} to {after.risk}: {after.explanation}")
     elif after.gated and not before.gated and not problems:
@@ -603,7 +604,7 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
 def _rule_gates(tool: Tool, args: dict, kind: str, arg: str, rule: Any) -> bool:
     riskless = replace(tool, reversible=True, blast=Blast.NONE)
     rules = {kind: {tool.name: {arg: rule}}, "sample_rate": 0}
-    return policy.evaluate(tool=riskless, args=args, rules=rules).gated
+    return declared_policy.evaluate(tool=riskless, args=args, rules=rules).gated
 
 
 def _number(value: Any) -> Decimal | None:

@@ -1,10 +1,10 @@
 """A gate configuration that cannot be understood refuses to start: it never runs ungated.
 
-The policy (approvals/policy.py) reads an agent's rules by tool and argument name, so a rule
-naming a tool the agent does not have, or an argument its tool does not take, matches nothing
-and gates nothing: a typo'd `always_gate` entry silently lets every call of the real tool
-through. `problems` finds every such rule, on the agent's snapshot (Agent.snapshot() or
-ExternalAgent.snapshot(): GateRules.as_dict() beside the tools' metadata), for
+The policy (approvals/declared_policy.py) reads an agent's rules by tool and argument name,
+so a rule naming a tool the agent does not have, or an argument its tool does not take,
+matches nothing and gates nothing: a typo'd `always_gate` entry silently lets every call of
+the real tool through. `problems` finds every such rule, on the agent's snapshot
+(Agent.snapshot() or ExternalAgent.snapshot(): GateRules.as_dict() beside the tools' metadata), for
 
 - the system check below (approvals/apps.py registers it): `manage.py check --deploy`,
   `migrate` and therefore `up` refuse to start while an agent of the catalogue has one;

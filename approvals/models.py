@@ -246,7 +246,8 @@ class ApprovalView(models.Model):
 
 
 class DecisionLink(models.Model):
-    """A one-tap decision link e-mailed to one approver for one approval (approvals/one_tap.py).
+    """A one-tap decision link e-mailed to one approver for one approval
+    (approvals/notify/one_tap/links.py).
 
     The signed token in the e-mail names this row's nonce; the row is what makes the link
     single-use (`used_at`, set by a compare-and-set in the decision's own transaction) and
@@ -333,8 +334,8 @@ class Delegation(models.Model):
 
 
 class SlackMessage(models.Model):
-    """The Slack message that asked for this approval (approvals/slack.py), to update it with
-    who decided."""
+    """The Slack message that asked for this approval (approvals/notify/slack/app.py), to
+    update it with who decided."""
 
     approval = models.OneToOneField(Approval, on_delete=models.CASCADE, related_name="slack")
     channel = models.CharField(max_length=32)
@@ -364,7 +365,7 @@ class SlackUser(models.Model):
 
 
 # The learning gate policy's models live in their own module; imported here so Django sees them.
-from .rules import (  # noqa: E402, F401
+from .learning.models import (  # noqa: E402, F401
     AutoApproveRule,
     GateOverride,
     PostHocReview,

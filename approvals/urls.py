@@ -1,6 +1,8 @@
 from django.urls import path
 
-from . import batch_views, delegation_views, learning_views, one_tap_views, views
+from . import batch_views, delegation_views, views
+from .learning import views as learning_views
+from .notify.one_tap import views as one_tap_views
 
 app_name = "approvals"
 urlpatterns = [

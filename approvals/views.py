@@ -18,8 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import events, rendering
 from runs.models import Step, args_hash
 
-from . import arg_form, decisions, evidence, listing, live, presence
-from . import stats as approval_stats
+from . import arg_form, decisions, evidence, listing, presence, stream_messages
+from .learning import stats as approval_stats
 from .models import Approval, ApprovalVote
 
 QUEUE_TEMPLATE = "approvals/queue.html"
@@ -134,7 +134,7 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "opened_token": signing.dumps(timezone.now().isoformat(), salt=OPENED_SALT),
         "field_errors": {},
         "result": None,
-        **live.presence_context(approval, request.user),
+        **stream_messages.presence_context(approval, request.user),
         **extra,
     }
 
@@ -350,7 +350,10 @@ def claim(request: HttpRequest, pk) -> HttpResponse:
         status = 409
     events.publish_presence_on_commit(approval.pk)
     events.publish_approvals_changed(approval.pk)
-    context = {**live.presence_context(approval, request.user), "claim_refused": status == 409}
+    context = {
+        **stream_messages.presence_context(approval, request.user),
+        "claim_refused": status == 409,
+    }
     return render(request, DETAIL_TEMPLATE + "#approval-presence", context, status=status)
 
 

@@ -22,7 +22,7 @@ DEFERRED_IMPORTS = {
     ("runs/apps.py", "runs.pending"),
     ("runs/apps.py", "runs.models"),
     ("approvals/apps.py", "runs.engine"),
-    ("approvals/apps.py", "approvals.gates"),
+    ("approvals/apps.py", "approvals.engine_gates"),
     ("approvals/apps.py", "approvals.gate_config"),
     ("approvals/apps.py", "approvals.decisions"),
     ("approvals/apps.py", "approvals.tasks"),

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from runs.models import Run
 
-from .models import Approval, Escalation
+from ..models import Approval, Escalation
 
 
 def chain(run: Run) -> list[dict]:

@@ -21,7 +21,8 @@ from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, D
 from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
-from . import learning, policy, tasks
+from . import declared_policy, tasks
+from .learning import rules as learning
 from .models import Approval, RuleHit
 
 ASK_OPERATOR = "ask_operator"
@@ -66,7 +67,7 @@ def gate_for_call(
     None: it may run. Writes nothing; asks the policy once (sampling draws a number).
 
     `response` is the model turn that proposed the call: its stated confidence (see
-    policy.model_confidence) can add a gate, and its text is the approver's context.
+    declared_policy.model_confidence) can add a gate, and its text is the approver's context.
 
     Fails closed: a policy that raises (rules it cannot read, a learned rule that cannot be
     looked up) gates the call, and the approval says why.
@@ -106,11 +107,11 @@ def _gate_for_call(
     if learns is not None and not rules.get("sample_rate"):
         # An agent that learns samples its borderline calls by default.
         rules = {**rules, "sample_rate": learns.get("sample_rate", 0.15)}
-    verdict = policy.evaluate(
+    verdict = declared_policy.evaluate(
         tool=tool,
         args=item["args"],
         rules=rules,
-        confidence=policy.model_confidence(response),
+        confidence=declared_policy.model_confidence(response),
         rng=rng or _sampler(run, item, tool, "borderline"),
     )
     gate = {
@@ -137,7 +138,7 @@ def _learned(
         if override is None:
             return None
         gate["explanation"] = (
-            f"{policy.describe(tool)}: a reviewer found a {tool.name} call of this agent "
+            f"{declared_policy.describe(tool)}: a reviewer found a {tool.name} call of this agent "
             f"should have been gated; every such call goes to a person until an admin clears it"
         )
         return gate
@@ -154,7 +155,7 @@ def _learned(
         return gate
     if rule is None:
         return gate
-    rate = policy._rate(learns.get("check_rate"))
+    rate = declared_policy._rate(learns.get("check_rate"))
     if rate and (rng or _sampler(run, item, tool, "rule-check")).random() < rate:
         gate["sampled"] = True
         gate["rule_check"] = rule.pk
@@ -175,16 +176,16 @@ def _pii_gate(run: Run, item: dict, tool: Tool, response, rng) -> dict:
     explanation = f"personal data leaving the system ({found})"
     risk = max(tool.blast, Blast.MEDIUM).label
     if tool.name != FINAL_ANSWER:
-        verdict = policy.evaluate(
+        verdict = declared_policy.evaluate(
             tool=tool,
             args=item["args"],
             rules=run.agent_config.get("gates", {}),
-            confidence=policy.model_confidence(response),
+            confidence=declared_policy.model_confidence(response),
             rng=rng or _sampler(run, item, tool, "borderline"),
         )
         if verdict.gated:
             explanation += f"; and {verdict.explanation}"
-        risk = max(policy.BLAST_BY_LABEL[verdict.risk], Blast.MEDIUM).label
+        risk = max(declared_policy.BLAST_BY_LABEL[verdict.risk], Blast.MEDIUM).label
     return {
         "kind": Approval.Kind.ACTION,
         "tool": tool.name,

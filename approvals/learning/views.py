@@ -13,7 +13,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from . import learning, review
+from . import review
+from . import rules as learning
 from .models import AutoApproveRule, GateOverride, PostHocReview
 
 MAX_EXPIRY_DAYS = 365
