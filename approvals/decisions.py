@@ -3,11 +3,9 @@
 Every caller (the API, the web UI, the expiry sweep) goes through here, so the rules live in
 one place:
 
-- Who may decide: the approver or admin role; the agent's named approvers when it has any
-  (nobody else, admins included); four-eyes: at or above the agent's `four_eyes_from` risk the
-  user who launched the run cannot approve (they may still reject); a quorum of distinct
-  approvers at or above `quorum_from`, where any one rejection rejects (a quorum gate's
-  arguments cannot be edited: every voter approves exactly the call they were shown).
+- Who may decide is approvals/permissions.py's (roles, named approvers, four-eyes, quorum,
+  delegation, escalated tiers); here it is asked under the locks. A quorum gate's arguments
+  cannot be edited: every voter approves exactly the call they were shown.
 - Exactly once: the run row, then the approval row, are locked (the engine locks the run first
   too, so a decision and a worker never deadlock), only a pending approval can be decided, and
   the status change is a compare-and-set. The loser of a race and a replayed request get
@@ -39,10 +37,10 @@ from agentops.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import declared_policy
+from . import declared_policy, permissions
 from .learning import rules as learning
-from .models import Approval, ApprovalView, ApprovalVote, Delegation
-from .notify.escalation import escalated_to
+from .models import Approval, ApprovalView, ApprovalVote
+from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
 
 DECISIONS = ("approve", "reject", "answer")
 # Sent after commit with `approval_id` once an approval is decided or expired (the Slack app
@@ -101,92 +99,6 @@ class DecisionInvalid(DecisionError):
         self.errors = errors or {}
 
 
-# --- who may decide --------------------------------------------------------------------------
-def _rank(risk: str) -> int:
-    try:
-        return int(Blast[risk.upper()])
-    except KeyError:
-        return int(Blast.MEDIUM)
-
-
-def gate_rules(run: Run) -> dict:
-    return run.agent_config.get("gates", {}) or {}
-
-
-def votes_needed(approval: Approval, rules: dict) -> int:
-    """Distinct approvers an action needs: the agent's quorum at or above `quorum_from`."""
-    quorum_from = rules.get("quorum_from") or ""
-    if approval.kind != Approval.Kind.ACTION or not quorum_from:
-        return 1
-    if _rank(approval.risk) < _rank(quorum_from):
-        return 1
-    return max(1, int(rules.get("quorum") or 2))
-
-
-def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approve") -> str:
-    """Why `user` may not make `decision` on this approval, or "" if they may."""
-    if not (user is not None and user.is_authenticated and user.can_approve):
-        return "only approvers and admins can decide approvals"
-    rules = gate_rules(run)
-    named = rules.get("approvers") or []
-    if (
-        named
-        and user.get_username() not in named
-        # An escalation tier told about it may decide it too (approvals/notify/escalation.py).
-        and not (rules.get("escalation") and user.get_username() in escalated_to(approval))
-    ):
-        return f"only this agent's named approvers can decide: {', '.join(named)}"
-    return _four_eyes_reason(approval, run, user, decision)
-
-
-def _four_eyes_reason(approval: Approval, run: Run, user, decision: str) -> str:
-    four_eyes_from = gate_rules(run).get("four_eyes_from") or ""
-    if (
-        decision != "reject"
-        and four_eyes_from
-        and run.launched_by_id is not None
-        and run.launched_by_id == user.pk
-        and _rank(approval.risk) >= _rank(four_eyes_from)
-    ):
-        return (
-            f"four-eyes rule: you launched this run, so you cannot approve a {approval.risk}-risk "
-            f"action in it (from {four_eyes_from} up another approver must decide)"
-        )
-    return ""
-
-
-def acting_for(approval: Approval, run: Run, user, decision: str):
-    """Whom `user` decides for through an active Delegation, when they may not decide this
-    themselves: the first delegator who could. None if nobody. The delegate's own four-eyes
-    rule still holds, and a quorum needs each approver's own vote, so delegates do not vote
-    on one."""
-    if _four_eyes_reason(approval, run, user, decision):
-        return None
-    if votes_needed(approval, gate_rules(run)) > 1:
-        return None
-    delegations = Delegation.objects.active().filter(delegate=user).select_related("user")
-    for delegation in delegations.order_by("starts"):
-        if not forbidden_reason(approval, run, delegation.user, decision):
-            return delegation.user
-    return None
-
-
-def may_approve(approval: Approval, run: Run, user) -> bool:
-    """Whether `user` may approve it, themselves or for someone they act for."""
-    if not forbidden_reason(approval, run, user, "approve"):
-        return True
-    return acting_for(approval, run, user, "approve") is not None
-
-
-def may_decide(approval: Approval, user) -> bool:
-    """For lists ("assigned to me"): pending, allowed, and not already voted by this user."""
-    if approval.status != Approval.Status.PENDING or approval.run.is_terminal:
-        return False
-    if not may_approve(approval, approval.run, user):
-        return False
-    return not approval.votes.filter(user=user).exists()
-
-
 # --- opening ---------------------------------------------------------------------------------
 def record_open(approval: Approval, user) -> ApprovalView | None:
     """Remember when a person who may decide first opened a pending approval.
@@ -195,7 +107,7 @@ def record_open(approval: Approval, user) -> ApprovalView | None:
     """
     if approval.status != Approval.Status.PENDING:
         return None
-    if not (user is not None and user.is_authenticated and user.can_approve):
+    if not permissions.can_decide(user):
         return None
     view, _ = ApprovalView.objects.get_or_create(
         approval=approval, user=user, defaults={"first_opened_at": timezone.now()}
@@ -237,8 +149,8 @@ def decide(
     decision = (decision or "").strip().lower()
     reason = (reason or "").strip()
     answer = (answer or "").strip()
-    if not (user is not None and user.is_authenticated and user.can_approve):
-        raise DecisionForbidden("only approvers and admins can decide approvals")
+    if not permissions.can_decide(user):
+        raise DecisionForbidden(permissions.ONLY_APPROVERS)
     if decision not in DECISIONS:
         raise DecisionInvalid(
             f"decision must be one of {', '.join(DECISIONS)}",
@@ -594,7 +506,7 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
     quiet = {**rules, "sample_rate": 0}
     before = declared_policy.evaluate(tool=tool, args=original, rules=quiet)
     after = declared_policy.evaluate(tool=tool, args=edited, rules=quiet)
-    if after.gated and _rank(after.risk) > _rank(before.risk):
+    if after.gated and rank(after.risk) > rank(before.risk):
         problems.append(f"the risk rises from {before.risk} to {after.risk}: {after.explanation}")
     elif after.gated and not before.gated and not problems:
         problems.append(f"policy gates the edited call: {after.explanation}")

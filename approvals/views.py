@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import events, rendering
 from runs.models import Step, args_hash
 
-from . import arg_form, decisions, evidence, listing, presence, stream_messages
+from . import arg_form, decisions, evidence, listing, permissions, presence, stream_messages
 from .learning import stats as approval_stats
 from .models import Approval, ApprovalVote
 
@@ -52,7 +52,7 @@ def assigned_to(user, rows: list[Approval]) -> list[Approval]:
     return [
         a
         for a in rows
-        if a.pk not in voted and not a.run.is_terminal and decisions.may_approve(a, a.run, user)
+        if a.pk not in voted and not a.run.is_terminal and permissions.may_approve(a, a.run, user)
     ]
 
 
@@ -162,7 +162,7 @@ def _edit_preview(approval: Approval, post) -> dict:
         preview["message"] = "Some arguments could not be read."
         return preview
     try:
-        final = decisions.validated_edit(approval, arguments, decisions.gate_rules(approval.run))
+        final = decisions.validated_edit(approval, arguments, permissions.gate_rules(approval.run))
     except decisions.DecisionInvalid as exc:
         preview["errors"] = exc.errors
         preview["message"] = exc.message
@@ -319,7 +319,7 @@ def _needs_confirmation(request: HttpRequest, approval: Approval, decision: str)
         and approval.needs_confirmation
         and request.POST.get("shown_args_hash") == current
         and request.POST.get("confirmed", "") != current
-        and not decisions.forbidden_reason(approval, approval.run, request.user, "approve")
+        and not permissions.forbidden_reason(approval, approval.run, request.user, "approve")
     )
 
 

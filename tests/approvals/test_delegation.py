@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import decisions
+from approvals import decisions, permissions
 from approvals.models import Approval, Delegation
 from approvals.notify import email
 from runs.models import Step
@@ -151,4 +151,4 @@ def test_delegated_approvals_are_assigned_to_the_delegate(named, bea, dan):
     assert str(approval.pk) not in client.get(queue).content.decode()
     delegate(bea, dan)
     assert str(approval.pk) in client.get(queue).content.decode()
-    assert decisions.may_decide(approval, dan)
+    assert permissions.may_decide(approval, dan)
