@@ -38,7 +38,6 @@ from runs import events
 from runs.models import Run, Step, args_hash
 
 from . import declared_policy, permissions
-from .learning import rules as learning
 from .models import Approval, ApprovalView, ApprovalVote
 from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
 
@@ -46,6 +45,10 @@ DECISIONS = ("approve", "reject", "answer")
 # Sent after commit with `approval_id` once an approval is decided or expired (the Slack app
 # updates its message: approvals/tasks.py).
 decided = Signal()
+# Sent inside the decision's transaction with `approval`, `status`, `edited` and `by` once a
+# person's decision settles an approval: the learning wing moves its track records
+# (approvals/apps.py connects it; the core does not import the wing).
+settled = Signal()
 OUTCOME_ANSWERS = ("happened", "did_not_happen")
 _STATUS_BY_DECISION = {
     "approve": Approval.Status.APPROVED,
@@ -146,9 +149,45 @@ def decide(
     shown: an approval of any other call is a DecisionConflict. Raises Approval.DoesNotExist,
     DecisionForbidden, DecisionConflict or DecisionInvalid; on any of them nothing was changed.
     """
-    decision = (decision or "").strip().lower()
+    decision = _checked_request(user, decision)
     reason = (reason or "").strip()
     answer = (answer or "").strip()
+    with transaction.atomic():
+        run, approval = _lock(approval_id, user)
+        principal = _check_may_decide(approval, run, user, decision, shown_args_hash)
+        rules = gate_rules(run)
+        needed = votes_needed(approval, rules)
+        plan = _plan(approval, decision, arguments, reason, answer, rules)
+        now = timezone.now()
+        opened = _opened_at(approval.first_opened_at, opened_at, now)
+        _record_vote(approval, user, decision, plan, reason, answer, opened, now)
+        approvals_so_far = (
+            approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).count()
+            if needed > 1
+            else int(decision == "approve")
+        )
+        step = _decision_step(approval, user, decision, plan, reason, answer, opened, now)
+        if principal is not None:
+            # In the step, so in the run's hash chain: who decided, and for whom.
+            step["acting_for"] = principal.get_username()
+        if needed > 1:
+            step["votes"] = f"{approvals_so_far} of {needed}"
+        approval.run = run
+        if plan.status == Approval.Status.APPROVED and approvals_so_far < needed:
+            return _count_quorum_vote(approval, run, step, needed - approvals_so_far)
+        fields = _settle(approval, user, plan, reason, answer, now)
+        step["status"] = plan.status
+        edited = fields.get("edited_args") is not None
+        _after_settled(approval, run, step, plan, user, now, edited=edited)
+    for name, value in fields.items():
+        setattr(approval, name, value)
+    approval.run = run
+    return approval
+
+
+def _checked_request(user, decision: str) -> str:
+    """The decision word, normalised, once the caller may decide at all and the word is known."""
+    decision = (decision or "").strip().lower()
     if not permissions.can_decide(user):
         raise DecisionForbidden(permissions.ONLY_APPROVERS)
     if decision not in DECISIONS:
@@ -156,111 +195,113 @@ def decide(
             f"decision must be one of {', '.join(DECISIONS)}",
             {"decision": [f"unknown decision {decision!r}"]},
         )
-    with transaction.atomic():
-        # Lock order: run, then approval (as the engine and the expiry sweep do).
-        run = _locked_run_of(approval_id)
-        approval = (
-            Approval.objects.select_for_update()
-            .annotate(first_opened_at=_first_opened_by(user))
-            .get(pk=approval_id)
-        )
-        _check_still_open(approval, run)
-        if decision == "approve" and shown_args_hash is not None:
-            _check_shown(approval, shown_args_hash)
-        why = forbidden_reason(approval, run, user, decision)
-        principal = acting_for(approval, run, user, decision) if why else None
-        if why and principal is None:
-            raise DecisionForbidden(why)
-        rules = gate_rules(run)
-        needed = votes_needed(approval, rules)
-        # With one vote needed, any vote decides: a pending approval has no votes yet.
-        if needed > 1:
-            _check_not_voted_yet(approval, user)
-        plan = _plan(approval, decision, arguments, reason, answer, rules)
-        now = timezone.now()
-        opened = _opened_at(approval.first_opened_at, opened_at, now)
-        ApprovalVote.objects.create(
-            approval=approval,
-            user=user,
-            username=user.get_username(),
-            decision=decision,
-            arguments=plan.final_args,
-            edited=plan.edited,
-            reason=reason,
-            answer=answer,
-            opened_at=opened,
-            decided_at=now,
-            seconds_open=(now - opened).total_seconds() if opened else None,
-        )
-        approvals_so_far = (
-            approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).count()
-            if needed > 1
-            else int(decision == "approve")
-        )
-        step = {
-            "approval": str(approval.pk),
-            "kind": approval.kind,
-            "decision": decision,
-            "by": user.get_username(),
-            "tool": approval.tool,
-            "args": approval.args,
-            "edited_args": plan.final_args if plan.edited else None,
-            "reason": reason,
-            "answer": answer,
-            "opened_at": opened.isoformat() if opened else None,
-            "seconds_open": round((now - opened).total_seconds(), 3) if opened else None,
-        }
-        if principal is not None:
-            # In the step, so in the run's hash chain: who decided, and for whom.
-            step["acting_for"] = principal.get_username()
-        if needed > 1:
-            step["votes"] = f"{approvals_so_far} of {needed}"
+    return decision
 
-        if plan.status == Approval.Status.APPROVED and approvals_so_far < needed:
-            # One vote of a quorum: nothing is decided yet, nothing resumes.
-            step["status"] = Approval.Status.PENDING
-            step["detail"] = f"{needed - approvals_so_far} more approval(s) needed"
-            run.append_step(Step.Kind.DECISION, step)
-            events.publish_approvals_changed(approval.pk)
-            approval.run = run
-            return approval
 
-        fields: dict[str, Any] = {
-            "status": plan.status,
-            "decided_at": now,
-            "decided_by": user,
-            "reason": reason,
-            "answer": answer,
-        }
-        if plan.status == Approval.Status.APPROVED:
-            fields["edited_args"] = plan.final_args if plan.final_args != approval.args else None
-            fields["approved_args_hash"] = args_hash(approval.tool, plan.final_args)
-        # Compare-and-set: under the locks this always wins, but it is the rule that makes
-        # "only a pending approval can be decided" true whatever the caller did before.
-        if not Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
-            **fields
-        ):
-            approval.refresh_from_db()
-            raise _conflict(approval)
-        step["status"] = plan.status
-        # The learning policy hears every decided action (approvals/learning/rules.py).
-        approval.run = run
-        learning.record_decision(
-            approval, status=plan.status, edited=fields.get("edited_args") is not None, by=user
-        )
-        counter = _outcome_counter(plan.status, edited=fields.get("edited_args") is not None)
-        # The run's outcome counter moves in the step's own write, under the run's lock.
-        _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})
-        events.publish_approvals_changed(approval.pk)
-        transaction.on_commit(lambda: decided.send(sender=Approval, approval_id=approval.pk))
-        waited = (now - approval.requested_at).total_seconds()
-        transaction.on_commit(
-            lambda: metrics.decision_seconds.labels(approval.kind, plan.status).observe(waited)
-        )
-    for name, value in fields.items():
-        setattr(approval, name, value)
-    approval.run = run
+def _lock(approval_id, user) -> tuple[Run, Approval]:
+    """The run, then the approval, under their row locks (the order the engine and the expiry
+    sweep lock them in), with when `user` first opened the approval."""
+    run = _locked_run_of(approval_id)
+    approval = (
+        Approval.objects.select_for_update()
+        .annotate(first_opened_at=_first_opened_by(user))
+        .get(pk=approval_id)
+    )
+    return run, approval
+
+
+def _check_may_decide(approval: Approval, run: Run, user, decision: str, shown_args_hash):
+    """Still open, the call shown is the call waiting, and `user` may decide it (themselves,
+    or for whom they act: returned, else None). Raises otherwise."""
+    _check_still_open(approval, run)
+    if decision == "approve" and shown_args_hash is not None:
+        _check_shown(approval, shown_args_hash)
+    why = forbidden_reason(approval, run, user, decision)
+    principal = acting_for(approval, run, user, decision) if why else None
+    if why and principal is None:
+        raise DecisionForbidden(why)
+    # With one vote needed, any vote decides: a pending approval has no votes yet.
+    if votes_needed(approval, gate_rules(run)) > 1:
+        _check_not_voted_yet(approval, user)
+    return principal
+
+
+def _record_vote(approval, user, decision, plan, reason, answer, opened, now) -> ApprovalVote:
+    return ApprovalVote.objects.create(
+        approval=approval,
+        user=user,
+        username=user.get_username(),
+        decision=decision,
+        arguments=plan.final_args,
+        edited=plan.edited,
+        reason=reason,
+        answer=answer,
+        opened_at=opened,
+        decided_at=now,
+        seconds_open=(now - opened).total_seconds() if opened else None,
+    )
+
+
+def _decision_step(approval, user, decision, plan, reason, answer, opened, now) -> dict:
+    """The decision's step in the run's timeline (status, votes and principal added after)."""
+    return {
+        "approval": str(approval.pk),
+        "kind": approval.kind,
+        "decision": decision,
+        "by": user.get_username(),
+        "tool": approval.tool,
+        "args": approval.args,
+        "edited_args": plan.final_args if plan.edited else None,
+        "reason": reason,
+        "answer": answer,
+        "opened_at": opened.isoformat() if opened else None,
+        "seconds_open": round((now - opened).total_seconds(), 3) if opened else None,
+    }
+
+
+def _count_quorum_vote(approval: Approval, run: Run, step: dict, missing: int) -> Approval:
+    """One vote of a quorum: nothing is decided yet, nothing resumes."""
+    step["status"] = Approval.Status.PENDING
+    step["detail"] = f"{missing} more approval(s) needed"
+    run.append_step(Step.Kind.DECISION, step)
+    events.publish_approvals_changed(approval.pk)
     return approval
+
+
+def _settle(approval: Approval, user, plan: _Plan, reason: str, answer: str, now) -> dict:
+    """Write the outcome on the approval; the fields written."""
+    fields: dict[str, Any] = {
+        "status": plan.status,
+        "decided_at": now,
+        "decided_by": user,
+        "reason": reason,
+        "answer": answer,
+    }
+    if plan.status == Approval.Status.APPROVED:
+        fields["edited_args"] = plan.final_args if plan.final_args != approval.args else None
+        fields["approved_args_hash"] = args_hash(approval.tool, plan.final_args)
+    # Compare-and-set: under the locks this always wins, but it is the rule that makes
+    # "only a pending approval can be decided" true whatever the caller did before.
+    if not Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(**fields):
+        approval.refresh_from_db()
+        raise _conflict(approval)
+    return fields
+
+
+def _after_settled(approval: Approval, run: Run, step: dict, plan: _Plan, user, now, *, edited):
+    """What a settled decision sets off: the learning policy hears it (`settled`, inside the
+    transaction), the run's step and counter, and after commit the live queue, `decided` and
+    the time-to-decide metric."""
+    settled.send(sender=Approval, approval=approval, status=plan.status, edited=edited, by=user)
+    counter = _outcome_counter(plan.status, edited=edited)
+    # The run's outcome counter moves in the step's own write, under the run's lock.
+    _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})
+    events.publish_approvals_changed(approval.pk)
+    transaction.on_commit(lambda: decided.send(sender=Approval, approval_id=approval.pk))
+    waited = (now - approval.requested_at).total_seconds()
+    transaction.on_commit(
+        lambda: metrics.decision_seconds.labels(approval.kind, plan.status).observe(waited)
+    )
 
 
 def _locked_run_of(approval_id) -> Run:

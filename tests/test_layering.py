@@ -27,6 +27,8 @@ DEFERRED_IMPORTS = {
     ("approvals/apps.py", "approvals.decisions"),
     ("approvals/apps.py", "approvals.tasks"),
     ("approvals/apps.py", "approvals.models"),
+    ("approvals/apps.py", "approvals.learning"),
+    ("approvals/apps.py", "approvals.learning.rules"),
     ("approvals/apps.py", "runs.models"),
     ("demo/apps.py", "demo.agents"),
     ("accounts/apps.py", "accounts.lockouts"),

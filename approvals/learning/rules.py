@@ -206,10 +206,16 @@ def use_rule(rule_id: int, args: dict, tool: Tool, risk: str) -> AutoApproveRule
 # --- learning from decisions -------------------------------------------------------------------
 
 
+def on_settled(sender, approval, *, status: str, edited: bool, by, **kwargs) -> None:
+    """decisions.settled (connected in approvals/apps.py): a person's decision settled an
+    approval."""
+    record_decision(approval, status=status, edited=edited, by=by)
+
+
 def record_decision(approval, *, status: str, edited: bool, by) -> None:
-    """Called by the decision service, inside its transaction, once a person has decided an
-    action. Revokes the rules a rejection or edit contradicts, then moves the track records
-    and proposes a rule where a record has reached the bar."""
+    """Called (through decisions.settled) inside the decision's transaction, once a person has
+    decided an action. Revokes the rules a rejection or edit contradicts, then moves the track
+    records and proposes a rule where a record has reached the bar."""
     if approval.kind != "action" or not approval.tool:
         return
     rules = approval.run.agent_config.get("gates", {})
