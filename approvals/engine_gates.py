@@ -21,7 +21,7 @@ from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, D
 from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
-from . import declared_policy, tasks
+from . import declared_policy, gate_config, tasks
 from .learning import rules as learning
 from .models import Approval, RuleHit
 
@@ -54,9 +54,10 @@ def ask_operator(question: str, options: list[str] | None = None) -> dict:
 
 def _deadline(run: Run) -> tuple[timedelta, str]:
     gates = run.agent_config.get("gates", {})
+    seconds = gates.get("approval_timeout_seconds")
     return (
-        timedelta(seconds=gates.get("approval_timeout_seconds", 24 * 3600)),
-        gates.get("on_expiry", "reject"),
+        gate_config.APPROVAL_TIMEOUT if seconds is None else timedelta(seconds=seconds),
+        gates.get("on_expiry", gate_config.ON_EXPIRY),
     )
 
 
@@ -244,20 +245,13 @@ def _approve_by_rule(
     )
     approval.save(force_insert=True)
     RuleHit.objects.create(rule=rule, approval=approval, checked=False, at=now)
-    run.append_step(
-        Step.Kind.GATE,
-        {
-            "approval": str(approval.pk),
-            "kind": kind,
-            "tool_use_id": item["id"],
-            "tool": tool,
-            "args": item["args"],
-            "explanation": why,
-            "risk": approval.risk,
-            "status": Approval.Status.APPROVED,
-            "approved_by_rule": rule.pk,
-            "rule": described,
-        },
+    _gate_step(
+        run,
+        approval,
+        item,
+        status=Approval.Status.APPROVED,
+        approved_by_rule=rule.pk,
+        rule=described,
     )
     return approval
 
@@ -449,24 +443,35 @@ def _open(
         expires_at=now + timeout,
     )
     approval.save(force_insert=True)
-    run.append_step(
-        Step.Kind.GATE,
-        {
-            "approval": str(approval.pk),
-            "kind": kind,
-            "tool_use_id": item["id"],
-            "tool": tool,
-            "args": item["args"],
-            "question": question,
-            "options": options or [],
-            "explanation": explanation,
-            "risk": approval.risk,
-            "sampled": sampled,
-            "expires_at": approval.expires_at.isoformat(),
-            # The PII guard's findings (masked), for the approval card.
-            **({"findings": findings} if findings else {}),
-        },
+    _gate_step(
+        run,
+        approval,
+        item,
+        question=question,
+        options=options or [],
+        sampled=sampled,
+        expires_at=approval.expires_at.isoformat(),
+        # The PII guard's findings (masked), for the approval card.
+        **({"findings": findings} if findings else {}),
     )
     events.publish_approvals_changed(approval.pk)
     transaction.on_commit(lambda: tasks.approval_requested(approval.pk))
     return approval
+
+
+def _gate_step(run: Run, approval: Approval, item: dict, **extra) -> None:
+    """The gate's step in the run's timeline, for an approval a person decides and for one a
+    rule approved alike; `extra` says what differs."""
+    run.append_step(
+        Step.Kind.GATE,
+        {
+            "approval": str(approval.pk),
+            "kind": approval.kind,
+            "tool_use_id": item["id"],
+            "tool": approval.tool,
+            "args": item["args"],
+            "explanation": approval.explanation,
+            "risk": approval.risk,
+            **extra,
+        },
+    )

@@ -12,6 +12,8 @@ from django.utils import timezone
 from agentops import pii
 from agentops.tools import Tool, get_tool
 
+from .gate_config import ON_EXPIRY
+
 # Apps above this one whose approvals name tools that are not in the registry (an external
 # agent's: gateway/) add a finder here at start-up; a finder answers None for any other.
 TOOL_FINDERS: list[Callable[["Approval"], Tool | None]] = []
@@ -72,7 +74,7 @@ class Approval(models.Model):
     approved_args_hash = models.CharField(max_length=64, blank=True)
     reason = models.TextField(blank=True)
     answer = models.TextField(blank=True)
-    on_expiry = models.CharField(max_length=16, default="reject")
+    on_expiry = models.CharField(max_length=16, default=ON_EXPIRY)
     requested_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     decided_at = models.DateTimeField(null=True, blank=True)
