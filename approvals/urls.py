@@ -7,7 +7,7 @@ from .notify.one_tap import views as one_tap_views
 app_name = "approvals"
 urlpatterns = [
     path("", views.queue, name="queue"),
-    path("stats/", views.stats, name="stats"),
+    path("stats/", learning_views.approver_stats, name="stats"),
     path("batch/", batch_views.batch_decide, name="batch"),
     path("delegation/", delegation_views.delegations, name="delegations"),
     path("delegation/<int:pk>/end/", delegation_views.end_delegation, name="end_delegation"),

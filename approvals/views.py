@@ -4,7 +4,7 @@ Decisions go through `approvals.decisions.decide` (row lock, four-eyes, quorum):
 only turns the form into its arguments and its outcome into a clear message and status.
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.contrib.auth.decorators import login_required
 from django.core import signing
@@ -19,7 +19,6 @@ from runs import events, rendering
 from runs.models import Step, args_hash
 
 from . import arg_form, decisions, evidence, listing, permissions, presence, stream_messages
-from .learning import stats as approval_stats
 from .models import Approval, ApprovalVote
 
 QUEUE_TEMPLATE = "approvals/queue.html"
@@ -355,17 +354,3 @@ def claim(request: HttpRequest, pk) -> HttpResponse:
         "claim_refused": status == 409,
     }
     return render(request, DETAIL_TEMPLATE + "#approval-presence", context, status=status)
-
-
-# --- approver statistics -----------------------------------------------------------------------
-@require_GET
-@login_required
-def stats(request: HttpRequest) -> HttpResponse:
-    if not request.user.is_admin:
-        raise PermissionDenied
-    try:
-        days = min(max(int(request.GET.get("days", 30)), 1), 365)
-    except ValueError:
-        days = 30
-    figures = approval_stats.approver_stats(since=timezone.now() - timedelta(days=days))
-    return render(request, "approvals/stats.html", {"stats": figures, "days": days})
