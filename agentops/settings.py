@@ -222,7 +222,7 @@ AGENTOPS = {
     "CONTEXT_TOKEN_BUDGET": env.int("AGENTOPS_CONTEXT_TOKEN_BUDGET", default=60_000),
     "MAX_INPUT_BYTES": env.int("AGENTOPS_MAX_INPUT_BYTES", default=64_000),
     "SHOP_DB": env.str("AGENTOPS_SHOP_DB", default=str(VAR_DIR / "shop.sqlite3")),
-    # Approval notifications (approvals/notify.py). Links in e-mails and webhooks start here.
+    # Approval notifications (approvals/notify/). Links in e-mails and webhooks start here.
     "PUBLIC_URL": env.str("AGENTOPS_PUBLIC_URL", default="http://127.0.0.1:8000"),
     # E-mail approvers (approver/admin role, or the agent's named approvers) on each request.
     "NOTIFY_EMAIL": env.bool("AGENTOPS_NOTIFY_EMAIL", default=True),
@@ -251,8 +251,9 @@ AGENTOPS = {
     "WEBHOOK_LEGACY_SIGNATURES": env.bool("AGENTOPS_WEBHOOK_LEGACY_SIGNATURES", default=True),
     # Rubber-stamp guard: decisions made faster than this after opening are flagged.
     "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
-    # The Slack app (approvals/slack.py): on only when the token, the signing secret and the
-    # channel are all set. SLACK_API_URL is Slack's Web API (tests point it at a local fake).
+    # The Slack app (approvals/notify/slack/app.py): on only when the token, the signing secret
+    # and the channel are all set. SLACK_API_URL is Slack's Web API (tests point it at a local
+    # fake).
     "SLACK_BOT_TOKEN": env.str("SLACK_BOT_TOKEN", default=""),
     "SLACK_SIGNING_SECRET": env.str("SLACK_SIGNING_SECRET", default=""),
     "SLACK_CHANNEL": env.str("SLACK_CHANNEL", default=""),
@@ -260,16 +261,16 @@ AGENTOPS = {
     # Map an unknown Slack user to the agentops user with the same e-mail (users.info); off
     # by default: only as safe as the workspace's control of its members' addresses.
     "SLACK_MAP_BY_EMAIL": env.bool("AGENTOPS_SLACK_MAP_BY_EMAIL", default=False),
-    # One-tap decision links in approval e-mails (approvals/one_tap.py) live at most this long
-    # (and never past the approval's own deadline).
+    # One-tap decision links in approval e-mails (approvals/notify/one_tap/links.py) live at
+    # most this long (and never past the approval's own deadline).
     "ONE_TAP_MAX_AGE_SECONDS": env.int("AGENTOPS_ONE_TAP_MAX_AGE_SECONDS", default=24 * 3600),
-    # The learning gate policy (approvals/learning.py): False switches it off everywhere (no
+    # The learning gate policy (approvals/learning/rules.py): False switches it off everywhere (no
     # proposals, active rules match nothing); agents opt in with GateRules.learning.
     "LEARNING_POLICY": env.bool("AGENTOPS_LEARNING_POLICY", default=True),
     # Set: which borderline calls are sampled is a function of this seed and the call, so a
     # test or a simulation sees the same sample every time. Unset: drawn from the OS.
     "GATE_SAMPLING_SEED": env.str("AGENTOPS_GATE_SAMPLING_SEED", default=""),
-    # Approver quality (approvals/stats.py): rubber-stamping is flagged when the median
+    # Approver quality (approvals/learning/stats.py): rubber-stamping is flagged when the median
     # seconds to decide high-risk calls is below the floor and the approval rate above the
     # ceiling.
     "RUBBER_STAMP_FLOOR_SECONDS": env.float("AGENTOPS_RUBBER_STAMP_FLOOR_SECONDS", default=10.0),

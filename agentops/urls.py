@@ -3,7 +3,7 @@ from django.urls import include, path
 
 from agentops import health, monitoring
 from agentops.api import api
-from approvals.slack_views import slack_actions
+from approvals.notify.slack.views import slack_actions
 
 urlpatterns = [
     path("admin/", admin.site.urls),

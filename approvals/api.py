@@ -19,7 +19,8 @@ from agentops.tools import get_tool
 from runs.api import MAX_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 
-from . import batch, decisions, evidence, stats
+from . import batch, decisions, evidence, permissions
+from .learning import stats
 from .models import Approval, ApprovalView
 
 router = Router(tags=["approvals"])
@@ -102,7 +103,7 @@ def list_approvals(
     qs = qs.annotate(risk_order=_RISK_ORDER).order_by("risk_order", "expires_at", "requested_at")
     if assigned_to_me:
         pending = qs.filter(status=Approval.Status.PENDING)
-        mine = [a for a in pending if decisions.may_decide(a, user)]
+        mine = [a for a in pending if permissions.may_decide(a, user)]
         count, page = len(mine), mine[offset : offset + limit]
     else:
         count, page = qs.count(), list(qs[offset : offset + limit])
@@ -138,7 +139,7 @@ def _why_not(approval: Approval, user) -> str:
         return f"already {approval.status}"
     if approval.run.is_terminal:
         return f"the run is {approval.run.status}"
-    return decisions.forbidden_reason(approval, approval.run, user, "approve")
+    return permissions.forbidden_reason(approval, approval.run, user, "approve")
 
 
 # --- statistics (the uuid converter keeps /stats apart from /{id}) ------------------------------
@@ -223,7 +224,7 @@ def _decided(approval: Approval, user) -> dict:
         "edited_arguments": approval.edited_args,
         "reason": approval.reason,
         "answer": approval.answer,
-        "votes_needed": decisions.votes_needed(approval, decisions.gate_rules(approval.run)),
+        "votes_needed": permissions.votes_needed(approval, permissions.gate_rules(approval.run)),
         "votes": _votes(approval),
     }
 
@@ -243,7 +244,7 @@ def _votes(approval: Approval) -> list[dict]:
 
 def _detail(approval: Approval, user, *, opened_at=None) -> dict:
     run = approval.run
-    rules = decisions.gate_rules(run)
+    rules = permissions.gate_rules(run)
     launched = run.steps.filter(seq=1).values_list("data", flat=True).first() or {}
     agent = get_agent(run.agent)
     steps = list(run.steps.order_by("-seq")[:RECENT_STEPS])
@@ -262,7 +263,7 @@ def _detail(approval: Approval, user, *, opened_at=None) -> dict:
         "pii_findings": evidence.pii_findings(approval),
         "on_expiry": approval.on_expiry,
         "opened_at": opened_at,
-        "votes_needed": decisions.votes_needed(approval, rules),
+        "votes_needed": permissions.votes_needed(approval, rules),
         "votes": _votes(approval),
         "tool_info": _tool_info(run, approval.tool),
         "run_context": {

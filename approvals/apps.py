@@ -11,17 +11,22 @@ class ApprovalsConfig(AppConfig):
         from runs import engine
         from runs.models import Run, run_cancelled
 
-        from . import decisions, gate_config, gates, tasks
+        from . import decisions, engine_gates, gate_config, tasks
+        from .learning import rules as learning
         from .models import Approval
 
         # A gate configuration that names what is not there refuses to start (check, up).
         checks.register(gate_config.check_catalogue)
 
         # The engine asks the gate policy through an interface it owns (runs.engine.gates).
-        engine.use_gates(gates)
+        engine.use_gates(engine_gates)
         # What a cancelled run waited for is cancelled with it.
         run_cancelled.connect(
             decisions.on_run_cancelled, sender=Run, dispatch_uid="approvals.on_run_cancelled"
+        )
+        # The learning wing hears every settled decision, inside its transaction.
+        decisions.settled.connect(
+            learning.on_settled, sender=Approval, dispatch_uid="approvals.learning_on_settled"
         )
         # A decision from anywhere updates the Slack app's message (when the app is on).
         decisions.decided.connect(

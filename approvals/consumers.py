@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from runs import events
 from runs.consumers import GroupConsumer, send_html_or_json
 
-from . import live, presence
+from . import presence, stream_messages
 from .models import Approval
 
 
@@ -35,7 +35,7 @@ class ApprovalsConsumer(GroupConsumer):
             )
         # A page rendered just before an approval was opened would miss its push and show a
         # stale count until the next change (a run launched from the form gates within ms).
-        state = await database_sync_to_async(live.render_approval_event)(self.watching)
+        state = await database_sync_to_async(stream_messages.render_approval_event)(self.watching)
         await send_html_or_json(self, state)
         if self.watching:
             await self._send_presence()
@@ -88,7 +88,7 @@ class ApprovalsConsumer(GroupConsumer):
             )
 
     async def rendered(self, event: dict) -> dict:
-        return await live.approval_payload(event)
+        return await stream_messages.approval_payload(event)
 
     async def approvals_changed(self, event):
         await self.forward(event)
@@ -101,7 +101,9 @@ class ApprovalsConsumer(GroupConsumer):
             await self._send_presence()
 
     async def _send_presence(self) -> None:
-        html = await database_sync_to_async(live.render_presence)(self.watching, self.scope["user"])
+        html = await database_sync_to_async(stream_messages.render_presence)(
+            self.watching, self.scope["user"]
+        )
         if html:
             await self.send(text_data=html)
 

@@ -3,11 +3,9 @@
 Every caller (the API, the web UI, the expiry sweep) goes through here, so the rules live in
 one place:
 
-- Who may decide: the approver or admin role; the agent's named approvers when it has any
-  (nobody else, admins included); four-eyes: at or above the agent's `four_eyes_from` risk the
-  user who launched the run cannot approve (they may still reject); a quorum of distinct
-  approvers at or above `quorum_from`, where any one rejection rejects (a quorum gate's
-  arguments cannot be edited: every voter approves exactly the call they were shown).
+- Who may decide is approvals/permissions.py's (roles, named approvers, four-eyes, quorum,
+  delegation, escalated tiers); here it is asked under the locks. A quorum gate's arguments
+  cannot be edited: every voter approves exactly the call they were shown.
 - Exactly once: the run row, then the approval row, are locked (the engine locks the run first
   too, so a decision and a worker never deadlock), only a pending approval can be decided, and
   the status change is a compare-and-set. The loser of a race and a replayed request get
@@ -39,14 +37,18 @@ from agentops.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import learning, policy
-from .escalation import escalated_to
-from .models import Approval, ApprovalView, ApprovalVote, Delegation
+from . import declared_policy, permissions
+from .models import Approval, ApprovalView, ApprovalVote
+from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
 
 DECISIONS = ("approve", "reject", "answer")
 # Sent after commit with `approval_id` once an approval is decided or expired (the Slack app
 # updates its message: approvals/tasks.py).
 decided = Signal()
+# Sent inside the decision's transaction with `approval`, `status`, `edited` and `by` once a
+# person's decision settles an approval: the learning wing moves its track records
+# (approvals/apps.py connects it; the core does not import the wing).
+settled = Signal()
 OUTCOME_ANSWERS = ("happened", "did_not_happen")
 _STATUS_BY_DECISION = {
     "approve": Approval.Status.APPROVED,
@@ -100,92 +102,6 @@ class DecisionInvalid(DecisionError):
         self.errors = errors or {}
 
 
-# --- who may decide --------------------------------------------------------------------------
-def _rank(risk: str) -> int:
-    try:
-        return int(Blast[risk.upper()])
-    except KeyError:
-        return int(Blast.MEDIUM)
-
-
-def gate_rules(run: Run) -> dict:
-    return run.agent_config.get("gates", {}) or {}
-
-
-def votes_needed(approval: Approval, rules: dict) -> int:
-    """Distinct approvers an action needs: the agent's quorum at or above `quorum_from`."""
-    quorum_from = rules.get("quorum_from") or ""
-    if approval.kind != Approval.Kind.ACTION or not quorum_from:
-        return 1
-    if _rank(approval.risk) < _rank(quorum_from):
-        return 1
-    return max(1, int(rules.get("quorum") or 2))
-
-
-def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approve") -> str:
-    """Why `user` may not make `decision` on this approval, or "" if they may."""
-    if not (user is not None and user.is_authenticated and user.can_approve):
-        return "only approvers and admins can decide approvals"
-    rules = gate_rules(run)
-    named = rules.get("approvers") or []
-    if (
-        named
-        and user.get_username() not in named
-        # An escalation tier told about it may decide it too (approvals/escalation.py).
-        and not (rules.get("escalation") and user.get_username() in escalated_to(approval))
-    ):
-        return f"only this agent's named approvers can decide: {', '.join(named)}"
-    return _four_eyes_reason(approval, run, user, decision)
-
-
-def _four_eyes_reason(approval: Approval, run: Run, user, decision: str) -> str:
-    four_eyes_from = gate_rules(run).get("four_eyes_from") or ""
-    if (
-        decision != "reject"
-        and four_eyes_from
-        and run.launched_by_id is not None
-        and run.launched_by_id == user.pk
-        and _rank(approval.risk) >= _rank(four_eyes_from)
-    ):
-        return (
-            f"four-eyes rule: you launched this run, so you cannot approve a {approval.risk}-risk "
-            f"action in it (from {four_eyes_from} up another approver must decide)"
-        )
-    return ""
-
-
-def acting_for(approval: Approval, run: Run, user, decision: str):
-    """Whom `user` decides for through an active Delegation, when they may not decide this
-    themselves: the first delegator who could. None if nobody. The delegate's own four-eyes
-    rule still holds, and a quorum needs each approver's own vote, so delegates do not vote
-    on one."""
-    if _four_eyes_reason(approval, run, user, decision):
-        return None
-    if votes_needed(approval, gate_rules(run)) > 1:
-        return None
-    delegations = Delegation.objects.active().filter(delegate=user).select_related("user")
-    for delegation in delegations.order_by("starts"):
-        if not forbidden_reason(approval, run, delegation.user, decision):
-            return delegation.user
-    return None
-
-
-def may_approve(approval: Approval, run: Run, user) -> bool:
-    """Whether `user` may approve it, themselves or for someone they act for."""
-    if not forbidden_reason(approval, run, user, "approve"):
-        return True
-    return acting_for(approval, run, user, "approve") is not None
-
-
-def may_decide(approval: Approval, user) -> bool:
-    """For lists ("assigned to me"): pending, allowed, and not already voted by this user."""
-    if approval.status != Approval.Status.PENDING or approval.run.is_terminal:
-        return False
-    if not may_approve(approval, approval.run, user):
-        return False
-    return not approval.votes.filter(user=user).exists()
-
-
 # --- opening ---------------------------------------------------------------------------------
 def record_open(approval: Approval, user) -> ApprovalView | None:
     """Remember when a person who may decide first opened a pending approval.
@@ -194,7 +110,7 @@ def record_open(approval: Approval, user) -> ApprovalView | None:
     """
     if approval.status != Approval.Status.PENDING:
         return None
-    if not (user is not None and user.is_authenticated and user.can_approve):
+    if not permissions.can_decide(user):
         return None
     view, _ = ApprovalView.objects.get_or_create(
         approval=approval, user=user, defaults={"first_opened_at": timezone.now()}
@@ -233,121 +149,159 @@ def decide(
     shown: an approval of any other call is a DecisionConflict. Raises Approval.DoesNotExist,
     DecisionForbidden, DecisionConflict or DecisionInvalid; on any of them nothing was changed.
     """
-    decision = (decision or "").strip().lower()
+    decision = _checked_request(user, decision)
     reason = (reason or "").strip()
     answer = (answer or "").strip()
-    if not (user is not None and user.is_authenticated and user.can_approve):
-        raise DecisionForbidden("only approvers and admins can decide approvals")
-    if decision not in DECISIONS:
-        raise DecisionInvalid(
-            f"decision must be one of {', '.join(DECISIONS)}",
-            {"decision": [f"unknown decision {decision!r}"]},
-        )
     with transaction.atomic():
-        # Lock order: run, then approval (as the engine and the expiry sweep do).
-        run = _locked_run_of(approval_id)
-        approval = (
-            Approval.objects.select_for_update()
-            .annotate(first_opened_at=_first_opened_by(user))
-            .get(pk=approval_id)
-        )
-        _check_still_open(approval, run)
-        if decision == "approve" and shown_args_hash is not None:
-            _check_shown(approval, shown_args_hash)
-        why = forbidden_reason(approval, run, user, decision)
-        principal = acting_for(approval, run, user, decision) if why else None
-        if why and principal is None:
-            raise DecisionForbidden(why)
+        run, approval = _lock(approval_id, user)
+        principal = _check_may_decide(approval, run, user, decision, shown_args_hash)
         rules = gate_rules(run)
         needed = votes_needed(approval, rules)
-        # With one vote needed, any vote decides: a pending approval has no votes yet.
-        if needed > 1:
-            _check_not_voted_yet(approval, user)
         plan = _plan(approval, decision, arguments, reason, answer, rules)
         now = timezone.now()
         opened = _opened_at(approval.first_opened_at, opened_at, now)
-        ApprovalVote.objects.create(
-            approval=approval,
-            user=user,
-            username=user.get_username(),
-            decision=decision,
-            arguments=plan.final_args,
-            edited=plan.edited,
-            reason=reason,
-            answer=answer,
-            opened_at=opened,
-            decided_at=now,
-            seconds_open=(now - opened).total_seconds() if opened else None,
-        )
+        _record_vote(approval, user, decision, plan, reason, answer, opened, now)
         approvals_so_far = (
             approval.votes.filter(decision=ApprovalVote.Decision.APPROVE).count()
             if needed > 1
             else int(decision == "approve")
         )
-        step = {
-            "approval": str(approval.pk),
-            "kind": approval.kind,
-            "decision": decision,
-            "by": user.get_username(),
-            "tool": approval.tool,
-            "args": approval.args,
-            "edited_args": plan.final_args if plan.edited else None,
-            "reason": reason,
-            "answer": answer,
-            "opened_at": opened.isoformat() if opened else None,
-            "seconds_open": round((now - opened).total_seconds(), 3) if opened else None,
-        }
+        step = _decision_step(approval, user, decision, plan, reason, answer, opened, now)
         if principal is not None:
             # In the step, so in the run's hash chain: who decided, and for whom.
             step["acting_for"] = principal.get_username()
         if needed > 1:
             step["votes"] = f"{approvals_so_far} of {needed}"
-
-        if plan.status == Approval.Status.APPROVED and approvals_so_far < needed:
-            # One vote of a quorum: nothing is decided yet, nothing resumes.
-            step["status"] = Approval.Status.PENDING
-            step["detail"] = f"{needed - approvals_so_far} more approval(s) needed"
-            run.append_step(Step.Kind.DECISION, step)
-            events.publish_approvals_changed(approval.pk)
-            approval.run = run
-            return approval
-
-        fields: dict[str, Any] = {
-            "status": plan.status,
-            "decided_at": now,
-            "decided_by": user,
-            "reason": reason,
-            "answer": answer,
-        }
-        if plan.status == Approval.Status.APPROVED:
-            fields["edited_args"] = plan.final_args if plan.final_args != approval.args else None
-            fields["approved_args_hash"] = args_hash(approval.tool, plan.final_args)
-        # Compare-and-set: under the locks this always wins, but it is the rule that makes
-        # "only a pending approval can be decided" true whatever the caller did before.
-        if not Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
-            **fields
-        ):
-            approval.refresh_from_db()
-            raise _conflict(approval)
-        step["status"] = plan.status
-        # The learning policy hears every decided action (approvals/learning.py).
         approval.run = run
-        learning.record_decision(
-            approval, status=plan.status, edited=fields.get("edited_args") is not None, by=user
-        )
-        counter = _outcome_counter(plan.status, edited=fields.get("edited_args") is not None)
-        # The run's outcome counter moves in the step's own write, under the run's lock.
-        _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})
-        events.publish_approvals_changed(approval.pk)
-        transaction.on_commit(lambda: decided.send(sender=Approval, approval_id=approval.pk))
-        waited = (now - approval.requested_at).total_seconds()
-        transaction.on_commit(
-            lambda: metrics.decision_seconds.labels(approval.kind, plan.status).observe(waited)
-        )
+        if plan.status == Approval.Status.APPROVED and approvals_so_far < needed:
+            return _count_quorum_vote(approval, run, step, needed - approvals_so_far)
+        fields = _settle(approval, user, plan, reason, answer, now)
+        step["status"] = plan.status
+        edited = fields.get("edited_args") is not None
+        _after_settled(approval, run, step, plan, user, now, edited=edited)
     for name, value in fields.items():
         setattr(approval, name, value)
     approval.run = run
     return approval
+
+
+def _checked_request(user, decision: str) -> str:
+    """The decision word, normalised, once the caller may decide at all and the word is known."""
+    decision = (decision or "").strip().lower()
+    if not permissions.can_decide(user):
+        raise DecisionForbidden(permissions.ONLY_APPROVERS)
+    if decision not in DECISIONS:
+        raise DecisionInvalid(
+            f"decision must be one of {', '.join(DECISIONS)}",
+            {"decision": [f"unknown decision {decision!r}"]},
+        )
+    return decision
+
+
+def _lock(approval_id, user) -> tuple[Run, Approval]:
+    """The run, then the approval, under their row locks (the order the engine and the expiry
+    sweep lock them in), with when `user` first opened the approval."""
+    run = _locked_run_of(approval_id)
+    approval = (
+        Approval.objects.select_for_update()
+        .annotate(first_opened_at=_first_opened_by(user))
+        .get(pk=approval_id)
+    )
+    return run, approval
+
+
+def _check_may_decide(approval: Approval, run: Run, user, decision: str, shown_args_hash):
+    """Still open, the call shown is the call waiting, and `user` may decide it (themselves,
+    or for whom they act: returned, else None). Raises otherwise."""
+    _check_still_open(approval, run)
+    if decision == "approve" and shown_args_hash is not None:
+        _check_shown(approval, shown_args_hash)
+    why = forbidden_reason(approval, run, user, decision)
+    principal = acting_for(approval, run, user, decision) if why else None
+    if why and principal is None:
+        raise DecisionForbidden(why)
+    # With one vote needed, any vote decides: a pending approval has no votes yet.
+    if votes_needed(approval, gate_rules(run)) > 1:
+        _check_not_voted_yet(approval, user)
+    return principal
+
+
+def _record_vote(approval, user, decision, plan, reason, answer, opened, now) -> ApprovalVote:
+    return ApprovalVote.objects.create(
+        approval=approval,
+        user=user,
+        username=user.get_username(),
+        decision=decision,
+        arguments=plan.final_args,
+        edited=plan.edited,
+        reason=reason,
+        answer=answer,
+        opened_at=opened,
+        decided_at=now,
+        seconds_open=(now - opened).total_seconds() if opened else None,
+    )
+
+
+def _decision_step(approval, user, decision, plan, reason, answer, opened, now) -> dict:
+    """The decision's step in the run's timeline (status, votes and principal added after)."""
+    return {
+        "approval": str(approval.pk),
+        "kind": approval.kind,
+        "decision": decision,
+        "by": user.get_username(),
+        "tool": approval.tool,
+        "args": approval.args,
+        "edited_args": plan.final_args if plan.edited else None,
+        "reason": reason,
+        "answer": answer,
+        "opened_at": opened.isoformat() if opened else None,
+        "seconds_open": round((now - opened).total_seconds(), 3) if opened else None,
+    }
+
+
+def _count_quorum_vote(approval: Approval, run: Run, step: dict, missing: int) -> Approval:
+    """One vote of a quorum: nothing is decided yet, nothing resumes."""
+    step["status"] = Approval.Status.PENDING
+    step["detail"] = f"{missing} more approval(s) needed"
+    run.append_step(Step.Kind.DECISION, step)
+    events.publish_approvals_changed(approval.pk)
+    return approval
+
+
+def _settle(approval: Approval, user, plan: _Plan, reason: str, answer: str, now) -> dict:
+    """Write the outcome on the approval; the fields written."""
+    fields: dict[str, Any] = {
+        "status": plan.status,
+        "decided_at": now,
+        "decided_by": user,
+        "reason": reason,
+        "answer": answer,
+    }
+    if plan.status == Approval.Status.APPROVED:
+        fields["edited_args"] = plan.final_args if plan.final_args != approval.args else None
+        fields["approved_args_hash"] = args_hash(approval.tool, plan.final_args)
+    # Compare-and-set: under the locks this always wins, but it is the rule that makes
+    # "only a pending approval can be decided" true whatever the caller did before.
+    if not Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(**fields):
+        approval.refresh_from_db()
+        raise _conflict(approval)
+    return fields
+
+
+def _after_settled(approval: Approval, run: Run, step: dict, plan: _Plan, user, now, *, edited):
+    """What a settled decision sets off: the learning policy hears it (`settled`, inside the
+    transaction), the run's step and counter, and after commit the live queue, `decided` and
+    the time-to-decide metric."""
+    settled.send(sender=Approval, approval=approval, status=plan.status, edited=edited, by=user)
+    counter = _outcome_counter(plan.status, edited=edited)
+    # The run's outcome counter moves in the step's own write, under the run's lock.
+    _append_and_resume(run, step, update={counter: getattr(run, counter) + 1})
+    events.publish_approvals_changed(approval.pk)
+    transaction.on_commit(lambda: decided.send(sender=Approval, approval_id=approval.pk))
+    waited = (now - approval.requested_at).total_seconds()
+    transaction.on_commit(
+        lambda: metrics.decision_seconds.labels(approval.kind, plan.status).observe(waited)
+    )
 
 
 def _locked_run_of(approval_id) -> Run:
@@ -571,7 +525,7 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
 
     Each argument rule is asked of the gate policy on its own (against a copy of the tool with
     no risk of its own, so only that rule can gate), which keeps what "over the limit" and "on
-    the allow-list" mean in policy.py. Sampling is off, so the answer is deterministic.
+    the allow-list" mean in declared_policy.py. Sampling is off, so the answer is deterministic.
     """
     problems: list[str] = []
     for arg, limit in (rules.get("thresholds") or {}).get(tool.name, {}).items():
@@ -591,9 +545,9 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
         ):
             problems.append(f"{arg} {edited.get(arg)!r} is not on the allow-list")
     quiet = {**rules, "sample_rate": 0}
-    before = policy.evaluate(tool=tool, args=original, rules=quiet)
-    after = policy.evaluate(tool=tool, args=edited, rules=quiet)
-    if after.gated and _rank(after.risk) > _rank(before.risk):
+    before = declared_policy.evaluate(tool=tool, args=original, rules=quiet)
+    after = declared_policy.evaluate(tool=tool, args=edited, rules=quiet)
+    if after.gated and rank(after.risk) > rank(before.risk):
         problems.append(f"the risk rises from {before.risk} to {after.risk}: {after.explanation}")
     elif after.gated and not before.gated and not problems:
         problems.append(f"policy gates the edited call: {after.explanation}")
@@ -603,7 +557,7 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
 def _rule_gates(tool: Tool, args: dict, kind: str, arg: str, rule: Any) -> bool:
     riskless = replace(tool, reversible=True, blast=Blast.NONE)
     rules = {kind: {tool.name: {arg: rule}}, "sample_rate": 0}
-    return policy.evaluate(tool=riskless, args=args, rules=rules).gated
+    return declared_policy.evaluate(tool=riskless, args=args, rules=rules).gated
 
 
 def _number(value: Any) -> Decimal | None:

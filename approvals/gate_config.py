@@ -1,10 +1,10 @@
 """A gate configuration that cannot be understood refuses to start: it never runs ungated.
 
-The policy (approvals/policy.py) reads an agent's rules by tool and argument name, so a rule
-naming a tool the agent does not have, or an argument its tool does not take, matches nothing
-and gates nothing: a typo'd `always_gate` entry silently lets every call of the real tool
-through. `problems` finds every such rule, on the agent's snapshot (Agent.snapshot() or
-ExternalAgent.snapshot(): GateRules.as_dict() beside the tools' metadata), for
+The policy (approvals/declared_policy.py) reads an agent's rules by tool and argument name,
+so a rule naming a tool the agent does not have, or an argument its tool does not take,
+matches nothing and gates nothing: a typo'd `always_gate` entry silently lets every call of
+the real tool through. `problems` finds every such rule, on the agent's snapshot
+(Agent.snapshot() or ExternalAgent.snapshot(): GateRules.as_dict() beside the tools' metadata), for
 
 - the system check below (approvals/apps.py registers it): `manage.py check --deploy`,
   `migrate` and therefore `up` refuse to start while an agent of the catalogue has one;
@@ -23,6 +23,10 @@ from agentops.tools import Blast
 
 KNOWN_KEYS = frozenset(GateRules().as_dict())
 EXPIRY_OUTCOMES = ("reject", "fail")
+# The expiry defaults are declared once, with the rest of an agent's gate rules (GateRules);
+# approvals reads them from here for snapshots without the key.
+APPROVAL_TIMEOUT = GateRules.approval_timeout
+ON_EXPIRY = GateRules.on_expiry
 BLAST_LABELS = tuple(b.label for b in Blast)
 LEARNING_KEYS = frozenset(
     (
@@ -88,7 +92,7 @@ def problems(snapshot: dict, *, existing_users: set[str] | None = None) -> list[
     found += _rate("sample_rate", gates.get("sample_rate", 0))
     if gates.get("confidence_threshold") is not None:
         found += _rate("confidence_threshold", gates["confidence_threshold"])
-    if gates.get("on_expiry", "reject") not in EXPIRY_OUTCOMES:
+    if gates.get("on_expiry", ON_EXPIRY) not in EXPIRY_OUTCOMES:
         found.append(
             f"on_expiry {gates['on_expiry']!r} is not an outcome the expiry knows "
             f"({' or '.join(EXPIRY_OUTCOMES)})"

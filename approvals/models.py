@@ -12,6 +12,8 @@ from django.utils import timezone
 from agentops import pii
 from agentops.tools import Tool, get_tool
 
+from .gate_config import ON_EXPIRY
+
 # Apps above this one whose approvals name tools that are not in the registry (an external
 # agent's: gateway/) add a finder here at start-up; a finder answers None for any other.
 TOOL_FINDERS: list[Callable[["Approval"], Tool | None]] = []
@@ -72,7 +74,7 @@ class Approval(models.Model):
     approved_args_hash = models.CharField(max_length=64, blank=True)
     reason = models.TextField(blank=True)
     answer = models.TextField(blank=True)
-    on_expiry = models.CharField(max_length=16, default="reject")
+    on_expiry = models.CharField(max_length=16, default=ON_EXPIRY)
     requested_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -246,7 +248,8 @@ class ApprovalView(models.Model):
 
 
 class DecisionLink(models.Model):
-    """A one-tap decision link e-mailed to one approver for one approval (approvals/one_tap.py).
+    """A one-tap decision link e-mailed to one approver for one approval
+    (approvals/notify/one_tap/links.py).
 
     The signed token in the e-mail names this row's nonce; the row is what makes the link
     single-use (`used_at`, set by a compare-and-set in the decision's own transaction) and
@@ -333,8 +336,8 @@ class Delegation(models.Model):
 
 
 class SlackMessage(models.Model):
-    """The Slack message that asked for this approval (approvals/slack.py), to update it with
-    who decided."""
+    """The Slack message that asked for this approval (approvals/notify/slack/app.py), to
+    update it with who decided."""
 
     approval = models.OneToOneField(Approval, on_delete=models.CASCADE, related_name="slack")
     channel = models.CharField(max_length=32)
@@ -364,7 +367,7 @@ class SlackUser(models.Model):
 
 
 # The learning gate policy's models live in their own module; imported here so Django sees them.
-from .rules import (  # noqa: E402, F401
+from .learning.models import (  # noqa: E402, F401
     AutoApproveRule,
     GateOverride,
     PostHocReview,

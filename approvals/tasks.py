@@ -2,7 +2,9 @@
 
 Each notification channel is its own task so one dead endpoint is retried alone. Backoff: up
 to 2, 4, 8 ... 256 s (full jitter), 8 retries (at most ~8.5 minutes in all), then given up
-and logged. What is sent, and how, is approvals/notify.py's.
+and logged. What is sent, and how, is the notify wing's (approvals/notify/). The tasks are
+the app's Celery entry points (their names are in the beat schedule and in queued messages),
+so they stay here and call into the wings.
 """
 
 import logging
@@ -11,9 +13,12 @@ from celery import shared_task
 from django.conf import settings
 from slack_sdk.errors import SlackApiError
 
-from . import decisions, escalation, learning, notify, slack
+from . import decisions
+from .learning import rules as learning
 from .models import Approval
-from .notify import DeliveryError, DeliveryRefused
+from .notify import email, escalation, webhooks
+from .notify.delivery import DeliveryError, DeliveryRefused
+from .notify.slack import app as slack
 
 log = logging.getLogger("agentops.notify")
 
@@ -30,7 +35,7 @@ _DELIVERY = {
 
 @shared_task(ignore_result=True)
 def expire_approvals() -> int:
-    # Auto-approve rules past their expiry or cap end on the same beat (approvals/learning.py).
+    # Auto-approve rules past their expiry or cap end on the same beat (approvals/learning/).
     learning.expire_due()
     return decisions.expire_due()
 
@@ -66,7 +71,7 @@ def notify_approval_requested(approval_id: str) -> int:
     if approval is None:
         return 0
     queued = 0
-    if settings.AGENTOPS["NOTIFY_EMAIL"] and notify.approver_emails(approval):
+    if settings.AGENTOPS["NOTIFY_EMAIL"] and email.approver_emails(approval):
         send_approval_email.delay(str(approval.pk))
         queued += 1
     for url in settings.AGENTOPS["WEBHOOK_URLS"]:
@@ -80,13 +85,13 @@ def notify_approval_requested(approval_id: str) -> int:
 
 @shared_task(**_DELIVERY)
 def send_approval_email(approval_id: str) -> int:
-    return notify.send_email(approval_id)
+    return email.send_email(approval_id)
 
 
 @shared_task(**_DELIVERY)
 def deliver_approval_webhook(approval_id: str, url: str) -> int:
     try:
-        return notify.deliver_webhook(approval_id, url)
+        return webhooks.deliver_webhook(approval_id, url)
     except DeliveryRefused as exc:
         log.warning("approval %s: webhook not delivered: %s", approval_id, exc)
         return 0
@@ -94,7 +99,7 @@ def deliver_approval_webhook(approval_id: str, url: str) -> int:
 
 @shared_task(**_DELIVERY)
 def send_escalation_email(approval_id: str, tier: int) -> int:
-    return notify.send_escalation_email(approval_id, tier)
+    return email.send_escalation_email(approval_id, tier)
 
 
 @shared_task(**{**_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})

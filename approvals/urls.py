@@ -1,11 +1,13 @@
 from django.urls import path
 
-from . import batch_views, delegation_views, learning_views, one_tap_views, views
+from . import batch_views, delegation_views, views
+from .learning import views as learning_views
+from .notify.one_tap import views as one_tap_views
 
 app_name = "approvals"
 urlpatterns = [
     path("", views.queue, name="queue"),
-    path("stats/", views.stats, name="stats"),
+    path("stats/", learning_views.approver_stats, name="stats"),
     path("batch/", batch_views.batch_decide, name="batch"),
     path("delegation/", delegation_views.delegations, name="delegations"),
     path("delegation/<int:pk>/end/", delegation_views.end_delegation, name="end_delegation"),

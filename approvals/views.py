@@ -4,7 +4,7 @@ Decisions go through `approvals.decisions.decide` (row lock, four-eyes, quorum):
 only turns the form into its arguments and its outcome into a clear message and status.
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.contrib.auth.decorators import login_required
 from django.core import signing
@@ -18,8 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import events, rendering
 from runs.models import Step, args_hash
 
-from . import arg_form, decisions, evidence, listing, live, presence
-from . import stats as approval_stats
+from . import arg_form, decisions, evidence, listing, permissions, presence, stream_messages
 from .models import Approval, ApprovalVote
 
 QUEUE_TEMPLATE = "approvals/queue.html"
@@ -52,7 +51,7 @@ def assigned_to(user, rows: list[Approval]) -> list[Approval]:
     return [
         a
         for a in rows
-        if a.pk not in voted and not a.run.is_terminal and decisions.may_approve(a, a.run, user)
+        if a.pk not in voted and not a.run.is_terminal and permissions.may_approve(a, a.run, user)
     ]
 
 
@@ -134,7 +133,7 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "opened_token": signing.dumps(timezone.now().isoformat(), salt=OPENED_SALT),
         "field_errors": {},
         "result": None,
-        **live.presence_context(approval, request.user),
+        **stream_messages.presence_context(approval, request.user),
         **extra,
     }
 
@@ -162,7 +161,7 @@ def _edit_preview(approval: Approval, post) -> dict:
         preview["message"] = "Some arguments could not be read."
         return preview
     try:
-        final = decisions.validated_edit(approval, arguments, decisions.gate_rules(approval.run))
+        final = decisions.validated_edit(approval, arguments, permissions.gate_rules(approval.run))
     except decisions.DecisionInvalid as exc:
         preview["errors"] = exc.errors
         preview["message"] = exc.message
@@ -319,7 +318,7 @@ def _needs_confirmation(request: HttpRequest, approval: Approval, decision: str)
         and approval.needs_confirmation
         and request.POST.get("shown_args_hash") == current
         and request.POST.get("confirmed", "") != current
-        and not decisions.forbidden_reason(approval, approval.run, request.user, "approve")
+        and not permissions.forbidden_reason(approval, approval.run, request.user, "approve")
     )
 
 
@@ -350,19 +349,8 @@ def claim(request: HttpRequest, pk) -> HttpResponse:
         status = 409
     events.publish_presence_on_commit(approval.pk)
     events.publish_approvals_changed(approval.pk)
-    context = {**live.presence_context(approval, request.user), "claim_refused": status == 409}
+    context = {
+        **stream_messages.presence_context(approval, request.user),
+        "claim_refused": status == 409,
+    }
     return render(request, DETAIL_TEMPLATE + "#approval-presence", context, status=status)
-
-
-# --- approver statistics -----------------------------------------------------------------------
-@require_GET
-@login_required
-def stats(request: HttpRequest) -> HttpResponse:
-    if not request.user.is_admin:
-        raise PermissionDenied
-    try:
-        days = min(max(int(request.GET.get("days", 30)), 1), 365)
-    except ValueError:
-        days = 30
-    figures = approval_stats.approver_stats(since=timezone.now() - timedelta(days=days))
-    return render(request, "approvals/stats.html", {"stats": figures, "days": days})

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from django import forms
 
-import approvals.gates  # noqa: F401  (registers ask_operator)
+import approvals.engine_gates  # noqa: F401  (registers ask_operator)
 from agentops.agents import (
     CATALOGUE,
     Agent,

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops import signing
-from approvals.notify import DeliveryError
+from approvals.notify.delivery import DeliveryError
 from runs.models import Run, Step
 
 from . import egress

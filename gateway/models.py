@@ -4,8 +4,8 @@ An external agent is managed by an admin, not declared in code: it lives in anot
 process (a Claude Agent SDK session, an OpenAI Agents SDK app, a LangGraph graph), so its
 owners change its gate rules and tools without a deploy of agentops. The rules are the same
 GateRules the code-declared agents use, stored as JSON and validated through that dataclass
-(`gate_rules`), so approvals/policy.py reads them from a run's snapshot exactly as it reads an
-internal agent's.
+(`gate_rules`), so approvals/declared_policy.py reads them from a run's snapshot exactly as
+it reads an internal agent's.
 
 Each session of the agent is a Run (trigger "external"); each call it submits is an
 ExternalCall, and a gated one has an Approval of that run.

@@ -6,7 +6,7 @@ decided external run back to `running`, not to a worker). Every write takes the 
 lock, as the engine and the decision service do, and appends to the same hash-chained
 timeline, so the run page, the audit view and `verify_chain` read an external session like
 any other run. A gated call opens its Approval through the approvals app's own gate
-(approvals/gates.py), so notification, four-eyes, quorum, expiry and the 409 on a second
+(approvals/engine_gates.py), so notification, four-eyes, quorum, expiry and the 409 on a second
 decision are the ones internal runs have.
 """
 
@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentops.tools import Tool, ToolArgsError
-from approvals import gate_config, gates, policy
+from approvals import declared_policy, engine_gates, gate_config
 from approvals.models import Approval
 from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
@@ -173,8 +173,11 @@ def _record(run, tool, args, meta, spec, summary, callback_url, key) -> External
             summary=summary,
             callback_url=callback_url,
         )
-        verdict = policy.evaluate(
-            tool=spec, args=args, rules=run.agent_config.get("gates", {}), rng=gates.sampling_rng
+        verdict = declared_policy.evaluate(
+            tool=spec,
+            args=args,
+            rules=run.agent_config.get("gates", {}),
+            rng=engine_gates.sampling_rng,
         )
         run.append_step(
             Step.Kind.STATUS,
@@ -201,7 +204,7 @@ def _record(run, tool, args, meta, spec, summary, callback_url, key) -> External
                 "sampled": verdict.sampled,
                 "context": summary,
             }
-            call.approval_id = gates.open_gate(run, item, gate)
+            call.approval_id = engine_gates.open_gate(run, item, gate)
             _park(run)
         call.save(force_insert=True)
     return call
@@ -234,7 +237,7 @@ def limit_reached(run: Run) -> tuple[str, str] | None:
 
 
 def _park(run: Run) -> None:
-    waiting = gates.pending_count(run)
+    waiting = engine_gates.pending_count(run)
     if run.status != Run.Status.RUNNING:
         return  # already waiting for an earlier call of the session
     run.park(
@@ -400,7 +403,7 @@ def withdraw(call: ExternalCall, *, reason: str = "") -> ExternalCall:
         }
         if run.is_terminal:
             pass  # nothing more to write on a finished session's timeline
-        elif run.status != Run.Status.WAITING or gates.pending_count(run):
+        elif run.status != Run.Status.WAITING or engine_gates.pending_count(run):
             run.append_step(Step.Kind.STATUS, step)
         else:
             run.resume("no decision awaited", first=(Step.Kind.STATUS, step, {}))

@@ -41,7 +41,7 @@ from runs.models import PendingOperation, Run, Step, args_hash, canonical_json
 MAX_STEPS = 5000
 # People's steps: inputs taken from the record, written when the replay reaches them.
 _HUMAN_EVENTS = {"resumed", "cancelled"}
-# What the "did it happen?" question offers (approvals/gates.py open_outcome_question).
+# What the "did it happen?" question offers (approvals/engine_gates.py open_outcome_question).
 _UNKNOWN_OUTCOME_OPTIONS = ["happened", "did_not_happen"]
 
 
@@ -393,7 +393,7 @@ class _RecordedGates:
         run.append_step(Step.Kind.GATE, data)
         self.recording.opened.append(data["approval"])
         if data.get("approved_by_rule"):
-            # An auto-approve rule decided it in the same step (approvals/learning.py): no
+            # An auto-approve rule decided it in the same step (approvals/learning/rules.py): no
             # person's step follows, so the gate step is its own decision.
             self.recording.decided[data["approval"]] = {**data, "decision": "approve"}
         return data["approval"]

@@ -61,7 +61,7 @@ class RenderCache:
         return await asyncio.shield(future)
 
 
-# Shared by every app's live events (approvals/live.py too): one cache, one loop check.
+# Shared by every app's live events (approvals/stream_messages.py too): one cache, one loop check.
 cache = RenderCache()
 
 

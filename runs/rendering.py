@@ -1,4 +1,5 @@
-"""What viewers see of runs and steps, rendered once per event (approvals: approvals/live.py).
+"""What viewers see of runs and steps, rendered once per event (approvals/stream_messages.py
+for approvals).
 
 The page templates define the fragments (`{% partialdef %}`); this module builds their
 context and renders them for WebSocket pushes (runs/live.py calls it once per event per web

@@ -22,11 +22,13 @@ DEFERRED_IMPORTS = {
     ("runs/apps.py", "runs.pending"),
     ("runs/apps.py", "runs.models"),
     ("approvals/apps.py", "runs.engine"),
-    ("approvals/apps.py", "approvals.gates"),
+    ("approvals/apps.py", "approvals.engine_gates"),
     ("approvals/apps.py", "approvals.gate_config"),
     ("approvals/apps.py", "approvals.decisions"),
     ("approvals/apps.py", "approvals.tasks"),
     ("approvals/apps.py", "approvals.models"),
+    ("approvals/apps.py", "approvals.learning"),
+    ("approvals/apps.py", "approvals.learning.rules"),
     ("approvals/apps.py", "runs.models"),
     ("demo/apps.py", "demo.agents"),
     ("accounts/apps.py", "accounts.lockouts"),
@@ -185,3 +187,53 @@ def test_no_circle_between_project_modules():
         if name not in state:
             visit(name, [name])
     assert not circles, f"import circles: {circles}"
+
+
+APPROVALS_WINGS = ("approvals.notify", "approvals.learning")
+# The app's wiring may reach into the wings (approvals/__init__.py says why each does).
+APPROVALS_CORE_WIRING = {
+    "approvals.apps",
+    "approvals.urls",
+    "approvals.tasks",
+    "approvals.models",
+    "approvals.api",
+    "approvals.templatetags.approval_tags",
+    "approvals.templatetags.learning_tags",
+}
+# Not yet a hook the wing plugs into: the engine's gates ask the learned rules directly.
+APPROVALS_CORE_TO_WING_LEFT = {
+    ("approvals.engine_gates", "approvals.learning"),
+    ("approvals.engine_gates", "approvals.learning.rules"),
+}
+
+
+def _in(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_the_approvals_core_imports_no_wing_outside_its_wiring():
+    """approvals/notify/ and approvals/learning/ stand on the core; the core reaches them only
+    through its wiring (apps, urls, tasks, models, api, templatetags) and signals."""
+    modules = _modules()
+    reach = {
+        (name, imported)
+        for name, path in modules.items()
+        if name.startswith("approvals") and not _in(name, APPROVALS_WINGS)
+        if name not in APPROVALS_CORE_WIRING
+        for imported, _ in _imports(name, path)
+        if imported in modules and _in(imported, APPROVALS_WINGS)
+    }
+    assert reach <= APPROVALS_CORE_TO_WING_LEFT, sorted(reach - APPROVALS_CORE_TO_WING_LEFT)
+
+
+def test_the_approvals_wings_import_each_other_not():
+    modules = _modules()
+    across = {
+        (name, imported)
+        for name, path in modules.items()
+        for wing, other in (APPROVALS_WINGS, APPROVALS_WINGS[::-1])
+        if _in(name, (wing,))
+        for imported, _ in _imports(name, path)
+        if _in(imported, (other,))
+    }
+    assert not across

@@ -12,10 +12,10 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from approvals import one_tap
 from approvals.models import Approval, ApprovalView, Delegation
+from approvals.notify.one_tap import links as one_tap
 from runs.models import PendingOperation, Run, args_hash
-from tests.approvals.test_learning_views import learning_objects
+from tests.approvals.learning.test_views import learning_objects
 from tests.approvals.test_views import gated_run
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,8 @@ from django.db.models import QuerySet
 from runs import charts
 from runs.models import Run, args_hash
 
-from .. import listing, stats
+from .. import listing
+from ..learning import stats
 from ..models import Approval
 
 register = template.Library()
@@ -24,7 +25,7 @@ def pending_approvals_count() -> int:
 @register.inclusion_tag(PANELS + "#dashboard-approval-list")
 def dashboard_approval_list() -> dict:
     """The dashboard's pending approvals, riskiest first; the approvals stream replaces the
-    list (approvals/live.py) when one opens or is decided."""
+    list (approvals/stream_messages.py) when one opens or is decided."""
     return {"pending": listing.oldest_riskiest(), "oob": False}
 
 

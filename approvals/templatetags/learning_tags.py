@@ -2,7 +2,7 @@
 
 from django import template
 
-from .. import review
+from ..learning import review
 
 register = template.Library()
 

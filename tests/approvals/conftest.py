@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from django import forms
 
-import approvals.gates  # noqa: F401  (registers ask_operator)
+import approvals.engine_gates  # noqa: F401  (registers ask_operator)
 from agentops.agents import CATALOGUE, Agent, GateRules, register
 from agentops.llm.scripted import text, tool_use
 from agentops.tools import Blast, tool

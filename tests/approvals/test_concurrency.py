@@ -8,9 +8,10 @@ from django.test import Client
 from django.urls import reverse
 
 from agentops.agents import get_agent
-from approvals import decisions, one_tap
+from approvals import decisions
 from approvals.decisions import DecisionConflict
 from approvals.models import Approval, ApprovalVote
+from approvals.notify.one_tap import links as one_tap
 from demo.models import Refund
 from runs import engine
 from runs.models import Run, SideEffect, Step, args_hash

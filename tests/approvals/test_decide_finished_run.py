@@ -8,8 +8,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals import decisions, one_tap
+from approvals import decisions
 from approvals.models import Approval
+from approvals.notify.one_tap import links as one_tap
 from runs.models import Run, args_hash
 
 from .conftest import EXECUTED, gated

@@ -10,7 +10,8 @@ from django.core.management.base import SystemCheckError
 
 from agentops.agents import CATALOGUE, EscalationTier, GateRules, LearningRules
 from agentops.management.commands import up
-from approvals import decisions, gate_config, learning, policy, tasks
+from approvals import decisions, declared_policy, gate_config, tasks
+from approvals.learning import rules as learning
 from approvals.models import Approval
 from runs.models import Run, Step
 
@@ -110,7 +111,7 @@ def test_a_policy_that_raises_gates_the_call(monkeypatch, no_enqueue):
     def broken(**kwargs):
         raise ValueError("rules unreadable")
 
-    monkeypatch.setattr(policy, "evaluate", broken)
+    monkeypatch.setattr(declared_policy, "evaluate", broken)
     # test-notifier never gates its call: only the failure can have gated it.
     run = launch("test-notifier", {"to": "acme", "amount": "1.00"})
     assert drive(run) == Run.Status.WAITING

@@ -14,7 +14,7 @@ from agentops.agents import CATALOGUE, Agent, GateRules, get_agent, register
 from agentops.llm import LLMResponse, Usage
 from agentops.llm.scripted import text, tool_use
 from agentops.tools import REGISTRY, Blast, ToolArgsError, tool
-from approvals import gates, policy
+from approvals import declared_policy, engine_gates
 from approvals.models import Approval
 from runs import engine
 from runs.models import Run, Step
@@ -44,7 +44,7 @@ def t_pay(amount: Decimal, to: str) -> dict:
 
 
 def evaluate(name: str, args: dict | None = None, rules: dict | None = None, **kw):
-    return policy.evaluate(tool=REGISTRY[name], args=args or {}, rules=rules or {}, **kw)
+    return declared_policy.evaluate(tool=REGISTRY[name], args=args or {}, rules=rules or {}, **kw)
 
 
 def shaped(reversible: bool, blast: Blast):
@@ -52,7 +52,7 @@ def shaped(reversible: bool, blast: Blast):
 
 
 # --- the base table -----------------------------------------------------------------------------
-# Written out here on purpose (not read from policy.BASE_TABLE): this is the declared policy.
+# Written out here on purpose (not read from BASE_TABLE): this is the declared policy.
 BASE = [
     (True, Blast.NONE, False),
     (True, Blast.LOW, False),
@@ -69,7 +69,9 @@ BASE = [
 
 @pytest.mark.parametrize(("reversible", "blast", "gated"), BASE)
 def test_base_table_gates_or_runs_as_declared(reversible, blast, gated):
-    verdict = policy.evaluate(tool=shaped(reversible, blast), args={"label": "x"}, rules={})
+    verdict = declared_policy.evaluate(
+        tool=shaped(reversible, blast), args={"label": "x"}, rules={}
+    )
     assert verdict.gated is gated
     assert verdict.sampled is False
     assert verdict.risk == blast.label
@@ -79,7 +81,7 @@ def test_base_table_gates_or_runs_as_declared(reversible, blast, gated):
 
 def test_only_calls_without_side_effects_are_not_borderline():
     for reversible, blast, gated in BASE:
-        verdict = policy.evaluate(tool=shaped(reversible, blast), args={}, rules={})
+        verdict = declared_policy.evaluate(tool=shaped(reversible, blast), args={}, rules={})
         if not gated:
             assert verdict.borderline is (not (reversible and blast == Blast.NONE))
 
@@ -322,7 +324,7 @@ def response(*blocks: dict, extra: dict | None = None) -> LLMResponse:
     ],
 )
 def test_model_confidence_is_read_from_its_text_or_the_provider(blocks, extra, expected):
-    assert policy.model_confidence(response(*blocks, extra=extra)) == expected
+    assert declared_policy.model_confidence(response(*blocks, extra=extra)) == expected
 
 
 # --- sampling -----------------------------------------------------------------------------------
@@ -481,7 +483,7 @@ def test_low_stated_confidence_gates_a_call_the_table_lets_through(
 
 @pytest.mark.django_db(transaction=True)
 def test_sampled_gate_is_recorded_as_a_sample(make_agent, operator, no_enqueue, monkeypatch):
-    monkeypatch.setattr(gates, "sampling_rng", random.Random(0))
+    monkeypatch.setattr(engine_gates, "sampling_rng", random.Random(0))
     agent = make_agent("t-sample", [[tool_use("t_tag", label="x")]], sample_rate=1.0)
     run = launch(agent, operator)
     assert engine.advance(run.pk, time_slice=30) == Run.Status.WAITING

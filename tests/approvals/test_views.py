@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agentops.agents import get_agent
-from approvals import live
+from approvals import stream_messages
 from approvals.models import Approval
 from runs import engine
 from runs.models import Run, args_hash
@@ -332,7 +332,7 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     _run, approval = gated
     _other_run, other = gated_run(operator)
     Approval.objects.filter(pk=other.pk).update(risk=Approval.Risk.CRITICAL)
-    notices, rows, state = live.render_approval_event(approval.pk)["html"]
+    notices, rows, state = stream_messages.render_approval_event(approval.pk)["html"]
     assert 'id="nav-pending-count" class="count" hx-swap-oob="true">2<' in notices
     assert 'id="dashboard-approval-list" hx-swap-oob="true"' in notices
     assert rows.lstrip().startswith('<tbody id="approval-rows-live" hx-swap-oob="true">')
@@ -344,7 +344,7 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     assert "data-final" not in state
 
     decisions.decide(approval.pk, user=approver, decision="approve")
-    notices, rows, state = live.render_approval_event(approval.pk)["html"]
+    notices, rows, state = stream_messages.render_approval_event(approval.pk)["html"]
     assert 'hx-swap-oob="true">1<' in notices
     assert str(approval.pk) not in rows and str(other.pk) in rows
     assert f'id="approval-state-{approval.pk}" class="approval-state"' in state
@@ -352,7 +352,7 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     assert "by arthur" in state
     assert f'id="dash-approval-{approval.pk}"' not in notices
     # Without an approval (a queue page connecting) there is no screen state to send.
-    assert len(live.render_approval_event(None)["html"]) == 2
+    assert len(stream_messages.render_approval_event(None)["html"]) == 2
 
 
 # --- statistics --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from agentops.celery import app as celery_app
 from approvals import decisions
 from approvals.models import Approval
-from approvals.notify import DeliveryError
+from approvals.notify.delivery import DeliveryError
 from gateway import callbacks
 from gateway.models import ExternalCall
 from runs.models import args_hash

@@ -201,7 +201,7 @@ def test_agents_without_a_policy_never_scan(start, monkeypatch):
 
 
 def test_a_held_output_no_policy_asks_about_ends_the_run_blocked(start, monkeypatch):
-    monkeypatch.setattr("approvals.gates.gate_for_call", lambda *args, **kwargs: None)
+    monkeypatch.setattr("approvals.engine_gates.gate_for_call", lambda *args, **kwargs: None)
     run, _ = start(PiiPolicy(on_output="gate"), [[text(f"Write to {MAIL}.")]])
     assert run.termination_reason == Run.Termination.BLOCKED, run.status_detail
     assert run.output == "" and "never put to a person" in run.status_detail
@@ -214,7 +214,7 @@ def test_personal_data_is_masked_on_every_surface_and_the_chain_still_verifies(
     # call: the timeline keeps them masked, so the run page, its live frames (the same step
     # fragment), the steps API, both exports, the approval's evidence and notifications all
     # show the masked form. The decision card shows the call itself, once, to its decider.
-    from approvals import notify
+    from approvals.notify import message
 
     phone = "+44 20 7946 0958"
     run, _ = start(
@@ -248,5 +248,5 @@ def test_personal_data_is_masked_on_every_surface_and_the_chain_still_verifies(
     evidence = card[card.index('id="evidence"') :]
     assert CARD not in evidence and "7946 0958" not in evidence
     assert "7946 0958" in card[: card.index('id="evidence"')]  # the call, for the decision
-    assert "7946 0958" not in str(notify.payload(approval))
-    assert "7946 0958" not in str(notify.slack_payload(approval))
+    assert "7946 0958" not in str(message.payload(approval))
+    assert "7946 0958" not in str(message.slack_payload(approval))

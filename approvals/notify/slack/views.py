@@ -1,11 +1,11 @@
 """Slack's interactivity endpoint (the Slack app's "Request URL"): button presses on approval
-requests. approvals/slack.py says what is done with them."""
+requests. approvals/notify/slack/app.py says what is done with them."""
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from . import slack
+from . import app as slack
 
 
 # CSRF-exempt because Slack cannot hold our CSRF token: every request is authenticated by

@@ -13,7 +13,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from . import learning, review
+from . import review, stats
+from . import rules as learning
 from .models import AutoApproveRule, GateOverride, PostHocReview
 
 MAX_EXPIRY_DAYS = 365
@@ -169,3 +170,17 @@ def review_call(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"Review #{pk}: {done.get_verdict_display()}.")
     return redirect("approvals:review")
+
+
+# --- approver statistics -----------------------------------------------------------------------
+@require_GET
+@login_required
+def approver_stats(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_admin:
+        raise PermissionDenied
+    try:
+        days = min(max(int(request.GET.get("days", 30)), 1), 365)
+    except ValueError:
+        days = 30
+    figures = stats.approver_stats(since=timezone.now() - timedelta(days=days))
+    return render(request, "approvals/stats.html", {"stats": figures, "days": days})

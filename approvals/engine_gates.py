@@ -21,7 +21,8 @@ from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, D
 from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
-from . import learning, policy, tasks
+from . import declared_policy, gate_config, tasks
+from .learning import rules as learning
 from .models import Approval, RuleHit
 
 ASK_OPERATOR = "ask_operator"
@@ -53,9 +54,10 @@ def ask_operator(question: str, options: list[str] | None = None) -> dict:
 
 def _deadline(run: Run) -> tuple[timedelta, str]:
     gates = run.agent_config.get("gates", {})
+    seconds = gates.get("approval_timeout_seconds")
     return (
-        timedelta(seconds=gates.get("approval_timeout_seconds", 24 * 3600)),
-        gates.get("on_expiry", "reject"),
+        gate_config.APPROVAL_TIMEOUT if seconds is None else timedelta(seconds=seconds),
+        gates.get("on_expiry", gate_config.ON_EXPIRY),
     )
 
 
@@ -66,7 +68,7 @@ def gate_for_call(
     None: it may run. Writes nothing; asks the policy once (sampling draws a number).
 
     `response` is the model turn that proposed the call: its stated confidence (see
-    policy.model_confidence) can add a gate, and its text is the approver's context.
+    declared_policy.model_confidence) can add a gate, and its text is the approver's context.
 
     Fails closed: a policy that raises (rules it cannot read, a learned rule that cannot be
     looked up) gates the call, and the approval says why.
@@ -106,11 +108,11 @@ def _gate_for_call(
     if learns is not None and not rules.get("sample_rate"):
         # An agent that learns samples its borderline calls by default.
         rules = {**rules, "sample_rate": learns.get("sample_rate", 0.15)}
-    verdict = policy.evaluate(
+    verdict = declared_policy.evaluate(
         tool=tool,
         args=item["args"],
         rules=rules,
-        confidence=policy.model_confidence(response),
+        confidence=declared_policy.model_confidence(response),
         rng=rng or _sampler(run, item, tool, "borderline"),
     )
     gate = {
@@ -137,7 +139,7 @@ def _learned(
         if override is None:
             return None
         gate["explanation"] = (
-            f"{policy.describe(tool)}: a reviewer found a {tool.name} call of this agent "
+            f"{declared_policy.describe(tool)}: a reviewer found a {tool.name} call of this agent "
             f"should have been gated; every such call goes to a person until an admin clears it"
         )
         return gate
@@ -154,7 +156,7 @@ def _learned(
         return gate
     if rule is None:
         return gate
-    rate = policy._rate(learns.get("check_rate"))
+    rate = declared_policy._rate(learns.get("check_rate"))
     if rate and (rng or _sampler(run, item, tool, "rule-check")).random() < rate:
         gate["sampled"] = True
         gate["rule_check"] = rule.pk
@@ -175,16 +177,16 @@ def _pii_gate(run: Run, item: dict, tool: Tool, response, rng) -> dict:
     explanation = f"personal data leaving the system ({found})"
     risk = max(tool.blast, Blast.MEDIUM).label
     if tool.name != FINAL_ANSWER:
-        verdict = policy.evaluate(
+        verdict = declared_policy.evaluate(
             tool=tool,
             args=item["args"],
             rules=run.agent_config.get("gates", {}),
-            confidence=policy.model_confidence(response),
+            confidence=declared_policy.model_confidence(response),
             rng=rng or _sampler(run, item, tool, "borderline"),
         )
         if verdict.gated:
             explanation += f"; and {verdict.explanation}"
-        risk = max(policy.BLAST_BY_LABEL[verdict.risk], Blast.MEDIUM).label
+        risk = max(declared_policy.BLAST_BY_LABEL[verdict.risk], Blast.MEDIUM).label
     return {
         "kind": Approval.Kind.ACTION,
         "tool": tool.name,
@@ -243,20 +245,13 @@ def _approve_by_rule(
     )
     approval.save(force_insert=True)
     RuleHit.objects.create(rule=rule, approval=approval, checked=False, at=now)
-    run.append_step(
-        Step.Kind.GATE,
-        {
-            "approval": str(approval.pk),
-            "kind": kind,
-            "tool_use_id": item["id"],
-            "tool": tool,
-            "args": item["args"],
-            "explanation": why,
-            "risk": approval.risk,
-            "status": Approval.Status.APPROVED,
-            "approved_by_rule": rule.pk,
-            "rule": described,
-        },
+    _gate_step(
+        run,
+        approval,
+        item,
+        status=Approval.Status.APPROVED,
+        approved_by_rule=rule.pk,
+        rule=described,
     )
     return approval
 
@@ -448,24 +443,35 @@ def _open(
         expires_at=now + timeout,
     )
     approval.save(force_insert=True)
-    run.append_step(
-        Step.Kind.GATE,
-        {
-            "approval": str(approval.pk),
-            "kind": kind,
-            "tool_use_id": item["id"],
-            "tool": tool,
-            "args": item["args"],
-            "question": question,
-            "options": options or [],
-            "explanation": explanation,
-            "risk": approval.risk,
-            "sampled": sampled,
-            "expires_at": approval.expires_at.isoformat(),
-            # The PII guard's findings (masked), for the approval card.
-            **({"findings": findings} if findings else {}),
-        },
+    _gate_step(
+        run,
+        approval,
+        item,
+        question=question,
+        options=options or [],
+        sampled=sampled,
+        expires_at=approval.expires_at.isoformat(),
+        # The PII guard's findings (masked), for the approval card.
+        **({"findings": findings} if findings else {}),
     )
     events.publish_approvals_changed(approval.pk)
     transaction.on_commit(lambda: tasks.approval_requested(approval.pk))
     return approval
+
+
+def _gate_step(run: Run, approval: Approval, item: dict, **extra) -> None:
+    """The gate's step in the run's timeline, for an approval a person decides and for one a
+    rule approved alike; `extra` says what differs."""
+    run.append_step(
+        Step.Kind.GATE,
+        {
+            "approval": str(approval.pk),
+            "kind": approval.kind,
+            "tool_use_id": item["id"],
+            "tool": approval.tool,
+            "args": item["args"],
+            "explanation": approval.explanation,
+            "risk": approval.risk,
+            **extra,
+        },
+    )

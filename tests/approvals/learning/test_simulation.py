@@ -24,13 +24,14 @@ import pytest
 from django.utils import timezone
 
 from agentops.tools import get_tool
-from approvals import gates, learning
+from approvals import engine_gates
 from approvals.decisions import decide
+from approvals.learning import rules as learning
 from approvals.models import Approval, AutoApproveRule, RuleHit
 from runs.models import Step
 from tests.conftest import make_user
 
-from .conftest import launch
+from ..conftest import launch
 
 pytestmark = pytest.mark.django_db
 
@@ -102,9 +103,9 @@ def test_thousands_of_decisions_keep_the_promises(django_user_model, no_enqueue,
             }
         run.refresh_from_db()
         item = {"id": f"sim-{seq}", "llm_seq": seq, "args": tool.validate(args)}
-        gate = gates.gate_for_call(run, item, tool)
+        gate = engine_gates.gate_for_call(run, item, tool)
         assert gate is not None  # both tools are gated by the base table
-        approval = Approval.objects.get(pk=gates.open_gate(run, item, gate))
+        approval = Approval.objects.get(pk=engine_gates.open_gate(run, item, gate))
         if approval.status == Approval.Status.APPROVED:
             auto += 1
             continue

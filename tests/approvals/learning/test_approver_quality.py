@@ -7,12 +7,14 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import decisions, learning, stats
+from approvals import decisions
+from approvals.learning import rules as learning
+from approvals.learning import stats
 from approvals.models import Approval, ApprovalView
 from tests.conftest import make_user
 
-from .conftest import gated
-from .test_learning import approve_credits, credit_run, drive
+from ..conftest import gated
+from .test_rules import approve_credits, credit_run, drive
 
 pytestmark = pytest.mark.django_db
 

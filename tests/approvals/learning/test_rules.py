@@ -11,14 +11,15 @@ from django.core import mail
 from django.utils import timezone
 
 from agentops.tools import Blast, get_tool, tool
-from approvals import gates, learning
+from approvals import engine_gates
 from approvals.decisions import decide
+from approvals.learning import rules as learning
 from approvals.models import Approval, AutoApproveRule, RuleEvent, RuleHit, TrackRecord
 from history.replay import replay
 from runs.models import Run, Step
 from tests.conftest import make_user
 
-from .conftest import EXECUTED, drive, gated, launch
+from ..conftest import EXECUTED, drive, gated, launch
 
 pytestmark = pytest.mark.django_db
 
@@ -226,7 +227,7 @@ def test_agents_that_do_not_learn_ask_the_database_nothing_more(
     run = launch("test-payer", {"to": "acme", "amount": "10"})
     item = {"id": "t1", "llm_seq": 2, "args": {"to": "acme", "amount": Decimal(10)}}
     with django_assert_num_queries(0):
-        assert gates.gate_for_call(run, item, get_tool("test_transfer")) is not None
+        assert engine_gates.gate_for_call(run, item, get_tool("test_transfer")) is not None
 
 
 def test_seeded_sampling_is_the_same_for_the_same_call(settings, no_enqueue):
@@ -236,8 +237,8 @@ def test_seeded_sampling_is_the_same_for_the_same_call(settings, no_enqueue):
     draws = []
     for i in range(40):
         item = {"id": "t", "llm_seq": 2, "args": {"region": f"eu-{i}"}}
-        first = gates._sampler(run, item, tool, "borderline").random()
-        second = gates._sampler(run, item, tool, "borderline").random()
+        first = engine_gates._sampler(run, item, tool, "borderline").random()
+        second = engine_gates._sampler(run, item, tool, "borderline").random()
         assert first == second
         draws.append(first < 0.5)
     assert 5 < sum(draws) < 35  # a share, not all or nothing
@@ -285,7 +286,7 @@ def test_an_agent_that_learns_samples_borderline_calls_by_default(settings, no_e
 
     def sampled(run) -> int:
         calls = ({"id": "t", "llm_seq": 2, "args": {"ticket": f"T-{i}"}} for i in range(300))
-        return sum(gates.gate_for_call(run, item, tag) is not None for item in calls)
+        return sum(engine_gates.gate_for_call(run, item, tag) is not None for item in calls)
 
     assert 25 < sampled(learns) < 70  # about 15 %
     assert sampled(plain) == 0  # GateRules.sample_rate is 0 unless declared
@@ -298,4 +299,4 @@ def test_an_agent_that_learns_pays_one_query_per_call_with_side_effects(
     tool = get_tool("grant_goodwill_credit")
     args = tool.validate({**CREDIT})
     with django_assert_num_queries(1):  # the covering rule's lookup
-        assert gates.gate_for_call(run, {"id": "t", "llm_seq": 2, "args": args}, tool)
+        assert engine_gates.gate_for_call(run, {"id": "t", "llm_seq": 2, "args": args}, tool)

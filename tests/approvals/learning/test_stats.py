@@ -6,12 +6,13 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from approvals import decisions, stats
+from approvals import decisions
+from approvals.learning import stats
 from approvals.models import Approval, ApprovalView
 from runs.models import Run
 from tests.conftest import make_user
 
-from .conftest import gated
+from ..conftest import gated
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -34,7 +34,14 @@ def _queue(subject: str, body: str) -> None:
         log.exception("could not queue the admin notice %r", subject)
 
 
-@shared_task(ignore_result=True, autoretry_for=(OSError,), retry_backoff=2, max_retries=8)
+# Named as it was when this module was approvals/learning_notify.py: queued messages carry it.
+@shared_task(
+    name="approvals.learning_notify.notify_admins",
+    ignore_result=True,
+    autoretry_for=(OSError,),
+    retry_backoff=2,
+    max_retries=8,
+)
 def notify_admins(subject: str, body: str) -> int:
     recipients = admin_emails()
     if not recipients or not settings.AGENTOPS["NOTIFY_EMAIL"]:

@@ -8,12 +8,12 @@ from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
-from approvals import one_tap
 from approvals.models import Approval
+from approvals.notify.one_tap import links as one_tap
 from runs.models import args_hash
 from tests.conftest import make_user
 
-from .conftest import EXECUTED, gated
+from ..conftest import EXECUTED, gated
 
 pytestmark = pytest.mark.django_db
 

@@ -21,9 +21,9 @@ from django.utils import timezone
 from agentops.tools import get_tool
 from runs.models import Step
 
-from . import learning
-from .learning_notify import tell_admins_on_commit
+from . import rules as learning
 from .models import AutoApproveRule, GateOverride, PostHocReview, RuleHit
+from .tell_admins import tell_admins_on_commit
 
 REVIEW_SHARE = 0.2  # of the eligible ungated calls
 LOOK_BACK = timedelta(days=7)

@@ -17,13 +17,14 @@ from django.urls import reverse
 
 from agentops.agents import get_agent
 from agentops.celery import app as celery_app
-from approvals import decisions, slack, tasks
+from approvals import decisions, tasks
 from approvals.models import Approval, SlackMessage, SlackUser
+from approvals.notify.slack import app as slack
 from runs import engine
 from runs.models import Run, Step, args_hash
 from tests.conftest import on_postgres
 
-from .conftest import gated
+from ..conftest import gated
 
 SECRET = "slack-signing-secret"
 TEAM = "T1"

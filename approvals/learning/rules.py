@@ -38,10 +38,10 @@ from agentops import agents
 from agentops.tools import Blast, Tool, get_tool
 from runs.models import canonical_json
 
-from . import policy
-from .learning_notify import tell_admins_on_commit
-from .models import Approval
-from .rules import AutoApproveRule, GateOverride, RuleHit, TrackRecord
+from .. import declared_policy
+from ..models import Approval
+from .models import AutoApproveRule, GateOverride, RuleHit, TrackRecord
+from .tell_admins import tell_admins_on_commit
 
 log = logging.getLogger("agentops.approvals")
 
@@ -61,7 +61,7 @@ def declared(rules: dict) -> dict | None:
 
 def never_auto(tool: Tool, risk: str | None = None) -> bool:
     """Irreversible calls of high or critical risk are never auto-approved."""
-    worst = max(tool.blast, policy.BLAST_BY_LABEL.get(risk or "", Blast.NONE))
+    worst = max(tool.blast, declared_policy.BLAST_BY_LABEL.get(risk or "", Blast.NONE))
     return not tool.reversible and worst >= Blast.HIGH
 
 
@@ -72,14 +72,14 @@ def eligible(tool: Tool | None, rules: dict, risk: str | None = None) -> bool:
     rule is not several people)."""
     if tool is None or never_auto(tool, risk):
         return False
-    quorum_from = policy.BLAST_BY_LABEL.get(rules.get("quorum_from") or "")
-    worst = max(tool.blast, policy.BLAST_BY_LABEL.get(risk or "", Blast.NONE))
+    quorum_from = declared_policy.BLAST_BY_LABEL.get(rules.get("quorum_from") or "")
+    worst = max(tool.blast, declared_policy.BLAST_BY_LABEL.get(risk or "", Blast.NONE))
     if quorum_from is not None and worst >= quorum_from:
         return False
     listed = [*(rules.get("always_gate") or ()), *(rules.get("never_gate") or ())]
     if tool.name in listed:
         return False
-    return policy.base_outcome(tool)[0] == policy.GATE
+    return declared_policy.base_outcome(tool)[0] == declared_policy.GATE
 
 
 # --- patterns ---------------------------------------------------------------------------------
@@ -97,14 +97,14 @@ def patterns(tool: Tool, args: dict, rules: dict, learning: dict) -> list[Patter
     for band in sorted(float(b) for b in learning.get("bands") or [1.0]):
         conditions = []
         for arg, limit in sorted(limits.items()):
-            bound = policy._number(limit)
-            value = policy._number(args.get(arg))
+            bound = declared_policy._number(limit)
+            value = declared_policy._number(args.get(arg))
             if bound is None or value is None:
                 return []
             top = (bound * Decimal(str(band))).quantize(Decimal("0.01"))
             if value > top:
                 break
-            conditions.append({"arg": arg, "op": "lte", "value": policy._fmt(top)})
+            conditions.append({"arg": arg, "op": "lte", "value": declared_policy._fmt(top)})
         else:
             found.append(conditions + equal)
     return found
@@ -118,7 +118,10 @@ def key(pattern: Pattern) -> str:
 def matches(pattern: Pattern, args: dict) -> bool:
     for c in pattern:
         if c["op"] == "lte":
-            value, bound = policy._number(args.get(c["arg"])), policy._number(c["value"])
+            value, bound = (
+                declared_policy._number(args.get(c["arg"])),
+                declared_policy._number(c["value"]),
+            )
             if value is None or bound is None or value > bound:
                 return False
         elif c["op"] == "eq":
@@ -135,11 +138,11 @@ def covers(wider: Pattern, narrower: Pattern) -> bool:
     eq_n = {(c["arg"], canonical_json(c["value"])) for c in narrower if c["op"] == "eq"}
     if eq_w != eq_n:
         return False
-    lte_n = {c["arg"]: policy._number(c["value"]) for c in narrower if c["op"] == "lte"}
+    lte_n = {c["arg"]: declared_policy._number(c["value"]) for c in narrower if c["op"] == "lte"}
     for c in wider:
         if c["op"] == "lte":
             bound = lte_n.get(c["arg"])
-            if bound is None or bound > policy._number(c["value"]):
+            if bound is None or bound > declared_policy._number(c["value"]):
                 return False
     return True
 
@@ -203,10 +206,16 @@ def use_rule(rule_id: int, args: dict, tool: Tool, risk: str) -> AutoApproveRule
 # --- learning from decisions -------------------------------------------------------------------
 
 
+def on_settled(sender, approval, *, status: str, edited: bool, by, **kwargs) -> None:
+    """decisions.settled (connected in approvals/apps.py): a person's decision settled an
+    approval."""
+    record_decision(approval, status=status, edited=edited, by=by)
+
+
 def record_decision(approval, *, status: str, edited: bool, by) -> None:
-    """Called by the decision service, inside its transaction, once a person has decided an
-    action. Revokes the rules a rejection or edit contradicts, then moves the track records
-    and proposes a rule where a record has reached the bar."""
+    """Called (through decisions.settled) inside the decision's transaction, once a person has
+    decided an action. Revokes the rules a rejection or edit contradicts, then moves the track
+    records and proposes a rule where a record has reached the bar."""
     if approval.kind != "action" or not approval.tool:
         return
     rules = approval.run.agent_config.get("gates", {})

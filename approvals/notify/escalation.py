@@ -5,7 +5,7 @@ An agent declares the chain (GateRules.escalation, snapshotted into the run's ga
 the embedded sweeps otherwise) finds pending approvals that have waited past a tier's delay
 and notifies that tier once: the Escalation row's unique (approval, tier) is the "once",
 so two sweeps at the same time notify it once. From then on the tier's people may decide it
-(decisions.forbidden_reason), even if the agent names its approvers. At the deadline the
+(approvals/permissions.py), even if the agent names its approvers. At the deadline the
 approval expires and its `on_expiry` applies, as for any approval.
 
 Only approvals whose agent declares a chain are read: one query for the pending approvals,
@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from runs.models import Run
 
-from .models import Approval, Escalation
+from ..models import Approval, Escalation
 
 
 def chain(run: Run) -> list[dict]:
@@ -73,11 +73,3 @@ def escalate_due(
                 continue  # another sweep notified this tier first
             notified += 1
     return notified
-
-
-def escalated_to(approval: Approval) -> set[str]:
-    """Everyone a tier has been told about this approval (they may decide it)."""
-    names: set[str] = set()
-    for people in Escalation.objects.filter(approval=approval).values_list("notified", flat=True):
-        names.update(people or [])
-    return names

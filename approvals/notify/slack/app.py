@@ -35,8 +35,9 @@ from slack_sdk.webhook import WebhookClient
 from agentops import storable
 from runs.models import args_hash
 
-from . import decisions, notify
-from .models import Approval, SlackMessage, SlackUser
+from ... import decisions
+from ...models import Approval, SlackMessage, SlackUser
+from ..message import headline, links, slack_escape, slack_payload
 
 log = logging.getLogger("agentops.slack")
 
@@ -62,7 +63,7 @@ def client() -> WebClient:
 # --- what is posted --------------------------------------------------------------------------
 def request_blocks(approval: Approval) -> list[dict]:
     """The incoming-webhook card (model text escaped) with the app's buttons."""
-    card = notify.slack_payload(approval)["blocks"][:2]
+    card = slack_payload(approval)["blocks"][:2]
     value = f"{approval.pk}:{args_hash(approval.tool, approval.args or {})}"
     buttons: list[dict] = []
     if approval.kind == Approval.Kind.ACTION:
@@ -79,7 +80,7 @@ def request_blocks(approval: Approval) -> list[dict]:
                 "title": {"type": "plain_text", "text": "Approve this call?"},
                 "text": {
                     "type": "mrkdwn",
-                    "text": notify.slack_escape(approval.masked(approval.effect()))[:300],
+                    "text": slack_escape(approval.masked(approval.effect()))[:300],
                 },
                 "confirm": {"type": "plain_text", "text": "Approve"},
                 "deny": {"type": "plain_text", "text": "Cancel"},
@@ -99,7 +100,7 @@ def request_blocks(approval: Approval) -> list[dict]:
             "type": "button",
             "action_id": "open",
             "text": {"type": "plain_text", "text": "Open"},
-            "url": notify.links(approval)["approval"],
+            "url": links(approval)["approval"],
         }
     )
     return [*card, {"type": "actions", "block_id": "decide", "elements": buttons}]
@@ -109,10 +110,10 @@ def decided_blocks(approval: Approval) -> list[dict]:
     """The card once decided: no buttons, who decided and when."""
     who = approval.decided_by.get_username() if approval.decided_by else "the system"
     when = f"{approval.decided_at:%Y-%m-%d %H:%M:%S} UTC" if approval.decided_at else ""
-    line = f"*{approval.status.capitalize()}* by {notify.slack_escape(who)} at {when}"
+    line = f"*{approval.status.capitalize()}* by {slack_escape(who)} at {when}"
     if approval.reason:
-        line += f": {notify.slack_escape(approval.reason)[:500]}"
-    card = notify.slack_payload(approval)["blocks"][:2]
+        line += f": {slack_escape(approval.reason)[:500]}"
+    card = slack_payload(approval)["blocks"][:2]
     return [
         *card,
         {"type": "section", "block_id": "outcome", "text": {"type": "mrkdwn", "text": line}},
@@ -128,7 +129,7 @@ def post_request(approval_id: str) -> str:
         return posted.ts if posted else ""
     response = client().chat_postMessage(
         channel=_cfg("SLACK_CHANNEL"),
-        text=notify.headline(approval),
+        text=headline(approval),
         blocks=request_blocks(approval),
     )
     message, _ = SlackMessage.objects.get_or_create(
@@ -145,7 +146,7 @@ def update_message(approval: Approval) -> None:
         client().chat_update(
             channel=message.channel,
             ts=message.ts,
-            text=f"{notify.headline(approval)}: {approval.status}",
+            text=f"{headline(approval)}: {approval.status}",
             blocks=decided_blocks(approval),
         )
     except SlackApiError as exc:  # the decision stands; the message is only a view of it
@@ -237,7 +238,7 @@ def handle_action(payload: dict) -> str:
         return _tell(
             payload,
             f"Not approved: a {approval.risk}-risk call is approved in agentops, where its exact "
-            f"effect is confirmed: {notify.links(approval)['approval']}",
+            f"effect is confirmed: {links(approval)['approval']}",
         )
     try:
         decided = decisions.decide(

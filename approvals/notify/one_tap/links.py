@@ -29,7 +29,7 @@ from django.core import signing
 from django.db import models, transaction
 from django.utils import timezone
 
-from .models import Approval, DecisionLink
+from ...models import Approval, DecisionLink
 
 SALT = "approvals.one_tap"
 # Wrong passwords before a link stops working (whoever holds the phone cannot keep guessing).

@@ -24,7 +24,8 @@ from django.utils import timezone
 
 from runs import charts
 
-from .models import Approval, ApprovalView, ApprovalVote, AutoApproveRule
+from ..models import Approval, ApprovalView, ApprovalVote
+from .models import AutoApproveRule
 
 DEFAULT_FAST_DECISION_SECONDS = 5.0
 LIST_LIMIT = 50

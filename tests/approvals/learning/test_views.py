@@ -8,13 +8,14 @@ from django.core import mail
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import learning, review
+from approvals.learning import review
+from approvals.learning import rules as learning
 from approvals.models import Approval, AutoApproveRule, GateOverride, PostHocReview
 from runs.models import Run, Step
 from tests.conftest import make_user
 
-from .conftest import drive, launch
-from .test_learning import LEARNS, approve_credits, credit_run
+from ..conftest import drive, launch
+from .test_rules import LEARNS, approve_credits, credit_run
 
 pytestmark = pytest.mark.django_db
 

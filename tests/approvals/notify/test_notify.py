@@ -18,8 +18,9 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from agentops import signing
 from agentops.agents import get_agent
-from approvals import notify, tasks
+from approvals import tasks
 from approvals.models import Approval
+from approvals.notify import email, webhooks
 from demo.models import OutboxEmail
 from runs import engine
 from runs.models import Run, Step
@@ -269,12 +270,15 @@ def test_slack_urls_get_a_slack_payload_with_model_text_escaped(
 
 
 def test_slack_urls_are_recognised_by_prefix_or_host():
-    assert notify.target("slack+https://chat.internal/hook") == ("https://chat.internal/hook", True)
-    assert notify.target("https://hooks.slack.com/services/T/B/X") == (
+    assert webhooks.target("slack+https://chat.internal/hook") == (
+        "https://chat.internal/hook",
+        True,
+    )
+    assert webhooks.target("https://hooks.slack.com/services/T/B/X") == (
         "https://hooks.slack.com/services/T/B/X",
         True,
     )
-    assert notify.target("https://example.com/slack") == ("https://example.com/slack", False)
+    assert webhooks.target("https://example.com/slack") == ("https://example.com/slack", False)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -364,7 +368,7 @@ def test_an_agents_named_approvers_get_the_email_instead(
     run.agent_config["gates"]["approvers"] = ["bea"]
     run.save(update_fields=["agent_config"])
     approval.refresh_from_db()
-    assert notify.approver_emails(approval) == ["bea@example.com"]
+    assert email.approver_emails(approval) == ["bea@example.com"]
 
 
 class FlakyBackend(LocmemBackend):
@@ -396,8 +400,8 @@ def test_a_retried_email_lands_once_in_the_outbox(settings, operator, approver, 
     settings.EMAIL_BACKEND = "demo.mail.OutboxEmailBackend"
     with_email(approver, "arthur@example.com")
     _, approval = gate_a_run(operator)
-    assert notify.send_email(str(approval.pk)) == 1
-    assert notify.send_email(str(approval.pk)) == 1  # a retry after a lost acknowledgement
+    assert email.send_email(str(approval.pk)) == 1
+    assert email.send_email(str(approval.pk)) == 1  # a retry after a lost acknowledgement
     assert OutboxEmail.objects.filter(to=["arthur@example.com"]).count() == 1
 
 

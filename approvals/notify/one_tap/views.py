@@ -1,5 +1,5 @@
-"""The one-tap decision page a link in the approval e-mail opens (approvals/one_tap.py says
-what a link is and why it is safe). The same card as the full screen, sized for a phone:
+"""The one-tap decision page a link in the approval e-mail opens (./links.py says what a link
+is and why it is safe). The same card as the full screen, sized for a phone:
 the exact call, its effect, the evidence, the risk; Approve / Reject (and Answer for a
 question). Decisions go through `approvals.decisions.decide` like every other one."""
 
@@ -15,8 +15,9 @@ from django.views.decorators.http import require_http_methods
 from runs import rendering
 from runs.models import args_hash
 
-from . import arg_form, decisions, evidence, one_tap, views
-from .models import Approval
+from ... import arg_form, decisions, evidence, views
+from ...models import Approval
+from . import links as one_tap
 
 TEMPLATE = "approvals/one_tap.html"
 REFUSED_TEMPLATE = "approvals/one_tap_refused.html"

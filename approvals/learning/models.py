@@ -1,4 +1,4 @@
-"""What the learning gate policy remembers (approvals/learning.py): the record of people's
+"""What the learning gate policy remembers (approvals/learning/rules.py): the record of people's
 decisions per (agent, tool, argument pattern), the auto-approve rules it proposes, their
 history, every call a rule approved or was checked on, post-hoc reviews of ungated calls, and
 the overrides a "should have been gated" review leaves behind.

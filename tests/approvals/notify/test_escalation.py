@@ -7,12 +7,13 @@ import pytest
 from django.core import mail
 
 from agentops.agents import EscalationTier, GateRules
-from approvals import decisions, escalation, notify, tasks
+from approvals import decisions, tasks
 from approvals.models import Approval, Escalation
+from approvals.notify import email, escalation
 from runs.models import Run, Step
 from tests.conftest import make_user
 
-from .conftest import gated
+from ..conftest import gated
 
 pytestmark = pytest.mark.django_db
 
@@ -89,13 +90,13 @@ def test_the_escalation_email_goes_to_the_tier_with_its_own_link(
 ):
     _, approval = escalating
     sweep(approval, 16)
-    assert notify.send_escalation_email(str(approval.pk), 1) == 1
+    assert email.send_escalation_email(str(approval.pk), 1) == 1
     (message,) = mail.outbox
     assert message.to == ["carl@example.com"]
     assert message.subject.startswith("[agentops] Escalated, no decision after 16 min")
     assert "/approvals/link/" in message.body and "escalation tier 1" in message.body
     # A decided approval is not escalated any more.
-    assert notify.send_escalation_email(str(approval.pk), 2) == 0
+    assert email.send_escalation_email(str(approval.pk), 2) == 0
 
 
 def test_nothing_escalates_without_a_chain_or_after_the_deadline(

@@ -11,12 +11,13 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import notify, one_tap
 from approvals.models import Approval, DecisionLink, Delegation
+from approvals.notify import email
+from approvals.notify.one_tap import links as one_tap
 from runs.models import Run, args_hash
 from tests.conftest import make_user
 
-from .conftest import EXECUTED, drive, gated
+from ..conftest import EXECUTED, drive, gated
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +62,7 @@ def test_the_email_carries_a_personal_link_for_each_approver(
     approver.save()
     admin_user.save()
     _, approval = transfer
-    assert notify.send_email(str(approval.pk)) == 2
+    assert email.send_email(str(approval.pk)) == 2
     found = {}
     for message in mail.outbox:
         (link,) = re.findall(r"https://ops\.example(/approvals/link/\S+/)", message.body)

@@ -1,0 +1,2 @@
+"""The Slack app: `app` posts approval requests and handles their buttons; `views` is the
+endpoint Slack calls (its "Request URL")."""

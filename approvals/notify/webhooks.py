@@ -1,0 +1,107 @@
+"""Signed JSON webhooks: one POST per URL of AGENTOPS_WEBHOOK_URLS for each new approval.
+
+Settings (settings.AGENTOPS, from the environment):
+- WEBHOOK_URLS (AGENTOPS_WEBHOOK_URLS, comma-separated): each gets a POST. A URL whose host is
+  hooks.slack.com, or written with a "slack+" prefix ("slack+https://chat.example/hook", the
+  prefix is dropped before sending), gets a Slack-compatible {"text", "blocks"} payload;
+  every other URL gets the JSON payload built by `message.payload()`.
+- WEBHOOK_SECRET (AGENTOPS_WEBHOOK_SECRET): the signing key, or several comma-separated while
+  rotating (each signs). Without it, generic webhooks are not sent (an unsigned approval feed
+  would let anyone forge one); Slack URLs, whose secret is the URL itself, still are.
+
+Signature (every webhook, Slack ones included): Standard Webhooks, by agentops/signing.py,
+the module every signed request of agentops goes through:
+    webhook-id: <id, the same on every retry of one delivery>
+    webhook-timestamp: <unix seconds when this attempt was sent>
+    webhook-signature: v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<raw body bytes>")> …
+A receiver checks it with any Standard Webhooks library (`Webhook(key).verify(body,
+headers)`), which rejects timestamps older than a few minutes, and ignores an id it has seen
+(a retry after a lost response is not a second request). While
+AGENTOPS_WEBHOOK_LEGACY_SIGNATURES is true (deprecated) the older headers are sent beside
+them: X-Agentops-Timestamp, X-Agentops-Signature (sha256=<hex HMAC over
+"<timestamp>.<body>">) and X-Agentops-Delivery (the id).
+"""
+
+import hashlib
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from agentops import signing
+
+from ..models import Approval
+from .delivery import DeliveryError, DeliveryRefused
+from .message import payload, slack_payload
+
+# Sent beside the Standard Webhooks headers while the legacy scheme is on (deprecated).
+DELIVERY_HEADER = "X-Agentops-Delivery"
+SLACK_PREFIX = "slack+"
+
+
+def _cfg(name: str) -> Any:
+    return settings.AGENTOPS[name]
+
+
+def signing_keys() -> list[str]:
+    """AGENTOPS_WEBHOOK_SECRET: one key, or several while rotating (every one signs)."""
+    keys = _cfg("WEBHOOK_SECRET")
+    if isinstance(keys, str):
+        keys = keys.split(",")
+    return [key.strip() for key in keys if key.strip()]
+
+
+def target(url: str) -> tuple[str, bool]:
+    """(URL to POST to, whether it takes a Slack payload)."""
+    if url.startswith(SLACK_PREFIX):
+        return url[len(SLACK_PREFIX) :], True
+    return url, urlsplit(url).hostname == "hooks.slack.com"
+
+
+def delivery_id(approval_id, url: str) -> str:
+    return hashlib.sha256(f"{approval_id}|{url}".encode()).hexdigest()[:32]
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    # A redirected POST would be replayed as a GET elsewhere; treat 3xx as a refusal.
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def deliver_webhook(approval_id: str, url: str) -> int:
+    """POST the signed payload; returns the HTTP status. DeliveryError means retry later,
+    DeliveryRefused means retrying cannot help."""
+    approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
+    post_to, slack = target(url)
+    if urlsplit(post_to).scheme not in ("http", "https"):
+        raise DeliveryRefused(f"webhook URL must be http(s): {post_to!r}")
+    keys = signing_keys()
+    if not keys and not slack:
+        raise DeliveryRefused("AGENTOPS_WEBHOOK_SECRET is not set; generic webhooks are not sent")
+    body = json.dumps(
+        slack_payload(approval) if slack else payload(approval), ensure_ascii=False
+    ).encode()
+    message_id = delivery_id(approval.pk, url)
+    headers = {"Content-Type": "application/json", "User-Agent": "agentops-webhook/1"}
+    if keys:
+        headers.update(signing.sign(keys, message_id, body))
+        if signing.legacy_accepted():
+            headers[DELIVERY_HEADER] = message_id
+    else:  # a Slack URL without a key: still one id for every retry
+        headers[signing.ID_HEADER] = message_id
+    request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked above)
+    try:
+        with _opener.open(request, timeout=_cfg("WEBHOOK_TIMEOUT_SECONDS")) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500 or exc.code in (408, 429):
+            raise DeliveryError(f"webhook {post_to} answered {exc.code}") from None
+        raise DeliveryRefused(f"webhook {post_to} answered {exc.code}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise DeliveryError(f"webhook {post_to} unreachable: {exc}") from None

@@ -1,0 +1,122 @@
+"""Who may decide an approval: every rule about it, in one place.
+
+- Roles: only a user with the approver or admin role decides (`can_decide`).
+- Named approvers: an agent that names its approvers (GateRules.approvers) is decided by them
+  alone, admins included, and by the people an escalation tier has been told about
+  (approvals/notify/escalation.py records who: `escalated_to`).
+- Four-eyes: at or above the agent's `four_eyes_from` risk, the user who launched the run
+  cannot approve (they may still reject).
+- Quorum: at or above `quorum_from`, `quorum` distinct approvers must approve; any one
+  rejection rejects (`votes_needed`).
+- Delegation: an approver away names a delegate (Delegation); the delegate decides for them
+  when they may not decide themselves (`acting_for`), except on a quorum, which needs each
+  approver's own vote, and never past the delegate's own four-eyes rule.
+
+Reads only. The decision service (approvals/decisions.py) asks these under its locks; the
+pages and the API ask them to show who may act.
+"""
+
+from agentops.tools import Blast
+from runs.models import Run
+
+from .models import Approval, Delegation, Escalation
+
+ONLY_APPROVERS = "only approvers and admins can decide approvals"
+
+
+def can_decide(user) -> bool:
+    """The role rule: approvers and admins decide; nobody else, whatever the agent says."""
+    return user is not None and user.is_authenticated and user.can_approve
+
+
+def rank(risk: str) -> int:
+    try:
+        return int(Blast[risk.upper()])
+    except KeyError:
+        return int(Blast.MEDIUM)
+
+
+def gate_rules(run: Run) -> dict:
+    return run.agent_config.get("gates", {}) or {}
+
+
+def votes_needed(approval: Approval, rules: dict) -> int:
+    """Distinct approvers an action needs: the agent's quorum at or above `quorum_from`."""
+    quorum_from = rules.get("quorum_from") or ""
+    if approval.kind != Approval.Kind.ACTION or not quorum_from:
+        return 1
+    if rank(approval.risk) < rank(quorum_from):
+        return 1
+    return max(1, int(rules.get("quorum") or 2))
+
+
+def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approve") -> str:
+    """Why `user` may not make `decision` on this approval, or "" if they may."""
+    if not can_decide(user):
+        return ONLY_APPROVERS
+    rules = gate_rules(run)
+    named = rules.get("approvers") or []
+    if (
+        named
+        and user.get_username() not in named
+        # An escalation tier told about it may decide it too.
+        and not (rules.get("escalation") and user.get_username() in escalated_to(approval))
+    ):
+        return f"only this agent's named approvers can decide: {', '.join(named)}"
+    return _four_eyes_reason(approval, run, user, decision)
+
+
+def _four_eyes_reason(approval: Approval, run: Run, user, decision: str) -> str:
+    four_eyes_from = gate_rules(run).get("four_eyes_from") or ""
+    if (
+        decision != "reject"
+        and four_eyes_from
+        and run.launched_by_id is not None
+        and run.launched_by_id == user.pk
+        and rank(approval.risk) >= rank(four_eyes_from)
+    ):
+        return (
+            f"four-eyes rule: you launched this run, so you cannot approve a {approval.risk}-risk "
+            f"action in it (from {four_eyes_from} up another approver must decide)"
+        )
+    return ""
+
+
+def acting_for(approval: Approval, run: Run, user, decision: str):
+    """Whom `user` decides for through an active Delegation, when they may not decide this
+    themselves: the first delegator who could. None if nobody. The delegate's own four-eyes
+    rule still holds, and a quorum needs each approver's own vote, so delegates do not vote
+    on one."""
+    if _four_eyes_reason(approval, run, user, decision):
+        return None
+    if votes_needed(approval, gate_rules(run)) > 1:
+        return None
+    delegations = Delegation.objects.active().filter(delegate=user).select_related("user")
+    for delegation in delegations.order_by("starts"):
+        if not forbidden_reason(approval, run, delegation.user, decision):
+            return delegation.user
+    return None
+
+
+def may_approve(approval: Approval, run: Run, user) -> bool:
+    """Whether `user` may approve it, themselves or for someone they act for."""
+    if not forbidden_reason(approval, run, user, "approve"):
+        return True
+    return acting_for(approval, run, user, "approve") is not None
+
+
+def may_decide(approval: Approval, user) -> bool:
+    """For lists ("assigned to me"): pending, allowed, and not already voted by this user."""
+    if approval.status != Approval.Status.PENDING or approval.run.is_terminal:
+        return False
+    if not may_approve(approval, approval.run, user):
+        return False
+    return not approval.votes.filter(user=user).exists()
+
+
+def escalated_to(approval: Approval) -> set[str]:
+    """Everyone an escalation tier has been told about this approval (they may decide it)."""
+    names: set[str] = set()
+    for people in Escalation.objects.filter(approval=approval).values_list("notified", flat=True):
+        names.update(people or [])
+    return names
