@@ -10,7 +10,11 @@ import pytest
 from agentops.agents import CATALOGUE, get_agent, register
 from agentops.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
 from agentops.llm.anthropic import AnthropicProvider, retry_after
-from agentops.llm.fake_server import (
+from agentops.verification import Verifier
+from runs import engine
+from runs.engine import retry
+from runs.models import Run, Step
+from tests.support.fake_messages_api import (
     Fault,
     bad_request,
     garbled,
@@ -23,10 +27,6 @@ from agentops.llm.fake_server import (
     text,
     tool_use,
 )
-from agentops.verification import Verifier
-from runs import engine
-from runs.engine import retry
-from runs.models import Run, Step
 
 from .conftest import API_KEY
 
@@ -383,7 +383,7 @@ def test_errors_carry_status_and_retry_after(fake_api):
 
 
 def test_connection_refused_is_transient(settings):
-    from agentops.llm.fake_server import FakeMessagesServer
+    from tests.support.fake_messages_api import FakeMessagesServer
 
     with FakeMessagesServer() as server:
         base_url = server.base_url  # a port that was free a moment ago, now closed
