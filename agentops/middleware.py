@@ -8,7 +8,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from agentops import storable
+from agentkit import storable
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -48,7 +48,7 @@ def _json_problem(request: HttpRequest) -> str | None:
 
 def reject_unstorable_text(get_response: Callable[[HttpRequest], HttpResponse]):
     """400 for a NUL character anywhere in the query, a form or a JSON body, and for a lone
-    UTF-16 surrogate in a JSON body (agentops/storable.py: neither can be stored).
+    UTF-16 surrogate in a JSON body (agentkit/storable.py: neither can be stored).
 
     Such a value reaching a filter or a save was a 500, sometimes after part of the request
     had been written. No legitimate input contains one; Django forms refuse NULs field by

@@ -9,8 +9,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agentops import pii
-from agentops.tools import Tool, get_tool
+from agentkit import pii
+from agentkit.tools import Tool, get_tool
 
 # Apps above this one whose approvals name tools that are not in the registry (an external
 # agent's: gateway/) add a finder here at start-up; a finder answers None for any other.

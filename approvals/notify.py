@@ -22,7 +22,7 @@ Settings (settings.AGENTOPS, from the environment):
   would let anyone forge one); Slack URLs, whose secret is the URL itself, still are.
 - PUBLIC_URL (AGENTOPS_PUBLIC_URL): where links in messages point.
 
-Signature (every webhook, Slack ones included): Standard Webhooks, by agentops/signing.py,
+Signature (every webhook, Slack ones included): Standard Webhooks, by agentkit/signing.py,
 the module every signed request of agentops goes through:
     webhook-id: <id, the same on every retry of one delivery>
     webhook-timestamp: <unix seconds when this attempt was sent>
@@ -50,7 +50,7 @@ from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
 from accounts.models import Role
-from agentops import signing
+from agentkit import signing
 
 from . import one_tap
 from .models import Approval, Delegation

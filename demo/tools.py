@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from pydantic import EmailStr, Field
 
-from agentops.tools import Blast, Pending, RetryPolicy, ToolContext, ToolError, tool
+from agentkit.tools import Blast, Pending, RetryPolicy, ToolContext, ToolError, tool
 
 from . import shop
 from .models import Refund

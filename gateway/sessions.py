@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agentops.tools import ToolArgsError
+from agentkit.tools import ToolArgsError
 from approvals import gate_config, gates, policy
 from approvals.models import Approval
 from runs import events, sql

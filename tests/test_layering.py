@@ -10,7 +10,17 @@ from pathlib import Path
 from django.conf import settings
 
 ROOT = Path(settings.BASE_DIR)
-PACKAGES = ("runs", "approvals", "history", "agentops", "accounts", "demo", "triggers", "gateway")
+PACKAGES = (
+    "runs",
+    "approvals",
+    "history",
+    "agentops",
+    "agentkit",
+    "accounts",
+    "demo",
+    "triggers",
+    "gateway",
+)
 
 # Imports inside functions that are not there to break a cycle, and why.
 DEFERRED_IMPORTS = {
@@ -36,8 +46,8 @@ DEFERRED_IMPORTS = {
     ("gateway/apps.py", "gateway.wakeups"),
     ("gateway/apps.py", "runs.models"),
     # The Anthropic SDK: a web process never needs its import time and memory.
-    ("agentops/agents.py", "agentops.llm.anthropic"),
-    ("agentops/celery.py", "agentops.llm.anthropic"),
+    ("agentkit/agents.py", "agentkit.llm.anthropic"),
+    ("agentops/celery.py", "agentkit.llm.anthropic"),
 }
 
 

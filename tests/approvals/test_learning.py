@@ -10,7 +10,7 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from agentops.tools import Blast, get_tool, tool
+from agentkit.tools import Blast, get_tool, tool
 from approvals import gates, learning
 from approvals.decisions import decide
 from approvals.models import Approval, AutoApproveRule, RuleEvent, RuleHit, TrackRecord

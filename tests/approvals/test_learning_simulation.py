@@ -23,7 +23,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from agentops.tools import get_tool
+from agentkit.tools import get_tool
 from approvals import gates, learning
 from approvals.decisions import decide
 from approvals.models import Approval, AutoApproveRule, RuleHit

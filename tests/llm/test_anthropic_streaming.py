@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from agentops.agents import CATALOGUE, get_agent, register
-from agentops.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
-from agentops.llm.anthropic import AnthropicProvider
+from agentkit.agents import CATALOGUE, get_agent, register
+from agentkit.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
+from agentkit.llm.anthropic import AnthropicProvider
 from runs import engine, events
 from runs.models import Run, Step
 from tests.support.fake_messages_api import (

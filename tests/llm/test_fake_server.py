@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agentops.agents import get_agent
-from agentops.llm import LLMError, LLMRequest
-from agentops.llm.anthropic import AnthropicProvider
+from agentkit.agents import get_agent
+from agentkit.llm import LLMError, LLMRequest
+from agentkit.llm.anthropic import AnthropicProvider
 from runs import engine
 from runs.models import Run, Step
 from tests.support.fake_messages_api import FakeMessagesServer, hang, reply, text, tool_use

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from runs import engine
 from runs.engine.conversation import SUMMARY_MARK
 from runs.models import Run, Step

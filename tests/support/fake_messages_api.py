@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agentops.llm.scripted import text, tool_use
+from agentkit.llm.scripted import text, tool_use
 
 __all__ = [
     "FakeMessagesServer",
