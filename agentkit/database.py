@@ -1,4 +1,5 @@
-"""How long a pooled database connection may be waited for (the backend is agentops/db/).
+"""The database slow or down: how long a pooled connection may be waited for, and what a client
+is told meanwhile (the backend itself is agentops/db/).
 
 After a Postgres restart, or while it is down, taking a connection from the pool waits up to
 the pool's `timeout` (30 s) for one. A request may wait that long; a periodic sweep must not:
@@ -25,3 +26,9 @@ def fail_fast(seconds: float) -> Iterator[None]:
         yield
     finally:
         checkout_timeout.reset(token)
+
+
+# What a client is told when the database is down, and when to retry: the project's middleware
+# (agentops/middleware.py) and the gateway's waits (gateway/waits.py) answer alike.
+DATABASE_DOWN_MESSAGE = "the database is unavailable; retry in a few seconds"
+DATABASE_RETRY_AFTER_SECONDS = 5

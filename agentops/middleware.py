@@ -9,6 +9,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from agentkit import storable
+from agentkit.database import DATABASE_DOWN_MESSAGE, DATABASE_RETRY_AFTER_SECONDS
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -75,8 +76,6 @@ def reject_unstorable_text(get_response: Callable[[HttpRequest], HttpResponse]):
     return middleware
 
 
-DATABASE_DOWN_MESSAGE = "the database is unavailable; retry in a few seconds"
-DATABASE_RETRY_AFTER_SECONDS = 5
 DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 logger = logging.getLogger(__name__)
