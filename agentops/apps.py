@@ -1,6 +1,9 @@
+"""The project package as a Django app: its management commands (up, seed_demo, audit_grants)
+and the start-up wiring below. It owns no models."""
+
 from django.apps import AppConfig
 
-from . import logs
+from agentkit import logs
 
 
 class AgentopsConfig(AppConfig):

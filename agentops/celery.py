@@ -15,7 +15,7 @@ def preload_model_sdk(**kwargs) -> None:
     """Import the Anthropic SDK once at worker start. Imported lazily (the web process never
     needs it), it was imported by the first burst of runs' threads all at once: 20 ms of CPU
     per call and +150 MB of memory in the first round of bench/model_latency.py."""
-    import agentops.llm.anthropic  # noqa: F401
+    import agentkit.llm.anthropic  # noqa: F401
 
 
 @setup_logging.connect

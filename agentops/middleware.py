@@ -8,7 +8,8 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from agentops import storable
+from agentkit import storable
+from agentkit.database import DATABASE_DOWN_MESSAGE, DATABASE_RETRY_AFTER_SECONDS
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -48,7 +49,7 @@ def _json_problem(request: HttpRequest) -> str | None:
 
 def reject_unstorable_text(get_response: Callable[[HttpRequest], HttpResponse]):
     """400 for a NUL character anywhere in the query, a form or a JSON body, and for a lone
-    UTF-16 surrogate in a JSON body (agentops/storable.py: neither can be stored).
+    UTF-16 surrogate in a JSON body (agentkit/storable.py: neither can be stored).
 
     Such a value reaching a filter or a save was a 500, sometimes after part of the request
     had been written. No legitimate input contains one; Django forms refuse NULs field by
@@ -75,8 +76,6 @@ def reject_unstorable_text(get_response: Callable[[HttpRequest], HttpResponse]):
     return middleware
 
 
-DATABASE_DOWN_MESSAGE = "the database is unavailable; retry in a few seconds"
-DATABASE_RETRY_AFTER_SECONDS = 5
 DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 logger = logging.getLogger(__name__)

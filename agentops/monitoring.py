@@ -1,5 +1,5 @@
 """GET /metrics for Prometheus: the event counters of every process on the host
-(agentops/metrics.py) and the state read at scrape time (runs in flight by status, approvals
+(agentkit/metrics.py) and the state read at scrape time (runs in flight by status, approvals
 pending, the queue's depth).
 
 Behind a bearer token (METRICS_TOKEN): without one configured the endpoint does not exist
@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from agentops import agents
+from agentkit import agents
 from approvals.models import Approval
 from runs import queue
 from runs.models import Run

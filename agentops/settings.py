@@ -43,6 +43,8 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "axes",
+    # The agent library: an app only for its template filters (`{% load untrusted %}`).
+    "agentkit",
     "accounts",
     "runs",
     "approvals",
@@ -62,7 +64,7 @@ MIDDLEWARE = [
     "agentops.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "agentops.logs.request_context",
+    "agentkit.logs.request_context",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -228,7 +230,7 @@ AGENTOPS = {
     "NOTIFY_EMAIL": env.bool("AGENTOPS_NOTIFY_EMAIL", default=True),
     # Comma-separated; "slack+https://..." or a hooks.slack.com URL gets a Slack payload.
     "WEBHOOK_URLS": env.list("AGENTOPS_WEBHOOK_URLS", default=[]),
-    # The key that signs approval webhooks (agentops/signing.py, Standard Webhooks); generic
+    # The key that signs approval webhooks (agentkit/signing.py, Standard Webhooks); generic
     # webhooks are not sent without it. Comma-separated while rotating: every key signs
     # (several v1 signatures), so a receiver holding either one accepts.
     "WEBHOOK_SECRET": env.list("AGENTOPS_WEBHOOK_SECRET", default=[]),
@@ -241,7 +243,7 @@ AGENTOPS = {
         for n in env.list("AGENTOPS_CALLBACK_ALLOWED_NETWORKS", default=[])
         if n.strip()
     ],
-    # Incoming webhooks (agentops/signing.py): a signed timestamp further than this from now,
+    # Incoming webhooks (agentkit/signing.py): a signed timestamp further than this from now,
     # past or future, is refused, and a delivery id already accepted never launches again.
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),
     # Deprecated: the scheme before Standard Webhooks (X-Agentops-Signature: sha256=<hex>).
@@ -278,11 +280,11 @@ AGENTOPS = {
 }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
-# The SDK's OpenTelemetry spans (agentops/llm/anthropic.py): off unless asked for; then the
+# The SDK's OpenTelemetry spans (agentkit/llm/anthropic.py): off unless asked for; then the
 # SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
 ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
 
-# --- monitoring (agentops/monitoring.py, agentops/metrics.py) -----------------------------------
+# --- monitoring (agentops/monitoring.py, agentkit/metrics.py) -----------------------------------
 # /metrics answers only with this bearer token; unset, it does not exist (404).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 # Shared by every process of the host (web, workers, beat) to add up their counters; read by
@@ -347,18 +349,18 @@ USE_I18N = False
 USE_TZ = True
 
 # JSON lines in production (or LOG_FORMAT=json), readable text in DEBUG; either way every line
-# carries the run, step, task and user it is about, where known (agentops/logs.py).
+# carries the run, step, task and user it is about, where known (agentkit/logs.py).
 LOG_FORMAT = env.str("LOG_FORMAT", default="text" if DEBUG else "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {
-        "context": {"()": "agentops.logs.ContextFilter"},
-        "secrets": {"()": "agentops.logs.RedactSecrets"},
+        "context": {"()": "agentkit.logs.ContextFilter"},
+        "secrets": {"()": "agentkit.logs.RedactSecrets"},
     },
     "formatters": {
-        "json": {"()": "agentops.logs.JsonFormatter"},
-        "text": {"()": "agentops.logs.TextFormatter"},
+        "json": {"()": "agentkit.logs.JsonFormatter"},
+        "text": {"()": "agentkit.logs.TextFormatter"},
     },
     "handlers": {
         "console": {

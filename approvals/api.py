@@ -14,8 +14,8 @@ from django.utils import timezone
 from ninja import Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
-from agentops.agents import get_agent
-from agentops.tools import get_tool
+from agentkit.agents import get_agent
+from agentkit.tools import get_tool
 from runs.api import MAX_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 

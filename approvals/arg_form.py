@@ -13,8 +13,8 @@ from typing import Any
 
 import pydantic
 
-from agentops import storable
-from agentops.tools import Tool, get_tool
+from agentkit import storable
+from agentkit.tools import Tool, get_tool
 
 TEXTAREA_FROM = 80  # characters; longer (or multi-line) values get a textarea
 

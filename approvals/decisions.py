@@ -32,8 +32,8 @@ from django.db.models import OuterRef, Subquery
 from django.dispatch import Signal
 from django.utils import timezone
 
-from agentops import metrics
-from agentops.tools import Blast, Tool, ToolArgsError
+from agentkit import metrics
+from agentkit.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from agentops.tools import Blast, Tool
+from agentkit.tools import Blast, Tool
 
 BLAST_BY_LABEL = {b.label: b for b in Blast}
 

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.tools import Blast, Tool, ToolError, get_tool, tool
+from agentkit.tools import Blast, Tool, ToolError, get_tool, tool
 from runs import events
 from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, Decision
 from runs.engine.pii_guard import FINAL_ANSWER

@@ -18,8 +18,8 @@ from django.contrib.auth import get_user_model
 from django.core import checks
 
 from accounts.models import Role
-from agentops.agents import CATALOGUE, GateRules
-from agentops.tools import Blast
+from agentkit.agents import CATALOGUE, GateRules
+from agentkit.tools import Blast
 
 KNOWN_KEYS = frozenset(GateRules().as_dict())
 EXPIRY_OUTCOMES = ("reject", "fail")

@@ -9,8 +9,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agentops import pii
-from agentops.tools import Tool, get_tool
+from agentkit import pii
+from agentkit.tools import Tool, get_tool
 
 from .gate_config import ON_EXPIRY
 

@@ -16,7 +16,7 @@ Reads only. The decision service (approvals/decisions.py) asks these under its l
 pages and the API ask them to show who may act.
 """
 
-from agentops.tools import Blast
+from agentkit.tools import Blast
 from runs.models import Run
 
 from .models import Approval, Delegation, Escalation

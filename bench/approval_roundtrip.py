@@ -82,7 +82,7 @@ def main() -> int:
     from django.test.utils import CaptureQueriesContext
 
     from accounts.models import ApiToken, User
-    from agentops.agents import get_agent
+    from agentkit.agents import get_agent
     from agentops.celery import app
     from approvals.models import Approval
     from runs import engine

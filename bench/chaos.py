@@ -618,7 +618,7 @@ class Chaos:
             [
                 "import dataclasses",
                 "import bench.chaos_app",
-                "from agentops.agents import GateRules, get_agent, register",
+                "from agentkit.agents import GateRules, get_agent, register",
                 f"chaos = get_agent({AGENT!r})",
                 "register(dataclasses.replace(chaos, slug='chaos-typo',"
                 " gates=GateRules(always_gate=('chaos_transfr',))))",

@@ -35,10 +35,10 @@ django.setup()
 from celery.signals import worker_ready  # noqa: E402
 from django import forms  # noqa: E402
 
-from agentops.agents import Agent, GateRules, Limits, get_agent, register  # noqa: E402
+from agentkit.agents import Agent, GateRules, Limits, get_agent, register  # noqa: E402
+from agentkit.llm.scripted import text, tool_use  # noqa: E402
+from agentkit.tools import Blast, ToolContext, tool  # noqa: E402
 from agentops.celery import app  # noqa: E402
-from agentops.llm.scripted import text, tool_use  # noqa: E402
-from agentops.tools import Blast, ToolContext, tool  # noqa: E402
 
 AGENT = "chaos-loop"
 # A call takes its tool's timeout as lease: the lease the suite sets (a dead worker's runs are

@@ -64,10 +64,10 @@ from django import forms  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
-from agentops.agents import Agent, Limits, get_agent, register  # noqa: E402
+from agentkit.agents import Agent, Limits, get_agent, register  # noqa: E402
+from agentkit.llm.scripted import text, tool_use  # noqa: E402
+from agentkit.tools import Blast, tool  # noqa: E402
 from agentops.celery import app  # noqa: E402
-from agentops.llm.scripted import text, tool_use  # noqa: E402
-from agentops.tools import Blast, tool  # noqa: E402
 
 AGENT = "bench-loop"
 OUR_TABLES = ("runs_run", "runs_step", "runs_checkpoint", "runs_sideeffect")

@@ -40,7 +40,7 @@ from django.db import transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
-from agentops.agents import get_agent  # noqa: E402
+from agentkit.agents import get_agent  # noqa: E402
 from runs import engine  # noqa: E402
 from runs.models import Run, Step  # noqa: E402
 

@@ -5,7 +5,7 @@
         uv run --group bench python bench/model_latency.py --runs 200 --turns 3 \
             --concurrency 200 --pool-max 20 --repeat 3 [--sustain 30]
 
-Starts the fake server (agentops/llm/fake_server.py) in this process with --latency seconds
+Starts the fake server (tests/support/fake_messages_api.py) in this process with --latency seconds
 per call, and one real `celery -A bench.engine_throughput worker --pool threads -c C`
 subprocess with ANTHROPIC_API_KEY=fake ANTHROPIC_BASE_URL=<fake url> (and DATABASE_POOL_MAX
 when --pool-max is given), so runs launched with provider="anthropic" go through the real
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_throughput as et
 
-from agentops.llm.fake_server import FakeMessagesServer, Reply, text, tool_use
+from tests.support.fake_messages_api import FakeMessagesServer, Reply, text, tool_use
 
 
 class LoopServer(FakeMessagesServer):

@@ -41,12 +41,12 @@ from django.core.management import call_command  # noqa: E402
 from django.test import Client  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
-from agentops.agents import get_agent  # noqa: E402
-from agentops.llm import LLMRequest  # noqa: E402
-from agentops.llm.anthropic import AnthropicProvider  # noqa: E402
-from agentops.llm.fake_server import FakeMessagesServer, reply, text  # noqa: E402
+from agentkit.agents import get_agent  # noqa: E402
+from agentkit.llm import LLMRequest  # noqa: E402
+from agentkit.llm.anthropic import AnthropicProvider  # noqa: E402
 from runs import engine  # noqa: E402
 from runs.engine import drafts  # noqa: E402
+from tests.support.fake_messages_api import FakeMessagesServer, reply, text  # noqa: E402
 
 DRAFT_RE = re.compile(r'data-draft-seq="(\d+)"')
 

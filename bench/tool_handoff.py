@@ -21,7 +21,7 @@ import django
 
 django.setup()
 
-from agentops.tools import Blast, ToolContext, get_tool, tool  # noqa: E402
+from agentkit.tools import Blast, ToolContext, get_tool, tool  # noqa: E402
 from runs.engine import deadlines  # noqa: E402
 
 

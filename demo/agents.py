@@ -17,7 +17,7 @@ from decimal import Decimal
 from django import forms
 
 import approvals.engine_gates  # noqa: F401  (registers ask_operator)
-from agentops.agents import (
+from agentkit.agents import (
     CATALOGUE,
     Agent,
     EscalationTier,
@@ -28,10 +28,10 @@ from agentops.agents import (
     RunResult,
     register,
 )
-from agentops.llm.scripted import text, tool_use
-from agentops.pii import PiiPolicy
-from agentops.tools import RateLimit
-from agentops.verification import Verifier
+from agentkit.llm.scripted import text, tool_use
+from agentkit.pii import PiiPolicy
+from agentkit.tools import RateLimit
+from agentkit.verification import Verifier
 
 from . import tools
 

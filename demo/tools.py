@@ -1,6 +1,5 @@
 """Tools of the demo agents. They do real work on local data (shop DB, refunds, outbox)."""
 
-import json
 import sqlite3
 import time
 from datetime import timedelta
@@ -12,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from pydantic import EmailStr, Field
 
-from agentops.tools import Blast, Pending, RetryPolicy, ToolContext, ToolError, tool
+from agentkit.tools import Blast, Pending, RetryPolicy, ToolContext, ToolError, tool
 
 from . import shop
 from .models import Refund
@@ -240,10 +239,6 @@ def check_supplier_stock(supplier: EmailStr, product: str = Field(max_length=200
         time.sleep(HANG_SECONDS)
     units = sum(map(ord, supplier + product)) % 900 + 100
     return {"supplier": supplier, "product": product, "in_stock": units}
-
-
-def tool_result_json(value) -> str:
-    return json.dumps(value, default=str)
 
 
 # --- Goodwill credit (the learning gate policy's demo) ----------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 import pydantic
 
-from agentops.tools import Blast, Tool, ToolArgsError, ToolError
+from agentkit.tools import Blast, Tool, ToolArgsError, ToolError
 
 from .models import BLAST_LABELS, ExternalTool
 

@@ -1,7 +1,7 @@
 """The decision, POSTed to the callback URL an external call gave (instead of, or as well as,
 long-polling).
 
-Signed as every webhook of agentops is (agentops/signing.py, Standard Webhooks, webhook-id
+Signed as every webhook of agentops is (agentkit/signing.py, Standard Webhooks, webhook-id
 "callback_<approval id>"), with the agent's own key: the SHA-256 hex of its token, which
 agentops stores and the agent can compute from the token it holds (its UTF-8 bytes are the
 HMAC key). Sent once the decision is committed, by a Celery task retried like the approval
@@ -17,7 +17,7 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
-from agentops import signing
+from agentkit import signing
 from approvals.notify.delivery import DeliveryError
 from runs.models import Run, Step
 

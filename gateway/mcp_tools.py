@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from agentops.tools import Blast
+from agentkit.tools import Blast
 
 from .models import ExternalAgent, ExternalTool
 

@@ -23,8 +23,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agentops.agents import CATALOGUE, GateRules, Limits
-from agentops.tools import Blast
+from agentkit.agents import CATALOGUE, GateRules, Limits
+from agentkit.tools import Blast
 from approvals import gate_config
 
 TOKEN_PREFIX = "aoa_"

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agentops.tools import Tool, ToolArgsError
+from agentkit.tools import ToolArgsError
 from approvals import declared_policy, engine_gates, gate_config
 from approvals.models import Approval
 from runs import events, sql
@@ -453,7 +453,3 @@ def _locked_open(run_id) -> Run:
     if run.is_terminal:
         raise SessionError(409, f"the session is {run.status}: it takes no more calls")
     return run
-
-
-def tool_for(call: ExternalCall) -> Tool:
-    return tool_from_metadata(call.tool_meta)

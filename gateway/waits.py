@@ -43,7 +43,7 @@ from django.db import DatabaseError
 from django.http.request import split_domain_port, validate_host
 from ninja.responses import NinjaJSONEncoder
 
-from agentops.middleware import DATABASE_DOWN_MESSAGE, DATABASE_RETRY_AFTER_SECONDS
+from agentkit.database import DATABASE_DOWN_MESSAGE, DATABASE_RETRY_AFTER_SECONDS
 from runs import events
 from runs.models import Run, Step
 

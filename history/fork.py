@@ -9,7 +9,7 @@ approval given in the origin approves nothing in the fork.
 
 import copy
 
-from agentops.agents import Limits, get_agent
+from agentkit.agents import Limits, get_agent
 from runs import engine
 from runs.models import Run
 

@@ -29,10 +29,10 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from agentops import llm
-from agentops.agents import Agent, Limits, get_agent
-from agentops.llm.base import LLMError, LLMResponse, LLMTransientError, Usage
-from agentops.tools import get_tool
+from agentkit import llm
+from agentkit.agents import Agent, Limits, get_agent
+from agentkit.llm.base import LLMError, LLMResponse, LLMTransientError, Usage
+from agentkit.tools import get_tool
 from runs import chains, engine
 from runs.engine import gates, replaying
 from runs.models import PendingOperation, Run, Step, args_hash, canonical_json

@@ -22,7 +22,7 @@ from ninja.errors import HttpError, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from accounts.auth import api_auth
-from agentops.agents import CATALOGUE, Agent, get_agent, json_type_errors
+from agentkit.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
 from . import costs, engine
 from .models import Checkpoint, Run, canonical_json

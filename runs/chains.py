@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agentops.agents import CATALOGUE, RunResult, get_agent, json_type_errors
+from agentkit.agents import CATALOGUE, RunResult, get_agent, json_type_errors
 
 from . import engine, queue
 from .models import Run, Step, canonical_json

@@ -9,7 +9,7 @@ from collections.abc import Hashable
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agentops import metrics
+from agentkit import metrics
 
 from . import access, events, feeds, live
 from .models import Run

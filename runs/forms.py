@@ -4,7 +4,7 @@ from datetime import date
 
 from django import forms
 
-from agentops.agents import CATALOGUE
+from agentkit.agents import CATALOGUE
 
 from .models import Run
 

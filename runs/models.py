@@ -19,7 +19,7 @@ from django.db.models.functions import Cast
 from django.dispatch import Signal
 from django.utils import timezone
 
-from agentops import pii
+from agentkit import pii
 
 from . import queue, sql
 
@@ -866,7 +866,7 @@ class SideEffect(models.Model):
 
 class PendingOperation(models.Model):
     """Something a tool call started that finishes later, which its run awaits
-    (agentops.tools.Pending; runs/pending.py completes, times out and reports them)."""
+    (agentkit.tools.Pending; runs/pending.py completes, times out and reports them)."""
 
     class Status(models.TextChoices):
         OPEN = "open"

@@ -16,7 +16,7 @@ from django.core import signing
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.tools import CALLBACK_SALT, Pending, ToolContext, ToolError, breaker, get_tool
+from agentkit.tools import CALLBACK_SALT, Pending, ToolContext, ToolError, breaker, get_tool
 
 from .engine import gates
 from .engine.awaiting import report_data

@@ -21,7 +21,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 
-from agentops.templatetags.untrusted import is_invisible
+from agentkit.templatetags.untrusted import is_invisible
 
 from .models import Run, Step
 

@@ -1,4 +1,4 @@
-"""What a committed step adds to the metrics (agentops/metrics.py).
+"""What a committed step adds to the metrics (agentkit/metrics.py).
 
 Called once per step after its transaction commits (runs/events.py), never while it is being
 written: a step in a transaction that is rolled back (a replay, a lost race) counts nothing,
@@ -6,8 +6,8 @@ and a step counts once whichever process wrote it. No query: the step and its ru
 memory, and a few counters per step are all the hot path pays.
 """
 
-from agentops import metrics
-from agentops.metrics import labelled
+from agentkit import metrics
+from agentkit.metrics import labelled
 
 from .models import Run, Step
 

@@ -6,7 +6,7 @@ import time
 from celery import shared_task
 from django.db import InterfaceError, OperationalError, connections
 
-from agentops.db import fail_fast
+from agentkit.database import fail_fast
 
 from . import chains, engine, pending, rate_limits
 

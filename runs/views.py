@@ -21,8 +21,8 @@ from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agentops import pii, storable
-from agentops.agents import CATALOGUE, Agent, get_agent
+from agentkit import pii, storable
+from agentkit.agents import CATALOGUE, Agent, get_agent
 
 from . import charts, costs, engine, pending, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm

@@ -148,7 +148,7 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, t
 
 @pytest.fixture(autouse=True)
 def _isolated(settings, tmp_path_factory):
-    from agentops.tools import breaker
+    from agentkit.tools import breaker
 
     breaker.reset()
     shop_dir = tmp_path_factory.getbasetemp() / "shop"

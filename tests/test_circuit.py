@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from agentops import circuit
-from agentops.circuit import CircuitBreaker
+from agentkit import circuit
+from agentkit.circuit import CircuitBreaker
 
 
 def open_after(breaker: CircuitBreaker, failures: int, name: str = "t_upstream") -> None:

@@ -1,4 +1,6 @@
-"""The house's layout holds: approvals stands above runs, and no import hides in a function.
+"""The house's layout holds: agentops (the wiring) above the apps, the apps above agentkit
+(the agent library); approvals above runs; the engine, tools, providers and consumers each
+import only what their job needs; no import hides in a function.
 
 Read from the source (ast), so a module that imports approvals only on some path still
 counts.
@@ -10,7 +12,19 @@ from pathlib import Path
 from django.conf import settings
 
 ROOT = Path(settings.BASE_DIR)
-PACKAGES = ("runs", "approvals", "history", "agentops", "accounts", "demo", "triggers", "gateway")
+PACKAGES = (
+    "runs",
+    "approvals",
+    "history",
+    "agentops",
+    "agentkit",
+    "accounts",
+    "demo",
+    "triggers",
+    "gateway",
+)
+# The apps: everything but the project's wiring (agentops) and the library (agentkit).
+APPS = ("runs", "approvals", "history", "accounts", "demo", "triggers", "gateway")
 
 # Imports inside functions that are not there to break a cycle, and why.
 DEFERRED_IMPORTS = {
@@ -38,8 +52,8 @@ DEFERRED_IMPORTS = {
     ("gateway/apps.py", "gateway.wakeups"),
     ("gateway/apps.py", "runs.models"),
     # The Anthropic SDK: a web process never needs its import time and memory.
-    ("agentops/agents.py", "agentops.llm.anthropic"),
-    ("agentops/celery.py", "agentops.llm.anthropic"),
+    ("agentkit/agents.py", "agentkit.llm.anthropic"),
+    ("agentops/celery.py", "agentkit.llm.anthropic"),
 }
 
 
@@ -81,6 +95,26 @@ def _imports(name: str, path: Path) -> list[tuple[str, bool]]:
 
 def _project_imports(name: str, modules: dict[str, Path]) -> set[str]:
     return {m for m, _ in _imports(name, modules[name]) if m in modules}
+
+
+def _reach(names, modules: dict[str, Path]) -> set[str]:
+    """The given modules and every project module they import, directly or not."""
+    seen, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += _project_imports(name, modules)
+    return seen
+
+
+def _imports_of(names, modules: dict[str, Path]) -> set[tuple[str, str]]:
+    """(module, what it imports) for each import of the given modules, project or not."""
+    return {(name, imported) for name in names for imported, _ in _imports(name, modules[name])}
+
+
+def _top(module: str) -> str:
+    return module.partition(".")[0]
 
 
 def test_the_engine_imports_nothing_of_approvals():
@@ -237,3 +271,95 @@ def test_the_approvals_wings_import_each_other_not():
         if _in(imported, (other,))
     }
     assert not across
+
+
+def test_the_library_imports_no_app():
+    """agentkit is what the apps are built from: it imports none of them (nor their models),
+    and nothing of the project's wiring; what it needs from an app is registered at start-up
+    (agents, tools)."""
+    modules = _modules()
+    upward = {
+        (name, imported)
+        for name, imported in _imports_of([m for m in modules if _top(m) == "agentkit"], modules)
+        if _top(imported) in (*APPS, "agentops")
+    }
+    assert not upward, f"the library imports apps: {sorted(upward)}"
+
+
+# Apps that import the project package, and why. The Celery app is the project's (celery -A
+# agentops), and runs/queue.py sends through it by name: Celery's "current app" is per thread,
+# so a worker thread would find Celery's default app instead.
+APP_IMPORTS_OF_THE_PROJECT = {("runs.queue", "agentops.celery")}
+
+
+def test_no_app_imports_the_project_package():
+    """agentops wires the apps together: it imports them, they do not import it."""
+    modules = _modules()
+    apps = [m for m in modules if _top(m) in APPS]
+    upward = {
+        (name, imported.removesuffix(".app"))
+        for name, imported in _imports_of(apps, modules)
+        if _top(imported) == "agentops"
+    }
+    assert not upward - APP_IMPORTS_OF_THE_PROJECT, (
+        f"apps import the project package: {sorted(upward - APP_IMPORTS_OF_THE_PROJECT)}"
+    )
+
+
+def test_llm_providers_import_no_orm():
+    """A model provider turns a request into a response: no database, no model of an app, at
+    any depth (the engine records what it answers)."""
+    modules = _modules()
+    providers = _reach([m for m in modules if m.startswith("agentkit.llm")], modules)
+    orm = {
+        (name, imported)
+        for name, imported in _imports_of(providers, modules)
+        if imported.startswith("django.db") or ".models" in f".{imported}"
+    }
+    assert not orm, f"LLM providers reach the ORM: {sorted(orm)}"
+
+
+def test_tools_import_no_engine():
+    """A tool is called by the engine, never calls it: the library's tool registry and every
+    app's tools (demo/tools.py, gateway/call_tools.py, gateway/mcp_tools.py) reach no part of
+    runs/engine/."""
+    modules = _modules()
+    tools = [
+        m
+        for m in modules
+        if m.rpartition(".")[2] in ("tools", "call_tools", "mcp_tools")
+        and not m.startswith("runs.engine")
+    ]
+    assert "agentkit.tools" in tools
+    reached = {m for m in _reach(tools, modules) if m.startswith("runs.engine")}
+    assert not reached, f"tools reach the engine: {sorted(reached)}"
+
+
+def test_consumers_import_no_engine():
+    """A consumer forwards what the engine published (ids -> objects -> a frame): it reaches
+    no part of runs/engine/, so a socket never runs a step."""
+    modules = _modules()
+    consumers = [m for m in modules if m.rpartition(".")[2] == "consumers"]
+    assert consumers
+    reached = {m for m in _reach(consumers, modules) if m.startswith("runs.engine")}
+    assert not reached, f"consumers reach the engine: {sorted(reached)}"
+
+
+def test_the_engine_imports_no_views_or_templates():
+    """The engine writes steps; what a page shows is rendered elsewhere (runs/rendering.py,
+    after commit). Nothing it reaches imports a view, a template tag or django.template."""
+    modules = _modules()
+    engine = _reach([m for m in modules if m.startswith("runs.engine")], modules)
+
+    def presentation(module: str) -> bool:
+        last = module.rpartition(".")[2]
+        return (
+            module.startswith(("django.template", "django.shortcuts"))
+            or last == "views"
+            or last.endswith("_views")
+            or ".templatetags" in module
+            or ".views." in module
+        )
+
+    found = {(n, i) for n, i in _imports_of(engine, modules) if presentation(i)}
+    assert not found, f"the engine reaches views or templates: {sorted(found)}"

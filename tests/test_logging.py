@@ -16,9 +16,9 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 from django.utils.functional import SimpleLazyObject
 
-from agentops import logs
-from agentops.llm.scripted import text, tool_use
-from agentops.tools import REGISTRY
+from agentkit import logs
+from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import REGISTRY
 from runs import engine
 from runs.models import Run, Step
 from runs.tasks import advance_run
@@ -58,7 +58,7 @@ def logging_echo():
 def scripted_run(no_enqueue, monkeypatch):
     agent = harness.register_agent()
     provider = harness.Script([[tool_use("t_echo", text="hi")], [text("done")]])
-    monkeypatch.setattr("agentops.agents.provider_for_run", lambda run: provider)
+    monkeypatch.setattr("agentkit.agents.provider_for_run", lambda run: provider)
     yield engine.launch(agent=agent, input={"task": "t", "script": ""}, provider="scripted")
     harness.unregister_agent()
 
@@ -131,7 +131,7 @@ def test_every_line_is_json_when_debug_is_off(tmp_path):
         [
             "import django, logging",
             "django.setup()",
-            "from agentops import logs",
+            "from agentkit import logs",
             "log = logging.getLogger('agentops.engine')",
             "log.warning('plain')",
             "with logs.bound(run_id='r-9', seq=2):",

@@ -3,7 +3,7 @@
 import pytest
 from django.template import Context, Template
 
-from agentops.templatetags.untrusted import is_invisible, mark_invisible
+from agentkit.templatetags.untrusted import is_invisible, mark_invisible
 
 
 def render(value) -> str:

@@ -18,11 +18,11 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
+from agentkit.llm import LLMTransientError
+from agentkit.llm.scripted import text, tool_use
 from agentops.asgi import application
 from agentops.celery import app as celery_app
-from agentops.llm import LLMTransientError
-from agentops.llm.scripted import text, tool_use
 from approvals import decisions
 from approvals.models import Approval
 from runs import engine, queue
@@ -211,7 +211,7 @@ def test_tool_errors_and_model_errors_are_counted_by_tool_and_model(
         [[tool_use("t_fail", n=1), tool_use("t_echo", text="x")], [text("done")]],
         errors=[LLMTransientError("overloaded", status=529)],
     )
-    monkeypatch.setattr("agentops.agents.provider_for_run", lambda run: provider)
+    monkeypatch.setattr("agentkit.agents.provider_for_run", lambda run: provider)
     before = scrape()
     run = engine.launch(agent=test_agent, input={"task": "t", "script": ""}, provider="scripted")
     assert harness.drive(run)[-1] == Run.Status.SUCCEEDED

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from agentops import pii
-from agentops.agents import get_agent, register
-from agentops.pii import PiiPolicy
-from agentops.tools import Blast, RateLimit, tool
+from agentkit import pii
+from agentkit.agents import get_agent, register
+from agentkit.pii import PiiPolicy
+from agentkit.tools import Blast, RateLimit, tool
 
 ALL = ("email", "phone", "card", "iban", "us_ssn", "uk_nino")
 

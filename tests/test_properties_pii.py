@@ -1,4 +1,4 @@
-"""Properties of the PII detectors (agentops/pii.py): a checksum-valid card number or IBAN is
+"""Properties of the PII detectors (agentkit/pii.py): a checksum-valid card number or IBAN is
 found wherever it stands, one wrong digit is never a card or an IBAN, and neither a mask nor a
 scan ever gives the whole value back."""
 
@@ -8,7 +8,7 @@ import string
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agentops import pii
+from agentkit import pii
 
 FAST = settings(max_examples=150, deadline=None)
 DIGITS = "0123456789"

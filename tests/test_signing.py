@@ -1,4 +1,4 @@
-"""agentops/signing.py: Standard Webhooks both ways, read the same as its reference library."""
+"""agentkit/signing.py: Standard Webhooks both ways, read the same as its reference library."""
 
 import time
 from datetime import UTC, datetime
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from agentops import signing
+from agentkit import signing
 
 KEY = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 BODY = b'{"event": "approval.requested", "name": "caf\xc3\xa9"}'

@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
-from agentops.signing import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+from agentkit.signing import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 from runs.forms import agent_choices
 
 from . import scheduler

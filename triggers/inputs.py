@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agentops.agents import Agent
+from agentkit.agents import Agent
 from runs.api import json_type_errors
 from runs.models import canonical_json
 

@@ -13,7 +13,7 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agentops.agents import CATALOGUE, get_agent
+from agentkit.agents import CATALOGUE, get_agent
 from runs.models import Run
 
 from .inputs import input_size, max_input_bytes, validate_input
@@ -26,7 +26,7 @@ MIN_INTERVAL_SECONDS = 60
 
 
 def new_secret() -> str:
-    # Standard base64, as the Standard Webhooks libraries decode it (agentops/signing.py).
+    # Standard base64, as the Standard Webhooks libraries decode it (agentkit/signing.py).
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
@@ -45,7 +45,7 @@ class WebhookSecretQuerySet(models.QuerySet):
 
 
 class WebhookSecret(models.Model):
-    """A key that signs one agent's webhook deliveries (agentops/signing.py).
+    """A key that signs one agent's webhook deliveries (agentkit/signing.py).
 
     An agent may have several: a rotation adds a new one and lets the ones in use expire a
     while later, so a sender switches without a gap. Stored as given, not hashed, because

@@ -16,7 +16,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from runs import engine
 from runs.models import Run
 

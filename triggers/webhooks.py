@@ -2,7 +2,7 @@
 
 No user, no session, hence no CSRF token: the request is authenticated by its signature
 (Standard Webhooks: webhook-id, webhook-timestamp and the body signed together, see
-agentops/signing.py) with one of the agent's current webhook secrets (the admin's "Webhook
+agentkit/signing.py) with one of the agent's current webhook secrets (the admin's "Webhook
 secrets"). The body is `{"input": {...}}`, the input checked exactly as POST /api/runs
 checks it. The webhook-id is the delivery's idempotency key: the same id again (a retry, or
 a captured request replayed) answers 200 with the run the first request launched (201) and
@@ -34,8 +34,8 @@ from ninja import Field, Router, Schema, Status
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError, ValidationError
 
-from agentops import signing
-from agentops.agents import get_agent
+from agentkit import signing
+from agentkit.agents import get_agent
 from runs import engine
 from runs.api import FieldErrors, Message, refuse_large_bodies
 from runs.models import Run, canonical_json

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agentops.tools import get_tool
+from agentkit.tools import get_tool
 from runs.models import Step
 
 from . import rules as learning

@@ -34,8 +34,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agentops import agents
-from agentops.tools import Blast, Tool, get_tool
+from agentkit import agents
+from agentkit.tools import Blast, Tool, get_tool
 from runs.models import canonical_json
 
 from .. import declared_policy

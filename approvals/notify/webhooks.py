@@ -9,7 +9,7 @@ Settings (settings.AGENTOPS, from the environment):
   rotating (each signs). Without it, generic webhooks are not sent (an unsigned approval feed
   would let anyone forge one); Slack URLs, whose secret is the URL itself, still are.
 
-Signature (every webhook, Slack ones included): Standard Webhooks, by agentops/signing.py,
+Signature (every webhook, Slack ones included): Standard Webhooks, by agentkit/signing.py,
 the module every signed request of agentops goes through:
     webhook-id: <id, the same on every retry of one delivery>
     webhook-timestamp: <unix seconds when this attempt was sent>
@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from agentops import signing
+from agentkit import signing
 
 from ..models import Approval
 from .delivery import DeliveryError, DeliveryRefused

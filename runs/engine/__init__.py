@@ -23,7 +23,9 @@ pool): a task works one time slice, a run stops at max_seconds, a model call has
 provider's timeout, a tool call is abandoned at its deadline (deadlines.py); a worker that
 hangs or dies stops renewing its lease, and the sweep hands the run to another worker.
 
-Tasks, views and tests call the names below; the rest is the parts' own.
+Tasks, views and tests call the names below; the rest is the parts' own. The engine imports
+nothing of approvals (gates.py is the interface the approvals app fills at start-up), no view
+and no template; tools and consumers never import it (tests/test_layering.py).
 """
 
 from .conversation import conversation, fit_context

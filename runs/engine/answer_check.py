@@ -17,10 +17,10 @@ from typing import Any
 
 from django.db import transaction
 
-from agentops import llm
-from agentops.agents import RunResult, get_agent
-from agentops.tools import get_tool
-from agentops.verification import PASS, schema_errors
+from agentkit import llm
+from agentkit.agents import RunResult, get_agent
+from agentkit.tools import get_tool
+from agentkit.verification import PASS, schema_errors
 
 from ..models import Run, Step, canonical_json
 from . import gates, lease, model, owned, terminator, tool_calls

@@ -1,6 +1,6 @@
 """Operations a run awaits, as the engine sees them.
 
-A tool that starts something finishing later returns `Pending` (agentops/tools.py): the
+A tool that starts something finishing later returns `Pending` (agentkit/tools.py): the
 operation is recorded once per call (its idempotency key) and listed in the engine state
 (`awaiting`), the model is shown what it awaits on every turn (in the system prompt, so it
 does not start it again) and a second identical call is refused while the first is open.
@@ -15,7 +15,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.tools import Pending, Tool
+from agentkit.tools import Pending, Tool
 
 from ..models import PendingOperation, Step, args_hash
 from . import owned

@@ -8,7 +8,7 @@ import copy
 
 from django.conf import settings
 
-from agentops.llm import pricing
+from agentkit.llm import pricing
 
 from ..models import Run, Step, canonical_json
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import connection, connections
 
-from agentops.tools import Tool, ToolContext, ToolInfraError
+from agentkit.tools import Tool, ToolContext, ToolInfraError
 
 # A tool that watches ctx.deadline (run_query's progress handler) gets this long past it to
 # report its own error before the engine gives up on it.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from agentops.tools import Tool
+from agentkit.tools import Tool
 
 from ..models import Run, SideEffect
 from . import replaying

@@ -11,7 +11,7 @@ question's result. Whether a call needs a person is the policy's, never decided 
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.tools import Tool, get_tool
+from agentkit.tools import Tool, get_tool
 
 from ..models import Run, args_hash
 from . import gates, lease, ledger, owned

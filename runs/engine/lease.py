@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agentops import metrics
+from agentkit import metrics
 
 from .. import queue, sql
 from ..models import Run, Step

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agentops.tools import Tool
+from agentkit.tools import Tool
 
 from .. import sql
 from ..models import SideEffect, Step

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from agentops import agents, llm, logs
-from agentops.agents import Agent, Limits
-from agentops.tools import get_tool
+from agentkit import agents, llm, logs
+from agentkit.agents import Agent, Limits
+from agentkit.tools import get_tool
 
 from .. import events, queue, sql
 from ..models import (

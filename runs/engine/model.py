@@ -25,8 +25,8 @@ import time
 from django.conf import settings
 from django.db import connection, transaction
 
-from agentops import llm
-from agentops.verification import checks_final_answer
+from agentkit import llm
+from agentkit.verification import checks_final_answer
 
 from ..models import Run, Step
 from . import (

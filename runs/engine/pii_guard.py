@@ -1,4 +1,4 @@
-"""The PII guard, as the engine applies an agent's PiiPolicy (agentops/pii.py).
+"""The PII guard, as the engine applies an agent's PiiPolicy (agentkit/pii.py).
 
 Calls: when the model's calls are planned (tools.plan_calls), the arguments of the calls the
 policy covers are scanned before the gate policy is asked. "redact": the call goes on with
@@ -16,8 +16,8 @@ Every finding is a guard step, values masked. Agents without a policy pay one di
 
 from typing import Any
 
-from agentops import pii
-from agentops.tools import Blast, Tool, ToolArgsError, ToolError, get_tool, tool
+from agentkit import pii
+from agentkit.tools import Blast, Tool, ToolArgsError, ToolError, get_tool, tool
 
 from ..models import Run, Step, args_hash
 from . import gates

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.tools import Tool, window_words
+from agentkit.tools import Tool, window_words
 
 from ..models import RateLimitScope, RateLimitUse, RateLimitWait, Step
 from . import owned, replaying

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from agentops.llm.base import Provider
+from agentkit.llm.base import Provider
 
 
 class Recording(Protocol):

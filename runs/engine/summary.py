@@ -16,7 +16,7 @@ import time
 from django.conf import settings
 from django.db import connection
 
-from agentops import llm
+from agentkit import llm
 
 from ..models import Step, canonical_json
 from . import owned

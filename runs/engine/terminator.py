@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from agentops.llm import pricing
+from agentkit.llm import pricing
 
 from ..models import Run, Step, canonical_json
 from . import owned

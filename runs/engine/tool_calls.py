@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from agentops.tools import (
+from agentkit.tools import (
     Pending,
     Tool,
     ToolArgsError,
@@ -23,7 +23,7 @@ from agentops.tools import (
     breaker,
     get_tool,
 )
-from agentops.verification import checks_call, schema_errors
+from agentkit.verification import checks_call, schema_errors
 
 from ..models import Step, canonical_json
 from . import awaiting, deadlines, gates, lease, pii_guard, replaying, retry, terminator

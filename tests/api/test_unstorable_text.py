@@ -1,6 +1,6 @@
 """A lone UTF-16 surrogate (`"a\\ud800b"`) in JSON is a clear 400 on every JSON endpoint,
 never a 500, and nothing is written: one check in the request middleware
-(agentops/middleware.py, agentops/storable.py) covers them all.
+(agentops/middleware.py, agentkit/storable.py) covers them all.
 
 Each endpoint is called as a caller allowed to use it (a session, an agent's token, a signed
 webhook), so the request would reach the view without the check.
@@ -13,7 +13,7 @@ import pytest
 from django.apps import apps
 from django.test import Client
 
-from agentops import storable
+from agentkit import storable
 from agentops.api import api
 from tests.gateway.conftest import AgentClient, make_agent
 from tests.triggers.conftest import post_hook

@@ -11,9 +11,9 @@ import pytest
 from django import forms
 
 import approvals.engine_gates  # noqa: F401  (registers ask_operator)
-from agentops.agents import CATALOGUE, Agent, GateRules, register
-from agentops.llm.scripted import text, tool_use
-from agentops.tools import Blast, tool
+from agentkit.agents import CATALOGUE, Agent, GateRules, register
+from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import Blast, tool
 from approvals.models import Approval
 from demo.agents import last_tool_result
 from runs import engine

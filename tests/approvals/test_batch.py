@@ -10,9 +10,9 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import ApiToken
-from agentops.agents import CATALOGUE, register
-from agentops.llm.scripted import tool_use
-from agentops.tools import Blast, tool
+from agentkit.agents import CATALOGUE, register
+from agentkit.llm.scripted import tool_use
+from agentkit.tools import Blast, tool
 from approvals.models import Approval
 from runs.models import Run, Step, args_hash
 from tests.conftest import make_user

@@ -12,9 +12,9 @@ from django import forms
 from django.test import Client
 
 from accounts.models import ApiToken
-from agentops.agents import CATALOGUE, register
-from agentops.llm.scripted import tool_use
-from agentops.tools import Blast, tool
+from agentkit.agents import CATALOGUE, register
+from agentkit.llm.scripted import tool_use
+from agentkit.tools import Blast, tool
 from approvals import batch
 from approvals.models import Approval
 from runs.models import Run, args_hash

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from approvals import decisions
 from approvals.decisions import DecisionConflict
 from approvals.models import Approval, ApprovalVote

@@ -11,8 +11,8 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from agentops.agents import get_agent
-from agentops.tools import get_tool
+from agentkit.agents import get_agent
+from agentkit.tools import get_tool
 from approvals import evidence
 from approvals.models import Approval
 from runs import engine

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from agentops.agents import CATALOGUE, EscalationTier, GateRules, LearningRules
+from agentkit.agents import CATALOGUE, EscalationTier, GateRules, LearningRules
 from agentops.management.commands import up
 from approvals import decisions, declared_policy, gate_config, tasks
 from approvals.learning import rules as learning

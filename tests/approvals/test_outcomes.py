@@ -73,7 +73,7 @@ def test_an_answer_is_counted(operator, approver, no_enqueue):
 
 
 def test_a_failed_tool_call_is_counted_but_not_a_rejected_one(operator, no_enqueue):
-    from agentops.agents import get_agent
+    from agentkit.agents import get_agent
     from runs import engine
 
     agent = get_agent("refund-desk")

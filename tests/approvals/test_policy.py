@@ -10,10 +10,10 @@ from django import forms
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.agents import CATALOGUE, Agent, GateRules, get_agent, register
-from agentops.llm import LLMResponse, Usage
-from agentops.llm.scripted import text, tool_use
-from agentops.tools import REGISTRY, Blast, ToolArgsError, tool
+from agentkit.agents import CATALOGUE, Agent, GateRules, get_agent, register
+from agentkit.llm import LLMResponse, Usage
+from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import REGISTRY, Blast, ToolArgsError, tool
 from approvals import declared_policy, engine_gates
 from approvals.models import Approval
 from runs import engine

@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from approvals import stream_messages
 from approvals.models import Approval
 from runs import engine

@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund

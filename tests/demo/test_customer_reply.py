@@ -5,7 +5,7 @@ import pytest
 from django.core import mail
 from django.test import Client
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from approvals import decisions
 from approvals.models import Approval
 from runs import engine

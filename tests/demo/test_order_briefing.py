@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from agentops.agents import get_agent
-from agentops.llm.scripted import ScriptedProvider
+from agentkit.agents import get_agent
+from agentkit.llm.scripted import ScriptedProvider
 from runs import engine, events
 from runs.engine.drafts import DRAFT_INTERVAL_SECONDS
 from runs.models import Run, Step

@@ -3,7 +3,7 @@
 import pytest
 from django.test import Client
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from runs import engine
 from runs.models import Run, Step
 

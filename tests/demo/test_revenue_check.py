@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from demo import shop
 from demo.agents import TOTAL_REVENUE_SQL
 from history.replay import replay

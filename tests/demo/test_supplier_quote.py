@@ -6,7 +6,7 @@ import pytest
 from django.core import mail
 from django.test import Client
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from runs import engine, pending
 from runs.models import PendingOperation, Run, Step
 

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 from playwright.sync_api import expect
 
-from agentops.agents import get_agent
-from agentops.tools import get_tool
+from agentkit.agents import get_agent
+from agentkit.tools import get_tool
 from approvals import engine_gates
 
 from .conftest import SAMPLING_SEED, screenshot

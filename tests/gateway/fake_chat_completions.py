@@ -1,5 +1,5 @@
 """A fake OpenAI Chat Completions API for the OpenAI Agents SDK's tests (a test-only
-stand-in, like agentops/llm/fake_server.py for the Messages API): each request gets the next
+stand-in, like tests/support/fake_messages_api.py for the Messages API): each request gets the next
 scripted turn. A turn is ("tool", name, arguments) or ("text", content)."""
 
 import json

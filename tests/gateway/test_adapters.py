@@ -379,8 +379,8 @@ def test_claude_cli_end_to_end_every_tool_use_goes_through_agentops(
     from agentops_client.claude import hooks
     from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient
 
-    from agentops.llm.fake_server import FakeMessagesServer, reply
-    from agentops.llm.scripted import text, tool_use
+    from agentkit.llm.scripted import text, tool_use
+    from tests.support.fake_messages_api import FakeMessagesServer, reply
 
     (tmp_path / "notes.txt").write_text("hello from notes")
     plan = [

@@ -6,7 +6,7 @@ import dataclasses
 import pydantic
 import pytest
 
-from agentops.tools import REGISTRY
+from agentkit.tools import REGISTRY
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund
@@ -99,7 +99,7 @@ def demo_inputs(index: int) -> tuple[str, dict]:
 def test_fifty_recorded_demo_runs_replay_the_same_with_no_side_effect(
     operator, approver, no_enqueue
 ):
-    from agentops.agents import get_agent
+    from agentkit.agents import get_agent
 
     runs = []
     for index in range(50):
@@ -186,7 +186,7 @@ def test_a_forked_run_replays_from_where_it_started(refunded, operator, approver
 
 
 def test_a_run_that_launched_a_follow_up_replays_the_same(operator, no_enqueue):
-    from agentops.agents import get_agent
+    from agentkit.agents import get_agent
     from runs import chains
 
     agent = get_agent("complaint-triage")

@@ -1,6 +1,6 @@
 import pytest
 
-from agentops.llm.fake_server import FakeMessagesServer
+from tests.support.fake_messages_api import FakeMessagesServer
 
 API_KEY = "sk-ant-test-key"
 

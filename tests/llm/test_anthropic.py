@@ -7,10 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentops.agents import CATALOGUE, get_agent, register
-from agentops.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
-from agentops.llm.anthropic import AnthropicProvider, retry_after
-from agentops.llm.fake_server import (
+from agentkit.agents import CATALOGUE, get_agent, register
+from agentkit.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
+from agentkit.llm.anthropic import AnthropicProvider, retry_after
+from agentkit.verification import Verifier
+from runs import engine
+from runs.engine import retry
+from runs.models import Run, Step
+from tests.support.fake_messages_api import (
     Fault,
     bad_request,
     garbled,
@@ -23,10 +27,6 @@ from agentops.llm.fake_server import (
     text,
     tool_use,
 )
-from agentops.verification import Verifier
-from runs import engine
-from runs.engine import retry
-from runs.models import Run, Step
 
 from .conftest import API_KEY
 
@@ -383,7 +383,7 @@ def test_errors_carry_status_and_retry_after(fake_api):
 
 
 def test_connection_refused_is_transient(settings):
-    from agentops.llm.fake_server import FakeMessagesServer
+    from tests.support.fake_messages_api import FakeMessagesServer
 
     with FakeMessagesServer() as server:
         base_url = server.base_url  # a port that was free a moment ago, now closed
@@ -438,7 +438,7 @@ def test_retry_after_header_parsing(headers, expected):
 def test_retry_after_as_http_date(monkeypatch):
     from email.utils import formatdate
 
-    from agentops.llm import anthropic as module
+    from agentkit.llm import anthropic as module
 
     # A fixed clock: the answer does not depend on how long the test takes to get there.
     now = 1_750_000_000.0

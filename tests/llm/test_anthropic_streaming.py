@@ -6,10 +6,12 @@ import dataclasses
 
 import pytest
 
-from agentops.agents import CATALOGUE, get_agent, register
-from agentops.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
-from agentops.llm.anthropic import AnthropicProvider
-from agentops.llm.fake_server import (
+from agentkit.agents import CATALOGUE, get_agent, register
+from agentkit.llm import LLMError, LLMRequest, LLMTransientError, Usage, pricing
+from agentkit.llm.anthropic import AnthropicProvider
+from runs import engine, events
+from runs.models import Run, Step
+from tests.support.fake_messages_api import (
     Fault,
     bad_request,
     broken_stream,
@@ -20,8 +22,6 @@ from agentops.llm.fake_server import (
     tool_use,
     truncated_stream,
 )
-from runs import engine, events
-from runs.models import Run, Step
 
 LONG = "The orders table holds one row per order; " * 20
 

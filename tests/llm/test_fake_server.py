@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from agentops.agents import get_agent
-from agentops.llm import LLMError, LLMRequest
-from agentops.llm.anthropic import AnthropicProvider
-from agentops.llm.fake_server import FakeMessagesServer, hang, reply, text, tool_use
+from agentkit.agents import get_agent
+from agentkit.llm import LLMError, LLMRequest
+from agentkit.llm.anthropic import AnthropicProvider
 from runs import engine
 from runs.models import Run, Step
+from tests.support.fake_messages_api import FakeMessagesServer, hang, reply, text, tool_use
 
 from .conftest import API_KEY
 
@@ -146,7 +146,7 @@ def test_the_provider_reports_a_refused_request_as_not_retryable(fake_api):
 
 @pytest.mark.django_db
 def test_its_default_policy_drives_a_run_to_completion(no_enqueue, settings):
-    # What a person gets from `python -m agentops.llm.fake_server`: one tool turn, then text.
+    # What a person gets from `python -m tests.support.fake_messages_api`: one tool turn, then text.
     with FakeMessagesServer(tool_turns=1) as server:
         settings.ANTHROPIC_API_KEY = API_KEY
         settings.ANTHROPIC_BASE_URL = server.base_url
@@ -245,7 +245,7 @@ def test_it_runs_from_the_command_line(settings):
         [
             sys.executable,
             "-m",
-            "agentops.llm.fake_server",
+            "tests.support.fake_messages_api",
             "--port",
             "0",
             "--latency",

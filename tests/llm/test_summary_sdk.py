@@ -5,11 +5,11 @@ import itertools
 
 import pytest
 
-from agentops.agents import get_agent
-from agentops.llm.fake_server import reply, text, tool_use
+from agentkit.agents import get_agent
 from runs import engine
 from runs.engine.conversation import SUMMARY_MARK
 from runs.models import Run, Step
+from tests.support.fake_messages_api import reply, text, tool_use
 
 pytestmark = pytest.mark.django_db
 

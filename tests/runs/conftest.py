@@ -28,7 +28,7 @@ def script(monkeypatch) -> Callable[..., harness.Script]:
 
     def install(turns=(), **kwargs) -> harness.Script:
         provider = harness.Script(turns, **kwargs)
-        monkeypatch.setattr("agentops.agents.provider_for_run", lambda run: provider)
+        monkeypatch.setattr("agentkit.agents.provider_for_run", lambda run: provider)
         return provider
 
     return install

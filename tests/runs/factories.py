@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from runs import engine
 from runs.models import Run, Step
 

@@ -18,10 +18,10 @@ from django import forms
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agentops.agents import CATALOGUE, Agent, GateRules, Limits, register
-from agentops.llm import LLMRequest, LLMResponse
-from agentops.llm.scripted import ScriptedProvider, Turn, text, tool_use
-from agentops.tools import (
+from agentkit.agents import CATALOGUE, Agent, GateRules, Limits, register
+from agentkit.llm import LLMRequest, LLMResponse
+from agentkit.llm.scripted import ScriptedProvider, Turn, text, tool_use
+from agentkit.tools import (
     REGISTRY,
     Blast,
     Pending,

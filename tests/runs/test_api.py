@@ -11,7 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import ApiToken
-from agentops.agents import CATALOGUE, get_agent
+from agentkit.agents import CATALOGUE, get_agent
 from runs import engine
 from runs.models import Run, Step
 from tests.conftest import make_user

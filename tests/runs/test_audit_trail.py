@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
-from agentops.llm.scripted import text, tool_use
+from agentkit.llm.scripted import text, tool_use
 from runs.models import Run, Step
 
 from ..conftest import on_postgres

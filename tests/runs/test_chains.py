@@ -11,8 +11,8 @@ from django import forms
 from django.db import transaction
 from django.urls import reverse
 
-from agentops.agents import CATALOGUE, Agent, FollowUp, Limits, RunResult, register
-from agentops.llm.scripted import text
+from agentkit.agents import CATALOGUE, Agent, FollowUp, Limits, RunResult, register
+from agentkit.llm.scripted import text
 from runs import chains, engine, events, live, rendering, tasks
 from runs.models import Run, Step
 from tests.conftest import make_user

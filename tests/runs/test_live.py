@@ -7,7 +7,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from approvals import decisions
 from approvals.models import Approval
 from runs import engine, events, live, rendering

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentops.agents import SUMMARY_CHARS, get_agent
+from agentkit.agents import SUMMARY_CHARS, get_agent
 from runs import engine
 from runs.templatetags.run_tags import ago
 

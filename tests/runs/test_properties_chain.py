@@ -12,7 +12,7 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentops.llm.scripted import text, tool_use
+from agentkit.llm.scripted import text, tool_use
 from runs.models import Run, Step
 
 from .harness import drive, tamper

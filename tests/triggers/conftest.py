@@ -16,7 +16,7 @@ INPUT = {"question": "Revenue by category?", "report_to": "analytics@example.com
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
-    """The deprecated scheme, computed here on its own (not with agentops.signing)."""
+    """The deprecated scheme, computed here on its own (not with agentkit.signing)."""
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     return "sha256=" + mac.hexdigest()
 

@@ -20,7 +20,7 @@ from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.postgresql import base, operations
 from psycopg_pool import ConnectionPool
 
-from agentops.db import checkout_timeout
+from agentkit.database import checkout_timeout
 
 # A connection not handed out for this long is checked with a query before use. Longer than
 # the pauses between a busy process's checkouts, far shorter than the minutes after which
@@ -52,7 +52,7 @@ def _readable(conn) -> bool:
 
 class Pool(ConnectionPool):
     def getconn(self, timeout: float | None = None):
-        """The pool's checkout, waiting no longer than `agentops.db.fail_fast` says when
+        """The pool's checkout, waiting no longer than `agentkit.database.fail_fast` says when
         inside it (a sweep), else the pool's own timeout (a request)."""
         if timeout is None:
             timeout = checkout_timeout.get()

@@ -18,8 +18,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.core.management.commands.runserver import naiveip_re
 from django.db import connections
 
+from agentkit.logs import redact_secrets
 from agentops import embedded
-from agentops.logs import redact_secrets
 from demo import shop
 from runs import events
 

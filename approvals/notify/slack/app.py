@@ -32,7 +32,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
-from agentops import storable
+from agentkit import storable
 from runs.models import args_hash
 
 from ... import decisions

@@ -10,7 +10,7 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from agentops.tools import Blast, get_tool, tool
+from agentkit.tools import Blast, get_tool, tool
 from approvals import engine_gates
 from approvals.decisions import decide
 from approvals.learning import rules as learning

@@ -23,7 +23,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from agentops.tools import get_tool
+from agentkit.tools import get_tool
 from approvals import engine_gates
 from approvals.decisions import decide
 from approvals.learning import rules as learning

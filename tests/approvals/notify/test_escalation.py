@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.core import mail
 
-from agentops.agents import EscalationTier, GateRules
+from agentkit.agents import EscalationTier, GateRules
 from approvals import decisions, tasks
 from approvals.models import Approval, Escalation
 from approvals.notify import email, escalation

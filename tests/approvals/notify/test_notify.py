@@ -16,8 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from agentops import signing
-from agentops.agents import get_agent
+from agentkit import signing
+from agentkit.agents import get_agent
 from approvals import tasks
 from approvals.models import Approval
 from approvals.notify import email, webhooks

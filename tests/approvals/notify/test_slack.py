@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from agentops.celery import app as celery_app
 from approvals import decisions, tasks
 from approvals.models import Approval, SlackMessage, SlackUser

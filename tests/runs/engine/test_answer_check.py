@@ -12,10 +12,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from typing_extensions import TypedDict  # pydantic needs it on Python 3.11
 
-from agentops.agents import register
-from agentops.llm.scripted import text, tool_use
-from agentops.tools import Blast, tool
-from agentops.verification import Verifier
+from agentkit.agents import register
+from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import Blast, tool
+from agentkit.verification import Verifier
 from approvals import decisions
 from approvals.models import Approval
 from history.fork import fork

@@ -10,8 +10,8 @@ import time
 import pytest
 from django.db import transaction
 
-from agentops.llm.scripted import text, tool_use
-from agentops.tools import get_tool
+from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import get_tool
 from approvals.models import Approval
 from runs.engine import deadlines
 from runs.models import Run, SideEffect, Step

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from agentops.agents import register
-from agentops.llm import LLMTransientError
-from agentops.llm.scripted import text, tool_use
+from agentkit.agents import register
+from agentkit.llm import LLMTransientError
+from agentkit.llm.scripted import text, tool_use
 from runs import engine, events
 from runs.engine import drafts
 from runs.models import Run, Step
@@ -130,7 +130,7 @@ def test_an_error_mid_stream_is_an_error_step_under_the_drafts_seq_and_is_retrie
     streaming, published, monkeypatch, settings
 ):
     settings.AGENTOPS = {**settings.AGENTOPS, "RETRY_BASE_SECONDS": 0.001}
-    monkeypatch.setattr("agentops.agents.provider_for_run", lambda run: BreaksMidAnswer())
+    monkeypatch.setattr("agentkit.agents.provider_for_run", lambda run: BreaksMidAnswer())
     run = streaming()
 
     assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED

@@ -9,8 +9,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from agentkit.llm.scripted import text, tool_use
 from agentops.celery import app as celery_app
-from agentops.llm.scripted import text, tool_use
 from approvals.models import Approval
 from runs import engine, queue
 from runs.engine import owned, tool_calls
@@ -385,16 +385,16 @@ def test_a_worker_imports_the_model_sdk_when_it_starts():
 
     # Not on first use by hundreds of threads at once (bench/model_latency.py's cold round).
     assert preload_model_sdk in [ref() for _, ref in worker_init.receivers]
-    import agentops.llm
+    import agentkit.llm
 
-    saved = sys.modules.pop("agentops.llm.anthropic", None)
+    saved = sys.modules.pop("agentkit.llm.anthropic", None)
     try:
         preload_model_sdk()
-        assert "agentops.llm.anthropic" in sys.modules
+        assert "agentkit.llm.anthropic" in sys.modules
     finally:
         if saved is not None:
-            sys.modules["agentops.llm.anthropic"] = saved
-            agentops.llm.anthropic = saved
+            sys.modules["agentkit.llm.anthropic"] = saved
+            agentkit.llm.anthropic = saved
 
 
 def test_without_a_backlog_a_run_keeps_its_thread_past_the_slice(

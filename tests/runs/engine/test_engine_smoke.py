@@ -1,6 +1,6 @@
 import pytest
 
-from agentops.agents import get_agent
+from agentkit.agents import get_agent
 from approvals.models import Approval
 from demo.models import OutboxEmail
 from runs import engine

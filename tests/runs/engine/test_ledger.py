@@ -11,8 +11,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.llm.scripted import text, tool_use
-from agentops.tools import breaker
+from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import breaker
 from approvals.models import Approval
 from demo.models import OutboxEmail, Refund
 from runs import engine

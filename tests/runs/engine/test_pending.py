@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agentops.llm.scripted import text, tool_use
+from agentkit.llm.scripted import text, tool_use
 from runs import engine, pending
 from runs.engine.awaiting import open_operation
 from runs.models import PendingOperation, Run, Step
@@ -190,7 +190,7 @@ def test_a_resumed_call_reuses_its_operation(launch, script):
 
 
 def _pending():
-    from agentops.tools import Pending
+    from agentkit.tools import Pending
 
     return Pending(awaits="job a", deadline=timedelta(minutes=5))
 

@@ -8,8 +8,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.llm.scripted import text, tool_use
-from agentops.pii import PiiPolicy
+from agentkit.llm.scripted import text, tool_use
+from agentkit.pii import PiiPolicy
 from approvals.evidence import pii_findings
 from approvals.models import Approval
 from runs import engine
@@ -190,7 +190,7 @@ def test_a_rejected_output_ends_the_run_blocked(start, plain_user):
 
 
 def test_agents_without_a_policy_never_scan(start, monkeypatch):
-    from agentops import pii
+    from agentkit import pii
 
     def boom(*args, **kwargs):
         raise AssertionError("scanned")

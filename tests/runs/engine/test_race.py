@@ -12,7 +12,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.llm.scripted import text, tool_use
+from agentkit.llm.scripted import text, tool_use
 from approvals.models import Approval
 from runs import engine, sql
 from runs.engine import lease

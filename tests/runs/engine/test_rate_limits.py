@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentops.agents import CATALOGUE, register
-from agentops.llm.scripted import text, tool_use
-from agentops.tools import Blast, RateLimit, tool
+from agentkit.agents import CATALOGUE, register
+from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import Blast, RateLimit, tool
 from runs import engine, rate_limits
 from runs.engine.rate_limited import Scope, reserve
 from runs.models import RateLimitUse, RateLimitWait, Run, Step

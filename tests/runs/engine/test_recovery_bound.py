@@ -9,7 +9,7 @@ from django.db import OperationalError
 from django.utils import timezone
 from psycopg_pool import PoolTimeout
 
-from agentops.db import checkout_timeout, fail_fast
+from agentkit.database import checkout_timeout, fail_fast
 from agentops.db.postgresql.base import Pool
 from runs import engine, tasks
 from runs.models import Run, queued_resend_seconds

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.tools import REGISTRY
+from agentkit.tools import REGISTRY
 from approvals.models import Approval
 from history.replay import DIVERGED, IDENTICAL, TOOL_CHANGED, replay
 from runs.engine import lease, loop

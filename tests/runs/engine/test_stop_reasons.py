@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from agentops.llm.base import LLMRequest, LLMResponse, Usage
+from agentkit.llm.base import LLMRequest, LLMResponse, Usage
 from runs.engine import model
 from runs.models import Run, Step
 
@@ -45,7 +45,7 @@ class Answers:
 def answers(monkeypatch):
     def install(*pairs) -> Answers:
         provider = Answers(*pairs)
-        monkeypatch.setattr("agentops.agents.provider_for_run", lambda run: provider)
+        monkeypatch.setattr("agentkit.agents.provider_for_run", lambda run: provider)
         return provider
 
     return install

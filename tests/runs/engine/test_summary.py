@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from agentops.agents import register
-from agentops.llm import LLMTransientError
-from agentops.llm.scripted import text, tool_use
+from agentkit.agents import register
+from agentkit.llm import LLMTransientError
+from agentkit.llm.scripted import text, tool_use
 from approvals.models import Approval
 from history.replay import replay
 from runs import engine

@@ -7,8 +7,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.llm import LLMError, LLMTransientError
-from agentops.llm.scripted import text, tool_use
+from agentkit.llm import LLMError, LLMTransientError
+from agentkit.llm.scripted import text, tool_use
 from approvals.models import Approval
 from runs import engine
 from runs.engine import loop, owned, terminator

@@ -183,5 +183,5 @@ def _task_ended(task_id: str | None = None, **kwargs: Any) -> None:
 
 def connect_celery_signals() -> None:
     """Log lines inside a Celery task carry its id (agentops/apps.py, at start-up)."""
-    task_prerun.connect(_task_started, dispatch_uid="agentops.logs.task_started", weak=False)
-    task_postrun.connect(_task_ended, dispatch_uid="agentops.logs.task_ended", weak=False)
+    task_prerun.connect(_task_started, dispatch_uid="agentkit.logs.task_started", weak=False)
+    task_postrun.connect(_task_ended, dispatch_uid="agentkit.logs.task_ended", weak=False)

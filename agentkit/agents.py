@@ -14,11 +14,11 @@ from typing import Any
 
 from django import forms
 
-from agentops.llm.base import Provider
-from agentops.llm.scripted import ScriptedProvider, Turn
-from agentops.pii import PiiPolicy
-from agentops.tools import REGISTRY, RateLimit, Tool
-from agentops.verification import Verifier, json_schema
+from agentkit.llm.base import Provider
+from agentkit.llm.scripted import ScriptedProvider, Turn
+from agentkit.pii import PiiPolicy
+from agentkit.tools import REGISTRY, RateLimit, Tool
+from agentkit.verification import Verifier, json_schema
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ class Agent:
     output_schema: dict | type | None = None
     output_attempts: int = 2
     # Personal data in what leaves the system (calls' arguments, the final answer): redact,
-    # gate or block (agentops/pii.py). None: not looked for.
+    # gate or block (agentkit/pii.py). None: not looked for.
     pii: PiiPolicy | None = None
     # tool -> RateLimit across all runs of this agent, on top of the tool's own limit.
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
@@ -441,7 +441,7 @@ def provider_for_run(run) -> Provider:
     if run.provider == "anthropic":
         # Imported on first use, not to break a cycle: a web process never needs the SDK
         # (its import time and memory); workers import it when they start (agentops/celery.py).
-        from agentops.llm.anthropic import AnthropicProvider
+        from agentkit.llm.anthropic import AnthropicProvider
 
         return AnthropicProvider.from_settings()
     return get_agent(run.agent).scripted_provider(run.input)

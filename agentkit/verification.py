@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pydantic
 
-from agentops.llm.scripted import Turn
+from agentkit.llm.scripted import Turn
 
 ON_FAIL = ("agent", "person")
 # A verifier model answers with this word first when the answer passes.

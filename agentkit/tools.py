@@ -22,8 +22,8 @@ import typing_extensions  # is_typeddict: both kinds of TypedDict (pydantic need
 from django.conf import settings
 from django.core import signing
 
-from agentops.circuit import CircuitBreaker
-from agentops.verification import json_schema
+from agentkit.circuit import CircuitBreaker
+from agentkit.verification import json_schema
 
 # Signs a pending operation's callback token (runs/pending.py checks it).
 CALLBACK_SALT = "agentops.pending.callback"
@@ -358,5 +358,5 @@ def get_tool(name: str) -> Tool | None:
     return REGISTRY.get(name)
 
 
-# Shared by the workers through Redis when there is one (agentops/circuit.py).
+# Shared by the workers through Redis when there is one (agentkit/circuit.py).
 breaker = CircuitBreaker()

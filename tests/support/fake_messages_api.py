@@ -1,4 +1,5 @@
-"""A local fake of the Anthropic Messages API, for tests, benchmarks and offline demos.
+"""A local fake of the Anthropic Messages API, for tests, benchmarks and offline demos (test
+support: no product code imports it).
 
 It speaks enough of `POST /v1/messages` for the official SDK to take it for the real thing:
 message JSON with id, type, role, model, content, stop_reason and usage (cache fields
@@ -50,7 +51,7 @@ call three times, so `tool_turns` above 2 with a single argument-free tool ends 
 From the command line, for a person pointing the app at it (any API key is accepted unless
 --api-key is given)::
 
-    uv run python -m agentops.llm.fake_server --port 8765 --latency 0.5 --tool-turns 1
+    uv run python -m tests.support.fake_messages_api --port 8765 --latency 0.5 --tool-turns 1
     ANTHROPIC_API_KEY=fake ANTHROPIC_BASE_URL=http://127.0.0.1:8765 uv run manage.py up
 """
 
@@ -68,7 +69,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .scripted import text, tool_use
+from agentkit.llm.scripted import text, tool_use
 
 __all__ = [
     "FakeMessagesServer",
@@ -658,7 +659,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m agentops.llm.fake_server", description=__doc__.split("\n\n")[0]
+        prog="python -m tests.support.fake_messages_api", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)

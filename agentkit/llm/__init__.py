@@ -1,4 +1,8 @@
-"""Model providers. Anthropic when ANTHROPIC_API_KEY is set, the scripted one otherwise."""
+"""Model providers. Anthropic when ANTHROPIC_API_KEY is set, the scripted one otherwise.
+
+A provider turns a request into a response: it imports no ORM (django.db) and no app; the
+engine records what it answers.
+"""
 
 from django.conf import settings
 

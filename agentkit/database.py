@@ -1,0 +1,34 @@
+"""The database slow or down: how long a pooled connection may be waited for, and what a client
+is told meanwhile (the backend itself is agentops/db/).
+
+After a Postgres restart, or while it is down, taking a connection from the pool waits up to
+the pool's `timeout` (30 s) for one. A request may wait that long; a periodic sweep must not:
+it is what brings runs back once the database is up again, and a sweep stuck for 30 s on a
+pool that cannot connect delays every run it would have re-sent. `fail_fast` makes the
+checkouts inside it give up after a few seconds, so the sweep fails fast and tries again.
+"""
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+# Read by agentops/db/postgresql/base.py's pool on each checkout; None: the pool's own.
+checkout_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "checkout_timeout", default=None
+)
+
+
+@contextlib.contextmanager
+def fail_fast(seconds: float) -> Iterator[None]:
+    """Pooled connections checked out inside wait at most `seconds` for one."""
+    token = checkout_timeout.set(seconds)
+    try:
+        yield
+    finally:
+        checkout_timeout.reset(token)
+
+
+# What a client is told when the database is down, and when to retry: the project's middleware
+# (agentops/middleware.py) and the gateway's waits (gateway/waits.py) answer alike.
+DATABASE_DOWN_MESSAGE = "the database is unavailable; retry in a few seconds"
+DATABASE_RETRY_AFTER_SECONDS = 5
