@@ -111,7 +111,7 @@ class GateRules:
     quorum: int = 2
     approvers: tuple[str, ...] = ()  # usernames allowed to decide; empty means any approver
     # Who is notified (and may then decide) when nobody has decided after each tier's delay;
-    # at the deadline `on_expiry` applies as always (approvals/escalation.py).
+    # at the deadline `on_expiry` applies as always (approvals/notify/escalation.py).
     escalation: tuple[EscalationTier, ...] = ()
     # tool -> share of its borderline calls sampled, overriding sample_rate for that tool
     sample_rates: dict[str, float] = field(default_factory=dict)

@@ -1,8 +1,7 @@
 """Approvals' Celery tasks: the expiry sweep, and the notifications of a new approval.
 
-Each notification channel is its own task so one dead endpoint is retried alone. Backoff: up
-to 2, 4, 8 ... 256 s (full jitter), 8 retries (at most ~8.5 minutes in all), then given up
-and logged. What is sent, and how, is the notify wing's (approvals/notify/). The tasks are
+Each notification channel is its own task so one dead endpoint is retried alone, as every
+delivery is (approvals/notify/delivery.py RETRIED_DELIVERY). What is sent, and how, is the notify wing's (approvals/notify/). The tasks are
 the app's Celery entry points (their names are in the beat schedule and in queued messages),
 so they stay here and call into the wings.
 """
@@ -17,20 +16,10 @@ from . import decisions
 from .learning import rules as learning
 from .models import Approval
 from .notify import email, escalation, webhooks
-from .notify.delivery import DeliveryError, DeliveryRefused
+from .notify.delivery import RETRIED_DELIVERY, DeliveryError, DeliveryRefused
 from .notify.slack import app as slack
 
 log = logging.getLogger("agentops.notify")
-
-_DELIVERY = {
-    "ignore_result": True,
-    "acks_late": True,
-    "autoretry_for": (DeliveryError,),
-    "retry_backoff": 2,
-    "retry_backoff_max": 600,
-    "retry_jitter": True,
-    "max_retries": 8,
-}
 
 
 @shared_task(ignore_result=True)
@@ -83,12 +72,12 @@ def notify_approval_requested(approval_id: str) -> int:
     return queued
 
 
-@shared_task(**_DELIVERY)
+@shared_task(**RETRIED_DELIVERY)
 def send_approval_email(approval_id: str) -> int:
     return email.send_email(approval_id)
 
 
-@shared_task(**_DELIVERY)
+@shared_task(**RETRIED_DELIVERY)
 def deliver_approval_webhook(approval_id: str, url: str) -> int:
     try:
         return webhooks.deliver_webhook(approval_id, url)
@@ -97,12 +86,12 @@ def deliver_approval_webhook(approval_id: str, url: str) -> int:
         return 0
 
 
-@shared_task(**_DELIVERY)
+@shared_task(**RETRIED_DELIVERY)
 def send_escalation_email(approval_id: str, tier: int) -> int:
     return email.send_escalation_email(approval_id, tier)
 
 
-@shared_task(**{**_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
+@shared_task(**{**RETRIED_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
 def post_approval_to_slack(approval_id: str) -> str:
     return slack.post_request(approval_id)
 

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentkit import signing
-from approvals.notify.delivery import DeliveryError
+from approvals.notify.delivery import RETRIED_DELIVERY, DeliveryError
 from runs.models import Run, Step
 
 from . import egress
@@ -27,16 +27,6 @@ from .sessions import state_of
 
 log = logging.getLogger("agentops.notify")
 CALLBACK_TIMEOUT_SECONDS = 10
-# Retried as the approval webhooks are (approvals/tasks.py): up to ~8.5 minutes in all.
-RETRIES = {
-    "ignore_result": True,
-    "acks_late": True,
-    "autoretry_for": (DeliveryError,),
-    "retry_backoff": 2,
-    "retry_backoff_max": 600,
-    "retry_jitter": True,
-    "max_retries": 8,
-}
 FINAL = ("approved", "rejected", "expired")
 
 
@@ -58,7 +48,7 @@ def _queue(approval_id: str) -> None:
         log.exception("approval %s: external callback not queued", approval_id)
 
 
-@shared_task(**RETRIES)
+@shared_task(**RETRIED_DELIVERY)
 def deliver_callback(approval_id: str) -> int:
     call = ExternalCall.objects.select_related("run").filter(approval_id=approval_id).first()
     if call is None or not call.callback_url or call.callback_sent_at is not None:

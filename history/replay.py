@@ -30,7 +30,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 
 from agentkit import llm
-from agentkit.agents import Agent, Limits, get_agent
+from agentkit.agents import Agent, GateRules, Limits, get_agent
 from agentkit.llm.base import LLMError, LLMResponse, LLMTransientError, Usage
 from agentkit.tools import get_tool
 from runs import chains, engine
@@ -433,7 +433,9 @@ class _RecordedGates:
             by=data.get("by"),
             answer=data.get("answer") or "",
             reason=data.get("reason") or "",
-            on_expiry=self.recording.run.agent_config.get("gates", {}).get("on_expiry", "reject"),
+            on_expiry=self.recording.run.agent_config.get("gates", {}).get(
+                "on_expiry", GateRules.on_expiry
+            ),
             decided_at=self.recording.run.created_at,
         )
 

@@ -1,5 +1,6 @@
-"""What a failed delivery means: try again later, or give up. Every channel of the wing (and
-the gateway's decision callbacks) raises these; approvals/tasks.py retries the first kind."""
+"""What a failed delivery means, try again later or give up, and how later is later. Every
+channel of the wing (and the gateway's decision callbacks) raises these, and their Celery tasks
+take RETRIED_DELIVERY."""
 
 
 class DeliveryError(Exception):
@@ -8,3 +9,17 @@ class DeliveryError(Exception):
 
 class DeliveryRefused(Exception):
     """A delivery that will not succeed by retrying (4xx, bad URL, no secret): given up."""
+
+
+# A delivery task's options: the first kind retried with backoff up to 2, 4, 8 ... 256 s (full
+# jitter), 8 retries (at most ~8.5 minutes in all), then given up and logged; acknowledged
+# after it ran, so a worker that dies mid-delivery does not lose it.
+RETRIED_DELIVERY = {
+    "ignore_result": True,
+    "acks_late": True,
+    "autoretry_for": (DeliveryError,),
+    "retry_backoff": 2,
+    "retry_backoff_max": 600,
+    "retry_jitter": True,
+    "max_retries": 8,
+}

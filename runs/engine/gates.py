@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from agentkit.agents import GateRules
 from agentkit.tools import Tool
 
 from ..models import Run, SideEffect
@@ -43,7 +44,7 @@ class Decision:
     by: str | None  # username; None when the system decided (expiry)
     answer: str = ""
     reason: str = ""
-    on_expiry: str = "reject"  # "fail" fails the run; otherwise the agent is told
+    on_expiry: str = GateRules.on_expiry  # "fail" fails the run; otherwise the agent is told
     decided_at: datetime | None = None
     side_effect_id: int | None = None  # set on an "outcome unknown" question
 
