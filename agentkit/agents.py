@@ -57,7 +57,7 @@ class EscalationTier:
 
 @dataclass(frozen=True)
 class LearningRules:
-    """Opt-in: the gate policy learns from this agent's approvers (approvals/learning.py).
+    """Opt-in: the gate policy learns from this agent's approvers (approvals/learning/rules.py).
 
     It tracks people's decisions per (tool, argument pattern) and, after `bar` consecutive
     approvals without an edit, *proposes* an auto-approve rule that an admin may accept (with
@@ -93,7 +93,8 @@ class LearningRules:
 
 @dataclass(frozen=True)
 class GateRules:
-    """Declared gate policy for one agent; evaluated by approvals/policy.py on the server."""
+    """Declared gate policy for one agent; evaluated by approvals/declared_policy.py on the
+    server."""
 
     # tool -> {"arg": threshold}: gate when the argument exceeds it
     thresholds: dict[str, dict[str, Decimal]] = field(default_factory=dict)

@@ -100,7 +100,7 @@ if IS_POSTGRES:
     DATABASES["default"].setdefault("OPTIONS", {})
     if env.bool("DATABASE_POOL", default=True):
         # Worker threads hand their connection back while they wait on the model, so a
-        # small pool serves many in-flight runs (see runs/engine.py).
+        # small pool serves many in-flight runs (see runs/engine/).
         DATABASES["default"]["OPTIONS"]["pool"] = {
             "min_size": 2,
             "max_size": env.int("DATABASE_POOL_MAX", default=20),

@@ -10,7 +10,7 @@ app's wiring, which tests/test_layering.py names: apps.py connects the wings to 
 signals and hooks, urls.py routes their pages, tasks.py holds every Celery entry point,
 models.py gathers the learning models so Django registers them under the `approvals` label,
 api.py serves the approver statistics, and templatetags/ shows wing pieces on other pages.
-One edge is left outside the wiring: engine_gates asks the learned rules (learning/rules.py)
-directly; tests/test_layering.py names it.
+One edge is left outside the wiring: engine_gates asks the learned rules
+(approvals/learning/rules.py) directly; tests/test_layering.py names it.
 The core imports nothing of gateway, triggers or history (they stand above it).
 """

@@ -1,9 +1,9 @@
 """Approvals' Celery tasks: the expiry sweep, and the notifications of a new approval.
 
 Each notification channel is its own task so one dead endpoint is retried alone, as every
-delivery is (approvals/notify/delivery.py RETRIED_DELIVERY). What is sent, and how, is the notify wing's (approvals/notify/). The tasks are
-the app's Celery entry points (their names are in the beat schedule and in queued messages),
-so they stay here and call into the wings.
+delivery is (approvals/notify/delivery.py RETRIED_DELIVERY). What is sent, and how, is the
+notify wing's (approvals/notify/). The tasks are the app's Celery entry points (their names
+are in the beat schedule and in queued messages), so they stay here and call into the wings.
 """
 
 import logging

@@ -57,7 +57,7 @@ def _client(
             base_url=base_url or None,  # None: the SDK's default (api.anthropic.com)
             timeout=timeout,
             # The engine retries with backoff and records every failed attempt as an
-            # llm_error step (runs/engine.py, _call_model_with_retries); SDK retries on top of
+            # llm_error step (runs/engine/model.py); SDK retries on top of
             # that would be invisible in the timeline and multiply the wait.
             max_retries=0,
             http_client=anthropic.DefaultHttpxClient(verify=_tls()),
