@@ -4,7 +4,8 @@ from django.db.models import Case, IntegerField, QuerySet, Value, When
 
 from .models import Approval
 
-QUEUE_LIMIT = 500
+# A page of the queue: what an approver works through at once, and what a live push renders.
+QUEUE_PAGE = 50
 DASHBOARD_LIMIT = 10
 
 # critical = 0 ... none = 4, so ascending order puts the riskiest first.
@@ -15,14 +16,20 @@ RISK_RANK = Case(
 )
 
 
-def queue(approvals: QuerySet | None = None, limit: int = QUEUE_LIMIT) -> list[Approval]:
-    """Pending approvals, riskiest first, then the nearest deadline."""
+def in_queue_order(approvals: QuerySet | None = None) -> QuerySet:
+    """Pending approvals, riskiest first, then the nearest deadline (then the oldest id, so
+    pages do not overlap)."""
     approvals = Approval.objects.pending() if approvals is None else approvals
-    return list(
+    return (
         approvals.select_related("run")
         .annotate(risk_rank=RISK_RANK)
-        .order_by("risk_rank", "expires_at")[:limit]
+        .order_by("risk_rank", "expires_at", "pk")
     )
+
+
+def queue(approvals: QuerySet | None = None) -> list[Approval]:
+    """The first page of the queue."""
+    return list(in_queue_order(approvals)[:QUEUE_PAGE])
 
 
 def oldest_riskiest(limit: int = DASHBOARD_LIMIT) -> list[Approval]:

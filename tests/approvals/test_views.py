@@ -1,6 +1,7 @@
 """The approval screens over real gated runs (the scripted SQL analyst e-mails a report to an
 address off its allow-list, so the call is gated)."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -9,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agentkit.agents import get_agent
-from approvals import stream_messages
+from approvals import listing, stream_messages
 from approvals.models import Approval
 from runs import engine
 from runs.models import Run, args_hash
@@ -132,6 +133,34 @@ def test_queue_queries_do_not_grow_with_rows(
     with django_assert_max_num_queries(10):
         response = client.get(reverse("approvals:queue"), {"mine": "1"})
     assert response.content.decode().count('class="approval-row"') == 5
+
+
+def test_the_queue_is_paged_riskiest_first_and_the_live_push_renders_the_first_page(
+    client, approver, gated, monkeypatch, django_assert_max_num_queries
+):
+    run, email = gated
+    monkeypatch.setattr(listing, "QUEUE_PAGE", 4)
+    questions = [question(run, tool_use_id=f"q{i}") for i in range(6)]  # low risk: after email
+    client.force_login(approver)
+
+    def shown(**params) -> tuple[list[str], str]:
+        html = client.get(reverse("approvals:queue"), params).content.decode()
+        return re.findall(r'class="approval-row" data-approval-id="([0-9a-f-]+)"', html), html
+
+    with django_assert_max_num_queries(12):
+        first, html = shown()
+    assert first[0] == str(email.pk) and len(first) == 4
+    assert "page 1 of 2 · 7 pending" in html and "page=2" in html
+    assert 'id="approval-rows-live"' in html  # page 1, no filter: live pushes replace it
+    second, html = shown(page=2)
+    assert len(second) == 3 and not set(first) & set(second)
+    assert {str(q.pk) for q in questions} | {str(email.pk)} == set(first) | set(second)
+    assert 'id="approval-rows"' in html and "approval-rows-live" not in html
+    # Another page, or a filter, keeps the page number in the links.
+    _, html = shown(risk="low")
+    assert "risk=low&amp;page=2" in html
+    pushed = "".join(stream_messages.render_approval_event(email.pk)["html"])
+    assert re.findall(r'class="approval-row" data-approval-id="([0-9a-f-]+)"', pushed) == first
 
 
 def test_queue_needs_a_role(client, django_user_model):
