@@ -177,3 +177,24 @@ def test_results_are_newest_first_however_many_they_are(
     html = client.get(reverse("runs:list"), {"q": "needle"}).content.decode()
     shown = sorted((html.index(f'data-run-id="{pk}"'), age) for age, pk in made)
     assert [age for _, age in shown] == [1, 2, 3]
+
+
+def test_past_the_cap_the_pager_says_more_and_counts_no_further(
+    client, viewer, operator, no_enqueue, monkeypatch
+):
+    from runs import views
+
+    monkeypatch.setattr(views, "SEARCH_SORTS_AT_MOST", 3)
+    for i in range(5):
+        _run(operator, input={"question": f"churn {i}"})
+    monkeypatch.setattr(views, "RUNS_PER_PAGE", 2)
+    client.force_login(viewer)
+    with CaptureQueriesContext(connection) as queries:
+        html = client.get(reverse("runs:list")).content.decode()
+    assert "page 1 of 2+ · 3+ runs (narrow the filters to reach older ones)" in html
+    counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper() and "runs_run" in q["sql"]]
+    assert counts and all("LIMIT 4" in sql for sql in counts), counts
+    html = client.get(reverse("runs:list"), {"q": "churn"}).content.decode()
+    assert "3+ runs" in html
+    html = client.get(reverse("runs:list"), {"q": "churn 4"}).content.decode()
+    assert "page 1 of 1 · 1 runs" in html
