@@ -56,7 +56,10 @@ def test_the_approver_sees_what_was_detected_and_decides(server, login):
         "SELECT body FROM demo_outboxemail WHERE subject = ?", "About your order 13"
     )
     assert CARD not in sent[0] and "the card you paid with" in sent[0]
+    # The answer quotes the e-mail as sent (edited), with what is left in it redacted.
     output = page.locator("#run-header .output")
-    expect(output).to_contain_text("card [card redacted]")
+    expect(output).to_contain_text("as the approver edited the e-mail")
+    expect(output).to_contain_text("on my card the card you paid with.")
     expect(output).to_contain_text("[phone redacted]")
+    expect(output).not_to_contain_text("[card redacted]")
     expect(output).not_to_contain_text(CARD)
