@@ -887,7 +887,8 @@ register(
         input_form=CustomerReplyInput,
         prompt=lambda d: f"Order {d['order_id']}: the customer wrote: {d['message']}",
         script=customer_reply_script,
-        summary=lambda d: f"order {d['order_id']} · customer reply",
+        # What the customer wrote, masked under the PII policy like the rest of the run.
+        summary=lambda d: f"order {d['order_id']} · {d['message']}",
         limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=300),
         pii=CUSTOMER_REPLY_PII,
         rate_limits={"send_customer_email": RateLimit(20, per=timedelta(hours=1))},
