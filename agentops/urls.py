@@ -15,5 +15,6 @@ urlpatterns = [
     path("slack/actions", slack_actions, name="slack_actions"),
     path("", include("history.urls")),
     path("", include("triggers.urls")),
+    path("", include("demo.urls")),
     path("", include("runs.urls")),
 ]

@@ -272,7 +272,7 @@ def _detail(approval: Approval, user, *, opened_at=None) -> dict:
             "agent_title": agent.title if agent else run.agent,
             "status": run.status,
             "goal": launched.get("prompt", ""),
-            "input": run.input,
+            "input": approval.masked(run.input),
             "launched_by": run.launched_by.get_username() if run.launched_by else None,
             "trigger": run.trigger,
             "steps": run.step_count,

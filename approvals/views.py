@@ -128,7 +128,7 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "run": run,
         "gauges": rendering.gauges(run),
         "prompt": prompt,
-        "input_text": rendering.pretty(run.input),
+        "input_text": rendering.pretty(run.masked(run.input)),  # masked under a PII policy
         "args_text": arg_form.call_text(approval.tool_object(), original)
         if approval.kind == Approval.Kind.ACTION
         else rendering.pretty(original),

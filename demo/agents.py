@@ -10,9 +10,10 @@ from its approvers."""
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 from django import forms
 
@@ -29,7 +30,7 @@ from agentkit.agents import (
     register,
 )
 from agentkit.llm.scripted import text, tool_use
-from agentkit.pii import PiiPolicy
+from agentkit.pii import PiiPolicy, masker
 from agentkit.tools import RateLimit
 from agentkit.verification import Verifier
 
@@ -51,6 +52,66 @@ def last_tool_result(messages: list[dict]) -> dict | list | str | None:
                 except (TypeError, ValueError):
                     return content
     return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one of the agent's tool calls, as the conversation tells it."""
+
+    tool: str
+    asked: dict  # the arguments the model proposed (an approver may have edited them)
+    ok: bool
+    value: Any  # the parsed result; the error's text when not ok
+
+    @property
+    def result(self) -> dict:
+        """The result when it is an object (a call confirmed by an operator has no fields)."""
+        return self.value if self.ok and isinstance(self.value, dict) else {}
+
+
+def outcomes_of(messages: list[dict], tool: str) -> list[Outcome]:
+    """The results of the calls to `tool`, oldest first: run, failed, rejected or expired (a
+    decision comes back as the call's error: "rejected by approver: …", "approval expired …")."""
+    asked = {}
+    for message in messages:
+        if message["role"] == "assistant" and isinstance(message["content"], list):
+            for block in message["content"]:
+                if block.get("type") == "tool_use" and block["name"] == tool:
+                    asked[block["id"]] = block.get("input") or {}
+    found = []
+    for message in messages:
+        if message["role"] != "user" or not isinstance(message["content"], list):
+            continue
+        for block in message["content"]:
+            if block.get("type") != "tool_result" or block.get("tool_use_id") not in asked:
+                continue
+            content = block.get("content")
+            if isinstance(content, list):
+                content = "".join(c.get("text", "") for c in content)
+            proposed = asked[block["tool_use_id"]]
+            if block.get("is_error"):
+                found.append(Outcome(tool, proposed, False, content))
+                continue
+            try:
+                found.append(Outcome(tool, proposed, True, json.loads(content)))
+            except (TypeError, ValueError):
+                found.append(Outcome(tool, proposed, True, content))
+    return found
+
+
+def outcome_of(messages: list[dict], tool: str) -> Outcome | None:
+    """The newest call to `tool`'s outcome (outcomes_of), None when it was never called."""
+    found = outcomes_of(messages, tool)
+    return found[-1] if found else None
+
+
+def changed(asked: Any, done: Any) -> bool:
+    """Whether a value that ran differs from the one proposed (an approver's edit): numbers
+    are compared as numbers, since "689.0" proposed and "689.00" refunded are one amount."""
+    try:
+        return Decimal(str(asked)) != Decimal(str(done))
+    except ArithmeticError:
+        return str(asked) != str(done)
 
 
 # --- SQL analyst --------------------------------------------------------------------------------
@@ -75,7 +136,10 @@ REVENUE_SQL = (
 
 def sql_analyst_script(data: dict) -> list:
     def report(messages):
-        result = last_tool_result(messages) or {}
+        query = outcome_of(messages, "run_query")
+        if query is None or not query.ok:
+            return [text(f"The query failed ({query and query.value}); there is no report.")]
+        result = query.result
         lines = [" | ".join(str(c) for c in row) for row in result.get("rows", [])]
         body = f"Question: {data['question']}\n\n" + " | ".join(result.get("columns", [])) + "\n"
         body += "\n".join(lines)
@@ -94,8 +158,29 @@ def sql_analyst_script(data: dict) -> list:
             tool_use("run_query", sql=REVENUE_SQL),
         ],
         report,
-        [text("Report sent. Revenue by category is in the e-mail.")],
+        sql_analyst_conclusion,
     ]
+
+
+def _revenue_headline(messages: list[dict]) -> str:
+    query = outcome_of(messages, "run_query")
+    rows = query.result.get("rows") if query else None
+    if not rows:
+        return "The query found no orders."
+    category, orders, revenue = rows[0][:3]
+    return f"{category} brings in the most: {revenue} over {orders} orders."
+
+
+def sql_analyst_conclusion(messages: list[dict]) -> list[dict]:
+    """The analyst's last word: the report's fate (sent, to whom; rejected; failed)."""
+    sent = outcome_of(messages, "email_report")
+    headline = _revenue_headline(messages)
+    if sent is not None and sent.ok:
+        to = sent.result.get("sent_to", "its recipient")
+        subject = sent.result.get("subject", "the report")
+        return [text(f"Report “{subject}” e-mailed to {to}. {headline}")]
+    why = sent.value if sent is not None else "it was never sent"
+    return [text(f"The report was not e-mailed: {why}. {headline}")]
 
 
 register(
@@ -155,10 +240,11 @@ def refund_desk_script(data: dict) -> list:
         ]
 
     def tell_customer(messages):
-        result = last_tool_result(messages)
+        refund = outcome_of(messages, "issue_refund")
+        result = refund.result if refund else {}
         order = _find_order(messages)
-        if not isinstance(result, dict) or "refund_id" not in result:
-            return [text(f"No refund was issued: {result}")]
+        if "refund_id" not in result:
+            return [text(f"No refund was issued: {refund.value if refund else 'not asked'}")]
         return [
             tool_use(
                 "send_customer_email",
@@ -172,8 +258,26 @@ def refund_desk_script(data: dict) -> list:
         [text("Checking the order."), tool_use("lookup_order", order_id=data["order_id"])],
         refund,
         tell_customer,
-        [text("Refund issued and the customer informed.")],
+        refund_desk_conclusion,
     ]
+
+
+def refund_desk_conclusion(messages: list[dict]) -> list[dict]:
+    """The refund as made (an approver may have changed its amount) and whether the customer
+    was told."""
+    refund = outcome_of(messages, "issue_refund")
+    made = refund.result if refund else {}
+    amount = Decimal(str(made.get("amount", 0)))
+    said = f"Refund issued: {amount:.2f} on order {made.get('order_id')}"
+    proposed = refund.asked.get("amount") if refund else None
+    if proposed is not None and changed(proposed, amount):
+        said += f" (I proposed {proposed}; the approver changed it)"
+    email = outcome_of(messages, "send_customer_email")
+    if email is not None and email.ok:
+        to = email.result.get("sent_to", "the customer")
+        return [text(f"{said}. The customer was told by e-mail at {to}.")]
+    why = email.value if email is not None else "no e-mail was written"
+    return [text(f"{said}. The customer was not told: the e-mail was not sent ({why}).")]
 
 
 def _find_order(messages: list[dict]) -> dict:
@@ -532,10 +636,15 @@ class StockCheckInput(forms.Form):
 
 def stock_check_script(data: dict) -> list:
     def conclude(messages):
-        result = last_tool_result(messages)
-        if isinstance(result, dict) and "in_stock" in result:
-            return [text(f"{result['supplier']} has {result['in_stock']} in stock.")]
-        return [text(f"Neither supplier answered: {result}")]
+        asked = outcomes_of(messages, "check_supplier_stock")
+        failed = "; ".join(
+            f"{o.asked.get('supplier')} did not answer ({o.value})" for o in asked if not o.ok
+        )
+        answered = [o.result for o in asked if "in_stock" in o.result]
+        if not answered:
+            return [text(f"No supplier answered: {failed or 'none was asked'}.")]
+        found = f"{answered[-1]['supplier']} has {answered[-1]['in_stock']} in stock."
+        return [text(f"{found} Before that, {failed}." if failed else found)]
 
     def second(messages):
         result = last_tool_result(messages)
@@ -700,6 +809,14 @@ class CustomerReplyInput(forms.Form):
     )
 
 
+CUSTOMER_REPLY_PII = PiiPolicy(
+    detectors=("email", "phone", "card", "iban", "us_ssn", "uk_nino"),
+    on_tool_args="gate",
+    on_output="redact",
+    exempt=("send_customer_email.to",),  # the recipient is where it goes
+)
+
+
 def customer_reply_script(data: dict) -> list:
     """Quotes the customer's message back in the reply (as a hasty agent would): the card
     number and phone in it are what the PII guard puts before a person."""
@@ -721,10 +838,34 @@ def customer_reply_script(data: dict) -> list:
             ),
         ]
 
+    def conclude(messages):
+        order = data["order_id"]
+        email = outcome_of(messages, "send_customer_email")
+        if email is None or not email.ok:
+            why = email.value if email is not None else "no e-mail was written"
+            return [text(f"I did not reply to the customer about order {order}: {why}.")]
+        sent = email.result
+        if "body" not in sent:  # a person answered that the e-mail did go out
+            return [text(f"Replied to the customer about order {order} ({email.value}).")]
+        # The conversation shows the model its own call as the timeline keeps it, masked
+        # under the PII policy: what was sent is compared in that form too.
+        masked = masker(CUSTOMER_REPLY_PII.as_dict())
+        edited = any(
+            email.asked.get(arg) not in (sent[key], masked(sent[key]))
+            for arg, key in (("to", "sent_to"), ("subject", "subject"), ("body", "body"))
+        )
+        return [
+            text(
+                f"Replied to {sent['sent_to']} about order {order}"
+                + (", as the approver edited the e-mail" if edited else "")
+                + f". The e-mail said: {sent['body']}"
+            )
+        ]
+
     return [
         [text("Looking the order up."), tool_use("lookup_order", order_id=data["order_id"])],
         reply,
-        [text(f"Replied to the customer about order {data['order_id']}: {data['message']}")],
+        conclude,
     ]
 
 
@@ -746,14 +887,10 @@ register(
         input_form=CustomerReplyInput,
         prompt=lambda d: f"Order {d['order_id']}: the customer wrote: {d['message']}",
         script=customer_reply_script,
-        summary=lambda d: f"order {d['order_id']} · customer reply",
+        # What the customer wrote, masked under the PII policy like the rest of the run.
+        summary=lambda d: f"order {d['order_id']} · {d['message']}",
         limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=300),
-        pii=PiiPolicy(
-            detectors=("email", "phone", "card", "iban", "us_ssn", "uk_nino"),
-            on_tool_args="gate",
-            on_output="redact",
-            exempt=("send_customer_email.to",),  # the recipient is where it goes
-        ),
+        pii=CUSTOMER_REPLY_PII,
         rate_limits={"send_customer_email": RateLimit(20, per=timedelta(hours=1))},
     )
 )
@@ -856,10 +993,23 @@ class GoodwillDeskInput(forms.Form):
 
 def goodwill_desk_script(data: dict) -> list:
     def report(messages):
-        result = last_tool_result(messages)
-        if not isinstance(result, dict) or "credited" not in result:
-            return [text(f"No credit was granted: {result}")]
-        return [text(f"Granted a goodwill credit of {result['credited']} to {result['to']}.")]
+        credit = outcome_of(messages, "grant_goodwill_credit")
+        result = credit.result if credit else {}
+        if "credited" not in result:
+            return [text(f"No credit was granted: {credit.value if credit else 'not asked'}")]
+        edits = [
+            f"{field} {credit.asked.get(field)} to {result[key]}"
+            for field, key in (
+                ("amount", "credited"),
+                ("customer_email", "to"),
+                ("reason", "reason"),
+            )
+            if key in result and changed(credit.asked.get(field), result[key])
+        ]
+        said = f"Granted a goodwill credit of {result['credited']} to {result['to']}"
+        if edits:
+            said += " (the approver changed " + ", ".join(edits) + ")"
+        return [text(said + ".")]
 
     return [
         [

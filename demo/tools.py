@@ -186,7 +186,8 @@ def send_customer_email(
 ) -> dict:
     """E-mail a customer. Irreversible, and the mail system cannot de-duplicate retries."""
     EmailMessage(subject=subject, body=body, to=[to]).send()
-    return {"sent_to": to, "subject": subject}
+    # What was sent, as sent: an approver may have edited it, and the agent reports it.
+    return {"sent_to": to, "subject": subject, "body": body}
 
 
 @tool(

@@ -516,8 +516,13 @@ class Run(models.Model):
         exports, logs) and the hash chain covers what is kept. The raw values live only
         where the run needs them: its checkpoint (the conversation the model continues) and
         the call an approver decides."""
+        return self.masked(data)
+
+    def masked(self, value: Any) -> Any:
+        """`value` (JSON: the input, the output, a step's data) with personal data masked as
+        the timeline keeps it, when the agent has a PII policy; as it is otherwise."""
         policy = (self.agent_config or {}).get("pii") if self.agent_config else None
-        return pii.masker(policy)(data) if policy else data
+        return pii.masker(policy)(value) if policy else value
 
     def first_step(self, *, by: str | None, **details: Any) -> "Step":
         """The launched step of a run not saved yet (who launched it, its input, and what

@@ -210,6 +210,15 @@ class RunDetailOut(RunOut):
     pending_approvals: int = Field(description="Approvals of this run waiting for a person.")
 
     @staticmethod
+    def resolve_input(run: Run) -> dict:
+        # As the timeline keeps it: masked under the agent's PII policy, like the export.
+        return run.masked(run.input)
+
+    @staticmethod
+    def resolve_output(run: Run) -> str:
+        return run.masked(run.output)
+
+    @staticmethod
     def resolve_pending_approvals(run: Run) -> int:
         # Set by the caller (with_pending_count), so serialising never queries behind its back.
         return getattr(run, "pending_approvals", 0)

@@ -1,4 +1,5 @@
-"""The schedules page: what runs on its own, when it runs next, and how it went last time."""
+"""The schedules page: what runs on its own, when it runs next, and how it went last time;
+and which agents take signed webhooks, by secret fingerprint (never the secret)."""
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -6,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from .models import Schedule
+from .models import Schedule, WebhookSecret
 
 
 @require_GET
@@ -16,4 +17,5 @@ def schedule_list(request: HttpRequest) -> HttpResponse:
     if not request.user.can_view:
         raise PermissionDenied
     schedules = Schedule.objects.select_related("last_run").order_by("name")
-    return render(request, "triggers/schedules.html", {"schedules": schedules})
+    secrets = WebhookSecret.objects.order_by("agent", "-created_at")
+    return render(request, "triggers/schedules.html", {"schedules": schedules, "secrets": secrets})

@@ -127,11 +127,10 @@ def launch(
 
 def _new_run(agent: Agent, input: dict, limits: Limits, **fields) -> Run:
     now = timezone.now()
-    return Run(
+    run = Run(
         agent=agent.slug,
         agent_config=agent.snapshot(),
         input=input,
-        input_summary=agent.summarize(input),
         max_steps=limits.max_steps,
         max_cost_usd=limits.max_cost_usd,
         max_seconds=limits.max_seconds,
@@ -140,6 +139,11 @@ def _new_run(agent: Agent, input: dict, limits: Limits, **fields) -> Run:
         updated_at=now,
         **fields,
     )
+    # The one line lists, the run page and the API show: summarised from the input as the
+    # timeline keeps it (masked under a PII policy), before it is cut to length, so a cut
+    # never leaves half a card number that no detector would recognise.
+    run.input_summary = agent.summarize(run.masked(input))
+    return run
 
 
 @logs.about_run

@@ -361,8 +361,12 @@
     });
   }
 
-  /* 7. The run's timeline. "Next gate / error" scrolls to the next such step below the top of
-   * the screen (from the first again at the end) and unfolds it. Live steps keep the page
+  /* 7. The run's timeline. "Next gate / error" goes to the next such step after the one it
+   * last went to (else below the top of the screen), among the steps on the page, and
+   * unfolds it; past the last one it starts
+   * again from the first on the page and says so. With none on the page it says so too, and,
+   * when older steps are not loaded (a live page keeps the newest), offers to load them or to
+   * show every such step of the run (the server-side filter). Live steps keep the page
    * bounded: past MAX_LIVE_STEPS the oldest leave the page and "Load older" brings them back. */
   var MAX_LIVE_STEPS = 200;
 
@@ -373,14 +377,53 @@
     var what = btn.getAttribute("data-jump");
     var sel = what === "error" ? "#timeline .step[data-error]" : '#timeline .step[data-cat="' + CSS.escape(what) + '"]';
     var steps = Array.prototype.slice.call(document.querySelectorAll(sel));
-    var next = steps.filter(function (s) { return s.getBoundingClientRect().top > 8; })[0] || steps[0];
+    // After the one jumped to last (the page may not scroll far enough to move it up), else
+    // the first below the top of the screen.
+    var current = steps.indexOf(document.querySelector("#timeline .step.jumped"));
+    var below = current >= 0
+      ? steps[current + 1]
+      : steps.filter(function (s) { return s.getBoundingClientRect().top > 8; })[0];
+    var next = below || steps[0];
     btn.classList.toggle("none-found", !next);
-    if (!next) return;
+    if (!next) {
+      jumpStatus(what, "No " + what + " on this page.", true);
+      return;
+    }
+    jumpStatus(what, below ? "" : "No " + what + " further down: back to the first on this page.", !below);
     var fold = next.querySelector("details.step-fold");
     if (fold) fold.open = true;
     document.querySelectorAll("#timeline .step.jumped").forEach(function (s) { s.classList.remove("jumped"); });
     next.classList.add("jumped");
     next.scrollIntoView({ block: "start" });
+  }
+
+  /* What a jump found, in words (#jump-status), with what the page can do about steps it
+   * does not hold: load the older ones, or show every such step of the run. */
+  function jumpStatus(what, message, offerMore) {
+    var status = document.getElementById("jump-status");
+    if (!status) return;
+    status.replaceChildren();
+    if (!message) return;
+    status.append(message);
+    var older = document.querySelector("#load-older button");
+    var timeline = document.getElementById("timeline");
+    if (!offerMore || !older || !timeline || timeline.hasAttribute("data-filtered")) return;
+    status.append(" Older steps are not loaded: ");
+    var load = document.createElement("button");
+    load.type = "button";
+    load.className = "link";
+    load.id = "jump-load-older";
+    load.textContent = "Load older";
+    load.addEventListener("click", function () {
+      status.replaceChildren();
+      var current = document.querySelector("#load-older button");
+      if (current) current.click();
+    });
+    var all = document.createElement("a");
+    all.id = "jump-show-all";
+    all.href = "?kind=" + encodeURIComponent(what);
+    all.textContent = "show every " + what + " of the run";
+    status.append(load, " or ", all, ".");
   }
 
   function boundTimeline() {

@@ -59,8 +59,9 @@ def test_the_e_mail_waits_for_a_person_who_sees_what_was_found(operator, approve
     assert CARD in sent.body  # approved as shown
     # The output quotes the message: redacted.
     assert run.output == (
-        "Replied to the customer about order 13: I was charged twice for this order on my "
-        "card [card redacted]. Please call me back on [phone redacted]."
+        "Replied to [email redacted] about order 13. The e-mail said: You wrote: I was charged "
+        "twice for this order on my card [card redacted]. Please call me back on [phone "
+        "redacted].\n\nWe are looking into it and will get back to you within a day."
     )
     assert (
         RateLimitUse.objects.filter(scope="agent:customer-reply:send_customer_email").count() == 1

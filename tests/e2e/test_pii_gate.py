@@ -21,6 +21,13 @@ def test_the_approver_sees_what_was_detected_and_decides(server, login):
     run_id = RUN_URL.search(page.url)["id"]
     expect_status(page, "waiting")
     operator.mark_document()
+    # The run's input as the timeline keeps it: the header's summary quotes the customer's
+    # message with the card and phone masked, and so does the runs list.
+    summary = page.locator("#run-header .input-summary")
+    expect(summary).to_contain_text("order 13 · I was charged twice")
+    expect(summary).to_contain_text("**** **** **** 4242")
+    expect(summary).not_to_contain_text(CARD)
+    expect(summary).not_to_contain_text("7946 0958")
     guard = page.locator("#timeline .step[data-kind=guard]")
     expect(guard).to_have_count(1)
     expect(guard).to_contain_text("PII guard: gated in the call to send_customer_email")
@@ -56,7 +63,15 @@ def test_the_approver_sees_what_was_detected_and_decides(server, login):
         "SELECT body FROM demo_outboxemail WHERE subject = ?", "About your order 13"
     )
     assert CARD not in sent[0] and "the card you paid with" in sent[0]
+    runs = approver.page
+    approver.goto("/runs/")
+    row = runs.locator(f"#run-{run_id}")
+    expect(row.locator(".input-summary")).to_contain_text("**** **** **** 4242")
+    expect(row).not_to_contain_text(CARD)
+    # The answer quotes the e-mail as sent (edited), with what is left in it redacted.
     output = page.locator("#run-header .output")
-    expect(output).to_contain_text("card [card redacted]")
+    expect(output).to_contain_text("as the approver edited the e-mail")
+    expect(output).to_contain_text("on my card the card you paid with.")
     expect(output).to_contain_text("[phone redacted]")
+    expect(output).not_to_contain_text("[card redacted]")
     expect(output).not_to_contain_text(CARD)

@@ -58,6 +58,33 @@ def test_a_500_step_run_reads_as_lines_with_filter_search_and_jump(server, login
     expect(jumped.locator("details.step-fold")).to_have_attribute("open", "")
     expect(jumped).to_be_in_viewport()
     expect(jumped).to_contain_text("timeout")
+    status = page.locator("#jump-status")
+    expect(status).to_have_text("")
+    # Pressed again: no error further down on the page, so back to the first on it, and
+    # the page says so (older steps, which may hold more, are not loaded).
+    page.click("#jump-error")
+    expect(status).to_contain_text("No error further down: back to the first on this page.")
+    expect(status).to_contain_text("Older steps are not loaded")
+    expect(page.locator("#timeline .step.jumped")).to_contain_text("timeout")
+
+    # The gate is far back: none on the page, said in words, with the ways to reach it.
+    page.click("#jump-gate")
+    expect(status).to_contain_text("No gate on this page. Older steps are not loaded")
+    expect(page.locator("#jump-gate")).to_have_class("none-found")
+    expect(page.locator("#timeline .step.jumped")).to_contain_text("timeout")  # not moved
+    page.click("#jump-load-older")
+    expect(status).to_have_text("")
+    expect(steps).to_have_count(100)  # the 50 before them, loaded above
+    page.click("#jump-gate")  # still none: the gate is older than these
+    expect(status).to_contain_text("No gate on this page.")
+    page.click("#jump-show-all")
+    expect(page.locator("#timeline-filtered")).to_be_visible()
+    expect(steps).to_have_count(1)
+    expect(steps.first).to_contain_text("needle@example.com")
+    page.click("#jump-gate")
+    expect(page.locator("#timeline .step.jumped")).to_have_attribute("data-kind", "gate")
+    expect(status).to_have_text("")  # every gate of the run is on a filtered page
+    operator.goto(f"/runs/{run_id}/")
 
     # Filter by kind: every gate of the run, however far back, and no live socket.
     page.check("#timeline-filter input[name=kind][value=gate]")

@@ -172,7 +172,7 @@ def test_retries_end_after_max_retries_and_the_call_stays_unsent(approver, recei
     result = callbacks.deliver_callback.apply(args=[str(call.approval_id)])
     assert result.failed()
     assert isinstance(result.result, DeliveryError)
-    assert down.hits == 1 + callbacks.RETRIES["max_retries"]
+    assert down.hits == 1 + callbacks.RETRIED_DELIVERY["max_retries"]
     assert sent_at(call) is None
 
 
@@ -211,7 +211,7 @@ def test_a_decision_stands_when_its_callback_cannot_be_delivered(
             decision="approve",
             shown_args_hash=args_hash(approval.tool, approval.args),
         )
-    assert down.hits == 1 + callbacks.RETRIES["max_retries"]
+    assert down.hits == 1 + callbacks.RETRIED_DELIVERY["max_retries"]
     assert Approval.objects.get(pk=approval.pk).status == Approval.Status.APPROVED
     assert ExternalCall.objects.get(pk=body["call"]).callback_sent_at is None
     # The agent still learns the decision by asking for its call.

@@ -66,3 +66,25 @@ def test_the_page_says_when_there_is_none(viewer):
     client = Client()
     client.force_login(viewer)
     assert "No schedule yet" in client.get("/schedules/").content.decode()
+
+
+def test_webhook_secrets_are_listed_by_fingerprint_never_the_secret(viewer, admin_user):
+    from triggers.models import WebhookSecret
+
+    live = WebhookSecret.objects.create(agent=AGENT, name=f"billing {HOSTILE}")
+    gone = WebhookSecret.objects.create(agent=AGENT, name="old sender")
+    gone.revoke()
+    client = Client()
+    client.force_login(viewer)
+    page = client.get("/schedules/").content.decode()
+    section = page[page.index('id="webhook-secrets"') :]
+    assert live.fingerprint in section and gone.fingerprint in section
+    assert live.secret not in page and gone.secret not in page
+    assert "billing &lt;script&gt;" in section and HOSTILE not in page
+    assert "revoked" in section and "usable" in section
+    assert "/admin/triggers/webhooksecret/" not in page  # the admin's links are for admins
+    admin_user.is_staff = True  # the admin site's own rule
+    admin_user.save()
+    client.force_login(admin_user)
+    page = client.get("/schedules/").content.decode()
+    assert 'href="/admin/triggers/webhooksecret/"' in page
