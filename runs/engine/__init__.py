@@ -7,6 +7,7 @@
 - conversation.py: the model's conversation rebuilt from the timeline, fitted to the budget
 - summary.py: past the budget, the oldest turns summarised by a model call (when declared)
 - tool_calls.py: planning the calls the model asked for, calling a tool, describing the call
+- idempotency.py: the key of a tool call (the same call, the same key)
 - deadlines.py: a tool call on a pool thread, abandoned as timed out past its deadline
 - ledger.py: calls with side effects happen once (intent, outcome, "outcome unknown")
 - humans.py: gated calls, questions and "continue?" checkpoints; applying decisions
@@ -30,10 +31,10 @@ and no template; tools and consumers never import it (tests/test_layering.py).
 
 from .conversation import conversation, fit_context
 from .gates import Decision, Gates, use_gates
+from .idempotency import idempotency_key
 from .lease import claim, new_worker_id, sweep
 from .loop import ForkPoint, advance, launch
 from .retry import backoff
-from .tool_calls import idempotency_key
 
 __all__ = [
     "Decision",

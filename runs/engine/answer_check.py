@@ -24,6 +24,7 @@ from agentkit.verification import PASS, schema_errors
 
 from ..models import Run, Step, canonical_json
 from . import gates, lease, model, owned, terminator, tool_calls
+from .idempotency import idempotency_key
 from .owned import Stop, Work, renewal
 
 ACCEPT, FAIL = "accept", "fail"
@@ -142,7 +143,7 @@ def _call_tool(work: Work, verifier, result: RunResult, data: dict, counters: di
     except Exception as exc:
         return f"the verifier could not build {name}'s arguments: {exc}"
     lease.still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
-    key = tool_calls.idempotency_key(work.run.pk, work.state["checking"]["llm_seq"], -1, name, args)
+    key = idempotency_key(work.run.pk, work.state["checking"]["llm_seq"], -1, name, args)
     output, error, attempts, duration_ms = tool_calls.call_tool(
         work, tool, args, key, work.run.retry_count
     )

@@ -20,8 +20,9 @@ from .. import sql
 from ..models import SideEffect, Step
 from . import gates, lease, owned, rate_limited, tool_calls
 from .conversation import tool_result_block
+from .idempotency import idempotency_key
 from .owned import StepAgain, Stop, Work, renewal
-from .tool_calls import OutcomeUnknown, error_counters, idempotency_key, tool_step
+from .tool_calls import OutcomeUnknown, error_counters, tool_step
 
 _RECORDED = (SideEffect.Status.COMMITTED, SideEffect.Status.FAILED)
 # A new intent's columns (its status and attempts are the model's defaults).

@@ -8,7 +8,6 @@ enforced (deadlines.py: past it the call is abandoned and timed out), retrying
 infrastructure errors as the tool's policy and the run's retry budget allow.
 """
 
-import hashlib
 import logging
 import time
 from typing import Any
@@ -27,16 +26,12 @@ from agentkit.verification import checks_call, schema_errors
 
 from ..models import Step, canonical_json
 from . import awaiting, deadlines, gates, lease, pii_guard, replaying, retry, terminator
+from .idempotency import idempotency_key
 from .owned import Work, cfg, renewal
 
 log = logging.getLogger("agentops.engine")
 
 ASK_OPERATOR = "ask_operator"
-
-
-def idempotency_key(run_id, llm_seq: int, index: int, tool: str, args: dict) -> str:
-    body = canonical_json([str(run_id), llm_seq, index, tool, args])
-    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def plan_calls(

@@ -1,0 +1,15 @@
+"""The idempotency key of a tool call: the same call of the same step of the same run has the
+same key, whichever worker makes it and however often, so the ledger (ledger.py) and a tool
+that honours keys can tell a retry from a new call."""
+
+import hashlib
+
+from ..models import canonical_json
+
+
+def idempotency_key(run_id, llm_seq: int, index: int, tool: str, args: dict) -> str:
+    """From stable identifiers only: the run, the model step that asked, the call's index in
+    that step (-1: a verifier's call, answer_check.py), the tool and its arguments (key order
+    does not matter)."""
+    body = canonical_json([str(run_id), llm_seq, index, tool, args])
+    return hashlib.sha256(body.encode()).hexdigest()
