@@ -149,6 +149,27 @@ def test_runs_0015_sums_the_recorded_model_steps_and_adds_each_new_one(migrator)
     assert spent()[("sql", first)] == (2, 35, Decimal("0.503000"))
 
 
+def test_runs_0016_masks_the_input_summaries_of_runs_with_a_pii_policy(migrator):
+    old = migrator.apply_initial_migration(("runs", "0015_agent_day_spend"))
+    Run = old.apps.get_model("runs", "Run")
+    message = {"message": "Call me on +44 20 7946 0958 or mail jo@example.com"}
+    policy = {"detectors": ["email", "phone"], "patterns": {}}
+    guarded = _run(Run, input=message, input_summary="message Call me on +44 20 7946 0958")
+    Run.objects.filter(pk=guarded.pk).update(agent="customer-reply", agent_config={"pii": policy})
+    gone = _run(Run, input=message, input_summary="clear")
+    Run.objects.filter(pk=gone.pk).update(agent="retired-agent", agent_config={"pii": policy})
+    unguarded = _run(Run, input=message, input_summary="message Call me on +44 20 7946 0958")
+
+    new = migrator.apply_tested_migration(("runs", "0016_mask_input_summaries"))
+    Run = new.apps.get_model("runs", "Run")
+    for run in (guarded, gone):
+        summary = Run.objects.get(pk=run.pk).input_summary
+        assert "7946" not in summary and "jo@example.com" not in summary, summary
+        assert summary.startswith("message Call me on"), summary
+    assert Run.objects.get(pk=unguarded.pk).input_summary.endswith("7946 0958")
+    assert Run.objects.get(pk=guarded.pk).input == message  # the input itself is kept
+
+
 def _tables() -> set[str]:
     return set(connection.introspection.table_names())
 
