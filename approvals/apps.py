@@ -17,6 +17,7 @@ class ApprovalsConfig(AppConfig):
 
         # A gate configuration that names what is not there refuses to start (check, up).
         checks.register(gate_config.check_catalogue)
+        checks.register(gate_config.check_named_approvers, checks.Tags.database)
 
         # The engine asks the gate policy through an interface it owns (runs.engine.gates).
         engine.use_gates(engine_gates)

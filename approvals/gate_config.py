@@ -16,6 +16,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core import checks
+from django.db import DatabaseError
 
 from accounts.models import Role
 from agentkit.agents import CATALOGUE, GateRules
@@ -175,3 +176,31 @@ def check_catalogue(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             for problem in found
         ]
     return errors
+
+
+def check_named_approvers(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:
+    """A database check (`manage.py check --database default`, and `migrate`): an agent of
+    the catalogue that names an approver or escalation user without an active account
+    (approvals.W002). Gates still open; such a person is simply never asked. A warning, not an
+    error: accounts may come after the deploy (SSO, an admin adding them). Silent on a fresh
+    install (no account yet) and before the tables exist."""
+    if not databases:
+        return []
+    wanted = {slug: named_users(agent.gates.as_dict()) for slug, agent in CATALOGUE.items()}
+    try:
+        users = get_user_model().objects
+        if not users.exists():
+            return []
+        found = existing_users(set().union(*wanted.values()))
+    except DatabaseError:
+        return []
+    return [
+        checks.Warning(
+            f"agent {slug!r} names approver {name!r}, who has no active account",
+            hint="Create the account (or fix the name): until then nobody named can decide.",
+            obj=slug,
+            id="approvals.W002",
+        )
+        for slug, names in sorted(wanted.items())
+        for name in sorted(names - found)
+    ]

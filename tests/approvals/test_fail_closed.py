@@ -224,3 +224,25 @@ def test_named_approvers_are_checked_against_accounts_when_asked(django_user_mod
     ]
     # The system check does not ask (a fresh database has no accounts yet).
     assert gate_config.problems(snapshot) == []
+
+
+@pytest.mark.django_db
+def test_the_database_check_warns_of_a_named_approver_without_an_account(
+    django_user_model, monkeypatch
+):
+    agent = replace(CATALOGUE["test-payer"], slug="test-named", gates=GateRules(approvers=("zoe",)))
+    monkeypatch.setitem(CATALOGUE, "test-named", agent)
+    # A fresh install (no account yet) is not warned: its accounts come after.
+    assert gate_config.check_named_approvers(databases=["default"]) == []
+    django_user_model.objects.create_user(username="nora", password="pw")
+    warnings = gate_config.check_named_approvers(databases=["default"])
+    named = [w for w in warnings if w.obj == "test-named"]
+    assert [(w.id, w.msg) for w in named] == [
+        ("approvals.W002", "agent 'test-named' names approver 'zoe', who has no active account")
+    ]
+    # Only when the check may use the database (`check --database default`, `migrate`).
+    assert gate_config.check_named_approvers(databases=None) == []
+    django_user_model.objects.create_user(username="zoe", password="pw")
+    assert not [
+        w for w in gate_config.check_named_approvers(databases=["default"]) if w.obj == "test-named"
+    ]
