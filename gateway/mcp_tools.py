@@ -2,12 +2,13 @@
 registration, POST /api/external/tools/mcp).
 
 An MCP server describes its tools itself: a name, an inputSchema, and annotations that hint
-at their risk. The risk a definition implies: readOnlyHint -> reversible, no blast radius;
-destructiveHint -> irreversible, high; anything else -> irreversible, medium (gated by the
-base table unless the agent's rules say otherwise). The hints come from the server, not from
-an admin, so a registration may raise a tool's risk but never lower it: an admin who raised a
-tool in the admin keeps that, and a server that starts calling a tool read-only does not
-quietly drop its gate. The schema and description are the server's, refreshed each time.
+at their risk. The hints come from the agent's side, not from an admin, so they may raise a
+tool's risk and never lower it: a new tool starts irreversible with a medium blast radius
+(gated by the base table), `destructiveHint` raises it to high, and `readOnlyHint` is only
+reported (an agent that calls its `delete_everything` read-only must not pick its own risk).
+An admin lowers a tool that really is read-only, in the admin or with `never_gate` in the
+agent's rules; a later registration keeps what the admin set unless its hints raise it. The
+schema and description are the server's, refreshed each time.
 """
 
 import re
@@ -38,19 +39,23 @@ class Registered:
     blast: str
     created: bool
     kept_higher_risk: bool  # the registry already held more risk than the hints imply
+    read_only_hint: bool  # what the server says, for the admin; it lowers nothing
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
 def risk_of(annotations: Any) -> tuple[bool, Blast]:
-    """(reversible, blast) that an MCP tool's annotations imply."""
+    """(reversible, blast) of a new tool with these annotations: the unknown tool's risk, or
+    more (destructiveHint); never less (readOnlyHint lowers nothing)."""
     hints = annotations if isinstance(annotations, dict) else {}
-    if hints.get("readOnlyHint") is True:
-        return True, Blast.NONE
     if hints.get("destructiveHint") is True:
         return False, Blast.HIGH
     return False, Blast.MEDIUM
+
+
+def read_only_hint(annotations: Any) -> bool:
+    return isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
 
 
 def _checked(definition: Any) -> dict:
@@ -90,6 +95,7 @@ def register(agent: ExternalAgent, definitions: list) -> list[Registered]:
         }
         for d in checked:
             reversible, blast = risk_of(d["annotations"])
+            hinted = read_only_hint(d["annotations"])
             row = existing.get(d["name"])
             if row is None:
                 row = ExternalTool.objects.create(
@@ -100,13 +106,16 @@ def register(agent: ExternalAgent, definitions: list) -> list[Registered]:
                     reversible=reversible,
                     blast=blast.label,
                 )
-                done.append(Registered(row.name, reversible, blast.label, True, False))
+                done.append(Registered(row.name, reversible, blast.label, True, False, hinted))
                 continue
             held = Blast[row.blast.upper()]
-            kept = (not row.reversible and reversible) or held > blast
-            row.reversible = row.reversible and reversible
-            row.blast = max(held, blast).label
+            # The row holds what an admin set (or the first registration): it stays, unless
+            # the server now says destructive, which raises it.
+            if blast is Blast.HIGH:
+                row.reversible = False
+                row.blast = max(held, blast).label
+            kept = held > blast
             row.description, row.input_schema = d["description"], d["schema"]
             row.save(update_fields=["reversible", "blast", "description", "input_schema"])
-            done.append(Registered(row.name, row.reversible, row.blast, False, kept))
+            done.append(Registered(row.name, row.reversible, row.blast, False, kept, hinted))
     return done

@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 
 from tests.livesupport import free_port
 
-from .live_agentops import external_agent
+from .live_agentops import GATES, external_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(ROOT / "examples" / "mcp_records_server.py")
@@ -27,7 +27,9 @@ SERVER = str(ROOT / "examples" / "mcp_records_server.py")
 
 @pytest.fixture(scope="module")
 def token(up) -> str:
-    return external_agent(up, slug="mcp-bot")
+    # The admin's word that the records server's lookup only reads (its own hint lowers
+    # nothing).
+    return external_agent(up, slug="mcp-bot", gates={**GATES, "never_gate": ["lookup"]})
 
 
 @pytest.fixture
@@ -97,7 +99,7 @@ async def test_allowed_passes_gated_waits_for_the_edit_rejected_never_arrives(
         assert set(listed) == {"lookup", "delete_record"}
         assert listed["delete_record"].annotations.destructive_hint is True
 
-        # Read-only: the policy allows it, no person involved.
+        # Read-only by the admin's rule (never_gate): allowed, no person involved.
         result, _, _ = await _call(client, live_approver, "lookup", {"key": "a1"})
         assert not result.is_error and text(result) == "record a1: ok"
         assert received(calls_log) == [{"tool": "lookup", "args": {"key": "a1"}}]
@@ -147,7 +149,8 @@ async def test_allowed_passes_gated_waits_for_the_edit_rejected_never_arrives(
     )
     seen = json.loads(report.strip().splitlines()[-1])
     assert seen["trigger"] == "external" and seen["status"] == "succeeded"
-    assert seen["tools"] == {"lookup": [True, "none"], "delete_record": [False, "high"]}
+    # lookup's read-only hint lowered nothing (never_gate, the admin's rule, let it through).
+    assert seen["tools"] == {"lookup": [False, "medium"], "delete_record": [False, "high"]}
     assert seen["results"] == [
         ["lookup", {"key": "a1"}, False],
         ["delete_record", {"key": "a1", "reason": "stale, ticket 42"}, False],

@@ -1,11 +1,12 @@
-"""Registering an MCP server's tools (POST /api/external/tools/mcp): schema and risk from the
-definitions' annotations; a re-registration never lowers what an admin set."""
+"""Registering an MCP server's tools (POST /api/external/tools/mcp): schema from the
+definitions, risk raised by their annotations and never lowered (the agent does not pick its
+own risk); a re-registration keeps what an admin set."""
 
 import pytest
 
 from gateway.models import ExternalTool
 
-from .conftest import AgentClient, make_agent
+from .conftest import GATES, AgentClient, make_agent
 
 pytestmark = pytest.mark.django_db
 
@@ -36,16 +37,39 @@ def test_definitions_become_tools_with_their_schema_and_risk():
     response = register(AgentClient(token), LOOKUP, DELETE, NOTE)
     assert response.status_code == 200, response.content
     rows = {t.name: t for t in agent.tools.all()}
-    assert (rows["lookup"].reversible, rows["lookup"].blast) == (True, "none")
+    # Read-only by the server's word only: gated as any unknown tool until an admin says so.
+    assert (rows["lookup"].reversible, rows["lookup"].blast) == (False, "medium")
     assert rows["lookup"].input_schema == LOOKUP["inputSchema"]
     assert rows["lookup"].description == "Read a record"
     assert (rows["delete_record"].reversible, rows["delete_record"].blast) == (False, "high")
     assert (rows["add_note"].reversible, rows["add_note"].blast) == (False, "medium")
     assert [t["created"] for t in response.json()["tools"]] == [True, True, True]
+    assert [t["read_only_hint"] for t in response.json()["tools"]] == [True, False, False]
+
+
+def test_a_read_only_hint_does_not_let_a_new_tool_through():
+    """An agent whose server calls `delete_everything` read-only is asked about it."""
+    _, token = make_agent("mcp-bot")
+    bot = AgentClient(token)
+    register(bot, {**DELETE, "name": "delete_everything", "annotations": {"readOnlyHint": True}})
+    session = bot.session()
+    assert bot.call(session, "delete_everything", {"key": "a"}).json()["status"] == "pending"
+
+
+def test_an_admin_lowers_a_read_only_tool_and_a_new_registration_keeps_it():
+    agent, token = make_agent("mcp-bot")
+    bot = AgentClient(token)
+    register(bot, LOOKUP)
+    ExternalTool.objects.filter(agent=agent, name="lookup").update(reversible=True, blast="none")
+    register(bot, LOOKUP)
+    row = agent.tools.get(name="lookup")
+    assert (row.reversible, row.blast) == (True, "none")
+    assert bot.call(bot.session(), "lookup", {"key": "a"}).json()["status"] == "allowed"
 
 
 def test_the_registered_schema_checks_calls_and_the_risk_gates_them():
-    _, token = make_agent("mcp-bot")
+    # The admin's word that lookup only reads: never_gate in the agent's rules.
+    _, token = make_agent("mcp-bot", gates={**GATES, "never_gate": ["lookup"]})
     bot = AgentClient(token)
     register(bot, LOOKUP, DELETE)
     session = bot.session()
@@ -69,6 +93,7 @@ def test_reregistration_keeps_what_an_admin_raised_and_takes_a_new_schema():
             "blast": "high",
             "created": False,
             "kept_higher_risk": True,
+            "read_only_hint": True,
         }
     ]
     row = agent.tools.get(name="lookup")
