@@ -196,8 +196,8 @@ def detail(request: HttpRequest, pk) -> HttpResponse:
 @require_POST
 @login_required
 def opened(request: HttpRequest, pk) -> HttpResponse:
-    """The decision screen reports that a decider opened it (htmx, on load): time to decide
-    is measured from here. A POST, because it writes; the page's GET stays read-only."""
+    """The decision screen reports that a decider opened it (static/js/app.js, on load): time
+    to decide is measured from here. A POST, because it writes; the page's GET stays read-only."""
     approval = _get_approval_for_user(request, pk, decide=True)
     decisions.record_open(approval, request.user)
     return HttpResponse(status=204)

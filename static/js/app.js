@@ -446,6 +446,21 @@
     htmx.process(button);
   }
 
+  /* 8. The decision screen tells the server a decider opened it (time to decide counts from
+   * here). A beacon, not an htmx request: best effort, it never holds anything up, and one
+   * cut short by a quick decision or a reload is no error. */
+  function reportOpened() {
+    var el = document.querySelector("[data-opened-url]");
+    var csrf = document.querySelector("input[name=csrfmiddlewaretoken]");
+    if (!el || !csrf || !window.fetch) return;
+    fetch(el.getAttribute("data-opened-url"), {
+      method: "POST",
+      credentials: "same-origin",
+      keepalive: true,
+      headers: { "X-CSRFToken": csrf.value },
+    }).catch(function () {});
+  }
+
   // Deferred scripts run in order after parsing: htmx and its ws extension are loaded, and
   // htmx connects sockets on DOMContentLoaded, after this.
   install();
@@ -468,6 +483,7 @@
     document.body.addEventListener("htmx:oobAfterSwap", syncDecision);
     document.body.addEventListener("htmx:wsAfterMessage", boundTimeline);
     document.addEventListener("click", onJump);
+    reportOpened();
     previewOf = fieldValues(); // the page came with the preview of the fields it shows
     syncDecision();
   });

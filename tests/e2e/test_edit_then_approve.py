@@ -25,7 +25,13 @@ def test_approve_is_off_after_an_edit_and_only_edit_and_approve_runs_the_edit(se
     approval_id = server.pending_approval(run_id)
 
     approver = login("approver")
-    approver.goto(f"/approvals/{approval_id}/")
+    with approver.page.expect_response(lambda r: r.url.endswith("/opened/")) as opened:
+        approver.goto(f"/approvals/{approval_id}/")
+    # The screen reported that the approver opened it (time to decide counts from there).
+    assert opened.value.status == 204
+    assert server.query(
+        "SELECT count(*) FROM approvals_approvalview WHERE approval_id = ?", server.key(approval_id)
+    ) == [(1,)]
     page = approver.page
     approve, edit = page.locator("button#approve"), page.locator("button#edit-approve")
     expect(approve).to_be_enabled()
