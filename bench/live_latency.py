@@ -13,8 +13,10 @@ one is in, this process appends --steps steps the way a worker does (run row loc
 hash-chained step, publish after commit), cycling model turn (text, tokens, cost) -> tool
 call (args and result) -> model turn -> ... with a status step every fifth. The watcher
 process stamps when each seq arrived on each socket; latency is arrival minus commit (one
-machine, one clock). Every step counts, the first of each run too, and is also reported
-apart. The watchers share one login unless --sessions says how many users to spread them over.
+machine, one clock). Every step counts, the first of each run too; the first, the 2nd-5th
+and the later steps of a run are also reported apart (the watchers have just connected when
+the first is committed, as when people open a run's page as it starts). The watchers share
+one login unless --sessions says how many users to spread them over.
 
 Prints p50/p99/max per kind and overall, the load average and CPU time of this process, the
 watcher process and the server before and after. Stops both subprocesses by their PIDs.
@@ -224,8 +226,15 @@ def main() -> None:
                         kind, commit_at = committed[int(seq)]
                         ms = (at - commit_at) * 1000
                         latencies.setdefault(kind, []).append(ms)
-                        if int(seq) == run.last_seq + 1:
-                            latencies.setdefault("first step of a run", []).append(ms)
+                        position = int(seq) - run.last_seq
+                        band = (
+                            "first step of a run"
+                            if position == 1
+                            else "steps 2-5 of a run"
+                            if position <= 5
+                            else "steps 6+ of a run"
+                        )
+                        latencies.setdefault(band, []).append(ms)
                         delivered += 1
         wall = time.perf_counter() - started
         cpu_after = cpu_seconds(server.pid), cpu_seconds(child.pid)
@@ -238,7 +247,8 @@ def main() -> None:
         )
         print("commit -> received:")
         report("every step", every)
-        for kind in ("llm", "tool", "status", "first step of a run"):
+        bands = ("first step of a run", "steps 2-5 of a run", "steps 6+ of a run")
+        for kind in ("llm", "tool", "status", *bands):
             report(kind, latencies.get(kind, []))
         per = 1000 / max(1, args.runs * args.steps)
         print(
