@@ -543,11 +543,11 @@ def print_table(results: dict) -> None:
         "CPU ms/step",
         "pg CPU ms/step",
     ]
-    print(f"\n{'':<18}{'K':>5}" + "".join(f"{c:>14}" for c in cols) + "   rounds (steps/s)")
+    print(f"\n{'':<18}{'K':>5}" + "".join(f"{c:>15}" for c in cols) + "   rounds (steps/s)")
     for (side, case, k), s in results.items():
         print(
             f"{side + ' ' + case:<18}{k:>5}"
-            + "".join(f"{s[c]:>14.1f}" for c in cols)
+            + "".join(f"{s[c]:>15.1f}" for c in cols)
             + f"   {s['all steps/s']}"
         )
 
