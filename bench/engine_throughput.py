@@ -3,15 +3,18 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentops_benchmark \
     REDIS_URL=redis://127.0.0.1:6379/12 \
         uv run --group bench python bench/engine_throughput.py --runs 10 --ks 5,20,100 \
-            --concurrency 10 --repeat 3
+            --concurrency 10 --repeat 3 --cases noop,effect --payload 200
 
 A "step" is one agent iteration: one model turn that asks for a tool, plus that tool call
 (K steps = K such iterations, then a final turn that ends the run). The model is scripted
-(instant) and the tool is an instant no-op registered below, so what is measured is the
-engine itself: lease, hash-chained timeline steps, checkpoint, publish after commit over
-Redis, re-enqueue per time slice. The tool has no side effects, so its result is written with
-the model step that asked for it (one write per iteration; a tool with side effects adds the
-ledger's intent and a write of its own).
+(instant) and the tools are instant and registered below, so what is measured is the engine
+itself: lease, hash-chained timeline steps, checkpoint, publish after commit over Redis,
+re-enqueue per time slice. Two cases (--cases): `noop`, a tool without side effects, whose
+result is written with the model step that asked for it (one write per iteration), and
+`effect`, a tool with side effects (irreversible, low blast radius, never gated), which goes
+through the ledger: its intent is committed before it runs and its outcome after. Both sides
+carry the same payload (--payload characters): each model turn says that much text beside its
+tool call, and each tool result echoes that many characters back.
 
 Ours: a real `celery -A bench.engine_throughput worker --pool threads -c N` subprocess (this
 module is its app: it registers the bench agent and tool), Redis broker, Postgres. Started
@@ -27,10 +30,19 @@ the first measured round does not pay for opening connections and starting threa
 Figures per K (median of --repeat rounds): steps/s (all steps of all runs / wall time from
 enqueue to the last run finished), per-step time p50/p99 (deltas between a run's consecutive
 model steps for ours, between consecutive model-node calls for LangGraph), commits per step
-(pg_stat_database of this database), WAL bytes per step (pg_current_wal_lsn diff: the whole
-cluster, so other databases' writes on a shared server add noise), table growth per step
-(pg_total_relation_size of the tables each side writes), CPU ms per step of the process doing
-the work (our worker; the LangGraph threads' own process) and of all Postgres processes.
+(pg_stat_database of this database), WAL bytes per step of this database only, table growth
+per step (pg_total_relation_size of the tables each side writes), CPU ms per step of the
+process doing the work (our worker; the LangGraph threads' own process) and of all Postgres
+processes. The load average and this process's CPU are printed before and after.
+
+WAL of this database only: Postgres keeps no WAL counter per database (pg_stat_wal is the
+cluster's), so the round's WAL is read back with pg_walinspect (contrib, Postgres 15+; the
+bench creates the extension, which needs a superuser): the records between the round's
+first and last LSN that touch a relation of this database (`rel <tablespace>/<this db's
+oid>/…` in their block references), plus those of the same transactions without a block
+(their commit records). Other databases' writes on a shared server then do not count. The
+cluster-wide LSN difference is printed beside it ("cluster WAL"); without pg_walinspect only
+that one is shown, and it is only meaningful with nothing else writing to the server.
 
 Use --profile to run the engine in-process under cProfile instead (N threads calling
 runs.engine.advance): prints where the time goes.
@@ -62,67 +74,129 @@ django.setup()
 
 from django import forms  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.db import connection, transaction  # noqa: E402
+from django.db import DatabaseError, connection, transaction  # noqa: E402
 
-from agentkit.agents import Agent, Limits, get_agent, register  # noqa: E402
+from agentkit.agents import Agent, GateRules, Limits, get_agent, register  # noqa: E402
 from agentkit.llm.scripted import text, tool_use  # noqa: E402
 from agentkit.tools import Blast, tool  # noqa: E402
 from agentops.celery import app  # noqa: E402
+from bench.common import cpu_seconds, machine, percentile  # noqa: E402
 
 AGENT = "bench-loop"
+EFFECT_AGENT = "bench-effect"
 OUR_TABLES = ("runs_run", "runs_step", "runs_checkpoint", "runs_sideeffect")
 LG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
+def pad(size: int) -> str:
+    """The payload both sides carry: what a model says beside a call, what a tool returns."""
+    return ("Checking the figures before the next call. " * (size // 43 + 1))[:size]
+
+
 @tool(reversible=True, blast=Blast.NONE, name="bench_noop")
-def bench_noop(n: int) -> dict:
-    """Instantly returns its argument (benchmark only)."""
-    return {"n": n}
+def bench_noop(n: int, size: int = 0) -> dict:
+    """Instantly returns its argument and `size` characters (benchmark only)."""
+    return {"n": n, "echo": pad(size)}
+
+
+@tool(reversible=False, blast=Blast.LOW, name="bench_write")
+def bench_write(n: int, size: int = 0) -> dict:
+    """Stands for a write elsewhere (benchmark only): instant, but declared irreversible, so
+    the engine records its intent before and its outcome after, as for a real one."""
+    return {"n": n, "echo": pad(size)}
+
+
+CASES = {"noop": (AGENT, "bench_noop"), "effect": (EFFECT_AGENT, "bench_write")}
 
 
 class BenchInput(forms.Form):
     k = forms.IntegerField(min_value=1, max_value=1000)
+    payload = forms.IntegerField(min_value=0, max_value=100_000, required=False)
 
 
-def _script(data: dict) -> list:
-    # Distinct arguments each turn, or the engine's no-progress check would stop the run.
-    return [[tool_use("bench_noop", n=i)] for i in range(int(data["k"]))] + [[text("Done.")]]
+def _scripted(tool_name: str):
+    def script(data: dict) -> list:
+        size = int(data.get("payload") or 0)
+        # Distinct arguments each turn, or the engine's no-progress check would stop the run.
+        return [
+            [text(pad(size)), tool_use(tool_name, n=i, size=size)] for i in range(int(data["k"]))
+        ] + [[text("Done.")]]
+
+    return script
 
 
-def register_bench_agent() -> Agent:
-    return get_agent(AGENT) or register(
-        Agent(
-            slug=AGENT,
-            title="Benchmark loop",
-            description="Calls an instant tool K times (benchmark only).",
-            model="claude-sonnet-4-6",
-            system_prompt="Call bench_noop until told to stop.",
-            tools=("bench_noop",),
-            input_form=BenchInput,
-            prompt=lambda d: f"Call bench_noop {d['k']} times.",
-            script=_script,
-            limits=Limits(1001, Decimal("1000"), 3600, 3),
-            max_limits=Limits(1001, Decimal("1000"), 3600, 3),
+def register_bench_agents() -> None:
+    for slug, tool_name in CASES.values():
+        if get_agent(slug):
+            continue
+        register(
+            Agent(
+                slug=slug,
+                title=f"Benchmark loop ({tool_name})",
+                description=f"Calls {tool_name} K times (benchmark only).",
+                model="claude-sonnet-4-6",
+                system_prompt=f"Call {tool_name} until told to stop.",
+                tools=(tool_name,),
+                input_form=BenchInput,
+                prompt=lambda d, t=tool_name: f"Call {t} {d['k']} times.",
+                script=_scripted(tool_name),
+                limits=Limits(1001, Decimal("1000"), 3600, 3),
+                max_limits=Limits(1001, Decimal("1000"), 3600, 3),
+                gates=GateRules(never_gate=(tool_name,)),
+            )
         )
-    )
 
 
-register_bench_agent()
+register_bench_agents()
 __all__ = ["app"]
 
 
 # --- measuring ---------------------------------------------------------------------------------
-def percentile(values: list[float], q: float) -> float:
-    if not values:
+WALINSPECT: bool | None = None  # whether pg_walinspect could be used (decided once)
+
+
+def has_walinspect() -> bool:
+    global WALINSPECT
+    if WALINSPECT is None:
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute("create extension if not exists pg_walinspect")
+            WALINSPECT = True
+        except Exception as exc:  # not installed, or not a superuser
+            print(f"pg_walinspect unavailable ({exc}); WAL is the cluster's only")
+            WALINSPECT = False
+    return WALINSPECT
+
+
+def database_wal_bytes(start_lsn: str, end_lsn: str) -> float:
+    """WAL bytes between the two LSNs that belong to this database (see the docstring); nan
+    if the server has already recycled those WAL segments."""
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(
+                """
+                with recs as (
+                    select xid, record_length,
+                           block_ref ~ ('rel [0-9]+/' || (select oid from pg_database
+                                        where datname = current_database()) || '/') as ours
+                    from pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)
+                ), our_xids as (select distinct xid from recs where ours and xid <> '0')
+                select coalesce(sum(record_length), 0) from recs
+                where ours or xid in (select xid from our_xids)
+                """,
+                [start_lsn, end_lsn],
+            )
+            return float(cur.fetchone()[0])
+    except DatabaseError as exc:  # e.g. "requested WAL segment … has already been removed"
+        print(f"  (WAL of this database not readable: {exc})")
         return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def pg_counters(tables: tuple[str, ...]) -> dict:
     with connection.cursor() as cur:
         cur.execute("select pg_stat_clear_snapshot()")
-        cur.execute("select pg_current_wal_lsn()::text")
+        # Flushed, so pg_walinspect may read up to it.
+        cur.execute("select pg_current_wal_flush_lsn()::text")
         (lsn,) = cur.fetchone()
         cur.execute("select xact_commit from pg_stat_database where datname = current_database()")
         (commits,) = cur.fetchone()
@@ -138,19 +212,11 @@ def pg_delta(before: dict, after: dict) -> dict:
         cur.execute("select pg_wal_lsn_diff(%s, %s)", [after["lsn"], before["lsn"]])
         (wal,) = cur.fetchone()
     return {
-        "wal": float(wal),
+        "cluster_wal": float(wal),
+        "wal": database_wal_bytes(before["lsn"], after["lsn"]) if has_walinspect() else float(wal),
         "commits": after["commits"] - before["commits"],
         "size": after["size"] - before["size"],
     }
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def postgres_cpu_seconds() -> float:
@@ -227,15 +293,19 @@ def worker_rss_kb(pid: int) -> int:
     return 0
 
 
-def launch_runs(m: int, k: int, provider: str = "scripted") -> list:
+def launch_runs(
+    m: int, k: int, provider: str = "scripted", case: str = "noop", payload: int = 0
+) -> list:
     from runs import engine
 
-    agent = get_agent(AGENT)
+    agent = get_agent(CASES[case][0])
     limits = Limits(k + 1, Decimal("1000"), 3600, 3)
     # One transaction: every run is enqueued at the same commit, so they start together.
     with transaction.atomic():
         runs = [
-            engine.launch(agent=agent, input={"k": k}, limits=limits, provider=provider)
+            engine.launch(
+                agent=agent, input={"k": k, "payload": payload}, limits=limits, provider=provider
+            )
             for _ in range(m)
         ]
     return [r.pk for r in runs]
@@ -289,11 +359,11 @@ def our_figures(run_ids: list, k: int, started: float) -> dict:
     }
 
 
-def run_ours(m: int, k: int, worker_pid: int) -> dict:
+def run_ours(m: int, k: int, worker_pid: int, case: str, payload: int) -> dict:
     before = pg_counters(OUR_TABLES)
     cpu_before = cpu_seconds(worker_pid), postgres_cpu_seconds()
     started = time.time()
-    run_ids = launch_runs(m, k)
+    run_ids = launch_runs(m, k, case=case, payload=payload)
     wait_finished(run_ids, timeout=600)
     cpu_after = cpu_seconds(worker_pid), postgres_cpu_seconds()
     figures = our_figures(run_ids, k, started)
@@ -306,11 +376,19 @@ def run_ours(m: int, k: int, worker_pid: int) -> dict:
 
 # --- LangGraph + PostgresSaver baseline ----------------------------------------------------------
 def build_langgraph():
+    """The same loop: the model node says `payload` characters beside its call of `tool`, the
+    tool node runs our tool function and stores its JSON result (as ours does)."""
+    import json
+
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.graph import END, START, MessagesState, StateGraph
 
+    tools_by_name = {"bench_noop": bench_noop, "bench_write": bench_write}
+
     class State(MessagesState):
         k: int
+        tool: str
+        payload: int
         turn: int
         model_times: list[float]
 
@@ -318,8 +396,9 @@ def build_langgraph():
         turn = state.get("turn", 0)
         now = time.time()
         if turn < state["k"]:
-            call = {"name": "bench_noop", "args": {"n": turn}, "id": f"call_{turn}"}
-            message = AIMessage(content="", tool_calls=[call])
+            size = state["payload"]
+            call = {"name": state["tool"], "args": {"n": turn, "size": size}, "id": f"call_{turn}"}
+            message = AIMessage(content=pad(size), tool_calls=[call])
         else:
             message = AIMessage(content="Done.")
         return {
@@ -332,7 +411,10 @@ def build_langgraph():
         last = state["messages"][-1]
         return {
             "messages": [
-                ToolMessage(content=str(bench_noop(**c["args"])), tool_call_id=c["id"])
+                ToolMessage(
+                    content=json.dumps(tools_by_name[c["name"]](**c["args"])),
+                    tool_call_id=c["id"],
+                )
                 for c in last.tool_calls
             ]
         }
@@ -375,7 +457,7 @@ class LangGraph:
     def close(self) -> None:
         self.pool.close()
 
-    def run(self, m: int, k: int) -> dict:
+    def run(self, m: int, k: int, case: str = "noop", payload: int = 0) -> dict:
         from langchain_core.messages import HumanMessage
 
         self.round += 1
@@ -385,11 +467,19 @@ class LangGraph:
         def one(i: int) -> None:
             try:
                 config = {
-                    "configurable": {"thread_id": f"bench-{os.getpid()}-{self.round}-{k}-{i}"},
+                    "configurable": {
+                        "thread_id": f"bench-{os.getpid()}-{self.round}-{case}-{k}-{i}"
+                    },
                     "recursion_limit": 2 * k + 10,
                 }
+                tool_name = CASES[case][1]
                 out = self.graph.invoke(
-                    {"messages": [HumanMessage(f"Call bench_noop {k} times.")], "k": k},
+                    {
+                        "messages": [HumanMessage(f"Call {tool_name} {k} times.")],
+                        "k": k,
+                        "tool": tool_name,
+                        "payload": payload,
+                    },
                     config,
                 )
                 results[i] = out["model_times"]
@@ -433,6 +523,7 @@ def summarise(rounds: list[dict]) -> dict:
         "p99 ms": med("p99"),
         "commits/step": statistics.median(r["commits"] / steps for r in rounds),
         "WAL B/step": statistics.median(r["wal"] / steps for r in rounds),
+        "cluster WAL": statistics.median(r["cluster_wal"] / steps for r in rounds),
         "table B/step": statistics.median(r["size"] / steps for r in rounds),
         "CPU ms/step": statistics.median(r["cpu"] * 1000 / steps for r in rounds),
         "pg CPU ms/step": statistics.median(r["pg_cpu"] * 1000 / steps for r in rounds),
@@ -447,14 +538,17 @@ def print_table(results: dict) -> None:
         "p99 ms",
         "commits/step",
         "WAL B/step",
+        "cluster WAL",
         "table B/step",
         "CPU ms/step",
         "pg CPU ms/step",
     ]
-    print(f"\n{'':<12}{'K':>5}" + "".join(f"{c:>14}" for c in cols) + "   rounds (steps/s)")
-    for (side, k), s in results.items():
+    print(f"\n{'':<18}{'K':>5}" + "".join(f"{c:>15}" for c in cols) + "   rounds (steps/s)")
+    for (side, case, k), s in results.items():
         print(
-            f"{side:<12}{k:>5}" + "".join(f"{s[c]:>14.1f}" for c in cols) + f"   {s['all steps/s']}"
+            f"{side + ' ' + case:<18}{k:>5}"
+            + "".join(f"{s[c]:>15.1f}" for c in cols)
+            + f"   {s['all steps/s']}"
         )
 
 
@@ -520,12 +614,17 @@ def main() -> None:
     parser.add_argument("--ks", default="5,20,100", help="K steps per run, comma-separated")
     parser.add_argument("--concurrency", type=int, default=10, help="worker threads")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cases", default="noop,effect", help=f"of {', '.join(CASES)}")
+    parser.add_argument("--payload", type=int, default=200, help="characters per turn and result")
     parser.add_argument("--skip-langgraph", action="store_true")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if not (settings.IS_POSTGRES and settings.REDIS_URL):
         raise SystemExit("set DATABASE_URL (Postgres) and REDIS_URL; see the docstring")
     ks = [int(k) for k in args.ks.split(",")]
+    cases = [c for c in args.cases.split(",") if c]
+    if unknown := set(cases) - set(CASES):
+        raise SystemExit(f"unknown cases {unknown}; known: {', '.join(CASES)}")
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
@@ -534,9 +633,10 @@ def main() -> None:
         return
 
     print(
-        f"M={args.runs} runs, K={ks}, worker threads={args.concurrency}, "
-        f"repeat={args.repeat}; cores={os.cpu_count()}, load={os.getloadavg()}"
+        f"M={args.runs} runs, K={ks}, cases={cases}, payload={args.payload}, worker threads="
+        f"{args.concurrency}, repeat={args.repeat}; before: {machine()}"
     )
+    has_walinspect()
     raw: dict = {}
     proc = start_worker(args.concurrency)
     lg = None if args.skip_langgraph else LangGraph(args.runs)
@@ -546,24 +646,27 @@ def main() -> None:
         # imports done and the threads and pooled connections a round of M runs uses (with
         # 2 warm-up runs, the first round paid for opening M - 2 database connections on
         # each side and, on ours, for starting worker threads).
-        wait_finished(launch_runs(args.runs, 3), timeout=120)
-        if lg:
-            lg.run(args.runs, 3)
+        for case in cases:
+            wait_finished(launch_runs(args.runs, 3, case=case), timeout=120)
+            if lg:
+                lg.run(args.runs, 3, case)
         time.sleep(3)
         # Each of our rounds is followed by LangGraph's at the same K, so both see the same
         # machine (a shared machine's speed drifts by 2x over minutes); the ratio is taken
         # per pair of rounds.
         for _ in range(args.repeat):
-            for k in ks:
-                r = run_ours(args.runs, k, proc.pid)
-                raw.setdefault(("agentops", k), []).append(r)
-                line = f"  K={k}: agentops {r['steps'] / r['seconds']:.0f} steps/s"
-                if lg:
-                    b = lg.run(args.runs, k)
-                    raw.setdefault(("langgraph", k), []).append(b)
-                    line += f", langgraph {b['steps'] / b['seconds']:.0f} steps/s"
-                print(line)
+            for case in cases:
+                for k in ks:
+                    r = run_ours(args.runs, k, proc.pid, case, args.payload)
+                    raw.setdefault(("agentops", case, k), []).append(r)
+                    line = f"  {case} K={k}: agentops {r['steps'] / r['seconds']:.0f} steps/s"
+                    if lg:
+                        b = lg.run(args.runs, k, case, args.payload)
+                        raw.setdefault(("langgraph", case, k), []).append(b)
+                        line += f", langgraph {b['steps'] / b['seconds']:.0f} steps/s"
+                    print(line, flush=True)
         print(f"worker RSS {worker_rss_kb(proc.pid)} kB")
+        print(f"after: {machine(worker=proc.pid)}")
     finally:
         stop_worker(proc)
         if lg:
@@ -571,10 +674,16 @@ def main() -> None:
     print_table({key: summarise(rounds) for key, rounds in raw.items()})
     if lg:
         print("\nagentops / langgraph, per pair of rounds (median):")
-        for k in ks:
-            pairs = zip(raw[("agentops", k)], raw[("langgraph", k)], strict=True)
-            ratios = [(a["steps"] / a["seconds"]) / (b["steps"] / b["seconds"]) for a, b in pairs]
-            print(f"  K={k}: {statistics.median(ratios):.2f}x  {[round(x, 2) for x in ratios]}")
+        for case in cases:
+            for k in ks:
+                pairs = zip(raw[("agentops", case, k)], raw[("langgraph", case, k)], strict=True)
+                ratios = [
+                    (a["steps"] / a["seconds"]) / (b["steps"] / b["seconds"]) for a, b in pairs
+                ]
+                print(
+                    f"  {case} K={k}: {statistics.median(ratios):.2f}x  "
+                    f"{[round(x, 2) for x in ratios]}"
+                )
     print(f"load after: {os.getloadavg()} (shared 2-core machine, other jobs running)")
 
 
