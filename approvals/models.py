@@ -89,6 +89,13 @@ class Approval(models.Model):
         indexes = [
             models.Index(fields=["status", "expires_at"]),
             models.Index(fields=["run", "status"]),
+            # The queue's "recently decided": the newest ten, read from the index's end (it
+            # sorted every decided approval, 171 ms at 5 000 of them).
+            models.Index(
+                fields=["-decided_at"],
+                condition=Q(decided_at__isnull=False),
+                name="approval_decided_idx",
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -94,6 +94,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         # exclude rows and this is the first page.
         "live_insert": not (agent or risk or mine) and page.number == 1,
         "recent": Approval.objects.exclude(status=Approval.Status.PENDING)
+        .filter(decided_at__isnull=False)  # what approval_decided_idx holds
         .select_related("run", "decided_by")
         .order_by("-decided_at")[:10],
     }
