@@ -1,6 +1,6 @@
 """The orders approvals are listed in, shared by the queue, the dashboard and live pushes."""
 
-from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.db.models import QuerySet
 
 from .models import Approval
 
@@ -8,23 +8,12 @@ from .models import Approval
 QUEUE_PAGE = 50
 DASHBOARD_LIMIT = 10
 
-# critical = 0 ... none = 4, so ascending order puts the riskiest first.
-RISK_RANK = Case(
-    *[When(risk=r, then=Value(i)) for i, r in enumerate(reversed(Approval.Risk.values))],
-    default=Value(99),
-    output_field=IntegerField(),
-)
-
 
 def in_queue_order(approvals: QuerySet | None = None) -> QuerySet:
     """Pending approvals, riskiest first, then the nearest deadline (then the oldest id, so
     pages do not overlap)."""
     approvals = Approval.objects.pending() if approvals is None else approvals
-    return (
-        approvals.select_related("run")
-        .annotate(risk_rank=RISK_RANK)
-        .order_by("risk_rank", "expires_at", "pk")
-    )
+    return approvals.select_related("run").order_by("risk_rank", "expires_at", "pk")
 
 
 def queue(approvals: QuerySet | None = None) -> list[Approval]:
@@ -37,6 +26,5 @@ def oldest_riskiest(limit: int = DASHBOARD_LIMIT) -> list[Approval]:
     return list(
         Approval.objects.pending()
         .select_related("run")
-        .annotate(risk_rank=RISK_RANK)
         .order_by("risk_rank", "requested_at")[:limit]
     )

@@ -63,6 +63,19 @@ class Approval(models.Model):
     options = models.JSONField(default=list, blank=True)
     explanation = models.TextField(help_text="Why it was gated, in plain words.")
     risk = models.CharField(max_length=16, choices=Risk.choices, default=Risk.MEDIUM)
+    # critical = 0 ... none = 4: ascending puts the riskiest first. Kept by the database, so
+    # the queue's order is an index's (approval_queue_idx), not a sort of every pending row.
+    risk_rank = models.GeneratedField(
+        expression=models.Case(
+            *[
+                models.When(risk=r, then=models.Value(i))
+                for i, r in enumerate(["critical", "high", "medium", "low", "none"])
+            ],
+            default=models.Value(99),
+        ),
+        output_field=models.SmallIntegerField(),
+        db_persist=True,
+    )
     sampled = models.BooleanField(default=False, help_text="Gated by sampling, not by a rule.")
     context_summary = models.TextField(blank=True)
     side_effect = models.ForeignKey(
@@ -95,6 +108,12 @@ class Approval(models.Model):
                 fields=["-decided_at"],
                 condition=Q(decided_at__isnull=False),
                 name="approval_decided_idx",
+            ),
+            # The queue, a page at a time (approvals/listing.py).
+            models.Index(
+                fields=["risk_rank", "expires_at", "id"],
+                condition=Q(status="pending"),
+                name="approval_queue_idx",
             ),
         ]
         constraints = [
