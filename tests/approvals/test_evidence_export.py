@@ -1,9 +1,14 @@
 """The compliance export of decisions: what each kind of decision's record says, that the
 signed chain catches every kind of tampering, who may download it, and bad requests."""
 
+import ast
 import io
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -12,11 +17,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ApiToken
-from approvals import decisions, evidence_chain, evidence_export
+from approvals import decisions, evidence_chain, evidence_export, tasks
 from approvals.learning import rules as learning
 from approvals.models import Approval, AutoApproveRule
 from runs.models import Step, args_hash
 from tests.conftest import make_user
+from tests.test_settings import CONTROLLED, ROOT
 
 from .conftest import drive, gated
 from .learning.test_rules import LEARNS, approve_credits, credit_run
@@ -435,3 +441,68 @@ def test_the_scheduled_export_does_nothing_without_a_directory(settings):
 def test_the_previous_period_is_whole(period, since, until):
     now = datetime(2026, 3, 5, 0, 15, tzinfo=UTC)  # a Thursday
     assert evidence_export.previous_period(now, period) == (since, until)
+
+
+def test_the_beat_task_writes_the_export_where_configured(settings, tmp_path, db):
+    settings.AGENTOPS = {**settings.AGENTOPS, "DECISIONS_EXPORT_DIR": str(tmp_path / "evidence")}
+    written = Path(tasks.export_decisions())
+    assert written.parent == tmp_path / "evidence" and written.suffix == ".jsonl"
+    assert evidence_chain.verify_file(written, key=key()).ok
+
+
+CRON_DUMP = """
+import json
+from agentops import settings as s
+entry = s.CELERY_BEAT_SCHEDULE.get("export-decisions")
+print(json.dumps(entry and {"task": entry["task"], "schedule": repr(entry["schedule"])}))
+"""
+
+
+def _settings_process(tmp_path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in CONTROLLED and "EXPORT" not in k}
+    clean.update(AGENTOPS_VAR_DIR=str(tmp_path), **env)
+    return subprocess.run(
+        [sys.executable, "-c", CRON_DUMP], cwd=ROOT, env=clean, capture_output=True, text=True
+    )
+
+
+def test_the_cron_variable_schedules_the_export_in_beat(tmp_path):
+    proc = _settings_process(
+        tmp_path,
+        AGENTOPS_DECISIONS_EXPORT_CRON="15 0 * * *",
+        AGENTOPS_DECISIONS_EXPORT_DIR=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(proc.stdout)
+    assert entry["task"] == "approvals.tasks.export_decisions"
+    assert "15 0 * * *" in entry["schedule"]
+    assert json.loads(_settings_process(tmp_path).stdout) is None  # unset: not scheduled
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"AGENTOPS_DECISIONS_EXPORT_CRON": "15 0 * * *"}, "needs AGENTOPS_DECISIONS_EXPORT_DIR"),
+        (
+            {"AGENTOPS_DECISIONS_EXPORT_CRON": "daily", "AGENTOPS_DECISIONS_EXPORT_DIR": "/x"},
+            "five fields",
+        ),
+        ({"AGENTOPS_DECISIONS_EXPORT_FORMAT": "xlsx"}, "csv or jsonl"),
+        ({"AGENTOPS_DECISIONS_EXPORT_PERIOD": "year"}, "day, week or month"),
+    ],
+)
+def test_a_misconfigured_schedule_stops_start_up_with_the_reason(tmp_path, env, said):
+    proc = _settings_process(tmp_path, **env)
+    assert proc.returncode != 0 and said in proc.stderr
+
+
+def test_the_verifier_needs_only_the_standard_library():
+    """So a file can be checked offline, away from an installation, with the key."""
+    source = Path(evidence_chain.__file__).read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0] if node.level == 0 else ".")
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
