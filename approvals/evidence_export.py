@@ -23,7 +23,7 @@ from runs.models import Step
 
 from . import evidence_chain
 from .evidence_chain import FORMATS, Header, signed_lines
-from .models import Approval, ApprovalVote, Escalation, RuleHit
+from .models import Approval, ApprovalVote, DecisionLink, Escalation, RuleHit
 
 CHUNK = 500
 SETTLED = (
@@ -149,6 +149,12 @@ def _chunk_records(chunk: list[Approval]) -> Iterator[dict]:
         for name in escalation.notified or []:
             tiers[escalation.approval_id].setdefault(name, escalation.tier)
     steps = _steps_of(chunk)
+    # Decisions recorded before steps named their channel: a spent one-tap link says it.
+    tapped = set(
+        DecisionLink.objects.filter(approval__in=ids, used_at__isnull=False).values_list(
+            "approval", "user"
+        )
+    )
     for approval in chunk:
         yield from _approval_records(
             approval,
@@ -156,6 +162,7 @@ def _chunk_records(chunk: list[Approval]) -> Iterator[dict]:
             rule_use=rule_uses.get(approval.pk),
             tiers=tiers.get(approval.pk, {}),
             steps=steps.get(str(approval.pk), []),
+            tapped=tapped,
         )
 
 
@@ -173,7 +180,9 @@ def _steps_of(chunk: list[Approval]) -> dict[str, list[Step]]:
     return found
 
 
-def _approval_records(approval: Approval, *, votes, rule_use, tiers, steps) -> Iterator[dict]:
+def _approval_records(
+    approval: Approval, *, votes, rule_use, tiers, steps, tapped
+) -> Iterator[dict]:
     base = _base(approval)
     if rule_use is not None:
         rule = rule_use.rule
@@ -220,7 +229,7 @@ def _approval_records(approval: Approval, *, votes, rule_use, tiers, steps) -> I
             "authority": _authority(vote.username, acting_for, named, tiers),
             "escalation_tier": tiers.get(vote.username),
             "votes": data.get("votes", ""),
-            "via": data.get("via", ""),
+            "via": data.get("via") or ("one_tap" if (approval.pk, vote.user_id) in tapped else ""),
             "edited": vote.edited,
             "reason": vote.reason,
             "answer": vote.answer,

@@ -19,7 +19,8 @@ from django.utils import timezone
 from accounts.models import ApiToken
 from approvals import decisions, evidence_chain, evidence_export, tasks
 from approvals.learning import rules as learning
-from approvals.models import Approval, AutoApproveRule
+from approvals.models import Approval, AutoApproveRule, Escalation
+from approvals.notify.one_tap import links as one_tap
 from runs.models import Step, args_hash
 from tests.conftest import make_user
 from tests.test_settings import CONTROLLED, ROOT
@@ -506,3 +507,58 @@ def test_the_verifier_needs_only_the_standard_library():
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0] if node.level == 0 else ".")
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+# --- more grants and channels ---------------------------------------------------------------------
+def test_a_decision_by_an_escalation_tier_names_the_tier(operator, bea, dan, no_enqueue):
+    chain = [{"after_seconds": 60, "users": ["dan"], "roles": []}]
+    _run, approval = gated("test-payer", TRANSFER, by=operator, approvers=["bea"], escalation=chain)
+    Escalation.objects.create(approval=approval, tier=1, notified=["dan"])
+    decisions.decide(approval.pk, user=dan, decision="reject", reason="not this vendor")
+    [record] = rows(export())
+    assert (record["authority"], record["escalation_tier"]) == ("escalation tier 1", 1)
+
+
+def test_a_decision_on_the_web_page_says_web(approver, no_enqueue):
+    _run, approval = gated("test-payer", TRANSFER)
+    response = _logged_in(approver).post(
+        reverse("approvals:decide", args=[approval.pk]), {"decision": "reject", "reason": "no"}
+    )
+    assert response.status_code == 200
+    assert [r["via"] for r in rows(export())] == ["web"]
+
+
+def test_a_decision_through_a_one_tap_link_says_one_tap(approver, operator, no_enqueue):
+    _run, approval = gated("test-payer", TRANSFER, by=operator)
+    token = one_tap.token_for(approval, approver)
+    response = _logged_in(approver).post(
+        reverse("approvals:one_tap", args=[token]), {"decision": "reject", "reason": "no"}
+    )
+    assert response.status_code == 200, response.content
+    [record] = rows(export())
+    assert record["via"] == "one_tap"
+    # A decision recorded before steps named their channel: the spent link still says it.
+    step = Step.objects.get(kind=Step.Kind.DECISION)
+    step.data.pop("via")
+    [unnamed] = list(
+        evidence_export._approval_records(
+            approval,
+            votes=list(approval.votes.all()),
+            rule_use=None,
+            tiers={},
+            steps=[step],
+            tapped={(approval.pk, approver.pk)},
+        )
+    )
+    assert unnamed["via"] == "one_tap"
+
+
+def test_reading_a_period_costs_a_few_queries_per_chunk_not_per_decision(
+    approver, no_enqueue, monkeypatch, django_assert_max_num_queries
+):
+    for _ in range(6):
+        _run, approval = gated("test-payer", TRANSFER)
+        decisions.decide(approval.pk, user=approver, decision="reject", reason="no")
+    monkeypatch.setattr(evidence_export, "CHUNK", 3)
+    with django_assert_max_num_queries(1 + 2 * 5):  # the approvals, then 5 per chunk of 3
+        assert len(list(evidence_export.records(**period()))) == 6
