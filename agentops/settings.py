@@ -302,14 +302,17 @@ if DECISIONS_EXPORT_CRON:
         raise environ.ImproperlyConfigured(
             "AGENTOPS_DECISIONS_EXPORT_CRON needs AGENTOPS_DECISIONS_EXPORT_DIR"
         )
-    _cron = DECISIONS_EXPORT_CRON.split()
-    if len(_cron) != 5:
+    try:
+        if len(DECISIONS_EXPORT_CRON.split()) != 5:
+            raise ValueError("not five fields")
+        _cron = crontab.from_string(DECISIONS_EXPORT_CRON)
+    except ValueError as exc:
         raise environ.ImproperlyConfigured(
-            "AGENTOPS_DECISIONS_EXPORT_CRON takes five fields, e.g. '15 0 * * *'"
-        )
+            f"AGENTOPS_DECISIONS_EXPORT_CRON takes five cron fields, e.g. '15 0 * * *' ({exc})"
+        ) from None
     CELERY_BEAT_SCHEDULE["export-decisions"] = {
         "task": "approvals.tasks.export_decisions",
-        "schedule": crontab(*_cron),
+        "schedule": _cron,
     }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")

@@ -2,6 +2,7 @@
 signed chain catches every kind of tampering, who may download it, and bad requests."""
 
 import ast
+import csv
 import io
 import json
 import os
@@ -44,7 +45,9 @@ def export(fmt: str = "jsonl", **filters) -> str:
 
 
 def rows(text: str) -> list[dict]:
-    return [r for r in map(json.loads, text.splitlines()) if r["line"] == "decision"]
+    # Split on "\n" only: str.splitlines() also splits inside a JSON string at U+2028.
+    lines = filter(None, text.split("\n"))
+    return [r for r in map(json.loads, lines) if r["line"] == "decision"]
 
 
 def key() -> bytes:
@@ -470,13 +473,14 @@ def _settings_process(tmp_path, **env: str) -> subprocess.CompletedProcess:
 def test_the_cron_variable_schedules_the_export_in_beat(tmp_path):
     proc = _settings_process(
         tmp_path,
-        AGENTOPS_DECISIONS_EXPORT_CRON="15 0 * * *",
+        AGENTOPS_DECISIONS_EXPORT_CRON="15 0 1 * 3",
         AGENTOPS_DECISIONS_EXPORT_DIR=str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(proc.stdout)
     assert entry["task"] == "approvals.tasks.export_decisions"
-    assert "15 0 * * *" in entry["schedule"]
+    # Cron's field order (day of month before day of week), not crontab()'s positional one.
+    assert "15 0 1 * 3 (m/h/dM/MY/d)" in entry["schedule"]
     assert json.loads(_settings_process(tmp_path).stdout) is None  # unset: not scheduled
 
 
@@ -486,7 +490,11 @@ def test_the_cron_variable_schedules_the_export_in_beat(tmp_path):
         ({"AGENTOPS_DECISIONS_EXPORT_CRON": "15 0 * * *"}, "needs AGENTOPS_DECISIONS_EXPORT_DIR"),
         (
             {"AGENTOPS_DECISIONS_EXPORT_CRON": "daily", "AGENTOPS_DECISIONS_EXPORT_DIR": "/x"},
-            "five fields",
+            "five cron fields",
+        ),
+        (
+            {"AGENTOPS_DECISIONS_EXPORT_CRON": "99 0 * * *", "AGENTOPS_DECISIONS_EXPORT_DIR": "/x"},
+            "five cron fields",
         ),
         ({"AGENTOPS_DECISIONS_EXPORT_FORMAT": "xlsx"}, "csv or jsonl"),
         ({"AGENTOPS_DECISIONS_EXPORT_PERIOD": "year"}, "day, week or month"),
@@ -562,3 +570,20 @@ def test_reading_a_period_costs_a_few_queries_per_chunk_not_per_decision(
     monkeypatch.setattr(evidence_export, "CHUNK", 3)
     with django_assert_max_num_queries(1 + 2 * 5):  # the approvals, then 5 per chunk of 3
         assert len(list(evidence_export.records(**period()))) == 6
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_line_breaks_and_separators_in_a_reason_survive_the_round_trip(approver, no_enqueue, fmt):
+    reason = 'first line\r\nsecond, "quoted"\u2028third'
+    _run, approval = gated("test-payer", TRANSFER)
+    decisions.decide(approval.pk, user=approver, decision="reject", reason=reason)
+    text = export(fmt)
+    result = evidence_chain.verify(text, key=key())
+    assert result.ok, result.problem
+    assert result.records == 1
+    if fmt == "jsonl":
+        assert rows(text)[0]["reason"] == reason
+    else:
+        table = csv.DictReader(io.StringIO(text, newline=""))
+        [row] = [r for r in table if r["line"] == "decision"]
+        assert row["reason"] == reason
