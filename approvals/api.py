@@ -166,7 +166,7 @@ def decisions_export(
         start, end, fmt, agent = evidence_export.checked_request(since, until, format, agent)
     except evidence_export.ExportError as exc:
         return _error(400, str(exc))
-    return export_views.download(since=start, until=end, fmt=fmt, agent=agent)
+    return export_views.download(request, since=start, until=end, fmt=fmt, agent=agent)
 
 
 # --- one approval --------------------------------------------------------------------------------
