@@ -200,20 +200,6 @@ def _approval_records(
             **_step_ref(gate),
         }
         return
-    if approval.status == Approval.Status.EXPIRED and not votes:
-        expiry = next((s for s in steps if s.data.get("decision") == "expire"), None)
-        yield {
-            **base,
-            "decided_at": _iso(approval.decided_at),
-            "decision": "expire",
-            "decided_by": "",
-            "authority": "deadline",
-            "reason": f"no decision by {_iso(approval.expires_at)}; on expiry: "
-            f"{approval.on_expiry}",
-            "via": "system",
-            **_step_ref(expiry),
-        }
-        return
     decisions = [s for s in steps if s.kind == Step.Kind.DECISION]
     named = set((approval.run.agent_config.get("gates") or {}).get("approvers") or [])
     for vote in votes:
@@ -235,6 +221,36 @@ def _approval_records(
             "answer": vote.answer,
             "opened_at": _iso(vote.opened_at),
             "seconds_open": vote.seconds_open,
+            **_step_ref(step),
+        }
+    if approval.status == Approval.Status.EXPIRED:
+        # After the votes of a quorum that never reached its count, if any.
+        expiry = next((s for s in decisions if s.data.get("decision") == "expire"), None)
+        yield {
+            **base,
+            "decided_at": _iso(approval.decided_at),
+            "decision": "expire",
+            "decided_by": "",
+            "authority": "deadline",
+            "reason": f"no decision by {_iso(approval.expires_at)}; on expiry: "
+            f"{approval.on_expiry}",
+            "via": "system",
+            **_step_ref(expiry),
+        }
+    elif not votes:
+        # Settled without a vote row (none is expected): the approval's own record, so the
+        # export never leaves a settled approval out.
+        step = decisions[-1] if decisions else None
+        who = approval.decided_by.get_username() if approval.decided_by else ""
+        yield {
+            **base,
+            "decided_at": _iso(approval.decided_at),
+            "decision": approval.status,
+            "decided_by": who,
+            "authority": "",
+            "reason": approval.reason,
+            "answer": approval.answer,
+            "via": (step.data.get("via") if step else "") or "",
             **_step_ref(step),
         }
 

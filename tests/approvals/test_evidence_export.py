@@ -173,6 +173,31 @@ def test_each_vote_of_a_quorum_is_its_own_record(operator, bea, dan, no_enqueue)
     assert records[1]["via"] == "slack"
 
 
+def test_a_quorum_that_expires_short_of_its_count_keeps_its_votes(operator, bea, no_enqueue):
+    _run, approval = gated("test-payer", TRANSFER, by=operator, quorum_from="medium", quorum=2)
+    decisions.decide(approval.pk, user=bea, decision="approve")
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now())
+    assert decisions.expire_due() == 1
+    records = rows(export())
+    assert [(r["decision"], r["decided_by"], r["votes"]) for r in records] == [
+        ("approve", "bea", "1 of 2"),
+        ("expire", "", ""),
+    ]
+    assert {r["outcome"] for r in records} == {"expired"}
+
+
+def test_a_settled_approval_without_a_vote_row_is_still_exported(approver, no_enqueue):
+    _run, approval = gated("test-payer", TRANSFER)
+    decisions.decide(approval.pk, user=approver, decision="reject", reason="no")
+    approval.votes.all().delete()
+    [record] = rows(export())
+    assert (record["decision"], record["decided_by"], record["reason"]) == (
+        "rejected",
+        "arthur",
+        "no",
+    )
+
+
 def test_the_agent_filter_and_the_period_bound_the_export(approver, no_enqueue):
     wipe = {"to": "staging", "amount": "1"}
     for slug, payload in (("test-payer", TRANSFER), ("test-wiper", wipe)):
