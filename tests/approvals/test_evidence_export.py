@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ApiToken
-from approvals import decisions, evidence_chain, evidence_export, tasks
+from approvals import batch, decisions, evidence_chain, evidence_export, tasks
 from approvals.learning import rules as learning
 from approvals.models import Approval, AutoApproveRule, Escalation
 from approvals.notify.one_tap import links as one_tap
@@ -586,6 +586,16 @@ def test_a_decision_through_a_one_tap_link_says_one_tap(approver, operator, no_e
         )
     )
     assert unnamed["via"] == "one_tap"
+
+
+def test_a_batch_decision_says_batch(approver, no_enqueue):
+    _run, approval = gated("test-payer", TRANSFER)
+    shown = args_hash(approval.tool, approval.args)
+    [result] = batch.decide_batch(
+        user=approver, decision="reject", items=[(str(approval.pk), shown)], reason="no"
+    )
+    assert result.result == "decided", result
+    assert [r["via"] for r in rows(export())] == ["batch"]
 
 
 def test_reading_a_period_costs_a_few_queries_per_chunk_not_per_decision(
