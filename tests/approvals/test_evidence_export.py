@@ -662,3 +662,21 @@ async def test_under_asgi_the_download_streams_in_batches(admin_user, monkeypatc
     assert len(chunks) == 3  # 452 lines (header, 450 records, trailer) in batches of 200
     text = b"".join(chunks).decode()
     assert evidence_chain.verify(text, key=key()).records == 450
+
+
+def test_the_verify_command_takes_the_key_offline(three_decisions, settings, tmp_path, monkeypatch):
+    settings.AGENTOPS = {**settings.AGENTOPS, "EVIDENCE_KEY": "the auditors' copy"}
+    target = tmp_path / "decisions.jsonl"
+    target.write_text(export())
+    settings.AGENTOPS = {**settings.AGENTOPS, "EVIDENCE_KEY": ""}  # elsewhere: not this key
+    with pytest.raises(SystemExit):
+        call_command("verify_decisions_export", str(target), stderr=io.StringIO())
+    out = io.StringIO()
+    call_command("verify_decisions_export", str(target), key="the auditors' copy", stdout=out)
+    assert out.getvalue().startswith("OK: 3")
+    monkeypatch.setenv("EVIDENCE_KEY", "the auditors' copy")
+    out = io.StringIO()
+    call_command("verify_decisions_export", str(target), key_env="EVIDENCE_KEY", stdout=out)
+    assert out.getvalue().startswith("OK: 3")
+    with pytest.raises(CommandError, match="NO_SUCH_VARIABLE"):
+        call_command("verify_decisions_export", str(target), key_env="NO_SUCH_VARIABLE")
