@@ -2,6 +2,7 @@
 the signed file (approvals/evidence_export.py). A download is a read: GET, no CSRF needed."""
 
 import itertools
+import logging
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 
@@ -20,6 +21,7 @@ from . import evidence_export
 from .evidence_export import ExportError
 
 TEMPLATE = "approvals/decisions_export.html"
+log = logging.getLogger("agentops.approvals")
 
 
 @require_GET
@@ -50,6 +52,15 @@ def decisions_export(request: HttpRequest) -> HttpResponse:
 def download(request, *, since, until, fmt: str, agent: str) -> StreamingHttpResponse:
     """The export as a streamed attachment (the API's endpoint answers with it too)."""
     lines = evidence_export.export_lines(since=since, until=until, fmt=fmt, agent=agent)
+    # Who took evidence out, and which: the log says it even when the file leaves no trace.
+    log.info(
+        "decisions export by %s: %s to %s, %s, agent %s",
+        request.user.get_username(),
+        since.isoformat(),
+        until.isoformat(),
+        fmt,
+        agent or "all",
+    )
     response = StreamingHttpResponse(
         _batches(lines) if isinstance(request, ASGIRequest) else lines,
         content_type=evidence_export.CONTENT_TYPES[fmt],

@@ -406,6 +406,17 @@ def test_an_admin_token_downloads_it_from_the_api(admin_user, three_decisions):
     assert evidence_chain.verify(text, key=key()).ok and len(rows(text)) == 3
 
 
+def test_each_download_is_logged_with_who_and_which(admin_user, caplog, db):
+    with caplog.at_level("INFO", logger="agentops.approvals"):
+        response = _token(admin_user).get(
+            API, {"since": "2026-01-01", "until": "2026-01-31", "agent": "test-payer"}
+        )
+    assert response.status_code == 200
+    [message] = [r.getMessage() for r in caplog.records if "decisions export" in r.getMessage()]
+    assert message.startswith("decisions export by ada: 2026-01-01T00:00:00+00:00")
+    assert message.endswith("jsonl, agent test-payer")
+
+
 @pytest.mark.parametrize("who", ["approver", "operator", "viewer"])
 def test_only_admins_may_export(request, who):
     user = request.getfixturevalue(who)
