@@ -277,7 +277,43 @@ AGENTOPS = {
     # ceiling.
     "RUBBER_STAMP_FLOOR_SECONDS": env.float("AGENTOPS_RUBBER_STAMP_FLOOR_SECONDS", default=10.0),
     "RUBBER_STAMP_CEILING": env.float("AGENTOPS_RUBBER_STAMP_CEILING", default=0.95),
+    # Compliance evidence (approvals/evidence_export.py): the key that signs decision exports;
+    # unset, one derived from SECRET_KEY (then rotating SECRET_KEY changes it: keep the old one
+    # to verify old files). The scheduled export writes the previous period (day, week or
+    # month, UTC) to DECISIONS_EXPORT_DIR at each AGENTOPS_DECISIONS_EXPORT_CRON.
+    "EVIDENCE_KEY": env.str("AGENTOPS_EVIDENCE_KEY", default=""),
+    "DECISIONS_EXPORT_DIR": env.str("AGENTOPS_DECISIONS_EXPORT_DIR", default=""),
+    "DECISIONS_EXPORT_FORMAT": env.str("AGENTOPS_DECISIONS_EXPORT_FORMAT", default="jsonl"),
+    "DECISIONS_EXPORT_PERIOD": env.str("AGENTOPS_DECISIONS_EXPORT_PERIOD", default="day"),
 }
+if AGENTOPS["DECISIONS_EXPORT_FORMAT"] not in ("csv", "jsonl"):
+    raise environ.ImproperlyConfigured("AGENTOPS_DECISIONS_EXPORT_FORMAT must be csv or jsonl")
+if AGENTOPS["DECISIONS_EXPORT_PERIOD"] not in ("day", "week", "month"):
+    raise environ.ImproperlyConfigured(
+        "AGENTOPS_DECISIONS_EXPORT_PERIOD must be day, week or month"
+    )
+# Five cron fields (minute hour day-of-month month day-of-week), e.g. "15 0 * * *": beat runs
+# the scheduled decisions export then. Needs AGENTOPS_DECISIONS_EXPORT_DIR.
+DECISIONS_EXPORT_CRON = env.str("AGENTOPS_DECISIONS_EXPORT_CRON", default="")
+if DECISIONS_EXPORT_CRON:
+    from celery.schedules import crontab
+
+    if not AGENTOPS["DECISIONS_EXPORT_DIR"]:
+        raise environ.ImproperlyConfigured(
+            "AGENTOPS_DECISIONS_EXPORT_CRON needs AGENTOPS_DECISIONS_EXPORT_DIR"
+        )
+    try:
+        if len(DECISIONS_EXPORT_CRON.split()) != 5:
+            raise ValueError("not five fields")
+        _cron = crontab.from_string(DECISIONS_EXPORT_CRON)
+    except ValueError as exc:
+        raise environ.ImproperlyConfigured(
+            f"AGENTOPS_DECISIONS_EXPORT_CRON takes five cron fields, e.g. '15 0 * * *' ({exc})"
+        ) from None
+    CELERY_BEAT_SCHEDULE["export-decisions"] = {
+        "task": "approvals.tasks.export_decisions",
+        "schedule": _cron,
+    }
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
 # The SDK's OpenTelemetry spans (agentkit/llm/anthropic.py): off unless asked for; then the

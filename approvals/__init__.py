@@ -2,7 +2,8 @@
 (declared_policy), the engine's gates (engine_gates: runs.engine.gates.Gates, handed to the
 engine at start-up), who may decide (permissions), the decision service (decisions), batch
 decisions, the decision screen's parts (arg_form, evidence, presence), the queue, the API,
-pages, the live stream, Celery tasks and the admin.
+pages, the live stream, Celery tasks and the admin; and the compliance export of decisions
+(evidence_export: the records; evidence_chain: the signed file's format and its verification).
 
 Two wings stand on it and import it: approvals/notify/ (reaching approvers) and
 approvals/learning/ (the gate policy that learns). The core imports neither, except in the

@@ -14,12 +14,13 @@ from django.utils import timezone
 from ninja import Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
+from accounts.auth import api_auth
 from agentkit.agents import get_agent
 from agentkit.tools import get_tool
 from runs.api import MAX_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 
-from . import batch, decisions, evidence, permissions
+from . import batch, decisions, evidence, evidence_export, export_views, permissions
 from .learning import stats
 from .models import Approval, ApprovalView
 
@@ -154,6 +155,20 @@ def approver_stats(request: HttpRequest, days: int = 30):
     return stats.approver_stats(since=timezone.now() - timedelta(days=days))
 
 
+# --- compliance evidence -------------------------------------------------------------------------
+@router.get("/export", auth=api_auth("is_admin"))
+def decisions_export(
+    request: HttpRequest, since: str = "", until: str = "", format: str = "jsonl", agent: str = ""
+):
+    """The signed decisions export of a period (admins only), streamed as CSV or JSON Lines;
+    see README "Compliance evidence". Bad dates, format or agent are 400 with the reason."""
+    try:
+        start, end, fmt, agent = evidence_export.checked_request(since, until, format, agent)
+    except evidence_export.ExportError as exc:
+        return _error(400, str(exc))
+    return export_views.download(request, since=start, until=end, fmt=fmt, agent=agent)
+
+
 # --- one approval --------------------------------------------------------------------------------
 @router.get("/{uuid:approval_id}")
 def get_approval(request: HttpRequest, approval_id: UUID):
@@ -195,6 +210,7 @@ def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
             reason=payload.reason,
             answer=payload.answer,
             shown_args_hash=payload.shown_args_hash,
+            via="api",
         )
     except Approval.DoesNotExist:
         return _error(404, "no such approval")

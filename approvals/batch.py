@@ -87,7 +87,12 @@ def _one(user, decision: str, approval_id: str, shown: str, reason: str) -> Item
         return ItemResult(approval_id, "refused", refused[0], refused[1], approval.tool)
     try:
         outcome = decisions.decide(
-            approval.pk, user=user, decision=decision, reason=reason, shown_args_hash=shown
+            approval.pk,
+            user=user,
+            decision=decision,
+            reason=reason,
+            shown_args_hash=shown,
+            via="batch",
         )
     except decisions.DecisionConflict as exc:
         return ItemResult(approval_id, "conflict", 409, exc.message, approval.tool)

@@ -140,13 +140,16 @@ def decide(
     answer: str = "",
     opened_at: datetime | None = None,
     shown_args_hash: str | None = None,
+    via: str = "",
 ) -> Approval:
     """Record `user`'s decision and, once the approval is decided, resume the run.
 
     `decision` is approve (with `arguments` for edit-and-approve), reject (with a reason) or
     answer (questions). `opened_at` is used only when the server has no record of this user
     opening the approval. `shown_args_hash` is the `args_hash` of the call the approver was
-    shown: an approval of any other call is a DecisionConflict. Raises Approval.DoesNotExist,
+    shown: an approval of any other call is a DecisionConflict. `via` names the channel the
+    decision came through (web, api, batch, one_tap, slack), kept in the decision's step for
+    the compliance export (approvals/evidence_export.py). Raises Approval.DoesNotExist,
     DecisionForbidden, DecisionConflict or DecisionInvalid; on any of them nothing was changed.
     """
     decision = _checked_request(user, decision)
@@ -167,6 +170,8 @@ def decide(
             else int(decision == "approve")
         )
         step = _decision_step(approval, user, decision, plan, reason, answer, opened, now)
+        if via:
+            step["via"] = via
         if principal is not None:
             # In the step, so in the run's hash chain: who decided, and for whom.
             step["acting_for"] = principal.get_username()

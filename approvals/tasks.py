@@ -12,7 +12,7 @@ from celery import shared_task
 from django.conf import settings
 from slack_sdk.errors import SlackApiError
 
-from . import decisions
+from . import decisions, evidence_export
 from .learning import rules as learning
 from .models import Approval
 from .notify import email, escalation, webhooks
@@ -27,6 +27,17 @@ def expire_approvals() -> int:
     # Auto-approve rules past their expiry or cap end on the same beat (approvals/learning/).
     learning.expire_due()
     return decisions.expire_due()
+
+
+@shared_task(ignore_result=True)
+def export_decisions() -> str:
+    """The scheduled compliance export of the previous period (AGENTOPS_DECISIONS_EXPORT_CRON)."""
+    path = evidence_export.write_scheduled()
+    if path is None:
+        log.warning("decisions export scheduled but AGENTOPS_DECISIONS_EXPORT_DIR is not set")
+        return ""
+    log.info("decisions export written to %s", path)
+    return str(path)
 
 
 @shared_task(ignore_result=True)

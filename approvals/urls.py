@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import batch_views, delegation_views, views
+from . import batch_views, delegation_views, export_views, views
 from .learning import views as learning_views
 from .notify.one_tap import views as one_tap_views
 
@@ -8,6 +8,7 @@ app_name = "approvals"
 urlpatterns = [
     path("", views.queue, name="queue"),
     path("stats/", learning_views.approver_stats, name="stats"),
+    path("export/", export_views.decisions_export, name="decisions_export"),
     path("batch/", batch_views.batch_decide, name="batch"),
     path("delegation/", delegation_views.delegations, name="delegations"),
     path("delegation/<int:pk>/end/", delegation_views.end_delegation, name="end_delegation"),

@@ -283,6 +283,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
                 answer=request.POST.get("answer", "").strip(),
                 opened_at=opened_at(request),
                 shown_args_hash=request.POST.get("shown_args_hash") or None,
+                via="web",
             )
         except decisions.DecisionConflict as exc:
             status, result["message"] = 409, str(exc)

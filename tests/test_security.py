@@ -109,6 +109,7 @@ PAGES = {
     "runs:pending_finish": ("POST", "operate"),
     "approvals:queue": ("GET", "view"),
     "approvals:stats": ("GET", "admin"),
+    "approvals:decisions_export": ("GET", "admin"),
     "approvals:detail": ("GET", "view"),
     "approvals:opened": ("POST", "approve"),
     "approvals:decide": ("POST", "approve"),

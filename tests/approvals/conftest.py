@@ -18,6 +18,7 @@ from approvals.models import Approval
 from demo.agents import last_tool_result
 from runs import engine
 from runs.models import Run
+from tests.conftest import make_user
 
 EXECUTED: list[tuple[str, dict]] = []
 _lock = threading.Lock()
@@ -135,6 +136,18 @@ if "test-payer" not in CATALOGUE:
 def _fast_passwords(settings):
     # Many users per test: the production hasher would cost most of the suite's time.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def bea(django_user_model):
+    """An approver (named by the agents that name theirs in these tests)."""
+    return make_user(django_user_model, "bea", "approver")
+
+
+@pytest.fixture
+def dan(django_user_model):
+    """An approver who also launches runs (so the four-eyes rule can apply to him)."""
+    return make_user(django_user_model, "dan", "approver", "operator")
 
 
 @pytest.fixture(autouse=True)

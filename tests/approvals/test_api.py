@@ -54,6 +54,9 @@ def test_authorization_matrix(role, read, decide, stats, operator, django_user_m
     assert client.get(url()).status_code == read
     assert client.get(url(approval)).status_code == read
     assert client.get(url(suffix="/stats")).status_code == stats
+    # The compliance export is for admins, like the statistics.
+    export = {"since": "2026-01-01", "until": "2026-01-02"}
+    assert client.get(url(suffix="/export"), export).status_code == stats
     response = post_decision(client, approval, decision="approve")
     assert response.status_code == decide, response.content
     approval.refresh_from_db()

@@ -12,23 +12,12 @@ from approvals import decisions, permissions
 from approvals.models import Approval, Delegation
 from approvals.notify import email
 from runs.models import Step
-from tests.conftest import make_user
 
 from .conftest import gated
 
 pytestmark = pytest.mark.django_db
 
 TRANSFER = {"to": "initech", "amount": "900.00"}
-
-
-@pytest.fixture
-def bea(django_user_model):
-    return make_user(django_user_model, "bea", "approver")
-
-
-@pytest.fixture
-def dan(django_user_model):
-    return make_user(django_user_model, "dan", "approver", "operator")
 
 
 def delegate(user, to, *, starts=-1, ends=+1) -> Delegation:

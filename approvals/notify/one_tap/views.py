@@ -61,6 +61,7 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
                 answer=request.POST.get("answer", "").strip(),
                 opened_at=views.opened_at(request),
                 shown_args_hash=request.POST.get("shown_args_hash") or "",
+                via="one_tap",
             )
     except one_tap.LinkRefused as exc:
         return _refused(request, exc)

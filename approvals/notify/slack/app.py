@@ -247,6 +247,7 @@ def handle_action(payload: dict) -> str:
             decision=decision,
             reason=REJECT_REASON if decision == "reject" else "",
             shown_args_hash=shown if decision == "approve" else None,
+            via="slack",
         )
     except decisions.DecisionConflict as exc:
         if exc.approval_status and exc.approval_status != Approval.Status.PENDING:

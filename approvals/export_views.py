@@ -1,0 +1,80 @@
+"""The compliance export for admins: a page linked from the audit area, whose form downloads
+the signed file (approvals/evidence_export.py). A download is a read: GET, no CSRF needed."""
+
+import itertools
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from agentkit.agents import CATALOGUE
+
+from . import evidence_export
+from .evidence_export import ExportError
+
+TEMPLATE = "approvals/decisions_export.html"
+log = logging.getLogger("agentops.approvals")
+
+
+@require_GET
+@login_required
+def decisions_export(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_admin:
+        raise PermissionDenied
+    query = request.GET
+    today = timezone.now().date()
+    form = {
+        "since": query.get("since", (today - timedelta(days=30)).isoformat()),
+        "until": query.get("until", today.isoformat()),
+        "format": query.get("format", "csv"),
+        "agent": query.get("agent", ""),
+    }
+    context = {"form": form, "agents": sorted(CATALOGUE), "error": ""}
+    if "download" not in query:
+        return render(request, TEMPLATE, context)
+    try:
+        since, until, fmt, agent = evidence_export.checked_request(
+            form["since"], form["until"], form["format"], form["agent"]
+        )
+    except ExportError as exc:
+        return render(request, TEMPLATE, {**context, "error": str(exc)}, status=400)
+    return download(request, since=since, until=until, fmt=fmt, agent=agent)
+
+
+def download(request, *, since, until, fmt: str, agent: str) -> StreamingHttpResponse:
+    """The export as a streamed attachment (the API's endpoint answers with it too)."""
+    lines = evidence_export.export_lines(since=since, until=until, fmt=fmt, agent=agent)
+    # Who took evidence out, and which: the log says it even when the file leaves no trace.
+    log.info(
+        "decisions export by %s: %s to %s, %s, agent %s",
+        request.user.get_username(),
+        since.isoformat(),
+        until.isoformat(),
+        fmt,
+        agent or "all",
+    )
+    response = StreamingHttpResponse(
+        _batches(lines) if isinstance(request, ASGIRequest) else lines,
+        content_type=evidence_export.CONTENT_TYPES[fmt],
+    )
+    name = evidence_export.filename(since, until, fmt, agent)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+async def _batches(lines: Iterator[str], size: int = 200) -> AsyncIterator[str]:
+    """The lines for an ASGI server, a batch at a time: Django would read a synchronous
+    iterator whole into memory there. Every batch is read in the same thread
+    (thread_sensitive), so the database cursor stays on its connection."""
+    next_batch = sync_to_async(lambda: list(itertools.islice(lines, size)), thread_sensitive=True)
+    while batch := await next_batch():
+        yield "".join(batch)

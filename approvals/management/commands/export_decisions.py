@@ -1,0 +1,42 @@
+"""`manage.py export_decisions --since … --until … --format csv|jsonl`: the signed compliance
+export of the decisions of a period (approvals/evidence_export.py)."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from approvals.evidence_export import ExportError, checked_request, export_lines
+
+
+class Command(BaseCommand):
+    help = (
+        "Write every decision on a gated call settled in [since, until) as a hash-chained, "
+        "signed CSV or JSONL file (check it with verify_decisions_export)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--since", required=True, help="ISO date or date-time (UTC if naive)")
+        parser.add_argument(
+            "--until", required=True, help="ISO date (that whole day included) or date-time"
+        )
+        parser.add_argument("--format", default="jsonl", help="csv or jsonl (default jsonl)")
+        parser.add_argument("--agent", default="", help="only this agent's decisions")
+        parser.add_argument("--output", "-o", default="-", help="file to write; - is stdout")
+
+    def handle(self, *args, since: str, until: str, format: str, agent: str, output: str, **_):
+        try:
+            start, end, fmt, agent = checked_request(since, until, format, agent)
+        except ExportError as exc:
+            raise CommandError(str(exc)) from None
+        lines = export_lines(since=start, until=end, fmt=fmt, agent=agent)
+        if output == "-":
+            for line in lines:
+                self.stdout.write(line, ending="")
+            return
+        path = Path(output)
+        try:
+            with path.open("w", encoding="utf-8", newline="") as handle:
+                handle.writelines(lines)
+        except OSError as exc:
+            raise CommandError(f"cannot write {output}: {exc}") from None
+        self.stderr.write(f"decisions export written to {path}")
