@@ -1,0 +1,58 @@
+"""django-allauth's hooks for OpenID Connect sign-in (loaded only when AGENTOPS_OIDC_ISSUER is
+set: settings name these adapters, and allauth is installed only then).
+
+Roles are refreshed from the provider's claims before the session is granted, at every
+sign-in: for a known person in `pre_social_login`, for a new one once allauth has saved them.
+"""
+
+import logging
+
+from allauth.account.adapter import DefaultAccountAdapter
+from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
+from allauth.socialaccount.models import SocialLogin
+from django.http import HttpRequest
+
+from . import sso
+from .models import User
+
+log = logging.getLogger("agentops.security")
+BACKEND = "accounts.sso.SsoBackend"
+
+
+def refresh_roles(user: User, sociallogin: SocialLogin) -> None:
+    claims = sso.merged_claims(sociallogin.account.extra_data or {})
+    added, removed = sso.sync_roles(user, sso.configured_mapping().roles_for(claims))
+    if added or removed:
+        log.warning(
+            "single sign-on changed roles of %r: added %s, removed %s",
+            user.get_username(),
+            sorted(added) or "none",
+            sorted(removed) or "none",
+            extra={"security_event": "sso_roles", "username": user.get_username()},
+        )
+
+
+class AccountAdapter(DefaultAccountAdapter):
+    def is_open_for_signup(self, request: HttpRequest) -> bool:
+        # No local sign-up page: accounts come from the provider (or an admin).
+        return False
+
+    def login(self, request: HttpRequest, user: User) -> None:
+        # Recorded in the session, so the sockets' re-check (runs/access.py) knows it.
+        user.backend = BACKEND
+        super().login(request, user)
+
+
+class SocialAccountAdapter(DefaultSocialAccountAdapter):
+    def is_open_for_signup(self, request: HttpRequest, sociallogin: SocialLogin) -> bool:
+        # Whoever the provider lets through gets an account; their roles say what they see.
+        return True
+
+    def pre_social_login(self, request: HttpRequest, sociallogin: SocialLogin) -> None:
+        if sociallogin.is_existing:
+            refresh_roles(sociallogin.user, sociallogin)
+
+    def save_user(self, request: HttpRequest, sociallogin: SocialLogin, form=None) -> User:
+        user = super().save_user(request, sociallogin, form)
+        refresh_roles(user, sociallogin)
+        return user

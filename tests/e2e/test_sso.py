@@ -1,0 +1,125 @@
+"""Single sign-on in a real browser: agentops (`manage.py up`) signs people in through a local
+OpenID Connect provider (tests/support/oidc_provider.py), their groups there become roles
+here, and a group taken away at the provider takes the role away at the next sign-in, closing
+the person's open sockets."""
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Page, WebSocket, expect
+
+from tests.livesupport import UpServer, kill_up, start_up, stop_up
+from tests.support.oidc_provider import OidcProvider
+
+from .conftest import LIVE_TIMEOUT_MS, PASSWORD
+
+pytestmark = pytest.mark.e2e
+CLOSE_FORBIDDEN = 4403
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[OidcProvider]:
+    idp = OidcProvider(client_id="agentops-test", client_secret="test-client-secret").start()
+    yield idp
+    idp.stop()
+
+
+@pytest.fixture(scope="module")
+def sso_server(tmp_path_factory, provider) -> Iterator[UpServer]:
+    up = start_up(
+        tmp_path_factory.mktemp("sso-var"),
+        AGENTOPS_DEMO_PASSWORD=PASSWORD,
+        AGENTOPS_OIDC_ISSUER=provider.issuer,
+        AGENTOPS_OIDC_CLIENT_ID=provider.client_id,
+        AGENTOPS_OIDC_CLIENT_SECRET=provider.client_secret,
+        AGENTOPS_OIDC_PROVIDER_NAME="Test IdP",
+        AGENTOPS_OIDC_ROLE_CLAIM="groups",
+        AGENTOPS_OIDC_ROLES="agentops-operators:operator,agentops-approvers:approver",
+    )
+    try:
+        yield up
+        stop_up(up)
+    finally:
+        kill_up(up)
+
+
+def through_the_provider(page: Page, server: UpServer, username: str, path: str) -> None:
+    """From a page that needs a sign-in, through the provider's page, as `username`."""
+    page.goto(server.url + path)
+    page.wait_for_url(re.compile(re.escape("/accounts/login/?next=" + path) + "$"))
+    page.get_by_role("button", name="Sign in with Test IdP").click()
+    page.wait_for_url(re.compile(r"/realms/test/authorize\?"))
+    page.fill("#username", username)
+    page.get_by_role("button", name="Continue").click()
+
+
+def sign_in_with_sso(page: Page, server: UpServer, username: str, path: str = "/runs/") -> None:
+    through_the_provider(page, server, username, path)
+    # Back where the person was going (allauth keeps `next` through the round trip).
+    expect(page).to_have_url(server.url + path)
+
+
+def test_a_provider_group_is_a_role_and_losing_it_ends_access(sso_server, provider, browser):
+    provider.users["olivia"] = {"groups": ["agentops-operators", "unrelated-group"]}
+    first = browser.new_context()
+    page = first.new_page()
+    sockets: list[WebSocket] = []
+    page.on("websocket", lambda ws: sockets.append(ws))
+    sign_in_with_sso(page, sso_server, "olivia")
+    # An operator: the runs list, and the launch form that only operators get.
+    expect(page.locator("h1")).to_contain_text("Runs")
+    response = page.goto(sso_server.url + "/runs/new/")
+    assert response is not None and response.status == 200
+    expect(page.locator("#nav-pending-count")).to_have_text(re.compile(r"^\d+$"))
+    live = [ws for ws in sockets if "/ws/approvals/" in ws.url and not ws.is_closed()]
+    assert live, [ws.url for ws in sockets]
+    closed: list[WebSocket] = []
+    live[-1].on("close", lambda ws: closed.append(ws))
+
+    # An administrator removes her from the group at the provider; she signs in again
+    # elsewhere (a second browser): the role goes, and the first browser's socket closes.
+    provider.users["olivia"]["groups"] = ["unrelated-group"]
+    second = browser.new_context()
+    again = second.new_page()
+    through_the_provider(again, sso_server, "olivia", "/runs/")
+    again.wait_for_url(sso_server.url + "/runs/")
+    assert again.goto(sso_server.url + "/runs/").status == 403
+
+    waited_ms = 0
+    while not closed and waited_ms < LIVE_TIMEOUT_MS:
+        page.wait_for_timeout(100)
+        waited_ms += 100
+    assert closed, "the first browser's socket stayed open after the role was removed"
+    assert page.goto(sso_server.url + "/runs/").status == 403
+
+    # Given back at the provider, the role returns at the next sign-in.
+    provider.users["olivia"]["groups"] = ["agentops-approvers"]
+    third = browser.new_context()
+    page3 = third.new_page()
+    sign_in_with_sso(page3, sso_server, "olivia", path="/approvals/")
+    assert page3.goto(sso_server.url + "/approvals/").status == 200
+    assert page3.goto(sso_server.url + "/runs/new/").status == 403  # approver, not operator
+    for context in (first, second, third):
+        context.close()
+
+
+def test_local_passwords_still_work_beside_single_sign_on(sso_server, browser):
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(sso_server.url + "/runs/")
+    expect(page.get_by_role("button", name="Sign in with Test IdP")).to_be_visible()
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    page.wait_for_url(f"{sso_server.url}/runs/")
+    context.close()
+
+
+def test_an_unknown_person_at_the_provider_gets_no_session(sso_server, provider, browser):
+    context = browser.new_context()
+    page = context.new_page()
+    through_the_provider(page, sso_server, "mallory", "/runs/")
+    expect(page.locator("body")).to_contain_text("access_denied")
+    assert page.goto(sso_server.url + "/runs/").url.startswith(sso_server.url + "/accounts/login/")
+    context.close()
