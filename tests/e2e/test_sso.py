@@ -44,6 +44,26 @@ def sso_server(tmp_path_factory, provider) -> Iterator[UpServer]:
         kill_up(up)
 
 
+@pytest.fixture(scope="module")
+def sso_only_server(tmp_path_factory, provider) -> Iterator[UpServer]:
+    """Passwords turned off: single sign-on is the only way in."""
+    up = start_up(
+        tmp_path_factory.mktemp("sso-only-var"),
+        AGENTOPS_DEMO_PASSWORD=PASSWORD,
+        AGENTOPS_PASSWORD_LOGIN="false",
+        AGENTOPS_OIDC_ISSUER=provider.issuer,
+        AGENTOPS_OIDC_CLIENT_ID=provider.client_id,
+        AGENTOPS_OIDC_CLIENT_SECRET=provider.client_secret,
+        AGENTOPS_OIDC_PROVIDER_NAME="Test IdP",
+        AGENTOPS_OIDC_ROLES="agentops-admins:admin",
+    )
+    try:
+        yield up
+        stop_up(up)
+    finally:
+        kill_up(up)
+
+
 def through_the_provider(page: Page, server: UpServer, username: str, path: str) -> None:
     """From a page that needs a sign-in, through the provider's page, as `username`."""
     page.goto(server.url + path)
@@ -122,4 +142,32 @@ def test_an_unknown_person_at_the_provider_gets_no_session(sso_server, provider,
     through_the_provider(page, sso_server, "mallory", "/runs/")
     expect(page.locator("body")).to_contain_text("access_denied")
     assert page.goto(sso_server.url + "/runs/").url.startswith(sso_server.url + "/accounts/login/")
+    context.close()
+
+
+def test_with_passwords_off_only_single_sign_on_lets_anyone_in(sso_only_server, provider, browser):
+    assert "password sign-in is off" in sso_only_server.output
+    assert "password for all three" not in sso_only_server.output
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(sso_only_server.url + "/runs/")
+    expect(page.get_by_role("button", name="Sign in with Test IdP")).to_be_visible()
+    expect(page.locator("#id_password")).to_have_count(0)
+    # A password posted anyway (the demo admin's, which is right) is refused before a check.
+    token = next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
+    refused = context.request.post(
+        sso_only_server.url + "/accounts/login/",
+        form={"csrfmiddlewaretoken": token, "username": "admin", "password": PASSWORD},
+    )
+    assert refused.status == 403
+    assert "Password sign-in is turned off" in refused.text()
+    assert page.goto(sso_only_server.url + "/runs/").url.startswith(
+        sso_only_server.url + "/accounts/login/"
+    )
+
+    provider.users["ingrid"] = {"groups": ["agentops-admins"]}
+    sign_in_with_sso(page, sso_only_server, "ingrid")
+    # Her session holds: the single sign-on backend loads it with ModelBackend gone.
+    assert page.goto(sso_only_server.url + "/audit/").status == 200
+    expect(page.locator("#nav-pending-count")).to_have_text(re.compile(r"^\d+$"))
     context.close()
