@@ -48,6 +48,19 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         # Whoever the provider lets through gets an account; their roles say what they see.
         return True
 
+    def on_authentication_error(
+        self, request: HttpRequest, provider, error=None, exception=None, extra_context=None
+    ) -> None:
+        # The person sees a short page (templates/socialaccount/); the cause is for the log.
+        # The exception's type and text only: allauth's carry no token or client secret.
+        log.warning(
+            "single sign-on failed (%s): %s",
+            error,
+            f"{type(exception).__name__}: {exception}" if exception else "no exception",
+            extra={"security_event": "sso_error"},
+        )
+        super().on_authentication_error(request, provider, error, exception, extra_context)
+
     def pre_social_login(self, request: HttpRequest, sociallogin: SocialLogin) -> None:
         if sociallogin.is_existing:
             refresh_roles(sociallogin.user, sociallogin)

@@ -112,6 +112,10 @@ def test_a_provider_group_is_a_role_and_losing_it_ends_access(sso_server, provid
         waited_ms += 100
     assert closed, "the first browser's socket stayed open after the role was removed"
     assert page.goto(sso_server.url + "/runs/").status == 403
+    # Each change of roles leaves an audit line.
+    assert "single sign-on changed roles of 'olivia': added none, removed ['operator']" in (
+        sso_server.output
+    )
 
     # Given back at the provider, the role returns at the next sign-in.
     provider.users["olivia"]["groups"] = ["agentops-approvers"]
@@ -140,7 +144,12 @@ def test_an_unknown_person_at_the_provider_gets_no_session(sso_server, provider,
     context = browser.new_context()
     page = context.new_page()
     through_the_provider(page, sso_server, "mallory", "/runs/")
-    expect(page.locator("body")).to_contain_text("access_denied")
+    # The provider answers access_denied; allauth shows it as a sign-in not completed.
+    expect(page.get_by_role("alert")).to_contain_text("did not sign you in")
+    assert page.get_by_role("link", name="Back to sign-in").get_attribute("href") == (
+        "/accounts/login/"
+    )
+    assert "single sign-on failed (cancelled)" in sso_server.output
     assert page.goto(sso_server.url + "/runs/").url.startswith(sso_server.url + "/accounts/login/")
     context.close()
 

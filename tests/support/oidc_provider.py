@@ -123,7 +123,9 @@ class OidcProvider:
     def authorize(self, req, params):
         username = params.get("username", "")
         if username not in self.users:
-            return 403, {"error": "access_denied", "error_description": "unknown user"}, {}
+            # As real providers do: back to the client, with the error instead of a code.
+            answer = urlencode({"error": "access_denied", "state": params.get("state", "")})
+            return 302, "", {"Location": f"{params['redirect_uri']}?{answer}"}
         code = secrets.token_urlsafe(16)
         self.codes[code] = {
             "username": username,
@@ -196,13 +198,15 @@ class OidcProvider:
         }
 
     @staticmethod
-    def _send(req: BaseHTTPRequestHandler, status: int, body: Any, headers: dict) -> None:
+    def _send(
+        req: BaseHTTPRequestHandler, status: int, body: Any, headers: dict | None = None
+    ) -> None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         req.send_response(status)
         kind = "text/html" if isinstance(body, str) else "application/json"
         req.send_header("Content-Type", f"{kind}; charset=utf-8")
         req.send_header("Content-Length", str(len(data)))
-        for name, value in headers.items():
+        for name, value in (headers or {}).items():
             req.send_header(name, value)
         req.end_headers()
         req.wfile.write(data)
