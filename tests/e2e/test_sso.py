@@ -3,8 +3,10 @@ OpenID Connect provider (tests/support/oidc_provider.py), their groups there bec
 here, and a group taken away at the provider takes the role away at the next sign-in, closing
 the person's open sockets."""
 
+import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from playwright.sync_api import Page, WebSocket, expect
@@ -12,7 +14,13 @@ from playwright.sync_api import Page, WebSocket, expect
 from tests.livesupport import UpServer, kill_up, start_up, stop_up
 from tests.support.oidc_provider import OidcProvider
 
-from .conftest import LIVE_TIMEOUT_MS, PASSWORD
+from .conftest import (
+    LIVE_TIMEOUT_MS,
+    PASSWORD,
+    drop_postgres_database,
+    fresh_postgres_database,
+    services_from_env,
+)
 
 pytestmark = pytest.mark.e2e
 CLOSE_FORBIDDEN = 4403
@@ -25,43 +33,59 @@ def provider() -> Iterator[OidcProvider]:
     idp.stop()
 
 
-@pytest.fixture(scope="module")
-def sso_server(tmp_path_factory, provider) -> Iterator[UpServer]:
-    up = start_up(
-        tmp_path_factory.mktemp("sso-var"),
-        AGENTOPS_DEMO_PASSWORD=PASSWORD,
-        AGENTOPS_OIDC_ISSUER=provider.issuer,
-        AGENTOPS_OIDC_CLIENT_ID=provider.client_id,
-        AGENTOPS_OIDC_CLIENT_SECRET=provider.client_secret,
-        AGENTOPS_OIDC_PROVIDER_NAME="Test IdP",
-        AGENTOPS_OIDC_ROLE_CLAIM="groups",
-        AGENTOPS_OIDC_ROLES="agentops-operators:operator,agentops-approvers:approver",
-    )
+@contextmanager
+def serving(tmp_path_factory, provider: OidcProvider, name: str, **env: str) -> Iterator[UpServer]:
+    """`up` with single sign-on against `provider`, in this test session's topology (as the
+    suite's own server: embedded, or Postgres + Redis with a database of its own)."""
+    env = {
+        "AGENTOPS_DEMO_PASSWORD": PASSWORD,
+        "AGENTOPS_OIDC_ISSUER": provider.issuer,
+        "AGENTOPS_OIDC_CLIENT_ID": provider.client_id,
+        "AGENTOPS_OIDC_CLIENT_SECRET": provider.client_secret,
+        "AGENTOPS_OIDC_PROVIDER_NAME": "Test IdP",
+        **env,
+    }
+    args: list[str] = []
+    database = ""
+    services = services_from_env()
+    if services:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        database = fresh_postgres_database(services[0], f"_{name}{worker and '_' + worker}")
+        env.update(DATABASE_URL=database, REDIS_URL=services[1])
+        args.append("--with-worker")
+    up = start_up(tmp_path_factory.mktemp(f"{name}-var"), *args, **env)
     try:
         yield up
         stop_up(up)
     finally:
         kill_up(up)
+        if database:
+            drop_postgres_database(database)
+
+
+@pytest.fixture(scope="module")
+def sso_server(tmp_path_factory, provider) -> Iterator[UpServer]:
+    with serving(
+        tmp_path_factory,
+        provider,
+        "sso",
+        AGENTOPS_OIDC_ROLE_CLAIM="groups",
+        AGENTOPS_OIDC_ROLES="agentops-operators:operator,agentops-approvers:approver",
+    ) as up:
+        yield up
 
 
 @pytest.fixture(scope="module")
 def sso_only_server(tmp_path_factory, provider) -> Iterator[UpServer]:
     """Passwords turned off: single sign-on is the only way in."""
-    up = start_up(
-        tmp_path_factory.mktemp("sso-only-var"),
-        AGENTOPS_DEMO_PASSWORD=PASSWORD,
+    with serving(
+        tmp_path_factory,
+        provider,
+        "sso_only",
         AGENTOPS_PASSWORD_LOGIN="false",
-        AGENTOPS_OIDC_ISSUER=provider.issuer,
-        AGENTOPS_OIDC_CLIENT_ID=provider.client_id,
-        AGENTOPS_OIDC_CLIENT_SECRET=provider.client_secret,
-        AGENTOPS_OIDC_PROVIDER_NAME="Test IdP",
         AGENTOPS_OIDC_ROLES="agentops-admins:admin",
-    )
-    try:
+    ) as up:
         yield up
-        stop_up(up)
-    finally:
-        kill_up(up)
 
 
 def through_the_provider(page: Page, server: UpServer, username: str, path: str) -> None:
@@ -173,6 +197,9 @@ def test_with_passwords_off_only_single_sign_on_lets_anyone_in(sso_only_server, 
     assert page.goto(sso_only_server.url + "/runs/").url.startswith(
         sso_only_server.url + "/accounts/login/"
     )
+    # The admin's own password form is not offered either: it leads to the sign-in page.
+    page.goto(sso_only_server.url + "/admin/")
+    assert page.url == f"{sso_only_server.url}/accounts/login/?next=/admin/"
 
     provider.users["ingrid"] = {"groups": ["agentops-admins"]}
     sign_in_with_sso(page, sso_only_server, "ingrid")
