@@ -63,28 +63,29 @@ def serving(tmp_path_factory, provider: OidcProvider, name: str, **env: str) -> 
             drop_postgres_database(database)
 
 
+# Each server's own settings, beside the provider's.
+SERVERS = {
+    "sso": {
+        "AGENTOPS_OIDC_ROLE_CLAIM": "groups",
+        "AGENTOPS_OIDC_ROLES": "agentops-operators:operator,agentops-approvers:approver",
+    },
+    # Passwords turned off: single sign-on is the only way in.
+    "sso_only": {
+        "AGENTOPS_PASSWORD_LOGIN": "false",
+        "AGENTOPS_OIDC_ROLES": "agentops-admins:admin",
+    },
+}
+
+
 @pytest.fixture(scope="module")
 def sso_server(tmp_path_factory, provider) -> Iterator[UpServer]:
-    with serving(
-        tmp_path_factory,
-        provider,
-        "sso",
-        AGENTOPS_OIDC_ROLE_CLAIM="groups",
-        AGENTOPS_OIDC_ROLES="agentops-operators:operator,agentops-approvers:approver",
-    ) as up:
+    with serving(tmp_path_factory, provider, "sso", **SERVERS["sso"]) as up:
         yield up
 
 
 @pytest.fixture(scope="module")
 def sso_only_server(tmp_path_factory, provider) -> Iterator[UpServer]:
-    """Passwords turned off: single sign-on is the only way in."""
-    with serving(
-        tmp_path_factory,
-        provider,
-        "sso_only",
-        AGENTOPS_PASSWORD_LOGIN="false",
-        AGENTOPS_OIDC_ROLES="agentops-admins:admin",
-    ) as up:
+    with serving(tmp_path_factory, provider, "sso_only", **SERVERS["sso_only"]) as up:
         yield up
 
 
