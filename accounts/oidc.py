@@ -10,7 +10,8 @@ import logging
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from allauth.socialaccount.models import SocialLogin
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 
 from . import sso
 from .models import User
@@ -36,6 +37,15 @@ class AccountAdapter(DefaultAccountAdapter):
     def is_open_for_signup(self, request: HttpRequest) -> bool:
         # No local sign-up page: accounts come from the provider (or an admin).
         return False
+
+    def respond_user_inactive(self, request: HttpRequest, user: User) -> HttpResponse:
+        # A person deactivated here stays out whatever the provider says.
+        return render(
+            request,
+            "socialaccount/authentication_error.html",
+            {"reason": "Your agentops account is deactivated: ask an administrator."},
+            status=403,
+        )
 
     def login(self, request: HttpRequest, user: User) -> None:
         # Recorded in the session, so the sockets' re-check (runs/access.py) knows it.

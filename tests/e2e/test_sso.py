@@ -208,3 +208,40 @@ def test_with_passwords_off_only_single_sign_on_lets_anyone_in(sso_only_server, 
     assert page.goto(sso_only_server.url + "/audit/").status == 200
     expect(page.locator("#nav-pending-count")).to_have_text(re.compile(r"^\d+$"))
     context.close()
+
+
+def test_a_person_deactivated_here_stays_out_whatever_the_provider_says(
+    sso_server, provider, browser
+):
+    provider.users["dora"] = {"groups": ["agentops-operators"]}
+    context = browser.new_context()
+    page = context.new_page()
+    sign_in_with_sso(page, sso_server, "dora")
+    context.clear_cookies()
+    sso_server.manage(
+        "from accounts.models import User; User.objects.filter(username='dora')"
+        ".update(is_active=False)"
+    )
+    through_the_provider(page, sso_server, "dora", "/runs/")
+    expect(page.get_by_role("alert")).to_contain_text("account is deactivated")
+    assert page.goto(sso_server.url + "/runs/").url.startswith(sso_server.url + "/accounts/login/")
+    context.close()
+
+
+def test_a_provider_name_equal_to_a_local_account_does_not_take_it_over(
+    sso_server, provider, browser
+):
+    """The demo's local `operator` holds the operator role; someone the provider calls
+    `operator` (with no groups) gets an account of their own, and with it no role."""
+    provider.users["operator"] = {"groups": []}
+    context = browser.new_context()
+    page = context.new_page()
+    through_the_provider(page, sso_server, "operator", "/runs/")
+    page.wait_for_url(sso_server.url + "/runs/")
+    assert page.goto(sso_server.url + "/runs/").status == 403
+    usernames = sso_server.manage(
+        "from allauth.socialaccount.models import SocialAccount as S; "
+        "print(S.objects.get(uid='sub-operator').user.username)"
+    )
+    assert usernames.strip() not in ("", "operator")
+    context.close()
