@@ -165,6 +165,22 @@ def test_local_passwords_still_work_beside_single_sign_on(sso_server, browser):
     context.close()
 
 
+def test_password_throttling_still_holds_beside_single_sign_on(sso_server, browser):
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(sso_server.url + "/accounts/login/")
+    token = next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
+
+    def attempt(password: str) -> int:
+        form = {"csrfmiddlewaretoken": token, "username": "approver", "password": password}
+        return context.request.post(sso_server.url + "/accounts/login/", form=form).status
+
+    # AXES_FAILURE_LIMIT (5) wrong passwords, then even the right one meets the lockout page.
+    assert [attempt("wrong") for _ in range(5)][:4] == [200] * 4
+    assert attempt(PASSWORD) == 429
+    context.close()
+
+
 def test_an_unknown_person_at_the_provider_gets_no_session(sso_server, provider, browser):
     context = browser.new_context()
     page = context.new_page()
