@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class AccountsConfig(AppConfig):
@@ -7,7 +8,10 @@ class AccountsConfig(AppConfig):
     def ready(self) -> None:
         from axes.signals import user_locked_out
 
-        from . import lockouts
+        from . import lockouts, sso
 
         # Every lockout leaves an audit line.
         user_locked_out.connect(lockouts.on_locked_out, dispatch_uid="accounts.on_locked_out")
+        if settings.SSO_ENABLED:
+            # A mistake in the claim mapping stops start-up, not the first sign-in.
+            sso.configured_mapping()

@@ -8,6 +8,7 @@ REDIS_URL (and SECRET_KEY, ALLOWED_HOSTS, DEBUG=false).
 import ipaddress
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 
@@ -148,6 +149,75 @@ AXES_IPWARE_PROXY_COUNT = env.int("AXES_PROXY_COUNT", default=None)
 AXES_IPWARE_META_PRECEDENCE_ORDER = (
     ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if AXES_IPWARE_PROXY_COUNT else ("REMOTE_ADDR",)
 )
+
+# --- single sign-on (accounts/sso.py, accounts/oidc.py) ------------------------------------
+# OpenID Connect through django-allauth, on when an issuer is given. The issuer is the URL
+# whose /.well-known/openid-configuration describes the provider.
+OIDC_ISSUER = env.str("AGENTOPS_OIDC_ISSUER", default="")
+SSO_ENABLED = bool(OIDC_ISSUER)
+# Local passwords (the login page, the admin's, the one-tap prompt). Off only with single
+# sign-on on: otherwise nobody could sign in.
+PASSWORD_LOGIN = env.bool("AGENTOPS_PASSWORD_LOGIN", default=True)
+AGENTOPS_SSO = {
+    "PROVIDER_ID": env.str("AGENTOPS_OIDC_PROVIDER_ID", default="sso"),
+    "PROVIDER_NAME": env.str("AGENTOPS_OIDC_PROVIDER_NAME", default="single sign-on"),
+    # The claim holding the person's groups (a dotted path for a nested one) and what each
+    # of its values grants: "<value>:<role>,..." (accounts/sso.py).
+    "ROLE_CLAIM": env.str("AGENTOPS_OIDC_ROLE_CLAIM", default="groups"),
+    "ROLES": env.str("AGENTOPS_OIDC_ROLES", default=""),
+}
+if not PASSWORD_LOGIN and not SSO_ENABLED:
+    raise environ.ImproperlyConfigured(
+        "AGENTOPS_PASSWORD_LOGIN=false needs single sign-on (AGENTOPS_OIDC_ISSUER)"
+    )
+if SSO_ENABLED:
+    _client_id = env.str("AGENTOPS_OIDC_CLIENT_ID", default="")
+    _client_secret = env.str("AGENTOPS_OIDC_CLIENT_SECRET", default="")
+    if not _client_id or not _client_secret:
+        raise environ.ImproperlyConfigured(
+            "AGENTOPS_OIDC_ISSUER needs AGENTOPS_OIDC_CLIENT_ID and AGENTOPS_OIDC_CLIENT_SECRET"
+        )
+    INSTALLED_APPS += [
+        "allauth",
+        "allauth.account",
+        "allauth.socialaccount",
+        "allauth.socialaccount.providers.openid_connect",
+    ]
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+        "allauth.account.middleware.AccountMiddleware",
+    )
+    # Loads single sign-on sessions' users; checks no password.
+    AUTHENTICATION_BACKENDS.append("accounts.sso.SsoBackend")
+    if not PASSWORD_LOGIN:
+        AUTHENTICATION_BACKENDS.remove("django.contrib.auth.backends.ModelBackend")
+    ACCOUNT_ADAPTER = "accounts.oidc.AccountAdapter"
+    SOCIALACCOUNT_ADAPTER = "accounts.oidc.SocialAccountAdapter"
+    SOCIALACCOUNT_PROVIDERS = {
+        "openid_connect": {
+            "OAUTH_PKCE_ENABLED": True,
+            "APPS": [
+                {
+                    "provider_id": AGENTOPS_SSO["PROVIDER_ID"],
+                    "name": AGENTOPS_SSO["PROVIDER_NAME"],
+                    "client_id": _client_id,
+                    "secret": _client_secret,
+                    "settings": {"server_url": OIDC_ISSUER},
+                }
+            ],
+        }
+    }
+    # A new person signs up on first sign-in, without a form; an e-mail address never links
+    # a provider identity to an existing local account (two people may share one, and a
+    # provider may let users set theirs).
+    SOCIALACCOUNT_AUTO_SIGNUP = True
+    SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+    SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+    SOCIALACCOUNT_STORE_TOKENS = False
+    ACCOUNT_EMAIL_VERIFICATION = "none"
+    ACCOUNT_UNIQUE_EMAIL = False
+    ACCOUNT_LOGIN_METHODS = {"username"}
+    ACCOUNT_SIGNUP_FIELDS = ["username*"]
 
 # --- broker, channel layer ----------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -350,6 +420,14 @@ CONTENT_SECURITY_POLICY = {
         "object-src": ["'none'"],
     }
 }
+if SSO_ENABLED:
+    # The sign-in button posts to us and is redirected to the provider's authorize page:
+    # browsers hold that redirect to form-action too. The provider's authorization endpoint
+    # is on the issuer's origin (Keycloak, Okta, Entra, Google all do so).
+    _issuer = urlsplit(OIDC_ISSUER)
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
+        f"{_issuer.scheme}://{_issuer.netloc}"
+    )
 if not DEBUG:
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
     # Prometheus scrapes a web process directly, inside the network, over plain HTTP.

@@ -1,12 +1,17 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 
+from accounts import views as accounts_views
 from agentops import health, monitoring
 from agentops.api import api
 from approvals.notify.slack.views import slack_actions
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Before django.contrib.auth's own: the same view, plus single sign-on.
+    path("accounts/login/", accounts_views.login, name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", api.urls),
     path("healthz", health.healthz, name="healthz"),
@@ -18,3 +23,30 @@ urlpatterns = [
     path("", include("demo.urls")),
     path("", include("runs.urls")),
 ]
+
+if not settings.PASSWORD_LOGIN:
+    # The admin's password form would only fail: it sends people to the sign-in page.
+    urlpatterns.insert(
+        0, path("admin/login/", RedirectView.as_view(url=settings.LOGIN_URL, query_string=True))
+    )
+if settings.SSO_ENABLED:
+    from allauth.socialaccount import views as socialaccount_views  # installed only then
+
+    # allauth's OpenID Connect login and callback (/accounts/oidc/<provider>/login/…), its
+    # cancelled and error pages, and the sign-up form it falls back to when a first sign-in
+    # cannot complete on its own; not its local sign-up, password, e-mail or connections pages.
+    urlpatterns += [
+        path("accounts/", include("allauth.socialaccount.providers.openid_connect.urls")),
+        path(
+            "accounts/social/login/cancelled/",
+            socialaccount_views.login_cancelled,
+            name="socialaccount_login_cancelled",
+        ),
+        path(
+            "accounts/social/login/error/",
+            socialaccount_views.login_error,
+            name="socialaccount_login_error",
+        ),
+        path("accounts/social/signup/", socialaccount_views.signup, name="socialaccount_signup"),
+        path("accounts/login/", accounts_views.login, name="account_login"),
+    ]

@@ -46,6 +46,7 @@ DEFERRED_IMPORTS = {
     ("approvals/apps.py", "runs.models"),
     ("demo/apps.py", "demo.agents"),
     ("accounts/apps.py", "accounts.lockouts"),
+    ("accounts/apps.py", "accounts.sso"),
     ("gateway/apps.py", "approvals.models"),
     ("gateway/apps.py", "gateway.call_tools"),
     ("gateway/apps.py", "gateway.callbacks"),

@@ -19,6 +19,11 @@ CONTROLLED = (
     "DATABASE_POOL_MAX",
     "CELERY_WORKER_CONCURRENCY",
     "DJANGO_SETTINGS_MODULE",
+    "AGENTOPS_OIDC_ISSUER",
+    "AGENTOPS_OIDC_CLIENT_ID",
+    "AGENTOPS_OIDC_CLIENT_SECRET",
+    "AGENTOPS_OIDC_ROLES",
+    "AGENTOPS_PASSWORD_LOGIN",
 )
 
 DUMP = """
@@ -43,6 +48,12 @@ print(json.dumps({
     "allowed_hosts": s.ALLOWED_HOSTS,
     "ssl_redirect": getattr(s, "SECURE_SSL_REDIRECT", False),
     "session_cookie_secure": getattr(s, "SESSION_COOKIE_SECURE", False),
+    "sso": s.SSO_ENABLED,
+    "backends": s.AUTHENTICATION_BACKENDS,
+    "allauth_apps": [a for a in s.INSTALLED_APPS if a.startswith("allauth")],
+    "middleware": s.MIDDLEWARE,
+    "form_action": s.CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"],
+    "oidc_apps": getattr(s, "SOCIALACCOUNT_PROVIDERS", {}).get("openid_connect", {}).get("APPS"),
 }, default=str))
 """
 
@@ -154,13 +165,69 @@ def test_debug_parses_common_false_values(tmp_path, debug):
     assert settings_for(tmp_path, DEBUG=debug, SECRET_KEY="s" * 60)["debug"] is False
 
 
-def test_check_deploy_is_clean_with_production_settings(tmp_path):
+SSO = {
+    "AGENTOPS_OIDC_ISSUER": "https://login.example.com/realms/acme",
+    "AGENTOPS_OIDC_CLIENT_ID": "agentops",
+    "AGENTOPS_OIDC_CLIENT_SECRET": "client-secret-from-the-provider",
+    "AGENTOPS_OIDC_ROLES": "agentops-operators:operator",
+}
+
+
+def test_no_oidc_issuer_means_no_single_sign_on(tmp_path):
+    s = settings_for(tmp_path)
+    assert s["sso"] is False
+    assert s["allauth_apps"] == [] and s["oidc_apps"] is None
+    assert s["backends"] == [
+        "axes.backends.AxesStandaloneBackend",
+        "django.contrib.auth.backends.ModelBackend",
+    ]
+    assert s["form_action"] == ["'self'"]
+
+
+def test_an_oidc_issuer_turns_single_sign_on_on_beside_passwords(tmp_path):
+    s = settings_for(tmp_path, **SSO)
+    assert s["sso"] is True
+    assert "allauth.socialaccount.providers.openid_connect" in s["allauth_apps"]
+    assert "allauth.account.middleware.AccountMiddleware" in s["middleware"]
+    assert s["backends"] == [
+        "axes.backends.AxesStandaloneBackend",
+        "django.contrib.auth.backends.ModelBackend",
+        "accounts.sso.SsoBackend",
+    ]
+    [app] = s["oidc_apps"]
+    assert app["client_id"] == "agentops"
+    assert app["settings"] == {"server_url": "https://login.example.com/realms/acme"}
+    # The sign-in button's redirect to the provider is a form action the CSP must allow.
+    assert s["form_action"] == ["'self'", "https://login.example.com"]
+
+
+def test_password_login_can_be_turned_off_with_single_sign_on(tmp_path):
+    s = settings_for(tmp_path, AGENTOPS_PASSWORD_LOGIN="false", **SSO)
+    assert "django.contrib.auth.backends.ModelBackend" not in s["backends"]
+    assert "accounts.sso.SsoBackend" in s["backends"]
+
+
+def test_password_login_off_without_single_sign_on_refuses_to_start(tmp_path):
+    proc = load(tmp_path, AGENTOPS_PASSWORD_LOGIN="false")
+    assert proc.returncode != 0
+    assert "AGENTOPS_PASSWORD_LOGIN=false needs single sign-on" in proc.stderr
+
+
+def test_an_oidc_issuer_without_its_client_refuses_to_start(tmp_path):
+    proc = load(tmp_path, AGENTOPS_OIDC_ISSUER=SSO["AGENTOPS_OIDC_ISSUER"])
+    assert proc.returncode != 0
+    assert "AGENTOPS_OIDC_CLIENT_ID and AGENTOPS_OIDC_CLIENT_SECRET" in proc.stderr
+
+
+@pytest.mark.parametrize("sso", [False, True], ids=["passwords", "single-sign-on"])
+def test_check_deploy_is_clean_with_production_settings(tmp_path, sso):
     env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
     env.update(
         AGENTOPS_VAR_DIR=str(tmp_path),
         DEBUG="false",
         SECRET_KEY="a-long-random-production-key-" + "Zq8#pL2v" * 5,
         ALLOWED_HOSTS="example.com",
+        **(SSO if sso else {}),
     )
     proc = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],

@@ -158,12 +158,15 @@ class Command(BaseCommand):
             f"  links in e-mails and callbacks: {settings.AGENTOPS['PUBLIC_URL']}"
             + ("" if os.environ.get("AGENTOPS_PUBLIC_URL") else " (set AGENTOPS_PUBLIC_URL)"),
             "",
-            "  demo logins:",
-            describe_logins(logins),
-            "",
-            "Quit with CONTROL-C.",
-            "",
         ]
+        if settings.SSO_ENABLED:
+            name = settings.AGENTOPS_SSO["PROVIDER_NAME"]
+            lines.append(f"  single sign-on: {name} ({settings.OIDC_ISSUER})")
+        if settings.PASSWORD_LOGIN:
+            lines += ["  demo logins:", describe_logins(logins)]
+        else:
+            lines.append("  password sign-in is off (AGENTOPS_PASSWORD_LOGIN=false)")
+        lines += ["", "Quit with CONTROL-C.", ""]
         return "\n".join(lines)
 
     def _say(self, text: str) -> None:

@@ -40,6 +40,15 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
     decision = request.POST.get("decision", "")
     if decision not in CHOICES:
         return _page(request, approval, status=422, message="Choose approve, reject or answer.")
+    if one_tap.needs_password(approval, decision) and not request.user.has_usable_password():
+        # Signed in through single sign-on: there is no password here to confirm with.
+        return _page(
+            request,
+            approval,
+            status=403,
+            message=f"Not approved: approving {_a(approval.confirmation_grounds)} call needs "
+            "the full decision screen (your account signs in through single sign-on).",
+        )
     if one_tap.needs_password(approval, decision) and not _password_confirms(request):
         one_tap.password_failed(link)
         return _page(

@@ -214,6 +214,26 @@ def test_a_high_risk_approval_needs_the_password_and_a_wrong_one_decides_nothing
     )
 
 
+def test_a_single_sign_on_account_is_sent_to_the_full_screen_for_a_high_risk_approval(
+    transfer, approver
+):
+    """Signed in through the identity provider, the person has no password here to confirm
+    with: the page says where to approve instead, and decides nothing."""
+    run, approval = transfer
+    approver.set_unusable_password()
+    approver.save()
+    token = one_tap.token_for(approval, approver)
+    client = client_for(approver)
+    seq = run.last_seq
+    response = post(client, token, approval, decision="approve", password="")
+    assert response.status_code == 403
+    assert "needs the full decision screen" in response.content.decode()
+    assert_nothing_decided(run, approval, seq)
+    # Rejecting asks no password, so it still works from the link.
+    response = post(client, token, approval, decision="reject", reason="not this vendor")
+    assert response.status_code == 200
+
+
 def test_rejecting_needs_no_password_but_a_reason(transfer, approver):
     run, approval = transfer
     token = one_tap.token_for(approval, approver)
