@@ -74,9 +74,9 @@ OUR_TABLES = ("runs_run", "runs_step", "runs_checkpoint", "runs_sideeffect")
 LG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
-@tool(reversible=True, blast=Blast.NONE, name="bench_noop")
+@tool(reversible=True, blast=Blast.NONE, name="bench_noop", inline=True)
 def bench_noop(n: int) -> dict:
-    """Instantly returns its argument (benchmark only)."""
+    """Instantly returns its argument (benchmark only; inline: on the worker's own thread)."""
     return {"n": n}
 
 
