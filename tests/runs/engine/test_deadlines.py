@@ -160,19 +160,6 @@ def test_an_inline_tool_runs_on_the_workers_own_thread(launch, script):
     assert_timeline_sound(run)
 
 
-def test_a_tool_that_is_not_inline_still_leaves_the_workers_thread():
-    threads = []
-    tool_ = get_tool("t_echo")
-    real = tool_.fn
-    ctx = deadlines.ToolContext(run_id="r", idempotency_key="k", deadline=time.monotonic() + 1)
-    try:
-        object.__setattr__(tool_, "fn", lambda text: threads.append(threading.get_ident()) or text)
-        assert deadlines.call(tool_, {"text": "a"}, ctx) == "a"
-    finally:
-        object.__setattr__(tool_, "fn", real)
-    assert threads and threads[0] != threading.get_ident()
-
-
 def test_a_read_only_tool_with_a_deadline_still_times_out_next_to_inline_ones():
     HANG_LEFT["t_hang"] = 1
     tool_ = get_tool("t_hang")
