@@ -73,6 +73,8 @@ class Work:
     # estimate and context trimming need it before every model call, and serialising the
     # whole conversation each time made a step's cost grow with the run's length.
     messages_chars: int = 0
+    # The system prompt and tool schemas' length as canonical JSON (terminator.request_chars).
+    head_chars: int | None = None
 
     def add_message(self, message: dict) -> None:
         self.messages.append(message)
