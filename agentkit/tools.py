@@ -173,6 +173,10 @@ class Tool:
     output_schema: dict | None = None
     # Across all runs of all agents (an agent may add its own: Agent.rate_limits).
     rate_limit: RateLimit | None = None
+    # Called on the worker's own thread, its deadline not enforced (runs/engine/deadlines.py):
+    # for tools without side effects that cannot block (in-memory work, no network, no
+    # locks). Handing such a call to a pool thread cost more than the call.
+    inline: bool = False
 
     @property
     def has_side_effects(self) -> bool:
@@ -291,6 +295,7 @@ def tool(
     describe: str | Callable[[dict], str] | None = None,
     output_schema: "dict | type[pydantic.BaseModel] | None" = None,
     rate_limit: RateLimit | None = None,
+    inline: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
@@ -298,12 +303,18 @@ def tool(
     (a JSON schema or a pydantic model) is what its result must match: a result that does
     not is a guard step, and the model gets an error instead. `rate_limit` caps its calls
     across all runs (tools with side effects only: those go step by step through the
-    ledger, where the limit is counted)."""
+    ledger, where the limit is counted). `inline`: an instant tool without side effects,
+    called on the worker's thread with no deadline enforced (a call that can block, wait on
+    the network or take long must not say so: nothing could abandon it)."""
 
     def register(fn: Callable) -> Callable:
         tool_name = name or fn.__name__
         if rate_limit is not None and reversible and blast == Blast.NONE:
             raise ValueError(f"tool {tool_name}: rate limits apply to tools with side effects")
+        if inline and not (reversible and blast == Blast.NONE):
+            # An effect's call goes through the ledger, whose "outcome unknown" needs a
+            # deadline that can end the call.
+            raise ValueError(f"tool {tool_name}: only a tool without side effects runs inline")
         sig = inspect.signature(fn)
         fields: dict[str, Any] = {}
         wants_ctx = False
@@ -334,6 +345,7 @@ def tool(
             describe=describe,
             output_schema=json_schema(output_schema) if output_schema is not None else _returns(fn),
             rate_limit=rate_limit,
+            inline=inline,
         )
         return fn
 

@@ -93,9 +93,10 @@ def pad(size: int) -> str:
     return ("Checking the figures before the next call. " * (size // 43 + 1))[:size]
 
 
-@tool(reversible=True, blast=Blast.NONE, name="bench_noop")
+@tool(reversible=True, blast=Blast.NONE, name="bench_noop", inline=True)
 def bench_noop(n: int, size: int = 0) -> dict:
-    """Instantly returns its argument and `size` characters (benchmark only)."""
+    """Instantly returns its argument and `size` characters (benchmark only; inline: on the
+    worker's own thread)."""
     return {"n": n, "echo": pad(size)}
 
 

@@ -29,6 +29,12 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder)
 
 
+# canonical_json for values that are JSON already (made once: json.dumps with `cls` builds an
+# encoder per call). It raises TypeError where canonical_json would turn a date or a Decimal
+# into a string: the JSON a database stores is such a value, which Django's JSONField stores.
+_plain_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
 def args_hash(tool: str, args: dict) -> str:
     """The identity of a tool call: an approval binds to it, and the engine executes only a
     call whose hash is the one approved."""
@@ -506,7 +512,15 @@ class Run(models.Model):
             prev_hash=after.hash if after else self.last_hash,
             **columns,
         )
-        step.hash = step.compute_hash()
+        try:
+            text = _plain_canonical(step.data)
+        except (TypeError, ValueError):  # not plain JSON: hashed as ever, stored as ever
+            step.hash = step.compute_hash()
+        else:
+            # Encoded once for both: the hash covers this text, and the insert stores it
+            # (runs/sql.py: on Postgres, where jsonb keeps the value and not its spelling).
+            step.hash = step.compute_hash(data_json=text)
+            step.json_text = {"data": text}
         return step
 
     def recorded(self, data: dict) -> dict:
@@ -763,18 +777,24 @@ class Step(models.Model):
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.kind}"
 
-    def compute_hash(self) -> str:
+    def compute_hash(self, *, data_json: str | None = None) -> str:
+        """The hash of the step and the one before it. `data_json`: canonical_json(data),
+        when the caller made it already (it goes into the body as it is: the body is the
+        canonical JSON of the object below either way)."""
         body = canonical_json(
             {
                 "run": str(self.run_id),
                 "seq": self.seq,
                 "kind": self.kind,
-                "data": self.data,
+                "data": self.data if data_json is None else None,
                 "cost_usd": str(Decimal(self.cost_usd).normalize()),
                 "created_at": self.created_at.isoformat(),
                 "prev": self.prev_hash,
             }
         )
+        if data_json is not None:
+            # No other member's text can hold this: each is a string or a number.
+            body = body.replace('"data":null', f'"data":{data_json}', 1)
         return hashlib.sha256(body.encode()).hexdigest()
 
     @property

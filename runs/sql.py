@@ -24,17 +24,38 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Model
+from psycopg.types.json import Jsonb
 
 
 def _column(model: type[Model], name: str) -> str:
     return connection.ops.quote_name(model._meta.get_field(name).column)
 
 
+class JSONText:
+    """A JSON field's value with its JSON text made already (a step's hash made it): on
+    Postgres that text is what is sent (jsonb stores the value, not how it was spelt, so
+    the row is the same as from Django's own encoding); elsewhere the value is adapted as
+    the ORM adapts it (SQLite stores Django's spelling of it)."""
+
+    __slots__ = ("text", "value")
+
+    def __init__(self, value: Any, text: str):
+        self.value, self.text = value, text
+
+
 def _prep(model: type[Model], values: dict[str, Any]) -> list:
     # `connection` is a proxy that looks the thread's connection up on every attribute.
     conn = connections[DEFAULT_DB_ALIAS]
     fields = _fields(model, tuple(values))
-    return [f.get_db_prep_save(v, conn) for f, v in zip(fields, values.values(), strict=True)]
+    out = []
+    for f, v in zip(fields, values.values(), strict=True):
+        if type(v) is JSONText:
+            if conn.vendor == "postgresql":
+                out.append(Jsonb(v.text, dumps=str))  # the text as it is
+                continue
+            v = v.value
+        out.append(f.get_db_prep_save(v, conn))
+    return out
 
 
 @functools.cache
@@ -43,8 +64,14 @@ def _fields(model: type[Model], names: tuple) -> tuple:
 
 
 def _attnames(obj: Model, names: tuple[str, ...]) -> dict[str, Any]:
+    """The values to write; a field whose JSON text the object carries (`json_text`, name to
+    text: Run._next_step) as a JSONText."""
     fields = obj._meta
-    return {n: getattr(obj, fields.get_field(n).attname) for n in names}
+    values = {n: getattr(obj, fields.get_field(n).attname) for n in names}
+    for name, text in getattr(obj, "json_text", {}).items():
+        if name in values:
+            values[name] = JSONText(values[name], text)
+    return values
 
 
 @functools.cache

@@ -60,6 +60,7 @@ SERVICE_SENSITIVE = {
     "runs/engine/test_crash_resume.py",
     "runs/test_tasks.py",
     "runs/engine/test_engine.py",
+    "runs/engine/test_conversation_length.py",
     "runs/test_broker_down.py",
     "triggers/test_races.py",
     "triggers/test_webhooks.py",

@@ -42,7 +42,7 @@ from . import (
     terminator,
 )
 from .conversation import CONVERSATION_KINDS, messages
-from .owned import StepAgain, Stop, Work, cfg, initial_state
+from .owned import StepAgain, Stop, Work, carried_chars, cfg, initial_state
 from .tool_calls import ASK_OPERATOR
 
 log = logging.getLogger("agentops.engine")
@@ -182,18 +182,22 @@ def _load(run: Run, worker: str) -> Work:
     state = latest[0][0] if latest else initial_state()
     rows = sql.select(
         Step,
-        ("kind", "data"),
+        ("seq", "kind", "data"),
         {"run": run.pk, "kind": tuple(CONVERSATION_KINDS)},
         order_by=("seq",),
     )
-    conversation = messages(rows)
+    conversation = messages((kind, data) for _, kind, data in rows)
+    chars = carried_chars(state, run.pk, rows[-1][0] if rows else None)
+    if chars is None:
+        chars = len(canonical_json(conversation))
     recording = replaying.current()
     return Work(
         run=run,
         agent_config=run.agent_config,
         state=state,
         messages=conversation,
-        messages_chars=len(canonical_json(conversation)),
+        messages_chars=chars,
+        chars_exact=True,
         worker=worker,
         provider=recording.provider if recording else agents.provider_for_run(run),
         # Kept on the run by park() and resume(); a claimed run is not in a wait.

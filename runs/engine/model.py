@@ -163,7 +163,19 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
         )
         if not gated:
             then = (*guarded, *then)
-            owned.append(work, Step.Kind.LLM, data, counters, checkpoint=True, then=then, **columns)
+            # The conversation first, so the checkpoint can carry its length (a Stop below
+            # ends this worker's hold on the run, and what it holds with it).
+            _add_to_conversation(work, response, then)
+            owned.append(
+                work,
+                Step.Kind.LLM,
+                data,
+                counters,
+                checkpoint=True,
+                then=then,
+                counted=True,
+                **columns,
+            )
         else:
             with transaction.atomic():
                 owned.append(work, Step.Kind.LLM, data, counters, **columns)
@@ -173,11 +185,11 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
                 for item, gate in gated:
                     item["approval"] = policy.open_gate(work.run, item, gate)
                 owned.write_checkpoint(work)
+            _add_to_conversation(work, response, then)
     except Stop:
         # Only the ownership checks raise Stop in there: cancelled or taken over meanwhile.
         owned.charge_discarded(work, response)
         raise
-    work.add_message({"role": "assistant", "content": response.content})
     if not tool_uses:
         if gated:
             lease.park_for_humans(work)  # the held answer; returns when decided meanwhile
@@ -189,9 +201,6 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
         if "checking" in work.state:
             return  # the next step checks the answer (answer_check.py)
         raise Stop
-    for kind, tool_data, _ in then:
-        if kind == Step.Kind.TOOL:  # not a guard step that came with it
-            work.add_tool_result(tool_result_block(tool_data))
     if repeated:
         terminator.terminate(
             work,
@@ -200,6 +209,14 @@ def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> Non
         )
     if gated:
         lease.park_for_humans(work)
+
+
+def _add_to_conversation(work: Work, response: llm.LLMResponse, then: tuple) -> None:
+    """The model's answer and the results of the calls that ran with it, in work.messages."""
+    work.add_message({"role": "assistant", "content": response.content})
+    for kind, tool_data, _ in then:
+        if kind == Step.Kind.TOOL:  # not a guard step that came with it
+            work.add_tool_result(tool_result_block(tool_data))
 
 
 def _record_unfinished(work: Work, response: llm.LLMResponse, trimmed: int, stop: str) -> None:

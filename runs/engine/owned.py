@@ -73,26 +73,42 @@ class Work:
     # estimate and context trimming need it before every model call, and serialising the
     # whole conversation each time made a step's cost grow with the run's length.
     messages_chars: int = 0
+    # Whether messages_chars is what the timeline's conversation measures (as at a claim):
+    # only then is it carried in the checkpoint for the next claim (CHARS, carried_chars).
+    chars_exact: bool = False
+    # The system prompt and tool schemas' length as canonical JSON (terminator.request_chars).
+    head_chars: int | None = None
 
     def add_message(self, message: dict) -> None:
         self.messages.append(message)
-        self.messages_chars += len(canonical_json(message)) + 1
+        self._count(message)
 
     def add_tool_result(self, block: dict) -> None:
         last = self.messages[-1]
         if last["role"] == "user" and isinstance(last["content"], list):
             insert_tool_result(last["content"], block)
-            self.messages_chars += len(canonical_json(block)) + 1
+            self._count(block)
         else:
             self.add_message({"role": "user", "content": [block]})
 
+    def _count(self, value: dict) -> None:
+        text = canonical_json(value)
+        self.messages_chars += len(text) + 1
+        if "e+" in text or "-0.0" in text:
+            # Maybe a float Postgres stores otherwise (1e+16 comes back 10000000000000000,
+            # -0.0 as 0.0): the conversation rebuilt from the timeline may measure otherwise.
+            self.chars_exact = False
+
     def add_user_text(self, text: str) -> None:
         """A text block for the next user message (after any tool results there)."""
+        # Its steps are written off the model step's path (awaiting, answer checks): not
+        # followed step by step here, so the next claim measures the conversation again.
+        self.chars_exact = False
         block = {"type": "text", "text": text}
         last = self.messages[-1]
         if last["role"] == "user" and isinstance(last["content"], list):
             last["content"].append(block)
-            self.messages_chars += len(canonical_json(block)) + 1
+            self._count(block)
         else:
             self.add_message({"role": "user", "content": [block]})
 
@@ -127,15 +143,22 @@ def append(
     checkpoint: bool = False,
     then: tuple[tuple[str, dict, dict], ...] = (),
     also: list[sql.Update] = (),
+    counted: bool = False,
     **columns: Any,
 ) -> Step:
     """Append a step to the run this worker holds, writing the run's new counters and a
     renewed lease in the same UPDATE (one compare-and-set, no locked read first), the
     `then` steps after it, with `checkpoint` the engine state as it is now, at the last
     of them, and the `also` updates of other rows. Stop if the run is no longer ours.
+    `counted`: work.messages already has what these steps add to the conversation (the
+    model step's path), so the checkpoint can carry its length; any other write ends that.
 
     Outside `atomic` on Postgres this is one statement: one round trip, its own transaction.
     """
+    if not counted:
+        work.chars_exact = False
+    elif checkpoint:
+        _carry_chars(work, work.run.last_seq + 1 + len(then))
     step = work.run.append_step_if_expected(
         kind,
         data,
@@ -166,6 +189,9 @@ def _append_after_another_write(
     also: list[sql.Update],
     columns: dict,
 ) -> Step:
+    # Other steps came first, which work.messages may not have: measured again next claim.
+    work.chars_exact = False
+    work.state.pop(CHARS, None)
     with transaction.atomic():
         work.run = locked(work)
         step = work.run.append_step(kind, data, update=update, **columns)
@@ -181,6 +207,29 @@ def _append_after_another_write(
         for other in also:
             sql.update(*other)
     return step
+
+
+# The checkpoint state's key for the conversation's length: [run id, seq of the last step it
+# counts, length]. A claim would otherwise serialise the whole conversation just to measure it.
+CHARS = "conversation_chars"
+
+
+def _carry_chars(work: Work, last_seq: int) -> None:
+    if work.chars_exact and "pii" not in work.agent_config:
+        # Not with a PII policy: work.messages has the raw values, the timeline masked ones.
+        work.state[CHARS] = [str(work.run.pk), last_seq, work.messages_chars]
+    else:
+        work.state.pop(CHARS, None)
+
+
+def carried_chars(state: dict, run_id: Any, last_seq: int | None) -> int | None:
+    """The conversation's length from the checkpoint, if it counts exactly the conversation
+    steps there are (the last one is the one it counted up to; a fork's copied state or a
+    step written since does not match), else None."""
+    carried = state.get(CHARS)
+    if carried and carried[0] == str(run_id) and carried[1] == last_seq:
+        return carried[2]
+    return None
 
 
 def locked(work: Work) -> Run:

@@ -73,8 +73,11 @@ def repeats(state: dict, tool: str, args: dict) -> bool:
 def request_chars(work: Work) -> int:
     """System prompt, tool schemas and the whole conversation, as canonical JSON (which
     escapes non-ASCII text, so characters here are bytes)."""
-    head = canonical_json([work.agent_config["system_prompt"], work.tool_schemas()])
-    return len(head) + work.messages_chars
+    if work.head_chars is None:  # the run's snapshot: the same all through a claim
+        work.head_chars = len(
+            canonical_json([work.agent_config["system_prompt"], work.tool_schemas()])
+        )
+    return work.head_chars + work.messages_chars
 
 
 def estimate_next_cost(work: Work) -> Decimal:

@@ -58,6 +58,17 @@ def t_echo(text: str) -> dict:
     return {"echo": text}
 
 
+# The thread each t_inline call ran on.
+INLINE_THREADS: list[int] = []
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_inline", inline=True)
+def t_inline(text: str) -> dict:
+    """Upper-case the text (instant, in memory: called on the worker's own thread)."""
+    INLINE_THREADS.append(threading.get_ident())
+    return {"upper": text.upper()}
+
+
 @tool(reversible=True, blast=Blast.NONE, name="t_fail")
 def t_fail(n: int) -> dict:
     """Always refuses (a business error)."""
@@ -260,6 +271,7 @@ TEST_TOOLS = (
     "t_notify",
     "t_charge",
     "t_echo",
+    "t_inline",
     "t_fail",
     "t_flaky",
     "t_down",

@@ -8,9 +8,10 @@ triggers off for its session), which is the point of the first tests.
 import pytest
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
+from django.utils import timezone
 
 from agentkit.llm.scripted import text, tool_use
-from runs.models import Run, Step
+from runs.models import Run, Step, canonical_json
 
 from ..conftest import on_postgres
 from .harness import drive, tamper
@@ -138,3 +139,42 @@ def test_a_removed_tail_breaks_the_chain(launch, script):
     run = finished_run(launch, script)
     tamper("DELETE FROM runs_step WHERE run_id = %s AND seq > 2", [run.pk.hex])
     assert run.verify_chain() == (False, 3)
+
+
+# --- a step's JSON, encoded once for its hash and its row ----------------------------------
+DATA = {
+    "z": [1, 2.5, 1e-7, 10**20, None, True],
+    "ü": {"b": 'naïve ✓ \\ "q"', "a": {"nested": []}},
+    "text": "line\nbreak\ttab",
+}
+
+
+def _stored_text(step: Step) -> str:
+    column = "data::text" if connection.vendor == "postgresql" else "data"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {column} FROM runs_step WHERE id = %s", [step.pk])
+        return cursor.fetchone()[0]
+
+
+def test_a_steps_one_encoding_is_hashed_and_stored_as_django_would_store_it(launch, script):
+    run, other = finished_run(launch, script), finished_run(launch, script)
+    with transaction.atomic():
+        step = run.append_step(Step.Kind.TOOL, DATA)
+    assert step.json_text == {"data": canonical_json(DATA)}
+    # The hash is the one the whole body's canonical JSON gives, and the chain holds.
+    assert step.hash == step.compute_hash()
+    assert run.verify_chain() == (True, None)
+    # The row holds what the ORM's own insert would have written, byte for byte.
+    orms = Step(
+        run=other, seq=other.last_seq + 1, kind=Step.Kind.TOOL, data=DATA, prev_hash="", hash=""
+    )
+    orms.save()
+    assert _stored_text(step) == _stored_text(orms)
+    assert Step.objects.get(pk=step.pk).data == DATA
+
+
+def test_a_step_that_is_not_plain_json_is_hashed_as_before(launch, script):
+    run = finished_run(launch, script)
+    step = run._next_step(Step.Kind.TOOL, {"at": timezone.now()}, {})
+    assert not hasattr(step, "json_text")  # the ORM's adaptation decides, as before
+    assert step.hash == step.compute_hash()

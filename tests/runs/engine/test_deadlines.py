@@ -11,7 +11,7 @@ import pytest
 from django.db import transaction
 
 from agentkit.llm.scripted import text, tool_use
-from agentkit.tools import get_tool
+from agentkit.tools import Blast, get_tool, tool
 from approvals.models import Approval
 from runs.engine import deadlines
 from runs.models import Run, SideEffect, Step
@@ -22,6 +22,7 @@ from ..harness import (
     HANG_TIMEOUT,
     HUNG,
     HUNG_KEYS,
+    INLINE_THREADS,
     RELEASE,
     assert_timeline_sound,
     drive,
@@ -142,3 +143,37 @@ def test_inside_a_transaction_the_call_stays_on_the_callers_thread():
     finally:
         object.__setattr__(tool, "fn", real)
     assert threads[0] != threading.get_ident() and threads[1] == threading.get_ident()
+
+
+def test_an_inline_tool_runs_on_the_workers_own_thread(launch, script):
+    INLINE_THREADS.clear()
+    provider = script(
+        [[tool_use("t_inline", text="a")], [tool_use("t_echo", text="b")], [text("done")]]
+    )
+    run = launch()
+    drive(run)  # advance, on this thread, outside any transaction (like a worker)
+    assert run.termination_reason == Run.Termination.COMPLETED
+    assert [threading.get_ident()] == INLINE_THREADS
+    [step] = tool_steps(run, "t_inline")
+    assert step["result"] == {"upper": "A"} and not step["is_error"]
+    assert provider.requests[1].messages[-1]["content"][0]["content"] == '{"upper":"A"}'
+    assert_timeline_sound(run)
+
+
+def test_a_read_only_tool_with_a_deadline_still_times_out_next_to_inline_ones():
+    HANG_LEFT["t_hang"] = 1
+    tool_ = get_tool("t_hang")
+    assert not tool_.inline
+    ctx = deadlines.ToolContext(
+        run_id="r", idempotency_key="k", deadline=time.monotonic() + HANG_TIMEOUT
+    )
+    started = time.monotonic()
+    with pytest.raises(deadlines.ToolTimeout, match="t_hang timed out after"):
+        deadlines.call(tool_, {"n": 1}, ctx)
+    assert time.monotonic() - started < HANG_TIMEOUT + MARGIN
+
+
+def test_only_a_tool_without_side_effects_can_be_inline():
+    with pytest.raises(ValueError, match="only a tool without side effects runs inline"):
+        tool(reversible=False, blast=Blast.LOW, name="t_never_registered", inline=True)(lambda n: n)
+    assert get_tool("t_never_registered") is None
