@@ -26,7 +26,34 @@ from . import queue, sql
 
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys, no spaces. Hashes and idempotency keys use it."""
+    return _as_stored_spelling(_encoded(value), value, _encoded)
+
+
+def _encoded(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder)
+
+
+def _as_stored_spelling(text: str, value: Any, encode) -> str:
+    """`text` (the encoding of `value`), unless a float in it is one a Postgres jsonb column
+    gives back otherwise: -0.0 comes back 0.0, 1e+16 the integer 10000000000000000. Such a
+    step's hash, made from what was written, would not match what is read, and the chain
+    would look tampered with. Rare, so looked for in the text (a string holding "e+" costs
+    only a second encoding)."""
+    if "e+" not in text and "-0.0" not in text:
+        return text
+    return encode(_floats_as_stored(value))
+
+
+def _floats_as_stored(value: Any) -> Any:
+    if isinstance(value, float):
+        if value == 0:
+            return 0.0
+        return int(value) if "e+" in repr(value) else value
+    if isinstance(value, dict):
+        return {key: _floats_as_stored(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_floats_as_stored(item) for item in value]
+    return value
 
 
 # canonical_json for values that are JSON already (made once: json.dumps with `cls` builds an
@@ -513,7 +540,7 @@ class Run(models.Model):
             **columns,
         )
         try:
-            text = _plain_canonical(step.data)
+            text = _as_stored_spelling(_plain_canonical(step.data), step.data, _plain_canonical)
         except (TypeError, ValueError):  # not plain JSON: hashed as ever, stored as ever
             step.hash = step.compute_hash()
         else:

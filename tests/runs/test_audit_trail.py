@@ -178,3 +178,20 @@ def test_a_step_that_is_not_plain_json_is_hashed_as_before(launch, script):
     step = run._next_step(Step.Kind.TOOL, {"at": timezone.now()}, {})
     assert not hasattr(step, "json_text")  # the ORM's adaptation decides, as before
     assert step.hash == step.compute_hash()
+
+
+def test_floats_the_database_spells_otherwise_keep_the_chain_sound(launch, script):
+    """jsonb gives -0.0 back as 0.0 and 1e+16 as 10000000000000000: the hash is made from
+    the spelling that is read back, so the chain still verifies (it used to break on
+    Postgres)."""
+    run = launch()
+    data = {"a": -0.0, "b": 1e16, "c": 1.5e-7, "d": [2.5e20, 0.25], "note": "1e+16 -0.0 stay text"}
+    with transaction.atomic():
+        step = Run.locked(run.pk).append_step(Step.Kind.TOOL, data)
+    stored = Step.objects.get(pk=step.pk)
+    assert stored.data["note"] == "1e+16 -0.0 stay text"
+    run.refresh_from_db()
+    assert run.verify_chain() == (True, None)
+    assert canonical_json({"x": 1e16}) == canonical_json({"x": 10**16}) == '{"x":10000000000000000}'
+    assert canonical_json({"x": -0.0}) == '{"x":0.0}'
+    assert canonical_json({"x": 0.25, "y": "e+"}) == '{"x":0.25,"y":"e+"}'
