@@ -248,6 +248,10 @@ class Agent:
     # Seconds between the scripted model's words when it streams, so that a demo without an
     # API key is seen typing. Only for runs of an agent with stream_text.
     scripted_typing: float = 0.0
+    # When a tool call fails (after its retries): "end" tells the agent, as ever; "ask" holds
+    # the failure from the agent and parks the run until an operator retries the call (maybe
+    # with edited arguments), skips it with a note, or gives the agent another instruction.
+    on_failure: str = "end"
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -351,6 +355,8 @@ class Agent:
             snapshot["rate_limits"] = {t: r.as_dict() for t, r in self.rate_limits.items()}
         if self.stream_text:
             snapshot["stream_text"] = True
+        if self.on_failure != "end":
+            snapshot["on_failure"] = self.on_failure
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
@@ -367,6 +373,8 @@ def register(agent: Agent) -> Agent:
     _check_follow_ups(agent)
     if agent.on_pending_timeout not in ("", "agent", "person"):
         raise ValueError(f"agent {agent.slug}: on_pending_timeout must be agent or person")
+    if agent.on_failure not in ("end", "ask"):
+        raise ValueError(f"agent {agent.slug}: on_failure must be end or ask")
     if agent.context_budget_tokens < 0:
         raise ValueError(f"agent {agent.slug}: context_budget_tokens must not be negative")
     _check_verification(agent)

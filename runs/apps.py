@@ -8,7 +8,7 @@ class RunsConfig(AppConfig):
         # Wiring imported once the models are loaded, as Django intends.
         # The Celery tasks that runs/queue.py sends by name (a web process never imports them
         # otherwise).
-        from . import access, chains, events, pending, tasks  # noqa: F401
+        from . import access, chains, events, pending, steering, tasks  # noqa: F401
         from .models import Run, Step, run_cancelled, step_appended
 
         # Every appended step is published once committed.
@@ -18,6 +18,7 @@ class RunsConfig(AppConfig):
 
         # A cancelled run awaits nothing any more.
         run_cancelled.connect(pending.cancel_with_run, sender=Run, dispatch_uid="runs.pending")
+        run_cancelled.connect(steering.cancel_with_run, sender=Run, dispatch_uid="runs.steering")
 
         # Live sockets are told when a user's access may have ended.
         access.connect_signals()

@@ -110,6 +110,7 @@ _STEP_KINDS = [
     "summary",
     "guard",
     "pending",
+    "operator",
 ]
 
 
@@ -337,6 +338,17 @@ class Run(models.Model):
     # max_seconds is working time, a person's time to decide is left out (working_seconds).
     seconds_waited = models.FloatField(default=0)
     waiting_since = models.DateTimeField(null=True, blank=True)
+    # An operator's pause (runs/steering.py): asked for, then taken at the run's next step
+    # boundary, where the engine parks it (paused_at) and frees its worker; cleared by Resume.
+    pause_requested_at = models.DateTimeField(null=True, blank=True)
+    pause_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    paused_at = models.DateTimeField(null=True, blank=True)
 
     last_seq = models.PositiveIntegerField(default=0)
     last_hash = models.CharField(max_length=64, blank=True)
@@ -625,30 +637,40 @@ class Run(models.Model):
         self.refresh_from_db()
         return True
 
-    def park(self, detail: str, *, reason: str, note: str = "") -> bool:
-        """Running -> waiting (for people, an operation, a rate limit's window), with its
-        paused step; the wait's start is kept so it can be left out of working time. Call
-        under the run's row lock. `detail` is the run's status line, `reason` and `note` (the
-        status line if empty) the step's. False, with no step, when it was not running."""
+    def park(
+        self, detail: str, *, reason: str, note: str = "", by: str | None = None, **fields: Any
+    ) -> bool:
+        """Running -> waiting (for people, an operation, a rate limit's window, an operator's
+        pause), with its paused step; the wait's start is kept so it can be left out of
+        working time. Call under the run's row lock. `detail` is the run's status line,
+        `reason` and `note` (the status line if empty) the step's, `by` who asked for it (an
+        operator's pause); `fields`, more of the run's fields set with the status. False,
+        with no step, when it was not running."""
         if not self.transition_to(
             Run.Status.WAITING,
             status_detail=detail,
             lease_owner="",
             lease_expires_at=None,
             waiting_since=timezone.now(),
+            **fields,
         ):
             return False
-        self.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "paused",
-                "from": Run.Status.RUNNING,
-                "to": Run.Status.WAITING,
-                "reason": reason,
-                "detail": note or detail,
-            },
-        )
+        step = {
+            "event": "paused",
+            "from": Run.Status.RUNNING,
+            "to": Run.Status.WAITING,
+            "reason": reason,
+            "detail": note or detail,
+        }
+        if by is not None:
+            step["by"] = by
+        self.append_step(Step.Kind.STATUS, step)
         return True
+
+    @property
+    def is_paused(self) -> bool:
+        """Parked by an operator's pause (not by a gate or an operation)."""
+        return self.status == Run.Status.WAITING and self.paused_at is not None
 
     def terminate(self, status: str, reason: str, detail: str = "", *, output: str = "") -> bool:
         """End the run (a terminal `status`, Run.TRANSITIONS) with its terminated step. Call
@@ -674,14 +696,22 @@ class Run(models.Model):
             "detail": detail,
         }
 
-    def resume(self, detail: str, *, first: tuple[str, dict, dict] | None = None) -> bool:
+    def resume(
+        self,
+        detail: str,
+        *,
+        first: tuple[str, dict, dict] | None = None,
+        by: str | None = None,
+        **fields: Any,
+    ) -> bool:
         """Waiting -> queued (a person decided what it waited for), with its step, and sent
         to a worker once committed; an external session goes back to running, unsent. Call
         under the run's row lock (`locked`); False when it was not waiting (a quick decision
         found it still running: its worker goes on).
 
         `first` is (kind, data, update) of a step that comes before the resumed one (the
-        decision that resumed it): both steps and the run's change are one write.
+        decision that resumed it): both steps and the run's change are one write. `by`: the
+        operator who resumed it (their Resume); `fields`: more of the run's fields to set.
         """
         if self.status != Run.Status.WAITING:
             return False
@@ -699,6 +729,8 @@ class Run(models.Model):
             "to": to,
             "detail": detail,
         }
+        if by is not None:
+            resumed["by"] = by
         kind, data, update, then = Step.Kind.STATUS, resumed, {}, ()
         if first is not None:
             (kind, data, update), then = first, ((Step.Kind.STATUS, resumed, {}),)
@@ -716,6 +748,7 @@ class Run(models.Model):
                 "seconds_waited": waited,
                 "waiting_since": None,
                 "updated_at": now,
+                **fields,
             },
             then=then,
         )
@@ -780,6 +813,7 @@ class Step(models.Model):
         SUMMARY = "summary"  # older turns summarised by a model call to fit the context
         GUARD = "guard"  # a guardrail's finding: invalid output, PII, a rate limit reached
         PENDING = "pending"  # an operation the run awaits: opened, completed, timed out
+        OPERATOR = "operator"  # an operator steered it: an instruction, a choice after a failure
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
     seq = models.PositiveIntegerField()
@@ -1039,3 +1073,93 @@ class RateLimitWait(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} waits for {self.scope} until {self.until:%H:%M:%S}"
+
+
+class Instruction(models.Model):
+    """An operator's instruction to a run's agent (runs/steering.py): the agent receives it
+    as a user-role text at its next model turn, when the engine records it as an `operator`
+    step (delivered_seq) in the same write; until then it waits here. `key` is the client's
+    idempotency key: a retried POST finds the instruction it made instead of adding one."""
+
+    MAX_CHARS = 4000
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="instructions")
+    text = models.TextField()
+    by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    key = models.CharField(max_length=100)
+    # "operator" (typed on the run page or posted to the API) or "recovery" (the choice made
+    # after a failed step: the agent is told the failure and this instead).
+    source = models.CharField(max_length=16, default="operator")
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_seq = models.PositiveIntegerField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key"], name="instruction_key_unique_per_run")
+        ]
+        indexes = [
+            models.Index(
+                fields=["run"],
+                condition=Q(delivered_seq__isnull=True),
+                name="instruction_undelivered_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} instruction {self.key}"
+
+
+class Recovery(models.Model):
+    """A failed tool call of an agent declared on_failure="ask", held from the agent until an
+    operator chooses (runs/steering.py): retry it (maybe with edited arguments, gated again),
+    skip it with a note the agent gets as the call's result, or tell the agent the failure
+    with another instruction. The engine applies the choice when the run is resumed."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        DECIDED = "decided"
+        CANCELLED = "cancelled"  # the run ended first
+
+    class Choice(models.TextChoices):
+        RETRY = "retry"
+        SKIP = "skip"
+        INSTRUCT = "instruct"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="recoveries")
+    failed_seq = models.PositiveIntegerField(help_text="The failed tool step.")
+    tool = models.CharField(max_length=64)
+    tool_use_id = models.CharField(max_length=100)
+    args = models.JSONField()
+    error = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    choice = models.CharField(max_length=16, choices=Choice.choices, blank=True)
+    edited_args = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(status="open"), name="recovery_one_open_per_run"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["open", "decided", "cancelled"]),
+                name="recovery_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(choice__in=["", "retry", "skip", "instruct"]),
+                name="recovery_choice_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.failed_seq} {self.tool} ({self.status})"

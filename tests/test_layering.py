@@ -34,6 +34,7 @@ DEFERRED_IMPORTS = {
     ("runs/apps.py", "runs.access"),
     ("runs/apps.py", "runs.chains"),
     ("runs/apps.py", "runs.pending"),
+    ("runs/apps.py", "runs.steering"),
     ("runs/apps.py", "runs.models"),
     ("approvals/apps.py", "runs.engine"),
     ("approvals/apps.py", "approvals.engine_gates"),

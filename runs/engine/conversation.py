@@ -22,6 +22,7 @@ CONVERSATION_KINDS = [
     Step.Kind.SUMMARY,
     Step.Kind.VERIFY,
     Step.Kind.GUARD,
+    Step.Kind.OPERATOR,
 ]
 # How the summary of the older turns starts, in the first user message (summary.py).
 SUMMARY_MARK = "[Summary of the earlier conversation"
@@ -69,10 +70,19 @@ def messages(rows) -> list[dict]:
                 # The turns it covers are all in `out`: it always keeps the last turn.
                 covered = data["covers"]["messages"]
                 out = apply_summary(out, covered, data["summary"], data["decisions"])
+        elif kind == Step.Kind.OPERATOR:
+            if data.get("event") == "instruction":
+                block = operator_block(data)
+                if not results and not texts and out and out[-1]["role"] == "user":
+                    _append_text(out[-1], block)  # as Work.add_operator_text does
+                else:
+                    texts.append(block)
         elif kind in (Step.Kind.VERIFY, Step.Kind.GUARD):
             if data.get("told"):  # a failed check the agent was sent back with
                 texts.append({"type": "text", "text": data["told"]})
         elif kind == Step.Kind.TOOL:
+            if data.get("held"):
+                continue  # a failure held for an operator: the choice says what the model gets
             last = out[-1] if out else None
             if (
                 not results
@@ -94,6 +104,20 @@ def insert_tool_result(content: list[dict], block: dict) -> None:
     results come first in a message."""
     at = next((i for i, b in enumerate(content) if b.get("type") != "tool_result"), len(content))
     content.insert(at, block)
+
+
+def operator_block(data: dict) -> dict:
+    """An operator's instruction (an `operator` step) as the model gets it: a user-role text
+    that says who it is from, so the model can tell it from the task and from tool output."""
+    return {"type": "text", "text": f"[Instruction from the operator {data['by']}] {data['text']}"}
+
+
+def _append_text(message: dict, block: dict) -> None:
+    """Add a text block to a user message (its content made a list of blocks if a string)."""
+    content = message["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    message["content"] = [*content, block]
 
 
 def _instruction(out: list[dict], text: str) -> list[dict]:

@@ -18,7 +18,7 @@ from agentkit.tools import Tool
 
 from .. import sql
 from ..models import SideEffect, Step
-from . import gates, lease, owned, rate_limited, tool_calls
+from . import gates, lease, owned, rate_limited, steering, tool_calls
 from .conversation import tool_result_block
 from .idempotency import idempotency_key
 from .owned import StepAgain, Stop, Work, renewal
@@ -42,7 +42,9 @@ INTENT_COLUMNS = (
 def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
     """Run a pending call (through the ledger when it has side effects) and record it."""
     run = work.run
-    key = idempotency_key(run.pk, item["llm_seq"], item["index"], tool.name, args)
+    key = idempotency_key(
+        run.pk, item["llm_seq"], item["index"], tool.name, args, retry_of=item.get("retry_of")
+    )
     effect = None
     if tool.has_side_effects:
         refused = rate_limited.admit(work, item, tool, key)
@@ -65,6 +67,18 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
         item["unknown_because"] = str(exc)  # the question says why (a timeout, a dropped call)
         outcome_unknown(work, item, tool, effect)
     error, guard = tool_calls.guard_output(tool, item, result, error)
+    if error is not None and guard is None and steering.asks_on_failure(work):
+        steering.hold_failure(
+            work,
+            item,
+            tool,
+            args,
+            error=error,
+            attempts=attempts,
+            key=key,
+            effect=effect,
+            duration_ms=duration_ms,
+        )
     record_tool_result(
         work,
         item,

@@ -39,6 +39,7 @@ from . import (
     model,
     pii_guard,
     replaying,
+    steering,
     terminator,
 )
 from .conversation import CONVERSATION_KINDS, messages
@@ -211,6 +212,8 @@ def step(work: Work) -> None:
     """One unit of progress: run the next pending tool call, or make the next model call."""
     logs.set_seq(work.run.last_seq + 1)
     try:
+        # An operator may have asked for a pause or sent instructions (one read a second).
+        steering.at_boundary(work)
         if "checking" in work.state:
             # A final answer or a call the agent declared checks for, before anything else.
             answer_check.check(work)
@@ -224,6 +227,7 @@ def step(work: Work) -> None:
                 awaiting.settle(work)
             terminator.precheck(work)
             humans.continue_checkpoint(work)
+            steering.deliver_instructions(work)
             model.ask(work)
     except StepAgain:
         pass
@@ -232,6 +236,10 @@ def step(work: Work) -> None:
 def _next_pending_call(work: Work) -> None:
     """The first pending call: wait for its decision, apply it, and run the call."""
     pending = work.state["pending"]
+    if pending[0].get("recovery"):
+        # A failure held for an operator: parks, sets a retry up, or records their choice.
+        ledger.record_tool_result(work, pending[0], **steering.apply_choice(work, pending[0]))
+        return
     if any(p.get("regate") for p in pending):
         humans.regate(work)  # calls a fork inherited: the gate policy has its say again
     approval_ids = [p["approval"] for p in pending if p.get("approval")]

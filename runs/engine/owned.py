@@ -78,6 +78,10 @@ class Work:
     chars_exact: bool = False
     # The system prompt and tool schemas' length as canonical JSON (terminator.request_chars).
     head_chars: int | None = None
+    # When (monotonic) the run's row was last read for an operator's pause or instructions,
+    # and whether instructions wait for the next model turn (steering.py).
+    steer_read_at: float = float("-inf")
+    instructions_waiting: bool = False
 
     def add_message(self, message: dict) -> None:
         self.messages.append(message)
@@ -109,6 +113,19 @@ class Work:
         if last["role"] == "user" and isinstance(last["content"], list):
             last["content"].append(block)
             self._count(block)
+        else:
+            self.add_message({"role": "user", "content": [block]})
+
+    def add_operator_text(self, block: dict) -> None:
+        """An operator's instruction for the next model call: in the last message when it
+        is the user's, else a user message of its own (as conversation.messages rebuilds it)."""
+        self.chars_exact = False
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "user":
+            content = last["content"]
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            last["content"] = [*content, block]
         else:
             self.add_message({"role": "user", "content": [block]})
 

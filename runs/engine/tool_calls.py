@@ -114,6 +114,8 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
         elif (
             tool.has_side_effects
             or tool.name == ASK_OPERATOR
+            # A failure waits for an operator (steering.py): each call is a step of its own.
+            or work.agent_config.get("on_failure") == "ask"
             or work.active_seconds >= work.run.max_seconds
         ):
             break

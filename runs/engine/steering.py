@@ -1,0 +1,192 @@
+"""Where the engine meets an operator who steers a live run (runs/steering.py takes the
+requests): a pause taken at a step boundary, instructions delivered at the next model turn,
+and failed calls held for an operator's choice (agents declared on_failure="ask").
+
+At the top of each step the run's row is read for an asked pause and for instructions
+waiting, at most once per RECHECK_AFTER_SECONDS (the window in which a worker trusts its own
+last write, lease.still_mine), so steering costs a busy run one small read a second. A pause
+parks the run like a gate does (its worker is freed). Instructions are written as `operator`
+steps just before the model call, each marking its row delivered in the same write, so the
+agent gets each exactly once; the conversation rebuilt from the timeline has them too.
+"""
+
+import time
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from agentkit.tools import Tool
+
+from ..models import Instruction, Recovery, Run, SideEffect, Step
+from . import owned
+from .conversation import operator_block
+from .owned import StepAgain, Stop, Work, renewal
+from .tool_calls import error_counters, tool_step
+
+ASK = "ask"
+
+
+def at_boundary(work: Work) -> None:
+    """A step boundary: park the run if an operator asked for a pause (Stop); note whether
+    instructions wait for the next model turn."""
+    now = time.monotonic()
+    if now - work.steer_read_at < owned.RECHECK_AFTER_SECONDS:
+        return
+    work.steer_read_at = now
+    waiting = Instruction.objects.filter(run=OuterRef("pk"), delivered_seq__isnull=True)
+    row = (
+        Run.objects.filter(pk=work.run.pk)
+        .annotate(instructions_waiting=Exists(waiting))
+        .values_list("pause_requested_at", "instructions_waiting")
+        .first()
+    )
+    if row is None:
+        raise Stop
+    asked, instructions = row
+    work.instructions_waiting = work.instructions_waiting or instructions
+    if asked is not None:
+        _pause(work)
+
+
+def _pause(work: Work) -> None:
+    with transaction.atomic():
+        run = owned.locked(work)
+        if run.pause_requested_at is None:
+            return  # resumed before it was taken
+        by = _username(run.pause_requested_by_id)
+        now = timezone.now()
+        run.park(
+            f"paused by {by} at {now:%Y-%m-%d %H:%M:%S} UTC",
+            reason="paused by an operator",
+            by=by,
+            paused_at=now,
+        )
+        work.run = run
+    raise Stop
+
+
+def deliver_instructions(work: Work) -> None:
+    """Before a model call: the operator's instructions not delivered yet, each an `operator`
+    step written with its row marked delivered, and a user-role text for the model."""
+    if not work.instructions_waiting:
+        return
+    work.instructions_waiting = False
+    for instruction in Instruction.objects.filter(
+        run=work.run.pk, delivered_seq__isnull=True
+    ).select_related("by"):
+        by = instruction.by.get_username() if instruction.by else "an operator"
+        data = {
+            "event": "instruction",
+            "instruction": instruction.pk,
+            "text": instruction.text,
+            "by": by,
+            "source": instruction.source,
+            "sent_at": instruction.created_at.isoformat(),
+        }
+        now = timezone.now()
+        delivered = {"delivered_seq": work.run.last_seq + 1, "delivered_at": now}
+        owned.append(
+            work,
+            Step.Kind.OPERATOR,
+            data,
+            renewal(model_call_next=True),
+            also=[(Instruction, delivered, {"id": instruction.pk, "delivered_seq": None})],
+        )
+        work.add_operator_text(operator_block(data))
+
+
+# --- failed calls held for a person --------------------------------------------------------
+def asks_on_failure(work: Work) -> bool:
+    return work.agent_config.get("on_failure") == ASK
+
+
+def hold_failure(
+    work: Work,
+    item: dict,
+    tool: Tool,
+    args: dict,
+    *,
+    error: str,
+    attempts: int,
+    key: str,
+    effect: SideEffect | None,
+    duration_ms: int,
+) -> None:
+    """Record a failed call as a `held` tool step (the agent does not see it), open its
+    Recovery and park the run until an operator chooses. Never returns (Stop)."""
+    counters = error_counters(work.run)
+    data = tool_step(
+        counters,
+        item,
+        error=error,
+        attempts=attempts,
+        key=key if effect else "",
+        duration_ms=duration_ms,
+        args=args,
+    )
+    data["held"] = True
+    with transaction.atomic():
+        run = owned.locked(work)
+        step = run.append_step(Step.Kind.TOOL, data, update=counters, latency_ms=duration_ms)
+        if effect is not None:
+            SideEffect.objects.filter(pk=effect.pk).update(
+                status=SideEffect.Status.FAILED, result={"error": error}
+            )
+        recovery = Recovery.objects.create(
+            run=run,
+            failed_seq=step.seq,
+            tool=tool.name,
+            tool_use_id=item["id"],
+            args=args,
+            error=error,
+        )
+        item["recovery"] = recovery.pk
+        work.run = run
+        owned.write_checkpoint(work)
+        run.park(
+            f"waiting for an operator: {tool.name} failed",
+            reason="a step failed",
+            note=f"{tool.name} failed; an operator chooses: retry, skip or instruct",
+        )
+    raise Stop
+
+
+def apply_choice(work: Work, item: dict) -> dict:
+    """The pending call whose failure was held: the operator's choice applied. A retry sets
+    the call up again (StepAgain); a skip or an instruction gives what the call's tool step
+    records (ledger.record_tool_result's keywords); with no choice yet the run parks again."""
+    recovery = Recovery.objects.select_related("decided_by").get(pk=item["recovery"])
+    if recovery.status == Recovery.Status.OPEN:
+        with transaction.atomic():
+            run = owned.locked(work)
+            run.park(f"waiting for an operator: {recovery.tool} failed", reason="a step failed")
+            work.run = run
+        raise Stop
+    del item["recovery"]
+    by = recovery.decided_by.get_username() if recovery.decided_by else "an operator"
+    if recovery.choice == Recovery.Choice.RETRY:
+        # A new attempt under a key of its own (the ledger recorded the failed one), asked
+        # of the gate policy again: an edit, or an approval given before, approves nothing.
+        item["retry_of"] = recovery.pk
+        # Its approval, if gated, belongs to this attempt (one approval per call and step).
+        item["llm_seq"] = recovery.failed_seq
+        if recovery.edited_args is not None:
+            item["args"] = recovery.edited_args
+        item.update({"approval": None, "regate": True})
+        raise StepAgain
+    if recovery.choice == Recovery.Choice.SKIP:
+        note = recovery.note or "skipped by an operator"
+        return {"result": {"skipped_by": by, "note": note}, "attempts": 0, "counts_as_error": False}
+    # INSTRUCT: the agent is told the failure; the instruction (an Instruction made with the
+    # choice) comes at the next model turn.
+    work.instructions_waiting = True
+    return {"error": recovery.error, "attempts": 0, "counts_as_error": False, "args": recovery.args}
+
+
+def _username(user_id) -> str:
+    if user_id is None:
+        return "an operator"
+    user = get_user_model().objects.filter(pk=user_id).first()
+    return user.get_username() if user else "an operator"
