@@ -77,3 +77,32 @@ class RunFilterForm(forms.Form):
         if value is not None and value >= date.max:
             raise forms.ValidationError(f"Enter a date before {date.max:%Y-%m-%d}.")
         return value
+
+
+class InstructionForm(forms.Form):
+    """An instruction for a run's agent; `key` is made when the form is shown, so a form sent
+    twice (a double click, a retried request) adds the instruction once."""
+
+    text = forms.CharField(max_length=4000, strip=True, widget=forms.Textarea(attrs={"rows": 2}))
+    key = forms.CharField(max_length=100, widget=forms.HiddenInput)
+
+
+class RecoveryForm(forms.Form):
+    """An operator's choice for a failed step: retry (arguments as JSON, edited or not),
+    skip (a note for the agent) or instruct (an instruction for the agent)."""
+
+    choice = forms.ChoiceField(
+        choices=[("retry", "retry"), ("skip", "skip"), ("instruct", "instruct")]
+    )
+    arguments = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+    note = forms.CharField(max_length=4000, required=False, strip=True)
+    text = forms.CharField(max_length=4000, required=False, strip=True)
+
+    def clean(self):
+        data = super().clean()
+        args = data.get("arguments")
+        if data.get("choice") == "retry" and args is not None and not isinstance(args, dict):
+            self.add_error("arguments", "The arguments must be a JSON object.")
+        if data.get("choice") == "instruct" and not data.get("text"):
+            self.add_error("text", "Say what the agent should do instead.")
+        return data

@@ -23,6 +23,7 @@ from django.utils.dateparse import parse_datetime
 
 from agentkit.templatetags.untrusted import is_invisible
 
+from . import steering
 from .models import Run, Step
 
 # Longer text is cut in the timeline; the step's own page shows all of it.
@@ -81,8 +82,9 @@ CATEGORY = {
     Step.Kind.GUARD: "guard",
     Step.Kind.VERIFY: "verify",
     Step.Kind.PENDING: "pending",
+    Step.Kind.OPERATOR: "operator",
 }
-FILTERS = ("model", "tool", "gate", "decision", "error", "summary", "guard")
+FILTERS = ("model", "tool", "gate", "decision", "operator", "error", "summary", "guard")
 
 
 @dataclass
@@ -184,7 +186,10 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         return view
     if kind == Step.Kind.TOOL:
         is_error = bool(d.get("is_error"))
-        view = StepView(step, f"tool {d.get('tool', '')}", error=is_error)
+        title = f"tool {d.get('tool', '')}"
+        if d.get("held"):
+            title += ": failed, held for an operator's choice"
+        view = StepView(step, title, error=is_error)
         view.tool_uses.append(
             ToolUse(str(d.get("tool", "")), Block.of("args", d.get("args"), full=full))
         )
@@ -247,6 +252,8 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         return view
     if kind == Step.Kind.PENDING:
         return _pending_view(step, d, full=full)
+    if kind == Step.Kind.OPERATOR:
+        return _operator_view(step, d, full=full)
     if kind == Step.Kind.SUMMARY:
         return _summary_view(step, d, full=full)
     if kind == Step.Kind.VERIFY:
@@ -272,6 +279,34 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         view.texts.append(Block.of("detail", d["detail"], full=full, error=view.error))
     if event == "launched":
         view.texts.append(Block.of("input", d.get("input"), full=full))
+    return view
+
+
+# What an operator's step is called in the timeline (runs/steering.py).
+RECOVERY_TITLES = {
+    "retry": "operator: retry the failed call",
+    "skip": "operator: skip the failed call",
+    "instruct": "operator: instruct the agent instead",
+}
+
+
+def _operator_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """An operator steered the run: an instruction delivered, or a choice after a failure."""
+    if d.get("event") == "instruction":
+        view = StepView(step, "operator: instruction to the agent")
+    else:
+        view = StepView(step, RECOVERY_TITLES.get(str(d.get("choice")), "operator"))
+        if d.get("failed_seq"):
+            view.facts.append(("failed step", f"#{d['failed_seq']} ({d.get('tool', '')})"))
+    view.facts.insert(0, ("by", str(d.get("by") or "an operator")))
+    for key in ("text", "note"):
+        if d.get(key):
+            # Typed by a person and given to the model: shown as untrusted text.
+            view.texts.append(Block.of(key, d[key], full=full))
+    if d.get("edited_args") is not None:
+        view.tool_uses.append(
+            ToolUse(str(d.get("tool", "")), Block.of("edited args", d["edited_args"], full=full))
+        )
     return view
 
 
@@ -506,6 +541,31 @@ def run_context(run: Run) -> dict:
     return {"run": run, "gauges": gauges(run)}
 
 
+RECENT_INSTRUCTIONS = 20
+
+
+def steer_context(run: Run, **extra) -> dict:
+    """What the #run-steer fragment shows: the pause, the failed step waiting for a choice,
+    the latest instructions, and a fresh key for the next instruction."""
+    recovery = steering.open_recovery(run) if run.status == Run.Status.WAITING else None
+    pause_by = run.pause_requested_by
+    return {
+        "run": run,
+        "pause_by": pause_by.get_username() if pause_by else "an operator",
+        "recovery": recovery,
+        "recovery_args": json.dumps(recovery.args, indent=2, ensure_ascii=False)
+        if recovery
+        else "",
+        "instructions": list(
+            run.instructions.select_related("by").order_by("-created_at", "-id")[
+                :RECENT_INSTRUCTIONS
+            ]
+        ),
+        "instruction_key": uuid.uuid4().hex,
+        **extra,
+    }
+
+
 # --- WebSocket payloads ---------------------------------------------------------------------------
 def render_step_event(step: Step, run: Run | None = None, *, with_header: bool = True) -> dict:
     """The run group's message for one step: the step appended to #timeline, plus the
@@ -518,6 +578,13 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
         url = reverse("runs:pending", args=[step.run_id])
         html += (
             f'<div id="pending-ops" hx-swap-oob="true" hx-get="{url}" hx-trigger="load" '
+            'hx-swap="outerHTML"></div>'
+        )
+    if _changes_steering(step):
+        # The same: each viewer fetches the section (an operator's controls, a pause's line).
+        url = reverse("runs:steer", args=[step.run_id])
+        html += (
+            f'<div id="run-steer" hx-swap-oob="true" hx-get="{url}" hx-trigger="load" '
             'hx-swap="outerHTML"></div>'
         )
     if with_header:
@@ -533,6 +600,14 @@ def render_draft_event(seq: int, text: str, omitted: int) -> dict:
     replaces #draft. Rendered once; every viewer gets the same bytes."""
     context = {"seq": seq, "text": text, "omitted": omitted}
     return {"html": render_to_string(RUN_PAGE + "#draft", context)}
+
+
+def _changes_steering(step: Step) -> bool:
+    """A pause taken or ended, the run's end, an instruction delivered, a choice made, or a
+    failed call held for one (runs/steering.py)."""
+    if step.kind in (Step.Kind.STATUS, Step.Kind.OPERATOR):
+        return True
+    return step.kind == Step.Kind.TOOL and bool(step.data.get("held"))
 
 
 def _changes_operations(step: Step) -> bool:

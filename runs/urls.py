@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import steering_views, views
 
 app_name = "runs"
 urlpatterns = [
@@ -11,6 +11,11 @@ urlpatterns = [
     path("runs/<uuid:pk>/steps/", views.run_steps, name="steps"),
     path("runs/<uuid:pk>/steps/<int:seq>/", views.run_step, name="step"),
     path("runs/<uuid:pk>/cancel/", views.run_cancel, name="cancel"),
+    path("runs/<uuid:pk>/steer/", steering_views.run_steer, name="steer"),
+    path("runs/<uuid:pk>/pause/", steering_views.run_pause, name="pause"),
+    path("runs/<uuid:pk>/resume/", steering_views.run_resume, name="resume"),
+    path("runs/<uuid:pk>/instructions/", steering_views.run_instruct, name="instruct"),
+    path("runs/<uuid:pk>/recovery/", steering_views.run_recover, name="recover"),
     path("runs/<uuid:pk>/pending/", views.run_pending, name="pending"),
     path("runs/<uuid:pk>/pending/<int:op_id>/", views.run_pending_finish, name="pending_finish"),
     path("runs/<uuid:pk>/export.<str:fmt>", views.run_export, name="export"),

@@ -318,6 +318,7 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         # What the run declared it would launch on success (chained runs).
         "follow_ups": run.agent_config.get("follow_ups") or [],
         **_operations(run),
+        **rendering.steer_context(run),
     }
     return render(request, _partial(request, rendering.RUN_PAGE, {"run-header"}), context)
 
@@ -329,6 +330,7 @@ _FILTER_KINDS = {
     "tool": Q(kind=Step.Kind.TOOL),
     "gate": Q(kind=Step.Kind.GATE),
     "decision": Q(kind=Step.Kind.DECISION),
+    "operator": Q(kind=Step.Kind.OPERATOR),
     "summary": Q(kind=Step.Kind.SUMMARY),
     "guard": Q(kind=Step.Kind.GUARD),
     "error": Q(kind=Step.Kind.LLM_ERROR)
