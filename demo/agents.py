@@ -1058,3 +1058,88 @@ register(
         ),
     )
 )
+
+
+# --- Dispatch desk (guided recovery: a failed step waits for an operator's choice) ------------
+class DispatchDeskInput(forms.Form):
+    order_id = forms.IntegerField(min_value=1, initial=13)
+
+
+def dispatch_desk_script(data: dict) -> list:
+    order = data["order_id"]
+
+    def decide(messages):
+        done = outcome_of(messages, "schedule_dispatch")
+        if done is not None and done.ok:
+            return conclude(messages)
+        # Told the failure with an operator's instruction: follow a warehouse it names.
+        asked = " ".join(
+            b.get("text", "")
+            for m in messages
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "text" and "Instruction from the operator" in b.get("text", "")
+        )
+        named = next((w for w in tools.WAREHOUSES if w.lower() in asked.lower()), None)
+        if named:
+            return [
+                text(f"The operator asks for {named}; booking it there."),
+                tool_use("schedule_dispatch", order_id=order, warehouse=named),
+            ]
+        return conclude(messages)
+
+    def conclude(messages):
+        done = outcome_of(messages, "schedule_dispatch")
+        if done is None:
+            return [text(f"Order {order} was not dispatched.")]
+        if done.ok and "skipped_by" in done.result:
+            return [
+                text(
+                    f"Order {order} was not dispatched: {done.result['skipped_by']} skipped it "
+                    f"({done.result.get('note', '')})."
+                )
+            ]
+        if done.ok:
+            where = done.result.get("warehouse", "")
+            moved = (
+                f" (from {where}, not {done.asked.get('warehouse')} as first asked)"
+                if changed(done.asked.get("warehouse"), where)
+                else f" from {where}"
+            )
+            return [text(f"Order {order} ships today{moved}: dispatch {done.result['dispatch']}.")]
+        return [text(f"Order {order} could not be dispatched: {done.value}")]
+
+    return [
+        [text(f"Looking up order {order}."), tool_use("lookup_order", order_id=order)],
+        [
+            text("Booking its dispatch from US-EAST, the usual warehouse."),
+            tool_use("schedule_dispatch", order_id=order, warehouse="US-EAST"),
+        ],
+        decide,
+        conclude,
+    ]
+
+
+register(
+    Agent(
+        slug="dispatch-desk",
+        title="Dispatch desk (guided recovery)",
+        description=(
+            "Books an order's dispatch. The usual warehouse refuses: the run waits for an "
+            "operator, who retries with another warehouse, skips the step with a note, or "
+            "tells the agent what to do instead (on_failure='ask')."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You book the dispatch of an order: look it up, then schedule_dispatch from a "
+            "warehouse. Follow any instruction from the operator."
+        ),
+        tools=("lookup_order", "schedule_dispatch"),
+        input_form=DispatchDeskInput,
+        prompt=lambda d: f"Dispatch order {d['order_id']}.",
+        script=dispatch_desk_script,
+        summary=lambda d: f"dispatch order {d['order_id']}",
+        limits=Limits(max_steps=8, max_cost_usd=Decimal("0.20"), max_seconds=120),
+        on_failure="ask",
+    )
+)

@@ -269,3 +269,24 @@ def grant_goodwill_credit(
         headers=headers,
     ).send()
     return {"credited": str(amount), "to": customer_email, "reason": reason}
+
+
+# --- Dispatch (the guided-recovery demo: the first warehouse refuses) --------------------------
+WAREHOUSES = ("US-EAST", "EU-WEST")
+CLOSED_WAREHOUSES = {"US-EAST": "closed for stocktaking until Monday"}
+
+
+@tool(reversible=True, blast=Blast.LOW, accepts_idempotency_key=True, timeout_seconds=5)
+def schedule_dispatch(
+    order_id: int = Field(ge=1), warehouse: Literal["US-EAST", "EU-WEST"] = "US-EAST"
+) -> dict:
+    """Book an order's dispatch from a warehouse (US-EAST or EU-WEST); cancellable."""
+    closed = CLOSED_WAREHOUSES.get(warehouse)
+    if closed:
+        raise ToolError(f"warehouse {warehouse} is {closed}; it takes no dispatch today")
+    return {
+        "order_id": order_id,
+        "warehouse": warehouse,
+        "dispatch": f"D-{order_id}-{warehouse}",
+        "ships": "today",
+    }
