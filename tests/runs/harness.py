@@ -9,6 +9,7 @@ import dataclasses
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -124,6 +125,14 @@ def t_cancel_run(ctx: ToolContext = None) -> dict:
     _count("t_cancel_run")
     Run.objects.get(pk=ctx.run_id).cancel(reason="operator clicked cancel")
     return {"done": True}
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_sleep")
+def t_sleep(seconds: float) -> dict:
+    """A slow read-only call: a run long enough to be steered while it works."""
+    _count("t_sleep")
+    time.sleep(seconds)
+    return {"slept": seconds}
 
 
 @tool(reversible=True, blast=Blast.NONE, name="t_big")
@@ -278,6 +287,7 @@ TEST_TOOLS = (
     "t_age_run",
     "t_cancel_run",
     "t_big",
+    "t_sleep",
     "t_gated",
     "lookup_order",
     "issue_refund",
@@ -313,9 +323,15 @@ def email_only() -> list[Turn]:
     ]
 
 
+def slow_steps() -> list[Turn]:
+    """Fifteen slow calls (4.5 s in all), then an answer: time for an operator to steer it."""
+    return [[tool_use("t_sleep", seconds=0.3 + i / 1000)] for i in range(15)] + [[text("Slept.")]]
+
+
 SCRIPTS: dict[str, Callable[[], list[Turn]]] = {
     "refund_then_email": refund_then_email,
     "email_only": email_only,
+    "slow_steps": slow_steps,
 }
 
 
