@@ -758,6 +758,41 @@ class Run(models.Model):
             transaction.on_commit(lambda: queue.enqueue(self.pk))
         return True
 
+    def reopen(self, *, step: dict, state: dict) -> bool:
+        """Failed -> queued: an operator resumes a failed run from its last checkpoint with a
+        choice (runs/steering.py reopen), instead of forking it. The one way out of a final
+        status, so not in TRANSITIONS: its reopened step, the engine `state` it resumes
+        from (a checkpoint at that step) and the run's change are one write, and it is sent
+        to a worker once committed. The time it lay failed counts as waiting, not working; the
+        consecutive errors start again from none. Call under the run's row lock; False when
+        it was not failed."""
+        if self.status != Run.Status.FAILED:
+            return False
+        now = timezone.now()
+        waited = self.seconds_waited + (now - (self.finished_at or now)).total_seconds()
+        data = {"event": "reopened", "from": Run.Status.FAILED, "to": Run.Status.QUEUED, **step}
+        written = self.append_step_if_expected(
+            Step.Kind.STATUS,
+            data,
+            expect={"status": Run.Status.FAILED},
+            update={
+                "version": self.version + 1,
+                "status": Run.Status.QUEUED,
+                "termination_reason": "",
+                "status_detail": "",
+                "output": "",
+                "finished_at": None,
+                "consecutive_errors": 0,
+                "seconds_waited": waited,
+                "updated_at": now,
+            },
+            checkpoint=state,
+        )
+        if written is None:
+            return False
+        transaction.on_commit(lambda: queue.enqueue(self.pk))
+        return True
+
     def verify_chain(self) -> tuple[bool, int | None]:
         """Recompute the hash chain; returns (ok, first bad seq)."""
         prev = ""

@@ -549,6 +549,7 @@ def steer_context(run: Run, **extra) -> dict:
     the latest instructions, and a fresh key for the next instruction."""
     recovery = steering.open_recovery(run) if run.status == Run.Status.WAITING else None
     pause_by = run.pause_requested_by
+    reopening = steering.reopening(run) if run.status == Run.Status.FAILED else None
     return {
         "run": run,
         "pause_by": pause_by.get_username() if pause_by else "an operator",
@@ -562,6 +563,12 @@ def steer_context(run: Run, **extra) -> dict:
             ]
         ),
         "instruction_key": uuid.uuid4().hex,
+        # A failed run: whether it can be resumed here, and how (verifies its chain: only
+        # for a failed run's page).
+        "reopening": reopening,
+        "reopen_args": json.dumps(reopening.failed_call.data.get("args"), indent=2)
+        if reopening and reopening.failed_call
+        else "",
         **extra,
     }
 

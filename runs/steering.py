@@ -8,15 +8,17 @@ first, a retried instruction (same key) finds the one it made, a second choice f
 first one ("already chosen by X at T"). Every refusal is a SteerError with an HTTP status.
 """
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from agentkit.agents import get_agent
 from agentkit.tools import ToolArgsError, get_tool
 
-from .models import Instruction, Recovery, Run, Step
+from .models import Checkpoint, Instruction, Recovery, Run, Step
 
 
 class SteerError(Exception):
@@ -188,3 +190,145 @@ def _no_open_recovery(run: Run) -> str:
 def cancel_with_run(sender, run: Run, **kwargs) -> None:
     """Receiver of runs.models.run_cancelled: a cancelled run's failure waits for no one."""
     run.recoveries.filter(status=Recovery.Status.OPEN).update(status=Recovery.Status.CANCELLED)
+
+
+# --- "resume from here": a failed run reopened -----------------------------------------------
+# Why a run ended decides whether resuming it can go otherwise: a limit reached would be
+# reached again (fork it with higher limits), a person's rejection or a guardrail stands.
+REOPENABLE = {
+    Run.Termination.CONSECUTIVE_ERRORS: ("retry", "instruct"),
+    Run.Termination.LLM_ERROR: ("retry", "instruct"),
+    Run.Termination.TRUNCATED: ("retry", "instruct"),
+    # The checked answer would fail again as it is: the agent is told something new.
+    Run.Termination.VERIFICATION_FAILED: ("instruct",),
+    Run.Termination.OUTPUT_INVALID: ("instruct",),
+}
+
+
+@dataclass(frozen=True)
+class Reopening:
+    """Whether a failed run can be resumed in place: the choices, or why not (in words)."""
+
+    choices: tuple[str, ...] = ()
+    why_not: str = ""
+    failed_call: Step | None = None  # a failed call the model has not been told about
+
+
+def reopening(run: Run) -> Reopening:
+    if run.status != Run.Status.FAILED:
+        return Reopening(why_not="only a failed run can be resumed from here")
+    if run.trigger == Run.Trigger.EXTERNAL:
+        return Reopening(why_not="an external agent's session is resumed by the agent itself")
+    label = run.get_termination_reason_display()
+    if run.termination_reason not in REOPENABLE:
+        return Reopening(
+            why_not=f"it ended for {label}: resuming it would end the same way; fork it from "
+            "a checkpoint (with other limits or an instruction) instead"
+        )
+    if get_agent(run.agent) is None:
+        return Reopening(why_not=f"agent {run.agent!r} is no longer in the catalogue")
+    ok, bad_seq = run.verify_chain()
+    if not ok:
+        return Reopening(
+            why_not=f"its timeline does not verify from step #{bad_seq}: it is kept as it is "
+            "for audit; fork it from an earlier checkpoint instead"
+        )
+    failed = _unseen_failed_call(run)
+    if failed is not None:
+        return Reopening(("retry", "skip", "instruct"), failed_call=failed)
+    return Reopening(REOPENABLE[run.termination_reason])
+
+
+def _unseen_failed_call(run: Run) -> Step | None:
+    """The newest failed tool call after the model's last answer: the run ended before the
+    model was told (too many consecutive errors), so the call can still be retried or
+    skipped in its place."""
+    last_model = run.steps.filter(kind=Step.Kind.LLM).order_by("-seq").first()
+    calls = run.steps.filter(kind=Step.Kind.TOOL, seq__gt=last_model.seq if last_model else 0)
+    failed = calls.filter(data__is_error=True).order_by("-seq").first()
+    if failed is None or failed.data.get("held") or get_tool(failed.data.get("tool", "")) is None:
+        return None
+    return failed
+
+
+def reopen(run: Run, choice: Choice, *, by) -> Run:
+    """Resume a failed run from its last checkpoint with an operator's choice: retry the
+    failed call (maybe edited; gated again) or skip it with a note, when the model was not
+    told of it yet; else ask the model again (retry); or give the agent an instruction.
+    SteerError 409 says why a run cannot be reopened."""
+    username = by.get_username()
+    with transaction.atomic():
+        locked = Run.locked(run.pk)
+        found = reopening(locked)
+        if not found.choices:
+            raise SteerError(409, f"this run cannot be resumed: {found.why_not}")
+        if choice.choice not in found.choices:
+            raise SteerError(422, f"choose {' or '.join(found.choices)}")
+        text, note = choice.text.strip(), choice.note.strip()
+        if choice.choice == Recovery.Choice.INSTRUCT and not text:
+            raise SteerError(422, "an instruction for the agent is needed")
+        if max(len(text), len(note)) > Instruction.MAX_CHARS:
+            raise SteerError(422, f"longer than {Instruction.MAX_CHARS} characters")
+        latest = Checkpoint.objects.filter(run=locked).order_by("-seq").first()
+        state = copy.deepcopy(latest.state) if latest else {"pending": [], "recent_calls": []}
+        step: dict[str, Any] = {"choice": choice.choice, "by": username}
+        step["ended_for"] = locked.termination_reason
+        if choice.choice == Recovery.Choice.INSTRUCT:
+            # The agent answers the instruction: a checked answer is not checked again as is.
+            state.pop("checking", None)
+            state.pop("check_failures", None)
+            step["text"] = text
+        call = found.failed_call
+        recovery = None
+        if call is not None:
+            data = call.data
+            recovery = Recovery(
+                run=locked,
+                failed_seq=call.seq,
+                tool=data["tool"],
+                tool_use_id=data["tool_use_id"],
+                args=data.get("args") or {},
+                error=str(data.get("error", "")),
+            )
+            edited = None
+            if choice.choice == Recovery.Choice.RETRY:
+                edited = _checked_args(recovery, choice)
+            recovery.status = Recovery.Status.DECIDED
+            recovery.choice = choice.choice
+            recovery.edited_args = edited
+            recovery.note = note if choice.choice == Recovery.Choice.SKIP else text
+            recovery.decided_by = by
+            recovery.decided_at = timezone.now()
+            recovery.save()
+            # The call is pending again, its failure taken back from the conversation: the
+            # engine applies the choice as for a failure held for a person.
+            item = {
+                "id": data["tool_use_id"],
+                "name": data["tool"],
+                "input": recovery.args,
+                "llm_seq": call.seq,
+                "index": 0,
+                "args": recovery.args,
+                "error": None,
+                "approval": None,
+                "recovery": recovery.pk,
+            }
+            state["pending"] = [item, *state.get("pending", [])]
+            step.update(supersedes_tool_use=data["tool_use_id"], failed_seq=call.seq)
+            step["tool"] = data["tool"]
+            if edited is not None:
+                step["edited_args"] = edited
+            if note and choice.choice == Recovery.Choice.SKIP:
+                step["note"] = note
+        if choice.choice == Recovery.Choice.INSTRUCT:
+            Instruction.objects.create(
+                run=locked,
+                text=text,
+                key=f"reopen-{locked.last_seq}",
+                by=by,
+                source="recovery",
+            )
+        if not locked.reopen(step=step, state=state):
+            raise SteerError(409, "the run changed meanwhile; reload and try again")
+    run.refresh_from_db()
+    return run

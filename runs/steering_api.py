@@ -54,6 +54,12 @@ class InstructionOut(Schema):
     delivered_at: datetime | None
 
 
+class ReopeningOut(Schema):
+    choices: list[str] = Field(description="What may be chosen; empty: it cannot be reopened.")
+    why_not: str
+    failed_seq: int | None = Field(description="A failed call the agent was not told of yet.")
+
+
 class SteerOut(Schema):
     run: UUID
     status: str
@@ -61,6 +67,7 @@ class SteerOut(Schema):
     pause: PauseOut | None
     recovery: RecoveryOut | None = Field(description="The failed step waiting for a choice.")
     instructions: list[InstructionOut] = Field(description="The newest first.")
+    reopening: ReopeningOut | None = Field(description="A failed run: can it resume here?")
 
 
 class InstructionIn(Schema):
@@ -102,7 +109,15 @@ def _state(run: Run) -> dict:
         }
     recovery = steering.open_recovery(run)
     instructions = run.instructions.select_related("by").order_by("-created_at", "-id")
+    reopening = steering.reopening(run) if run.status == Run.Status.FAILED else None
     return {
+        "reopening": {
+            "choices": list(reopening.choices),
+            "why_not": reopening.why_not,
+            "failed_seq": reopening.failed_call.seq if reopening.failed_call else None,
+        }
+        if reopening
+        else None,
         "run": run.pk,
         "status": run.status,
         "status_detail": run.status_detail,
@@ -202,4 +217,19 @@ def post_recovery(request: HttpRequest, run_id: UUID, payload: RecoveryIn) -> di
         payload.choice, args=payload.arguments, note=payload.note, text=payload.text
     )
     _served(steering.choose, run, choice, by=request.auth)
+    return _state(run)
+
+
+@router.post(
+    "/runs/{run_id}/reopen",
+    response={200: SteerOut, 403: Message, 404: Message, 409: Message, 422: Message},
+    auth=OPERATORS,
+    summary="Resume a failed run from here: retry, skip or instruct (409 says why not)",
+)
+def reopen_run(request: HttpRequest, run_id: UUID, payload: RecoveryIn) -> dict:
+    run = _get_run(request, run_id)
+    choice = steering.Choice(
+        payload.choice, args=payload.arguments, note=payload.note, text=payload.text
+    )
+    _served(steering.reopen, run, choice, by=request.auth)
     return _state(run)

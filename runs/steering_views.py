@@ -106,3 +106,22 @@ def _first_error(form) -> str:
         label = "" if field == "__all__" else f"{field}: "
         return f"{label}{errors[0]}"
     return "invalid request"
+
+
+@require_POST
+@login_required
+def run_reopen(request: HttpRequest, pk) -> HttpResponse:
+    """ "Resume from here": a failed run reopened with the operator's choice."""
+    run = _get_run_for_user(request, pk, write=True)
+    form = RecoveryForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, run, 422, steer_error=_first_error(form))
+    data = form.cleaned_data
+    choice = steering.Choice(
+        data["choice"], args=data.get("arguments"), note=data["note"], text=data["text"]
+    )
+    try:
+        steering.reopen(run, choice, by=request.user)
+    except steering.SteerError as exc:
+        return _answer(request, run, exc.status, steer_error=str(exc))
+    return _answer(request, run, steer_message=f"Reopened ({data['choice']}); the run goes on.")

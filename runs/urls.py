@@ -16,6 +16,7 @@ urlpatterns = [
     path("runs/<uuid:pk>/resume/", steering_views.run_resume, name="resume"),
     path("runs/<uuid:pk>/instructions/", steering_views.run_instruct, name="instruct"),
     path("runs/<uuid:pk>/recovery/", steering_views.run_recover, name="recover"),
+    path("runs/<uuid:pk>/reopen/", steering_views.run_reopen, name="reopen"),
     path("runs/<uuid:pk>/pending/", views.run_pending, name="pending"),
     path("runs/<uuid:pk>/pending/<int:op_id>/", views.run_pending_finish, name="pending_finish"),
     path("runs/<uuid:pk>/export.<str:fmt>", views.run_export, name="export"),

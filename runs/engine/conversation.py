@@ -49,6 +49,11 @@ def messages(rows) -> list[dict]:
     texts: list[dict] = []
     for kind, data in rows:
         if kind == Step.Kind.STATUS:
+            if data.get("event") == "reopened" and data.get("supersedes_tool_use"):
+                # A failed run reopened to retry, skip or instruct about its failed call: the
+                # failure's result is taken back (the choice gives the call its result).
+                taken = data["supersedes_tool_use"]
+                results = [b for b in results if b.get("tool_use_id") != taken]
             if data.get("event") == "launched":
                 if "history" in data:
                     out.extend(copy.deepcopy(data["history"]))

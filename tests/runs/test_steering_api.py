@@ -148,3 +148,25 @@ def test_the_openapi_schema_lists_the_steering_endpoints(client, viewer):
     for action in ("pause", "resume", "instructions", "recovery", "steer"):
         assert f"/api/runs/{{run_id}}/{action}" in schema["paths"]
     assert "idempotency_key" in schema["components"]["schemas"]["InstructionIn"]["properties"]
+
+
+def test_a_failed_run_is_reopened_through_the_api(operator, viewer, no_enqueue):
+    failed = make_run(operator, status=Run.Status.FAILED, termination_reason="llm_error")
+    assert (
+        post_json(bearer_client(viewer), _url(failed, "reopen"), {"choice": "retry"}).status_code
+        == 403
+    )
+    client = bearer_client(operator)
+    state = client.get(_url(failed, "steer")).json()
+    assert state["reopening"] == {
+        "choices": ["retry", "instruct"],
+        "why_not": "",
+        "failed_seq": None,
+    }
+    skip = post_json(client, _url(failed, "reopen"), {"choice": "skip"})
+    assert skip.status_code == 422
+    done = post_json(client, _url(failed, "reopen"), {"choice": "instruct", "text": "be brief"})
+    assert done.status_code == 200 and done.json()["status"] == "queued"
+    assert done.json()["instructions"][0]["text"] == "be brief"
+    again = post_json(client, _url(failed, "reopen"), {"choice": "retry"})
+    assert again.status_code == 409 and "only a failed run" in again.json()["detail"]

@@ -189,3 +189,25 @@ def test_a_pushed_status_step_makes_each_viewer_fetch_the_steering_section(run):
     html = rendering.render_step_event(step)["html"]
     assert f'hx-get="{reverse("runs:steer", args=[run.pk])}"' in html
     assert 'id="run-steer" hx-swap-oob="true"' in html
+
+
+def test_a_failed_run_offers_resume_from_here_or_says_why_not(client, operator, no_enqueue):
+    client.force_login(operator)
+    limit = make_run(operator, status=Run.Status.FAILED, termination_reason="max_steps")
+    page = client.get(reverse("runs:detail", args=[limit.pk])).content.decode()
+    assert 'id="reopen-why-not"' in page and "fork it from a checkpoint" in page
+    assert (
+        client.post(
+            reverse("runs:reopen", args=[limit.pk]), {"choice": "retry"}, **HTMX
+        ).status_code
+        == 409
+    )
+
+    failed = make_run(operator, status=Run.Status.FAILED, termination_reason="llm_error")
+    page = client.get(reverse("runs:detail", args=[failed.pk])).content.decode()
+    assert 'id="reopen-retry"' in page and 'id="reopen-instruct"' in page
+    response = client.post(reverse("runs:reopen", args=[failed.pk]), {"choice": "retry"}, **HTMX)
+    assert response.status_code == 200 and "Reopened (retry)" in response.content.decode()
+    failed.refresh_from_db()
+    assert failed.status == Run.Status.QUEUED
+    assert failed.steps.order_by("-seq").first().data["event"] == "reopened"

@@ -7,7 +7,9 @@ import dataclasses
 import pytest
 
 from agentkit.agents import register
+from agentkit.llm import LLMError
 from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import breaker
 from approvals import decisions
 from approvals.models import Approval
 from runs import engine, steering
@@ -303,3 +305,91 @@ def test_without_ask_a_failed_call_goes_to_the_agent_as_before(launch, script):
     drive(run)
     assert run.status == Run.Status.SUCCEEDED and not Recovery.objects.exists()
     assert provider.calls == 2
+
+
+# --- "resume from here": a failed run reopened ----------------------------------------------
+def _three_failures(tool: str) -> list:
+    return [[tool_use(tool, n=i)] for i in (1, 2, 3)] + [[text("done")]]
+
+
+def test_a_run_ended_by_errors_is_reopened_and_its_failed_call_retried_edited(
+    launch, script, operator
+):
+    FAILURES_LEFT["t_flaky"] = 9  # each of the three calls fails its three attempts
+    provider = script(_three_failures("t_flaky"))
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.CONSECUTIVE_ERRORS
+    assert provider.calls == 3
+    found = steering.reopening(run)
+    assert found.choices == ("retry", "skip", "instruct") and found.failed_call.data["args"] == {
+        "n": 3
+    }
+
+    FAILURES_LEFT["t_flaky"] = 0  # the upstream is back (its circuit opened meanwhile)
+    breaker.reset()
+    steering.reopen(run, steering.Choice("retry", args={"n": 30}), by=operator)
+    assert run.status == Run.Status.QUEUED and not run.termination_reason
+    assert run.consecutive_errors == 0 and run.finished_at is None
+    reopened = run.steps.order_by("-seq").first()
+    assert reopened.data["event"] == "reopened" and reopened.data["by"] == "olivia"
+    drive(run)
+    assert run.status == Run.Status.SUCCEEDED
+    assert [d["args"] for d in tool_steps(run, "t_flaky")][-1] == {"n": 30}
+    # The model was told the retried call's result for its third call, not the failure.
+    last = provider.requests[-1].messages[-1]["content"]
+    assert len(last) == 1 and "is_error" not in last[0] and '"ok":30' in last[0]["content"]
+    assert engine.conversation(run)[:-1] == provider.requests[-1].messages
+    assert_timeline_sound(run)
+
+
+def test_a_reopened_run_may_skip_its_failed_call_with_a_note(launch, script, operator):
+    provider = script(_three_failures("t_fail"))
+    run = launch()
+    drive(run)
+    steering.reopen(run, steering.Choice("skip", note="not needed"), by=operator)
+    drive(run)
+    assert run.status == Run.Status.SUCCEEDED
+    assert "not needed" in provider.requests[-1].messages[-1]["content"][0]["content"]
+    assert engine.conversation(run)[:-1] == provider.requests[-1].messages
+
+
+def test_a_model_error_is_retried_by_reopening(launch, script, operator):
+    provider = script([[text("done")]], errors=[LLMError("bad request", status=400)])
+    run = launch()
+    drive(run)
+    assert run.termination_reason == Run.Termination.LLM_ERROR
+    assert steering.reopening(run).choices == ("retry", "instruct")
+    with pytest.raises(steering.SteerError) as skip:
+        steering.reopen(run, steering.Choice("skip"), by=operator)
+    assert skip.value.status == 422
+    steering.reopen(run, steering.Choice("instruct", text="answer briefly"), by=operator)
+    drive(run)
+    assert run.status == Run.Status.SUCCEEDED and provider.calls == 2
+    assert "[Instruction from the operator olivia] answer briefly" in str(
+        provider.requests[1].messages
+    )
+
+
+def test_a_run_that_hit_a_limit_or_succeeded_is_not_reopened_and_says_why(launch, script, operator):
+    script([[tool_use("t_echo", text=str(i))] for i in range(5)])
+    run = launch(max_steps=2)
+    drive(run)
+    assert run.termination_reason == Run.Termination.MAX_STEPS
+    with pytest.raises(steering.SteerError) as limit:
+        steering.reopen(run, steering.Choice("retry"), by=operator)
+    assert limit.value.status == 409 and "fork it from a checkpoint" in str(limit.value)
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+
+
+def test_a_run_whose_chain_does_not_verify_is_not_reopened(launch, script, operator):
+    script(_three_failures("t_fail"))
+    run = launch()
+    drive(run)
+    harness.tamper(
+        "UPDATE runs_step SET data = %s WHERE run_id = %s AND seq = 2",
+        ['{"event": "started", "tampered": true}', run.pk.hex],
+    )
+    found = steering.reopening(run)
+    assert not found.choices and "does not verify from step #2" in found.why_not
