@@ -127,7 +127,13 @@ def choose(run: Run, choice: Choice, *, by) -> Recovery:
         if recovery is None:
             raise SteerError(409, _no_open_recovery(locked))
         _steerable(locked)
-        edited = _checked_args(recovery, choice) if choice.choice == Recovery.Choice.RETRY else None
+        # A run held for its consecutive errors has no call to retry or skip: the model is
+        # asked again (with an instruction), the count reset by this write.
+        errors = not recovery.tool
+        if errors and choice.choice == Recovery.Choice.SKIP:
+            raise SteerError(422, "choose retry or instruct: there is no call to skip")
+        retry = choice.choice == Recovery.Choice.RETRY and not errors
+        edited = _checked_args(recovery, choice) if retry else None
         now = timezone.now()
         Recovery.objects.filter(pk=recovery.pk).update(
             status=Recovery.Status.DECIDED,
@@ -155,8 +161,9 @@ def choose(run: Run, choice: Choice, *, by) -> Recovery:
             step["note"] = note
         if choice.choice == Recovery.Choice.INSTRUCT:
             step["text"] = text
+        reset = {"consecutive_errors": 0} if errors else {}
         if not locked.resume(
-            f"{choice.choice} chosen by {username}", first=(Step.Kind.OPERATOR, step, {})
+            f"{choice.choice} chosen by {username}", first=(Step.Kind.OPERATOR, step, reset)
         ):
             raise SteerError(409, "the run is not waiting for this choice")
     recovery.refresh_from_db()

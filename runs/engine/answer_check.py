@@ -58,7 +58,9 @@ def check(work: Work) -> None:
         if not verify["passed"]:
             if verify["attempt"] < verify["max_attempts"]:
                 return _send_back(work, steps, counters)
-            if verify["on_fail"] == "person":
+            # An agent that asks on failure (on_failure="ask") puts every verifier's last
+            # failure before a person, as on_fail="person" does.
+            if verify["on_fail"] == "person" or work.agent_config.get("on_failure") == "ask":
                 return _ask_person(work, steps, counters, checking, verify)
             detail = f"{verify['verifier']}: {verify['reason']}"
             return _end(work, steps, counters, Run.Termination.VERIFICATION_FAILED, detail)

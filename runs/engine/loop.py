@@ -225,6 +225,7 @@ def step(work: Work) -> None:
             lease.still_mine(work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
             if work.state.get("awaiting"):
                 awaiting.settle(work)
+            steering.errors_choice(work)  # on_failure="ask": errors wait for an operator
             terminator.precheck(work)
             humans.continue_checkpoint(work)
             steering.deliver_instructions(work)

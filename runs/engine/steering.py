@@ -159,11 +159,7 @@ def apply_choice(work: Work, item: dict) -> dict:
     records (ledger.record_tool_result's keywords); with no choice yet the run parks again."""
     recovery = Recovery.objects.select_related("decided_by").get(pk=item["recovery"])
     if recovery.status == Recovery.Status.OPEN:
-        with transaction.atomic():
-            run = owned.locked(work)
-            run.park(f"waiting for an operator: {recovery.tool} failed", reason="a step failed")
-            work.run = run
-        raise Stop
+        _park_for_choice(work, f"{recovery.tool} failed")
     del item["recovery"]
     by = recovery.decided_by.get_username() if recovery.decided_by else "an operator"
     if recovery.choice == Recovery.Choice.RETRY:
@@ -183,6 +179,54 @@ def apply_choice(work: Work, item: dict) -> dict:
     # choice) comes at the next model turn.
     work.instructions_waiting = True
     return {"error": recovery.error, "attempts": 0, "counts_as_error": False, "args": recovery.args}
+
+
+# --- too many consecutive errors, for an agent that asks ----------------------------------------
+ERRORS = "errors_recovery"  # work.state: the Recovery a run holding its errors waits on
+
+
+def errors_choice(work: Work) -> None:
+    """Before a model call of an agent declared on_failure="ask": past its consecutive
+    errors, the run waits for an operator (retry: the model is asked again, the count reset
+    by the choice's write; instruct: with an instruction) instead of failing."""
+    if not asks_on_failure(work):
+        return
+    held = work.state.get(ERRORS)
+    if held is not None:
+        recovery = Recovery.objects.get(pk=held)
+        if recovery.status == Recovery.Status.OPEN:
+            _park_for_choice(work, "too many consecutive errors")
+        del work.state[ERRORS]  # checkpointed with the next step
+        if recovery.choice == Recovery.Choice.INSTRUCT:
+            work.instructions_waiting = True
+        work.run.consecutive_errors = 0  # the choice's write reset it
+        return
+    run = work.run
+    if run.consecutive_errors < run.max_consecutive_errors:
+        return
+    detail = f"{run.consecutive_errors} consecutive errors (limit {run.max_consecutive_errors})"
+    with transaction.atomic():
+        locked = owned.locked(work)
+        recovery = Recovery.objects.create(
+            run=locked, failed_seq=locked.last_seq, tool="", tool_use_id="", args={}, error=detail
+        )
+        work.state[ERRORS] = recovery.pk
+        work.run = locked
+        owned.write_checkpoint(work)
+        locked.park(
+            f"waiting for an operator: {detail}",
+            reason="a step failed",
+            note=f"{detail}; an operator chooses: retry or instruct",
+        )
+    raise Stop
+
+
+def _park_for_choice(work: Work, what: str) -> None:
+    with transaction.atomic():
+        run = owned.locked(work)
+        run.park(f"waiting for an operator: {what}", reason="a step failed")
+        work.run = run
+    raise Stop
 
 
 def _username(user_id) -> str:

@@ -522,3 +522,15 @@ def test_a_tool_s_return_annotation_is_its_output_schema(agent_with, script):
     assert missing["is_error"] and "'count' is a required property" in missing["error"]
     assert run.steps.get(kind=Step.Kind.GUARD).data["tool"] == "t_stock"
     assert provider.requests[1].messages[-1]["content"][2]["is_error"] is True
+
+
+def test_an_agent_that_asks_on_failure_puts_a_failed_verification_before_a_person(
+    agent_with, script, approver
+):
+    script([[text("41")], [text("42")]])
+    run = agent_with(verifier=Verifier(check=must_say_42, max_attempts=1), on_failure="ask")
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.WAITING
+    approval = Approval.objects.get(run=run)
+    assert "the total is 42, not '41'" in approval.question
+    decisions.decide(approval.pk, user=approver, decision="answer", answer="Recount the rows.")
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED

@@ -393,3 +393,22 @@ def test_a_run_whose_chain_does_not_verify_is_not_reopened(launch, script, opera
     )
     found = steering.reopening(run)
     assert not found.choices and "does not verify from step #2" in found.why_not
+
+
+def test_an_asking_agent_waits_at_its_error_limit_and_goes_on_when_told(asking, script, operator):
+    # Unknown tools: errors the model makes, told to it, not calls to hold.
+    provider = script([[tool_use("t_nope", n=i)] for i in range(3)] + [[text("done")]])
+    run = asking()
+    drive(run)
+    assert run.status == Run.Status.WAITING and provider.calls == 3
+    recovery = _held(run)
+    assert recovery.tool == "" and "3 consecutive errors" in recovery.error
+    with pytest.raises(steering.SteerError) as skip:
+        steering.choose(run, steering.Choice("skip"), by=operator)
+    assert skip.value.status == 422
+    steering.choose(run, steering.Choice("instruct", text="use t_echo"), by=operator)
+    assert run.consecutive_errors == 0
+    drive(run)
+    assert run.status == Run.Status.SUCCEEDED and provider.calls == 4
+    assert "[Instruction from the operator olivia] use t_echo" in str(provider.requests[3].messages)
+    assert_timeline_sound(run)
