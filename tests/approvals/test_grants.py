@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from approvals import grants
+from approvals import evidence_export, grants
 from approvals.grants import Bounds, GrantRefused
 from approvals.models import Approval, Grant
 from runs.models import Run, Step
@@ -236,3 +236,23 @@ def test_two_workers_never_both_use_the_last_allowance(bea, django_user_model, n
     statuses = sorted(Run.objects.get(pk=r.pk).status for r in runs)
     assert statuses == sorted(["succeeded"] * 2 + ["waiting"] * (racers - 2))
     assert Approval.objects.filter(run__in=runs, status="pending").count() == racers - 2
+
+
+def test_the_audit_export_says_under_which_grant_each_call_ran(bea, no_enqueue):
+    run, first = gated("test-crediter", {"to": "acme", "amounts": "10,20"})
+    made, _ = grants.grant(first.pk, user=bea, bounds=RUN)
+    drive(run)
+    now = timezone.now()
+    found = list(
+        evidence_export.records(since=now - timedelta(hours=1), until=now + timedelta(hours=1))
+    )
+    by_person = next(r for r in found if r["approval"] == str(first.pk))
+    assert (by_person["decision"], by_person["decided_by"]) == ("approve", "bea")
+    auto = Approval.objects.get(grant=made)
+    by_grant = next(r for r in found if r["approval"] == str(auto.pk))
+    assert by_grant["decision"] == "grant_approve"
+    assert by_grant["decided_by"] == "bea"
+    assert by_grant["authority"] == f"standing grant #{made.pk} (by bea)"
+    assert by_grant["via"] == "grant"
+    gate = run.steps.get(kind=Step.Kind.GATE, data__approval=str(auto.pk))
+    assert (by_grant["step_seq"], by_grant["step_hash"]) == (gate.seq, gate.hash)

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from accounts.models import ApiToken
 from approvals import decisions, gate_config
 from approvals.models import Approval
 from runs.models import Run, Step
@@ -109,8 +110,6 @@ def test_the_card_says_the_run_halts_and_offers_to_resume_it(operator, bea, no_e
 
 
 def test_the_api_resumes_a_halted_run(operator, no_enqueue):
-    from accounts.models import ApiToken
-
     run, approval = gated("test-crediter", CREDITS, on_expiry="halt")
     expire(approval)
     _, raw = ApiToken.issue(operator, "tests")
