@@ -95,10 +95,10 @@ class Approval(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     # The standing grant that approved this call without asking anyone (approvals/grants.py).
-    # PROTECT: a decided approval never changes again, so its grant is never deleted (only
-    # revoked).
+    # RESTRICT: a decided approval never changes again, so its grant is not deleted under it
+    # (grants are revoked, not deleted), unless both go together with their run.
     grant = models.ForeignKey(
-        "Grant", null=True, blank=True, on_delete=models.PROTECT, related_name="approvals"
+        "Grant", null=True, blank=True, on_delete=models.RESTRICT, related_name="approvals"
     )
 
     objects = ApprovalQuerySet.as_manager()

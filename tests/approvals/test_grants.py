@@ -6,6 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -256,3 +257,15 @@ def test_the_audit_export_says_under_which_grant_each_call_ran(bea, no_enqueue):
     assert by_grant["via"] == "grant"
     gate = run.steps.get(kind=Step.Kind.GATE, data__approval=str(auto.pk))
     assert (by_grant["step_seq"], by_grant["step_hash"]) == (gate.seq, gate.hash)
+
+
+@pytest.mark.skipif(
+    settings.IS_POSTGRES, reason="Postgres refuses deleting decided approvals (audit triggers)"
+)
+def test_a_run_with_calls_its_own_grant_approved_can_still_be_deleted(bea, no_enqueue):
+    run, first = gated("test-crediter", {"to": "acme", "amounts": "10,20"})
+    made, _ = grants.grant(first.pk, user=bea, bounds=RUN)
+    drive(run)
+    assert Approval.objects.filter(grant=made).exists()
+    run.delete()
+    assert not Grant.objects.filter(pk=made.pk).exists()
