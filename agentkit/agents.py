@@ -106,7 +106,15 @@ class GateRules:
     continue_every_n_steps: int = 0  # periodic "continue?" checkpoint; 0 is off
     sample_rate: float = 0.0  # share of borderline calls gated anyway
     approval_timeout: timedelta = timedelta(hours=24)
-    on_expiry: str = "reject"  # reject (tell the agent) or fail (fail the run)
+    # At the deadline: reject (the agent is told the call was denied and goes on), fail (the
+    # run fails) or halt (the run stops where it is, waiting, until an operator resumes or
+    # cancels it).
+    on_expiry: str = "reject"
+    # Reminders to the approvers while nobody decides: when these shares of the approval's
+    # time are left (0.5 = half-life, 0.1 = 10 % left), and, before each escalation tier, when
+    # `remind_before_escalation` of the tier's delay is left (0 turns that one off).
+    reminders: tuple[float, ...] = (0.5, 0.1)
+    remind_before_escalation: float = 0.2
     four_eyes_from: str = "high"  # blast radius from which the launcher may not approve
     quorum_from: str = ""  # blast radius needing `quorum` distinct approvers ("" off)
     quorum: int = 2
@@ -133,6 +141,8 @@ class GateRules:
             "sample_rate": self.sample_rate,
             "approval_timeout_seconds": int(self.approval_timeout.total_seconds()),
             "on_expiry": self.on_expiry,
+            "reminders": [float(r) for r in self.reminders],
+            "remind_before_escalation": float(self.remind_before_escalation),
             "four_eyes_from": self.four_eyes_from,
             "quorum_from": self.quorum_from,
             "quorum": self.quorum,

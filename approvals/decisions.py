@@ -590,20 +590,29 @@ def on_run_cancelled(sender, run: Run, **kwargs) -> int:
 
 
 # --- expiry ----------------------------------------------------------------------------------
+HALTED = "halted: "
+
+
 def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
-    """Expire pending approvals past their deadline; the engine then applies each one's
-    `on_expiry` (reject = tell the agent, fail = fail the run). Returns how many expired."""
+    """Expire pending approvals past their deadline and apply each one's `on_expiry`: reject
+    (the run resumes and the agent is told the call was not executed), fail (the engine fails
+    the run) or halt (the run stays parked, its status line says it is halted, until an
+    operator resumes or cancels it: `resume_halted`). Returns how many expired."""
     now = now or timezone.now()
     due = list(
         Approval.objects.pending()
         .filter(expires_at__lte=now)
         .order_by("expires_at")
-        .values_list("pk", "run_id")[:batch]
+        .values_list("pk", "run_id", "on_expiry")[:batch]
     )
     expired = 0
-    for approval_id, run_id in due:
+    for approval_id, run_id, on_expiry in due:
         with transaction.atomic():
             run = Run.locked(run_id)
+            if on_expiry == "halt" and run.status == Run.Status.RUNNING:
+                # Gated but not parked yet (its worker is between the gate and the pause):
+                # a halt needs the run parked, so the next sweep expires it.
+                continue
             # Compare-and-set: a decision that won the lock first keeps its outcome.
             if not Approval.objects.filter(
                 pk=approval_id, status=Approval.Status.PENDING, expires_at__lte=now
@@ -618,24 +627,73 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
             transaction.on_commit(metrics.approvals_expired.labels(approval.kind).inc)
             if run.is_terminal:
                 continue  # the run ended without it (cancelled): nothing left to apply
-            outcome = (
-                "the run fails"
-                if approval.on_expiry == "fail"
-                else "the agent is told it was not executed"
-            )
-            _append_and_resume(
-                run,
-                {
-                    "approval": str(approval.pk),
-                    "kind": approval.kind,
-                    "decision": "expire",
-                    "status": Approval.Status.EXPIRED,
-                    "by": None,
-                    "tool": approval.tool,
-                    "args": approval.args,
-                    "on_expiry": approval.on_expiry,
-                    "detail": f"no decision by {_when(approval.expires_at)}: {outcome}",
-                },
-                update={"expired_count": run.expired_count + 1},
-            )
+            step = {
+                "approval": str(approval.pk),
+                "kind": approval.kind,
+                "decision": "expire",
+                "status": Approval.Status.EXPIRED,
+                "by": None,
+                "tool": approval.tool,
+                "args": approval.args,
+                "on_expiry": approval.on_expiry,
+                "detail": f"no decision by {_when(approval.expires_at)}: "
+                + _EXPIRY_OUTCOMES.get(approval.on_expiry, _EXPIRY_OUTCOMES["reject"]),
+            }
+            update = {"expired_count": run.expired_count + 1}
+            if approval.on_expiry == "halt":
+                _halt(run, approval, step, update)
+            else:
+                _append_and_resume(run, step, update=update)
     return expired
+
+
+_EXPIRY_OUTCOMES = {
+    "reject": "the agent is told it was not executed",
+    "fail": "the run fails",
+    "halt": "the run halts until an operator resumes or cancels it",
+}
+
+
+def _halt(run: Run, approval: Approval, step: dict, update: dict) -> None:
+    """The expiry's step, and the run stays parked with a status line that says it is halted
+    and why (`is_halted`); it is not sent to a worker."""
+    what = approval.tool or "a question"
+    update["status_detail"] = (
+        f"{HALTED}nobody decided {what} by {_when(approval.expires_at)}; "
+        "resume the run or cancel it"
+    )[:500]
+    run.append_step(Step.Kind.DECISION, step, update=update)
+
+
+def is_halted(run: Run) -> bool:
+    """Whether the run is halted by an expiry and waits for an operator (nothing else left to
+    decide in it)."""
+    return (
+        run.status == Run.Status.WAITING
+        and run.status_detail.startswith(HALTED)
+        and not Approval.objects.filter(run=run, status=Approval.Status.PENDING).exists()
+    )
+
+
+def may_resume_halted(user) -> bool:
+    """Operators (who run agents) and approvers (who let the approval expire) may."""
+    return bool(user and user.is_authenticated and (user.can_operate or user.can_approve))
+
+
+def resume_halted(run_id, *, user) -> Run:
+    """An operator resumes a run an expiry halted: the engine then tells the agent the call
+    was not executed, and the run goes on. DecisionForbidden for other roles, DecisionConflict
+    when the run is not halted (resumed or cancelled by someone else first)."""
+    if not may_resume_halted(user):
+        raise DecisionForbidden("only operators and approvers can resume a halted run")
+    with transaction.atomic():
+        run = Run.locked(run_id)
+        if not is_halted(run):
+            raise DecisionConflict(
+                f"the run is not halted (it is {run.status}"
+                + (f": {run.status_detail}" if run.status_detail else "")
+                + "); nothing to resume"
+            )
+        run.resume(f"resumed by {user.get_username()} after a halt at an approval's expiry")
+    run.refresh_from_db()
+    return run

@@ -21,7 +21,7 @@ from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, D
 from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
-from . import declared_policy, gate_config, tasks
+from . import declared_policy, gate_config, grants, tasks
 from .learning import rules as learning
 from .models import Approval, RuleHit
 
@@ -211,6 +211,12 @@ def open_gate(run: Run, item: dict, gate: dict) -> str:
         rule = learning.use_rule(rule_id, item["args"], tool, gate["risk"]) if tool else None
         if rule is not None:
             return str(_approve_by_rule(run, item, rule, **gate).pk)
+    if check_id is None:
+        # A standing grant an approver gave (approvals/grants.py); a rule's sampled check
+        # still goes to a person.
+        granted = grants.use_for(run, item, gate)
+        if granted is not None:
+            return str(_approve_by_grant(run, item, granted, **gate).pk)
     approval = _open(run, item, **gate)
     if check_id is not None:
         RuleHit.objects.create(rule_id=check_id, approval=approval, checked=True)
@@ -252,6 +258,47 @@ def _approve_by_rule(
         status=Approval.Status.APPROVED,
         approved_by_rule=rule.pk,
         rule=described,
+    )
+    return approval
+
+
+def _approve_by_grant(
+    run: Run, item: dict, grant, *, kind: str, tool: str, explanation: str, risk: str, **_
+) -> Approval:
+    """The audit record of a call a standing grant approved: an Approval decided by the grant
+    (`Approval.grant`; no person decided this call), and a gate step saying "approved by grant
+    #n (by whom)" in the run's hash-chained timeline."""
+    now = timezone.now()
+    who = grant.granted_by_name
+    hashed = args_hash(tool, item["args"])
+    approval = Approval(
+        run=run,
+        gate_seq=run.last_seq + 1,
+        llm_seq=item["llm_seq"],
+        tool_use_id=item["id"],
+        kind=kind,
+        tool=tool,
+        args=item["args"],
+        args_hash=hashed,
+        approved_args_hash=hashed,
+        explanation=f"approved by grant #{grant.pk} (by {who}); without it: {explanation}",
+        risk=risk if risk in Approval.Risk.values else Blast.MEDIUM.label,
+        status=Approval.Status.APPROVED,
+        reason=f"approved by grant #{grant.pk} (by {who})",
+        grant=grant,
+        requested_at=now,
+        decided_at=now,
+        expires_at=now,
+    )
+    approval.save(force_insert=True)
+    _gate_step(
+        run,
+        approval,
+        item,
+        status=Approval.Status.APPROVED,
+        approved_by_grant=grant.pk,
+        granted_by=who,
+        grant=grants.describe(grant),
     )
     return approval
 
@@ -385,6 +432,9 @@ def continue_answer(run: Run) -> ContinueAnswer | None:
         return None
     if approval.status == Approval.Status.PENDING:
         return ContinueAnswer(PENDING)
+    if approval.status == Approval.Status.EXPIRED and approval.on_expiry == "halt":
+        # The expiry halted the run; it only moves again when an operator resumes it.
+        return ContinueAnswer(CONTINUE)
     if approval.status == Approval.Status.EXPIRED:
         return ContinueAnswer(EXPIRE, "nobody answered the continue? checkpoint before it expired")
     if (

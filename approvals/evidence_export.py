@@ -116,7 +116,7 @@ def records(
     decision steps) per chunk, so memory stays flat whatever the period's size."""
     approvals = (
         Approval.objects.filter(status__in=SETTLED, decided_at__gte=since, decided_at__lt=until)
-        .select_related("run", "decided_by")
+        .select_related("run", "decided_by", "grant")
         .order_by("decided_at", "id")
     )
     if agent:
@@ -184,6 +184,21 @@ def _approval_records(
     approval: Approval, *, votes, rule_use, tiers, steps, tapped
 ) -> Iterator[dict]:
     base = _base(approval)
+    if approval.grant_id is not None:
+        # No person decided this call: the approver who gave the standing grant did, ahead.
+        grant = approval.grant
+        gate = next((s for s in steps if s.kind == Step.Kind.GATE), None)
+        yield {
+            **base,
+            "decided_at": _iso(approval.decided_at),
+            "decision": "grant_approve",
+            "decided_by": grant.granted_by_name,
+            "authority": f"standing grant #{grant.pk} (by {grant.granted_by_name})",
+            "reason": approval.reason,
+            "via": "grant",
+            **_step_ref(gate),
+        }
+        return
     if rule_use is not None:
         rule = rule_use.rule
         gate = next((s for s in steps if s.kind == Step.Kind.GATE), None)

@@ -23,7 +23,7 @@ from agentkit.agents import CATALOGUE, GateRules
 from agentkit.tools import Blast
 
 KNOWN_KEYS = frozenset(GateRules().as_dict())
-EXPIRY_OUTCOMES = ("reject", "fail")
+EXPIRY_OUTCOMES = ("reject", "fail", "halt")
 # The expiry defaults are declared once, with the rest of an agent's gate rules (GateRules);
 # approvals reads them from here for snapshots without the key.
 APPROVAL_TIMEOUT = GateRules.approval_timeout
@@ -98,6 +98,13 @@ def problems(snapshot: dict, *, existing_users: set[str] | None = None) -> list[
             f"on_expiry {gates['on_expiry']!r} is not an outcome the expiry knows "
             f"({' or '.join(EXPIRY_OUTCOMES)})"
         )
+    reminders = gates.get("reminders", [])
+    if not isinstance(reminders, list | tuple):
+        found.append("reminders must be a list of shares of the approval's time left")
+    else:
+        for index, share in enumerate(reminders):
+            found += _share_left(f"reminders[{index}]", share)
+    found += _rate("remind_before_escalation", gates.get("remind_before_escalation", 0))
     for key in ("four_eyes_from", "quorum_from"):
         if gates.get(key, "") not in ("", *BLAST_LABELS):
             found.append(f"{key} {gates[key]!r} is not a blast radius ({', '.join(BLAST_LABELS)})")
@@ -153,6 +160,17 @@ def _rate(where: str, value: Any) -> list[str]:
     except (TypeError, ValueError):
         ok = False
     return [] if ok else [f"{where} must be a share between 0 and 1, not {value!r}"]
+
+
+def _share_left(where: str, value: Any) -> list[str]:
+    # A reminder at 0 % or 100 % left would go out at the deadline or at once: both mean nothing.
+    try:
+        ok = 0 < float(value) < 1
+    except (TypeError, ValueError):
+        ok = False
+    return (
+        [] if ok else [f"{where} must be a share of the time left between 0 and 1, not {value!r}"]
+    )
 
 
 def check_catalogue(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

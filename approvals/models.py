@@ -94,6 +94,12 @@ class Approval(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The standing grant that approved this call without asking anyone (approvals/grants.py).
+    # RESTRICT: a decided approval never changes again, so its grant is not deleted under it
+    # (grants are revoked, not deleted), unless both go together with their run.
+    grant = models.ForeignKey(
+        "Grant", null=True, blank=True, on_delete=models.RESTRICT, related_name="approvals"
+    )
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -205,6 +211,11 @@ class Approval(models.Model):
         """What happens if nobody decides before the deadline, in words."""
         if self.on_expiry == "fail":
             return "it expires and the run fails."
+        if self.on_expiry == "halt":
+            return (
+                "it expires and the run halts: nothing more happens until an operator resumes "
+                "it (the agent is then told the call was not executed) or cancels it."
+            )
         if self.kind == self.Kind.QUESTION:
             return "it expires unanswered and the agent is told so."
         return "it expires: the call is not executed, and the agent is told so."
@@ -420,3 +431,82 @@ class ApprovalWatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} watches {self.approval_id}"
+
+
+class Grant(models.Model):
+    """A standing approval an approver gave from an approval card: more than the one call
+    (approvals/grants.py has the rules). Always bounded: by its run, an expiry or a count, and
+    optionally an argument envelope; revocable at once; never for what a person must decide
+    each time (high risk, four-eyes, quorum)."""
+
+    class Scope(models.TextChoices):
+        RUN = "run", "the rest of this run"
+        AGENT = "agent", "this agent"
+
+    scope = models.CharField(max_length=8, choices=Scope.choices)
+    agent = models.SlugField(max_length=64)
+    run = models.ForeignKey(
+        "runs.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="grants"
+    )
+    tool = models.CharField(max_length=64)
+    # Conditions on the arguments, each {"arg", "op": "lte" | "eq", "value"}: all must hold.
+    envelope = models.JSONField(default=list, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    max_uses = models.PositiveIntegerField(null=True, blank=True)
+    uses = models.PositiveIntegerField(default=0)
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Kept when the user is deleted: the audit says who it was.
+    granted_by_name = models.CharField(max_length=150)
+    granted_at = models.DateTimeField(default=timezone.now)
+    from_approval = models.ForeignKey(
+        Approval, null=True, blank=True, on_delete=models.SET_NULL, related_name="grants_made"
+    )
+    note = models.CharField(max_length=500, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by_name = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-granted_at", "-id"]
+        indexes = [models.Index(fields=["agent", "tool", "revoked_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(scope__in=["run", "agent"]), name="grant_scope_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(scope="agent") | Q(run__isnull=False), name="grant_run_scope_has_run"
+            ),
+            # Never open-ended: a run ends; an agent-wide grant needs an expiry or a count.
+            models.CheckConstraint(
+                condition=Q(scope="run") | Q(expires_at__isnull=False) | Q(max_uses__isnull=False),
+                name="grant_is_bounded",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_uses__isnull=True) | Q(uses__lte=models.F("max_uses")),
+                name="grant_uses_within_max",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"grant #{self.pk} {self.tool} for {self.get_scope_display()}"
+
+
+class ApprovalReminder(models.Model):
+    """A reminder sent about a pending approval (approvals/notify/reminders.py): the unique
+    (approval, key) makes each one go out once, however often (and on however many hosts) the
+    sweep runs."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="reminders")
+    # "expiry:0.5" (half the time left), "expiry:0.1", "escalation:1" (before tier 1).
+    key = models.CharField(max_length=32)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at"]
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "key"], name="approval_reminder_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"reminder {self.key} of {self.approval_id}"

@@ -21,7 +21,7 @@ DETAIL = "approvals/detail.html"
 
 def render_approval_event(approval_id: Any) -> dict:
     """The approvals group's messages for one change (None: only the current state)."""
-    approval = Approval.objects.select_related("decided_by").filter(pk=approval_id).first()
+    approval = Approval.objects.select_related("decided_by", "grant").filter(pk=approval_id).first()
     rows = presence.mark_claims(listing.queue())
     ctx = {
         "approval": approval,

@@ -1,4 +1,4 @@
-"""Approvals' Celery tasks: the expiry sweep, and the notifications of a new approval.
+"""Approvals' Celery tasks: the expiry sweep, the notifications of a new approval, reminders.
 
 Each notification channel is its own task so one dead endpoint is retried alone, as every
 delivery is (approvals/notify/delivery.py RETRIED_DELIVERY). What is sent, and how, is the
@@ -15,7 +15,7 @@ from slack_sdk.errors import SlackApiError
 from . import decisions, evidence_export
 from .learning import rules as learning
 from .models import Approval
-from .notify import email, escalation, webhooks
+from .notify import email, escalation, reminders, webhooks
 from .notify.delivery import RETRIED_DELIVERY, DeliveryError, DeliveryRefused
 from .notify.slack import app as slack
 
@@ -42,7 +42,21 @@ def export_decisions() -> str:
 
 @shared_task(ignore_result=True)
 def escalate_approvals() -> int:
+    """Reminders first (one may warn of the escalation that is due next), then the tiers that
+    are due. Returns how many tiers were told."""
+    reminders.remind_due(approval_reminded)
     return escalation.escalate_due(approval_escalated)
+
+
+def approval_reminded(approval_id: str, key: str) -> None:
+    """Queue a reminder's deliveries (after commit); never raises, like below."""
+    try:
+        if settings.AGENTOPS["NOTIFY_EMAIL"]:
+            send_reminder_email.delay(approval_id, key)
+        for url in settings.AGENTOPS["WEBHOOK_URLS"]:
+            deliver_reminder_webhook.delay(approval_id, url, key)
+    except Exception:
+        log.exception("approval %s: could not queue the reminder %s", approval_id, key)
 
 
 def approval_escalated(approval_id: str, tier: int) -> None:
@@ -94,6 +108,20 @@ def deliver_approval_webhook(approval_id: str, url: str) -> int:
         return webhooks.deliver_webhook(approval_id, url)
     except DeliveryRefused as exc:
         log.warning("approval %s: webhook not delivered: %s", approval_id, exc)
+        return 0
+
+
+@shared_task(**RETRIED_DELIVERY)
+def send_reminder_email(approval_id: str, key: str) -> int:
+    return email.send_reminder_email(approval_id, key)
+
+
+@shared_task(**RETRIED_DELIVERY)
+def deliver_reminder_webhook(approval_id: str, url: str, key: str) -> int:
+    try:
+        return webhooks.deliver_webhook(approval_id, url, reminder=key)
+    except DeliveryRefused as exc:
+        log.warning("approval %s: reminder webhook not delivered: %s", approval_id, exc)
         return 0
 
 

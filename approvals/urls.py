@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import batch_views, delegation_views, export_views, views
+from . import batch_views, delegation_views, export_views, grant_views, views
 from .learning import views as learning_views
 from .notify.one_tap import views as one_tap_views
 
@@ -12,6 +12,8 @@ urlpatterns = [
     path("batch/", batch_views.batch_decide, name="batch"),
     path("delegation/", delegation_views.delegations, name="delegations"),
     path("delegation/<int:pk>/end/", delegation_views.end_delegation, name="end_delegation"),
+    path("grants/", grant_views.grants_page, name="grants"),
+    path("grants/<int:pk>/revoke/", grant_views.revoke_grant, name="revoke_grant"),
     path("rules/", learning_views.rules, name="rules"),
     path("rules/<int:pk>/accept/", learning_views.accept_rule, name="accept_rule"),
     path("rules/<int:pk>/decline/", learning_views.decline_rule, name="decline_rule"),
@@ -23,6 +25,8 @@ urlpatterns = [
     path("<uuid:pk>/opened/", views.opened, name="opened"),
     path("<uuid:pk>/decide/", views.decide, name="decide"),
     path("<uuid:pk>/claim/", views.claim, name="claim"),
+    path("<uuid:pk>/grant/", grant_views.grant_from_card, name="grant"),
+    path("<uuid:pk>/resume-halted/", grant_views.resume_halted, name="resume_halted"),
     path("<uuid:pk>/edit-preview/", views.edit_preview, name="edit_preview"),
     path("link/<str:token>/", one_tap_views.one_tap_page, name="one_tap"),
 ]

@@ -20,7 +20,16 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import events, rendering
 from runs.models import Step, args_hash
 
-from . import arg_form, decisions, evidence, listing, permissions, presence, stream_messages
+from . import (
+    arg_form,
+    decisions,
+    evidence,
+    grant_forms,
+    listing,
+    permissions,
+    presence,
+    stream_messages,
+)
 from .models import Approval, ApprovalVote
 
 QUEUE_TEMPLATE = "approvals/queue.html"
@@ -147,6 +156,11 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "field_errors": {},
         "result": None,
         **stream_messages.presence_context(approval, request.user),
+        **grant_forms.card_context(approval, request.user),
+        "halted": approval.status == Approval.Status.EXPIRED
+        and approval.on_expiry == "halt"
+        and decisions.is_halted(run),
+        "may_resume": decisions.may_resume_halted(request.user),
         **extra,
     }
 

@@ -1143,3 +1143,76 @@ register(
         on_failure="ask",
     )
 )
+
+
+# --- Goodwill round (standing grants) -------------------------------------------------------------
+class GoodwillRoundInput(forms.Form):
+    customers = forms.CharField(
+        max_length=1000,
+        initial="grace.thompson1@example.com, henry.walker2@example.com, iris.young3@example.com",
+        help_text="E-mail addresses, comma-separated (at most 5).",
+    )
+    amount = forms.DecimalField(
+        min_value=Decimal("0.01"), max_value=Decimal(1000), decimal_places=2, initial=10
+    )
+    reason = forms.ChoiceField(choices=[(r, r) for r in tools.GOODWILL_REASONS])
+
+    def clean_customers(self) -> str:
+        found = [c.strip() for c in self.cleaned_data["customers"].split(",") if c.strip()]
+        if not 1 <= len(found) <= 5:
+            raise forms.ValidationError("give one to five e-mail addresses")
+        for address in found:
+            forms.EmailField().clean(address)
+        return ", ".join(found)
+
+
+def goodwill_round_script(data: dict) -> list:
+    customers = data["customers"].split(", ")
+
+    def report(messages):
+        done = [m for m in messages if m.get("role") == "user" and "credited" in json.dumps(m)]
+        return [text(f"Goodwill round over: {len(done)} of {len(customers)} credits granted.")]
+
+    turns: list = [
+        [
+            text(f"Credit {n} of {len(customers)}."),
+            tool_use(
+                "grant_goodwill_credit",
+                customer_email=address,
+                amount=str(data["amount"]),
+                reason=data["reason"],
+            ),
+        ]
+        for n, address in enumerate(customers, start=1)
+    ]
+    return [*turns, report]
+
+
+register(
+    Agent(
+        slug="goodwill-round",
+        title="Goodwill round",
+        description=(
+            "Grants the same goodwill credit to several customers, one at a time. The first "
+            "credit is gated; from its card an approver may allow the rest (a standing grant). "
+            "Every second step it asks whether to go on."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You grant goodwill credits to a list of customers, one grant_goodwill_credit call "
+            "per customer, then say how many you granted."
+        ),
+        tools=("grant_goodwill_credit",),
+        input_form=GoodwillRoundInput,
+        prompt=lambda d: (
+            f"Grant each of {d['customers']} a goodwill credit of {d['amount']} ({d['reason']})."
+        ),
+        script=goodwill_round_script,
+        summary=lambda d: f"{d['amount']} each to {d['customers']}"[:120],
+        limits=Limits(max_steps=10, max_cost_usd=Decimal("0.20"), max_seconds=300),
+        gates=GateRules(
+            thresholds={"grant_goodwill_credit": {"amount": Decimal(100)}},
+            continue_every_n_steps=2,
+        ),
+    )
+)

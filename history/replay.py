@@ -392,8 +392,8 @@ class _RecordedGates:
         }
         run.append_step(Step.Kind.GATE, data)
         self.recording.opened.append(data["approval"])
-        if data.get("approved_by_rule"):
-            # An auto-approve rule decided it in the same step (approvals/learning/rules.py): no
+        if data.get("approved_by_rule") or data.get("approved_by_grant"):
+            # An auto-approve rule or a standing grant decided it in the same step: no
             # person's step follows, so the gate step is its own decision.
             self.recording.decided[data["approval"]] = {**data, "decision": "approve"}
         return data["approval"]

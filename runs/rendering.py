@@ -211,6 +211,9 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         if d.get("approved_by_rule"):
             # An admin-accepted auto-approve rule let it run without a person.
             title = f"approved by rule #{d['approved_by_rule']}"
+        elif d.get("approved_by_grant"):
+            # An approver's standing grant let it run without asking again.
+            title = f"approved by grant #{d['approved_by_grant']} (by {d.get('granted_by')})"
         view = StepView(step, title)
         view.approval_id = str(d.get("approval") or "")
         view.facts = [
@@ -218,8 +221,10 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
             ("why", str(d.get("explanation", ""))),
             ("expires", _when(d.get("expires_at"))),
         ]
-        if d.get("approved_by_rule"):
+        if d.get("approved_by_rule") or d.get("approved_by_grant"):
             view.facts = [("risk", str(d.get("risk", ""))), ("why", str(d.get("explanation", "")))]
+        if d.get("approved_by_grant"):
+            view.facts.append(("grant", str(d.get("grant", ""))))
         if d.get("tool"):
             view.tool_uses.append(
                 ToolUse(str(d["tool"]), Block.of("args", d.get("args"), full=full))

@@ -20,6 +20,7 @@ from ..models import Approval, Delegation
 from .delivery import DeliveryError
 from .message import _args, _one_line, headline, links
 from .one_tap import links as one_tap
+from .reminders import describe
 
 
 def _cfg(name: str):
@@ -89,6 +90,19 @@ def send_escalation_email(approval_id: str, tier: int) -> int:
         subject=f"[agentops] Escalated, no decision after {waited} min: {headline(approval)}",
         key=f"approval-escalated:{tier}",
         intro=f"Nobody has decided this after {waited} minutes; you are escalation tier {tier}.",
+    )
+
+
+def send_reminder_email(approval_id: str, key: str) -> int:
+    """Remind the approvers of a pending approval (approvals/notify/reminders.py); like
+    `send_email`, with each approver's own link again. Nothing once it is decided."""
+    approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
+    return _send(
+        approval,
+        approvers_to_email(approval),
+        subject=f"[agentops] Reminder: {headline(approval)}",
+        key=f"approval-reminder:{key}",
+        intro=describe(approval, key),
     )
 
 

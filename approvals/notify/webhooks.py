@@ -36,10 +36,12 @@ from agentkit import signing
 from ..models import Approval
 from .delivery import DeliveryError, DeliveryRefused
 from .message import payload, slack_payload
+from .reminders import describe
 
 # Sent beside the Standard Webhooks headers while the legacy scheme is on (deprecated).
 DELIVERY_HEADER = "X-Agentops-Delivery"
 SLACK_PREFIX = "slack+"
+REMINDER_EVENT = "approval.reminder"
 
 
 def _cfg(name: str) -> Any:
@@ -61,8 +63,9 @@ def target(url: str) -> tuple[str, bool]:
     return url, urlsplit(url).hostname == "hooks.slack.com"
 
 
-def delivery_id(approval_id, url: str) -> str:
-    return hashlib.sha256(f"{approval_id}|{url}".encode()).hexdigest()[:32]
+def delivery_id(approval_id, url: str, reminder: str = "") -> str:
+    suffix = f"|{reminder}" if reminder else ""
+    return hashlib.sha256(f"{approval_id}|{url}{suffix}".encode()).hexdigest()[:32]
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -74,20 +77,31 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 _opener = urllib.request.build_opener(_NoRedirects)
 
 
-def deliver_webhook(approval_id: str, url: str) -> int:
+def deliver_webhook(approval_id: str, url: str, reminder: str = "") -> int:
     """POST the signed payload; returns the HTTP status. DeliveryError means retry later,
-    DeliveryRefused means retrying cannot help."""
+    DeliveryRefused means retrying cannot help. With `reminder` (its key), the payload is an
+    "approval.reminder" event (approvals/notify/reminders.py), with its own delivery id; it is
+    not sent once the approval is decided."""
     approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
+    if reminder and approval.status != Approval.Status.PENDING:
+        return 0
     post_to, slack = target(url)
     if urlsplit(post_to).scheme not in ("http", "https"):
         raise DeliveryRefused(f"webhook URL must be http(s): {post_to!r}")
     keys = signing_keys()
     if not keys and not slack:
         raise DeliveryRefused("AGENTOPS_WEBHOOK_SECRET is not set; generic webhooks are not sent")
-    body = json.dumps(
-        slack_payload(approval) if slack else payload(approval), ensure_ascii=False
-    ).encode()
-    message_id = delivery_id(approval.pk, url)
+    if slack:
+        content = slack_payload(approval)
+        if reminder:
+            content["text"] = f"Reminder: {describe(approval, reminder)} {content['text']}"
+    else:
+        content = payload(approval)
+        if reminder:
+            content["event"] = REMINDER_EVENT
+            content["reminder"] = {"key": reminder, "text": describe(approval, reminder)}
+    body = json.dumps(content, ensure_ascii=False).encode()
+    message_id = delivery_id(approval.pk, url, reminder)
     headers = {"Content-Type": "application/json", "User-Agent": "agentops-webhook/1"}
     if keys:
         headers.update(signing.sign(keys, message_id, body))

@@ -44,7 +44,9 @@ class Decision:
     by: str | None  # username; None when the system decided (expiry)
     answer: str = ""
     reason: str = ""
-    on_expiry: str = GateRules.on_expiry  # "fail" fails the run; otherwise the agent is told
+    # "fail" fails the run; otherwise the agent is told (after a "halt", once an operator
+    # resumed the halted run: the approvals app keeps it parked until then).
+    on_expiry: str = GateRules.on_expiry
     decided_at: datetime | None = None
     side_effect_id: int | None = None  # set on an "outcome unknown" question
 

@@ -1,0 +1,396 @@
+"""Standing grants: an approver allows more than the one call on the card.
+
+From an approval card (or the API) an approver who may decide the call approves it and allows
+calls like it without asking again, within bounds they choose:
+
+- the rest of this run (the grant ends with the run);
+- while numeric arguments stay within an envelope (`amount <= 50`), for a chosen time;
+- for this agent, for the next N calls.
+
+Every grant is bounded (its run, an expiry or a count; an agent-wide one needs an expiry or
+a count, never longer than MAX_DURATION or more than MAX_USES calls), revocable at once, and
+every call it lets through gets an Approval decided by it (`Approval.grant`) and a gate step
+saying "approved by grant #n (by whom)" (approvals/engine_gates.py).
+
+What a grant never covers, refused when it is made and ignored by the gate when used:
+high- and critical-risk calls, calls the agent's four-eyes rule or quorum reaches (each needs
+its own people every time), personal data leaving the system (the PII guard's gates),
+sampled review calls, and questions.
+
+Counted grants are race-safe: a use is a conditional UPDATE (`uses < max_uses`, not revoked,
+not expired) that the database re-checks under the row's lock, so two workers can never both
+take the last allowance.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from . import decisions, declared_policy, permissions
+from .evidence import pii_findings
+from .models import Approval, Grant
+
+MAX_DURATION = timedelta(days=7)
+MAX_USES = 1000
+# Risks that need a person each time, whatever was granted before.
+NEVER_GRANTED_RISKS = frozenset({Approval.Risk.HIGH, Approval.Risk.CRITICAL})
+OPS = ("lte", "eq")
+
+
+class GrantRefused(Exception):
+    """The grant cannot be made: `message` says why, `errors` per field; `status` for HTTP."""
+
+    def __init__(self, message: str, errors: dict[str, list[str]] | None = None, status=422):
+        super().__init__(message)
+        self.message = message
+        self.errors = errors or {}
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What an approver asks for: the scope, the envelope and the limits."""
+
+    scope: str
+    envelope: list[dict]
+    expires_at: datetime | None = None
+    max_uses: int | None = None
+    note: str = ""
+
+
+# --- what may be granted -----------------------------------------------------------------------
+def refusal(approval: Approval, findings: list | None = None) -> str:
+    """Why calls like this approval's cannot be granted ("" when they can)."""
+    if approval.kind != Approval.Kind.ACTION or not approval.tool or approval.side_effect_id:
+        return "only a gated tool call can be granted; questions are answered each time"
+    return _refusal(
+        risk=approval.risk,
+        sampled=approval.sampled,
+        pii=bool(findings),
+        rules=permissions.gate_rules(approval.run),
+    )
+
+
+def gate_refusal(gate: dict, rules: dict) -> str:
+    """Why a grant may not let this gated call through ("" when it may): the same rules as
+    `refusal`, asked again when a grant is used (the call at hand may be riskier)."""
+    if gate.get("kind") != Approval.Kind.ACTION:
+        return "a question"
+    return _refusal(
+        risk=gate.get("risk", ""),
+        sampled=bool(gate.get("sampled")),
+        pii=bool(gate.get("findings")),
+        rules=rules,
+    )
+
+
+def _refusal(*, risk: str, sampled: bool, pii: bool, rules: dict) -> str:
+    if risk in NEVER_GRANTED_RISKS or risk not in Approval.Risk.values:
+        return f"a {risk}-risk call needs a person's decision every time; it cannot be granted"
+    four_eyes_from = rules.get("four_eyes_from") or ""
+    if four_eyes_from and permissions.rank(risk) >= permissions.rank(four_eyes_from):
+        return (
+            f"the four-eyes rule applies to {risk}-risk calls of this agent (from "
+            f"{four_eyes_from} up): each one needs its own second person, so it cannot be granted"
+        )
+    quorum_from = rules.get("quorum_from") or ""
+    if quorum_from and permissions.rank(risk) >= permissions.rank(quorum_from):
+        return (
+            f"{risk}-risk calls of this agent need a quorum of approvers each time; "
+            "it cannot be granted"
+        )
+    if pii:
+        return "personal data leaving the system is checked by a person every time"
+    if sampled:
+        return "a call sampled for review: policy lets such calls run, nothing to grant"
+    return ""
+
+
+def envelope_problems(tool, envelope: Any) -> dict[str, list[str]]:
+    """What is wrong with an envelope for `tool` (per argument); {} when it is sound."""
+    if not isinstance(envelope, list):
+        return {"envelope": ["a list of conditions"]}
+    declared = _properties(tool)
+    problems: dict[str, list[str]] = {}
+    for condition in envelope:
+        if not isinstance(condition, dict) or set(condition) != {"arg", "op", "value"}:
+            problems.setdefault("envelope", []).append(
+                'each condition is {"arg": name, "op": "lte" or "eq", "value": ...}'
+            )
+            continue
+        arg, op, value = condition["arg"], condition["op"], condition["value"]
+        where = f"envelope.{arg}" if isinstance(arg, str) else "envelope"
+        if tool is not None and arg not in declared:
+            problems.setdefault(where, []).append(f"{tool.name} takes no argument {arg!r}")
+        if op not in OPS:
+            problems.setdefault(where, []).append("op must be lte or eq")
+        elif op == "lte" and declared_policy._number(value) is None:
+            problems.setdefault(where, []).append("an upper bound must be a number")
+        elif op == "eq" and isinstance(value, dict | list):
+            problems.setdefault(where, []).append("equality takes a single value")
+    return problems
+
+
+def matches(envelope: list[dict], args: dict) -> bool:
+    """Whether the call's arguments are inside the envelope (every condition holds). A value
+    that cannot be compared (missing, not a number) is outside: a bound is never bypassed by
+    omission."""
+    for condition in envelope:
+        value = args.get(condition.get("arg"))
+        if condition.get("op") == "lte":
+            number = declared_policy._number(value)
+            bound = declared_policy._number(condition.get("value"))
+            if number is None or bound is None or number > bound:
+                return False
+        elif condition.get("op") == "eq":
+            if value != condition.get("value") and str(value) != str(condition.get("value")):
+                return False
+        else:
+            return False  # a condition we do not know cannot be met
+    return True
+
+
+def describe(grant: Grant) -> str:
+    """The grant in one line: "issue_credit while amount <= 50, this agent, 3 of 10 used,
+    until 2026-01-31 12:00 UTC"."""
+    parts = [grant.tool]
+    if grant.envelope:
+        parts.append("while " + " and ".join(_condition(c) for c in grant.envelope))
+    parts.append(
+        f"for the rest of run {str(grant.run_id)[:8]}"
+        if grant.scope == Grant.Scope.RUN
+        else f"for agent {grant.agent}"
+    )
+    if grant.max_uses is not None:
+        parts.append(f"{grant.uses} of {grant.max_uses} calls used")
+    if grant.expires_at is not None:
+        parts.append(f"until {grant.expires_at:%Y-%m-%d %H:%M} UTC")
+    return ", ".join(parts)
+
+
+def _condition(c: dict) -> str:
+    return f"{c.get('arg')} {'<=' if c.get('op') == 'lte' else '='} {c.get('value')}"
+
+
+# --- active grants -----------------------------------------------------------------------------
+def _unspent(now: datetime) -> Q:
+    """Not revoked, not expired, not used up: conditions on the grant's own row only."""
+    return (
+        Q(revoked_at__isnull=True)
+        & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        & (Q(max_uses__isnull=True) | Q(uses__lt=F("max_uses")))
+    )
+
+
+def _usable(now: datetime) -> Q:
+    # A run-scoped grant also ends with its run.
+    return _unspent(now) & (
+        Q(scope=Grant.Scope.AGENT) | Q(run__status__in=("queued", "running", "waiting"))
+    )
+
+
+def active(now: datetime | None = None):
+    """Grants that can still let a call through."""
+    return Grant.objects.filter(_usable(now or timezone.now()))
+
+
+def applying_to(approval: Approval, now: datetime | None = None) -> list[Grant]:
+    """The active grants for this approval's agent and tool that could cover its run's calls
+    (for the card; whether one covers a given call also depends on its envelope)."""
+    run_scope = Q(scope=Grant.Scope.RUN, run=approval.run_id)
+    return list(
+        active(now)
+        .filter(agent=approval.run.agent, tool=approval.tool)
+        .filter(run_scope | Q(scope=Grant.Scope.AGENT))
+        .order_by("-scope", "id")
+    )
+
+
+def is_active(grant: Grant, now: datetime | None = None) -> bool:
+    return active(now).filter(pk=grant.pk).exists()
+
+
+# --- granting, using, revoking -----------------------------------------------------------------
+def check_bounds(approval: Approval, bounds: Bounds, now: datetime) -> dict[str, list[str]]:
+    """Per-field problems with what was asked; {} when it may be granted as asked."""
+    errors: dict[str, list[str]] = {}
+    if bounds.scope not in Grant.Scope.values:
+        errors["scope"] = ["run (the rest of this run) or agent (this agent)"]
+    errors.update(envelope_problems(approval.tool_object(), bounds.envelope))
+    if bounds.expires_at is not None:
+        if bounds.expires_at <= now:
+            errors.setdefault("expires_at", []).append("must be in the future")
+        elif bounds.expires_at > now + MAX_DURATION:
+            errors.setdefault("expires_at", []).append(f"at most {MAX_DURATION.days} days from now")
+    if bounds.max_uses is not None and not 1 <= bounds.max_uses <= MAX_USES:
+        errors["max_uses"] = [f"between 1 and {MAX_USES}"]
+    if bounds.scope == Grant.Scope.AGENT and bounds.expires_at is None and bounds.max_uses is None:
+        errors["scope"] = ["a grant for the whole agent needs an expiry or a number of calls"]
+    if len(bounds.note) > 500:
+        errors["note"] = ["at most 500 characters"]
+    return errors
+
+
+def grant(
+    approval_id, *, user, bounds: Bounds, shown_args_hash: str | None = None, via: str = "web"
+) -> tuple[Grant, Approval]:
+    """Approve the call on the card (if it is still pending) and allow calls like it within
+    `bounds`, in one transaction: both or neither. `shown_args_hash` is the call the approver
+    was shown, as for any approval. Raises GrantRefused (nothing changed), Approval.DoesNotExist,
+    or the decision service's errors (approvals/decisions.py) for the approval itself."""
+    now = timezone.now()
+    if not permissions.can_decide(user):
+        raise GrantRefused(permissions.ONLY_APPROVERS, status=403)
+    with transaction.atomic():
+        approval = (
+            Approval.objects.select_related("run").filter(pk=approval_id).first()
+            if _is_uuid(approval_id)
+            else None
+        )
+        if approval is None:
+            raise Approval.DoesNotExist(f"no approval {approval_id}")
+        why = refusal(approval, pii_findings(approval))
+        if why:
+            raise GrantRefused(why, {"scope": [why]})
+        forbidden = permissions.forbidden_reason(approval, approval.run, user, "approve")
+        if forbidden:
+            raise GrantRefused(forbidden, status=403)
+        errors = check_bounds(approval, bounds, now)
+        if errors:
+            raise GrantRefused("the grant cannot be made as asked", errors)
+        if bounds.scope == Grant.Scope.RUN and approval.run.is_terminal:
+            raise GrantRefused(
+                f"the run is already {approval.run.status}: there is no rest of it to grant",
+                {"scope": ["the run has ended"]},
+                status=409,
+            )
+        if approval.status == Approval.Status.PENDING:
+            approval = decisions.decide(
+                approval.pk,
+                user=user,
+                decision="approve",
+                shown_args_hash=shown_args_hash,
+                reason=f"approved with a standing grant ({_scope_words(bounds)})",
+                via=via,
+            )
+        elif approval.status != Approval.Status.APPROVED:
+            raise GrantRefused(
+                f"the approval is {approval.status}: only an approved or pending call can be "
+                "the start of a grant",
+                status=409,
+            )
+        made = Grant.objects.create(
+            scope=bounds.scope,
+            agent=approval.run.agent,
+            run=approval.run if bounds.scope == Grant.Scope.RUN else None,
+            tool=approval.tool,
+            envelope=bounds.envelope,
+            expires_at=bounds.expires_at,
+            max_uses=bounds.max_uses,
+            granted_by=user,
+            granted_by_name=user.get_username(),
+            granted_at=now,
+            from_approval=approval,
+            note=bounds.note,
+        )
+    return made, approval
+
+
+def _scope_words(bounds: Bounds) -> str:
+    return "the rest of this run" if bounds.scope == Grant.Scope.RUN else "this agent"
+
+
+def _is_uuid(value) -> bool:
+    try:
+        Approval._meta.pk.to_python(value)
+    except Exception:
+        return False
+    return True
+
+
+def use_for(run, item: dict, gate: dict) -> Grant | None:
+    """The grant that lets this gated call through, its use counted; None when none does (a
+    person decides). Call inside the engine's transaction: the use commits with the approval
+    it creates."""
+    rules = permissions.gate_rules(run)
+    if gate_refusal(gate, rules):
+        return None
+    now = timezone.now()
+    candidates = (
+        active(now)
+        .filter(agent=run.agent, tool=gate["tool"])
+        .filter(Q(scope=Grant.Scope.RUN, run=run) | Q(scope=Grant.Scope.AGENT))
+        # This run's own grants first, then the oldest.
+        .order_by("-scope", "id")
+    )
+    for candidate in candidates:
+        if not matches(candidate.envelope, item["args"]):
+            continue
+        # Compare-and-set with the row's own conditions again: a concurrent use of the last
+        # allowance (or a revocation) makes this update match no row, because Postgres
+        # re-checks the WHERE on the row version it waited for. Only the row's own columns:
+        # with a join Django writes `WHERE id IN (subquery)`, and the re-check would see the
+        # subquery's stale answer (two workers both took the last use that way).
+        if Grant.objects.filter(_unspent(now), pk=candidate.pk).update(uses=F("uses") + 1):
+            candidate.uses += 1
+            return candidate
+    return None
+
+
+def revoke(grant_id: int, *, user) -> Grant:
+    """End the grant now; from this moment no call is let through by it. Any approver or
+    admin may revoke (taking permission away is always safe). GrantRefused if it had already
+    ended by revocation."""
+    if not permissions.can_decide(user):
+        raise GrantRefused(permissions.ONLY_APPROVERS, status=403)
+    found = Grant.objects.filter(pk=grant_id).first()
+    if found is None:
+        raise Grant.DoesNotExist(f"no grant {grant_id}")
+    now = timezone.now()
+    if not Grant.objects.filter(pk=grant_id, revoked_at__isnull=True).update(
+        revoked_at=now, revoked_by_name=user.get_username()
+    ):
+        found.refresh_from_db()
+        raise GrantRefused(
+            f"grant #{grant_id} was already revoked by {found.revoked_by_name} at "
+            f"{found.revoked_at:%Y-%m-%d %H:%M:%S} UTC",
+            status=409,
+        )
+    found.refresh_from_db()
+    return found
+
+
+def envelope_for(arg: str, bound: Any) -> list[dict]:
+    """One upper bound as an envelope (the card's "while <arg> <= X")."""
+    number = declared_policy._number(bound)
+    if number is None:
+        return [{"arg": arg, "op": "lte", "value": bound}]
+    return [{"arg": arg, "op": "lte", "value": declared_policy._fmt(number)}]
+
+
+def numeric_args(approval: Approval) -> list[tuple[str, str]]:
+    """The call's numeric arguments and their values as text (what an envelope can bound):
+    numbers, and strings the tool's schema takes as numbers (decimals travel as "12.50")."""
+    found = []
+    for name, value in (approval.args or {}).items():
+        if isinstance(value, bool):
+            continue
+        number = declared_policy._number(value) if isinstance(value, int | float | str) else None
+        if number is None:
+            continue
+        if not isinstance(value, str) or "number" in _schema_types(approval, name):
+            found.append((name, declared_policy._fmt(number)))
+    return found
+
+
+def _schema_types(approval: Approval, name: str) -> set:
+    spec = _properties(approval.tool_object()).get(name) or {}
+    return {spec.get("type")} | {s.get("type") for s in spec.get("anyOf", [])}
+
+
+def _properties(tool) -> dict:
+    return (tool.input_schema() if tool is not None else {}).get("properties") or {}
