@@ -366,8 +366,19 @@ def _returns(fn: Callable) -> dict | None:
     return None
 
 
+# Where a name the registry lacks may still be found: tools listed at run time, from MCP
+# servers agents declare (agentkit/mcp.py adds its resolver when imported).
+RESOLVERS: list[Callable[[str], "Tool | None"]] = []
+
+
 def get_tool(name: str) -> Tool | None:
-    return REGISTRY.get(name)
+    found = REGISTRY.get(name)
+    if found is None:
+        for resolve in RESOLVERS:
+            found = resolve(name)
+            if found is not None:
+                break
+    return found
 
 
 # Shared by the workers through Redis when there is one (agentkit/circuit.py).
