@@ -3,6 +3,8 @@ approval, shown on the card, computed again when a person approves; when the dat
 since, the approval is refused with the fresh preview and the call does not run."""
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from agentkit.agents import CATALOGUE, Agent, GateRules, register
 from agentkit.llm.scripted import text, tool_use
@@ -10,6 +12,8 @@ from agentkit.previews import Change
 from agentkit.tools import Blast, tool
 from approvals import decisions
 from approvals.models import Approval
+from approvals.notify import message
+from approvals.notify.one_tap import links as one_tap
 from runs.models import Run, Step
 
 from .conftest import EXECUTED, AskInput, drive, gated
@@ -191,3 +195,59 @@ def test_the_api_answers_409_with_the_fresh_preview(client, operator, approver, 
     )
     assert response.status_code == 409
     assert response.json()["preview"]["changes"][0]["before"] == {"balance": 20}
+
+
+def test_the_one_tap_page_shows_the_diff_and_refuses_a_changed_preview(
+    operator, approver, no_enqueue
+):
+    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    token = one_tap.token_for(approval, approver)
+    client = Client()
+    client.force_login(approver)
+    page = client.get(reverse("approvals:one_tap", args=[token])).content.decode()
+    assert "account acme" in page and '<td class="after">150</td>' in page
+
+    BALANCES["acme"] = 20
+    response = client.post(
+        reverse("approvals:one_tap", args=[token]),
+        {
+            "decision": "approve",
+            "shown_args_hash": approval.args_hash,
+            "shown_preview_hash": approval.preview["hash"],
+            "password": "pw-arthur",  # irreversible: approving asks for it
+        },
+    )
+    body = response.content.decode()
+    assert response.status_code == 409
+    assert "Changed since you looked." in body and '<td class="after">70</td>' in body
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.PENDING
+    assert approval.preview["changes"][0]["before"] == {"balance": 20}  # kept after rollback
+    # The link was not spent: the approver decides again on what they now see.
+    again = client.post(
+        reverse("approvals:one_tap", args=[token]),
+        {
+            "decision": "approve",
+            "shown_args_hash": approval.args_hash,
+            "shown_preview_hash": approval.preview["hash"],
+            "password": "pw-arthur",
+        },
+    )
+    assert again.status_code == 200
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.APPROVED
+
+
+def test_the_slack_message_shows_what_the_call_would_change_escaped(operator, no_enqueue):
+    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    BALANCES["acme"] = 20
+    approval.preview = {
+        "changes": [
+            {"subject": "<!channel> acme", "before": {"note": "a"}, "after": {"note": "b"}}
+        ],
+        "hash": "h",
+    }
+    text = message.slack_payload(approval)["blocks"][0]["text"]["text"]
+    assert "*What it would change:*" in text
+    assert "&lt;!channel&gt; acme: note a -&gt; b" in text
+    assert "<!channel>" not in text
