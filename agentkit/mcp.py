@@ -134,6 +134,7 @@ class McpServer:
             "name": self.name,
             "transport": self.transport,
             "target": self.url or " ".join(self.command),
+            "prefix": self.tool_prefix,
         }
 
 

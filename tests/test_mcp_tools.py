@@ -9,7 +9,7 @@ import pytest
 from agentkit import mcp
 from agentkit.agents import Agent
 from agentkit.tools import REGISTRY, Blast, ToolArgsError, ToolContext, ToolInfraError, get_tool
-from approvals import declared_policy
+from approvals import declared_policy, gate_config
 
 DEFINITIONS = [
     {
@@ -179,3 +179,15 @@ def test_a_server_is_declared_with_a_command_or_a_url():
         mcp.McpServer(name="both", command=("x",), url="http://x")
     with pytest.raises(ValueError, match="letters"):
         mcp.McpServer(name="no spaces", url="http://x")
+
+
+def test_gate_rules_naming_tools_of_a_server_that_is_down_are_not_called_unknown(listed):
+    listed.fail = True
+    snapshot = {
+        "tools": [],
+        "gates": {"never_gate": ["srv_stock_level"], "always_gate": ["elsewhere_x"]},
+        "mcp": [{**server().as_dict(), "error": "connection refused"}],
+    }
+    assert gate_config.problems(snapshot) == [
+        "always_gate names unknown tool 'elsewhere_x' (the agent's tools: none)"
+    ]
