@@ -91,11 +91,14 @@ class PreviewChanged(DecisionConflict):
     shown: the data changed since they looked. Nothing was decided; `preview` is the fresh
     one (also stored on the approval), to be shown before they decide again."""
 
+    DETAIL = (
+        "What this call would change is not what you were shown, so nothing was approved. "
+        "Review the new preview and decide again."
+    )
+
     def __init__(self, preview: dict):
         super().__init__(
-            "changed since you looked: what this call would change is not what you were "
-            "shown, so nothing was approved. Review the new preview and decide again.",
-            approval_status=Approval.Status.PENDING,
+            f"changed since you looked: {self.DETAIL}", approval_status=Approval.Status.PENDING
         )
         self.preview = preview
 

@@ -278,7 +278,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
         fresh = decisions.changed_preview(approval, request.POST.get("shown_preview_hash"))
         if fresh is not None:
             decisions.store_preview(approval.pk, fresh)
-            status, result["message"] = 409, str(decisions.PreviewChanged(fresh))
+            status, result["message"] = 409, decisions.PreviewChanged.DETAIL
             result["preview_changed"] = True
     if status == 200 and _needs_confirmation(request, approval, decision):
         # Nothing is decided yet: the approver is shown the exact effect and confirms it. The
@@ -306,7 +306,7 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
                 via="web",
             )
         except decisions.PreviewChanged as exc:
-            status, result["message"], result["preview_changed"] = 409, str(exc), True
+            status, result["message"], result["preview_changed"] = 409, exc.DETAIL, True
         except decisions.DecisionConflict as exc:
             status, result["message"] = 409, str(exc)
         except decisions.DecisionForbidden as exc:

@@ -81,7 +81,7 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
         # the link still works for the decision on the fresh preview.
         decisions.store_preview(approval.pk, exc.preview)
         approval.refresh_from_db()
-        return _page(request, approval, status=409, message=str(exc), preview_changed=True)
+        return _page(request, approval, status=409, message=exc.DETAIL, preview_changed=True)
     except decisions.DecisionError as exc:
         approval.refresh_from_db()
         return _page(request, approval, status=exc.status, message=str(exc))
