@@ -14,6 +14,7 @@ from typing import Any
 
 from django import forms
 
+from agentkit import mcp
 from agentkit.llm.base import Provider
 from agentkit.llm.scripted import ScriptedProvider, Turn
 from agentkit.pii import PiiPolicy
@@ -262,6 +263,9 @@ class Agent:
     # the failure from the agent and parks the run until an operator retries the call (maybe
     # with edited arguments), skips it with a note, or gives the agent another instruction.
     on_failure: str = "end"
+    # MCP servers whose tools the agent takes besides `tools` (agentkit/mcp.py), listed when
+    # a run starts; gate rules name them with the server's prefix ("warehouse_stock_level").
+    mcp_servers: tuple[mcp.McpServer, ...] = ()
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -284,7 +288,25 @@ class Agent:
         return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
 
     def tool_objects(self) -> list[Tool]:
-        return [REGISTRY[name] for name in self.tools]
+        return [REGISTRY[name] for name in self.tools] + self.mcp_tools()[0]
+
+    def mcp_tools(self) -> tuple[list[Tool], list[dict]]:
+        """The tools of the agent's MCP servers (listed unless the last listing is recent),
+        and each server as a run's snapshot records it: a server that cannot be listed adds
+        no tools, and its entry says why."""
+        tools: list[Tool] = []
+        servers = []
+        for server in self.mcp_servers:
+            entry = server.as_dict()
+            try:
+                listed = mcp.tools_of(server)
+            except mcp.McpUnavailable as exc:
+                entry["error"] = str(exc)
+            else:
+                tools += listed
+                entry["tools"] = [t.name for t in listed]
+            servers.append(entry)
+        return tools, servers
 
     def scripted_provider(self, input: dict) -> ScriptedProvider:
         verifier = self.verifier
@@ -347,6 +369,9 @@ class Agent:
             "gates": self.gates.as_dict(),
             "max_tokens": self.max_tokens,
         }
+        if self.mcp_servers:
+            remote, snapshot["mcp"] = self.mcp_tools()
+            snapshot["tools"] += [t.metadata() for t in remote]
         if self.on_pending_timeout:
             snapshot["on_pending_timeout"] = self.on_pending_timeout
         if self.context_budget_tokens:
@@ -389,6 +414,8 @@ def register(agent: Agent) -> Agent:
         raise ValueError(f"agent {agent.slug}: context_budget_tokens must not be negative")
     _check_verification(agent)
     _check_guards(agent)
+    for server in agent.mcp_servers:
+        mcp.declare(server)
     CATALOGUE[agent.slug] = agent
     return agent
 

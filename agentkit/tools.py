@@ -177,6 +177,10 @@ class Tool:
     # for tools without side effects that cannot block (in-memory work, no network, no
     # locks). Handing such a call to a pool thread cost more than the call.
     inline: bool = False
+    # What a call would change, computed read-only when its gate opens and again when a
+    # person decides (agentkit/previews.py): a function of the parsed arguments returning a
+    # previews.Change or a list of them.
+    preview: "Callable[[dict], Any] | None" = None
 
     @property
     def has_side_effects(self) -> bool:
@@ -296,6 +300,7 @@ def tool(
     output_schema: "dict | type[pydantic.BaseModel] | None" = None,
     rate_limit: RateLimit | None = None,
     inline: bool = False,
+    preview: Callable[[dict], Any] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
@@ -305,7 +310,10 @@ def tool(
     across all runs (tools with side effects only: those go step by step through the
     ledger, where the limit is counted). `inline`: an instant tool without side effects,
     called on the worker's thread with no deadline enforced (a call that can block, wait on
-    the network or take long must not say so: nothing could abandon it)."""
+    the network or take long must not say so: nothing could abandon it). `preview`: a
+    read-only function of the parsed arguments saying what a call would change
+    (agentkit/previews.py), shown to the approver of a gated call and checked again when
+    they decide."""
 
     def register(fn: Callable) -> Callable:
         tool_name = name or fn.__name__
@@ -346,6 +354,7 @@ def tool(
             output_schema=json_schema(output_schema) if output_schema is not None else _returns(fn),
             rate_limit=rate_limit,
             inline=inline,
+            preview=preview,
         )
         return fn
 
@@ -366,8 +375,19 @@ def _returns(fn: Callable) -> dict | None:
     return None
 
 
+# Where a name the registry lacks may still be found: tools listed at run time, from MCP
+# servers agents declare (agentkit/mcp.py adds its resolver when imported).
+RESOLVERS: list[Callable[[str], "Tool | None"]] = []
+
+
 def get_tool(name: str) -> Tool | None:
-    return REGISTRY.get(name)
+    found = REGISTRY.get(name)
+    if found is None:
+        for resolve in RESOLVERS:
+            found = resolve(name)
+            if found is not None:
+                break
+    return found
 
 
 # Shared by the workers through Redis when there is one (agentkit/circuit.py).

@@ -44,6 +44,9 @@ class DecisionIn(Schema):
     # The `arguments_hash` of the call the client showed its user: an approve of any other
     # call is 409. Optional, for clients written before it existed.
     shown_args_hash: str | None = None
+    # The `preview.hash` the client showed: an approve after the data changed is 409 with
+    # the fresh preview. Without it, the stored preview is what was shown.
+    shown_preview_hash: str | None = None
 
 
 def _error(http_status: int, detail: str, **extra) -> JsonResponse:
@@ -210,10 +213,13 @@ def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
             reason=payload.reason,
             answer=payload.answer,
             shown_args_hash=payload.shown_args_hash,
+            shown_preview_hash=payload.shown_preview_hash,
             via="api",
         )
     except Approval.DoesNotExist:
         return _error(404, "no such approval")
+    except decisions.PreviewChanged as exc:
+        return _error(409, exc.message, status=exc.approval_status, preview=exc.preview)
     except decisions.DecisionConflict as exc:
         return _error(
             409,
@@ -275,6 +281,9 @@ def _detail(approval: Approval, user, *, opened_at=None) -> dict:
         "reason": approval.reason,
         "answer": approval.answer,
         "context": approval.context_summary,
+        # What the call would change (before/after per record), or null: send its `hash`
+        # back as `shown_preview_hash` with an approve.
+        "preview": approval.preview,
         # What the PII guard found in the call (kind, argument, masked value); [] otherwise.
         "pii_findings": evidence.pii_findings(approval),
         "on_expiry": approval.on_expiry,

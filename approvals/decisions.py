@@ -32,7 +32,7 @@ from django.db.models import OuterRef, Subquery
 from django.dispatch import Signal
 from django.utils import timezone
 
-from agentkit import metrics
+from agentkit import metrics, previews
 from agentkit.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
@@ -84,6 +84,23 @@ class DecisionConflict(DecisionError):
         self.approval_status = approval_status
         self.decided_by = decided_by
         self.decided_at = decided_at
+
+
+class PreviewChanged(DecisionConflict):
+    """The call's preview, computed again at the decision, is not the one the approver was
+    shown: the data changed since they looked. Nothing was decided; `preview` is the fresh
+    one (also stored on the approval), to be shown before they decide again."""
+
+    DETAIL = (
+        "What this call would change is not what you were shown, so nothing was approved. "
+        "Review the new preview and decide again."
+    )
+
+    def __init__(self, preview: dict):
+        super().__init__(
+            f"changed since you looked: {self.DETAIL}", approval_status=Approval.Status.PENDING
+        )
+        self.preview = preview
 
 
 class DecisionForbidden(DecisionError):
@@ -140,6 +157,7 @@ def decide(
     answer: str = "",
     opened_at: datetime | None = None,
     shown_args_hash: str | None = None,
+    shown_preview_hash: str | None = None,
     via: str = "",
 ) -> Approval:
     """Record `user`'s decision and, once the approval is decided, resume the run.
@@ -149,15 +167,57 @@ def decide(
     opening the approval. `shown_args_hash` is the `args_hash` of the call the approver was
     shown: an approval of any other call is a DecisionConflict. `via` names the channel the
     decision came through (web, api, batch, one_tap, slack), kept in the decision's step for
-    the compliance export (approvals/evidence_export.py). Raises Approval.DoesNotExist,
-    DecisionForbidden, DecisionConflict or DecisionInvalid; on any of them nothing was changed.
+    the compliance export (approvals/evidence_export.py). An approval of a call with an
+    effect preview computes it again: when it differs from the one shown (`shown_preview_hash`,
+    else the stored one) the data changed since, and PreviewChanged (a DecisionConflict)
+    carries the fresh preview, which is stored for the next look. Raises
+    Approval.DoesNotExist, DecisionForbidden, DecisionConflict or DecisionInvalid; on any of
+    them nothing was decided.
     """
     decision = _checked_request(user, decision)
     reason = (reason or "").strip()
     answer = (answer or "").strip()
+    try:
+        return _decide(
+            approval_id,
+            user,
+            decision,
+            arguments,
+            reason,
+            answer,
+            opened_at,
+            shown_args_hash,
+            shown_preview_hash,
+            via,
+        )
+    except PreviewChanged as changed:
+        # After the rollback, so it stays (unless a caller's own transaction rolls back too:
+        # the one-tap page stores it again, outside its own).
+        store_preview(approval_id, changed.preview)
+        raise
+
+
+def store_preview(approval_id, preview: dict) -> None:
+    """Keep a fresh preview on a still pending approval (the next look shows it)."""
+    Approval.objects.filter(pk=approval_id, status=Approval.Status.PENDING).update(preview=preview)
+
+
+def _decide(
+    approval_id,
+    user,
+    decision,
+    arguments,
+    reason,
+    answer,
+    opened_at,
+    shown_args_hash,
+    shown_preview_hash,
+    via,
+) -> Approval:
     with transaction.atomic():
         run, approval = _lock(approval_id, user)
         principal = _check_may_decide(approval, run, user, decision, shown_args_hash)
+        shown_preview = _check_preview(approval, decision, shown_preview_hash)
         rules = gate_rules(run)
         needed = votes_needed(approval, rules)
         plan = _plan(approval, decision, arguments, reason, answer, rules)
@@ -172,6 +232,8 @@ def decide(
         step = _decision_step(approval, user, decision, plan, reason, answer, opened, now)
         if via:
             step["via"] = via
+        if shown_preview:
+            step["preview_hash"] = shown_preview  # what the approver saw would change
         if principal is not None:
             # In the step, so in the run's hash chain: who decided, and for whom.
             step["acting_for"] = principal.get_username()
@@ -370,6 +432,30 @@ def _check_still_open(approval: Approval, run: Run) -> None:
             f"the run is already {run.status}; there is nothing left to decide",
             approval_status=approval.status,
         )
+
+
+def _check_preview(approval: Approval, decision: str, shown_hash: str | None) -> str:
+    """An approval's preview, computed again now (the row is locked, the data is as the
+    effect will find it, short of writes between now and the call): the hash the approver
+    was shown when it is unchanged ("" when there is none), else PreviewChanged. For
+    approvals only: a rejection changes nothing."""
+    if decision != "approve":
+        return ""
+    fresh = changed_preview(approval, shown_hash)
+    if fresh is not None:
+        raise PreviewChanged(fresh)
+    return (shown_hash or (approval.preview or {}).get("hash", "")) if approval.preview else ""
+
+
+def changed_preview(approval: Approval, shown_hash: str | None) -> dict | None:
+    """The call's preview computed now, when it is not the one shown (`shown_hash`, else the
+    stored one's); None when unchanged, or when the call has no preview."""
+    if approval.kind != Approval.Kind.ACTION or not approval.preview:
+        return None
+    found = approval.tool_object()
+    fresh = previews.compute(found.preview if found else None, approval.args or {})
+    shown = shown_hash or approval.preview.get("hash", "")
+    return fresh if fresh is not None and fresh["hash"] != shown else None
 
 
 def _check_shown(approval: Approval, shown_args_hash: str) -> None:

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agentkit import previews
 from agentkit.tools import Blast, Tool, ToolError, get_tool, tool
 from runs import events
 from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, Decision
@@ -471,6 +472,9 @@ def _open(
 ) -> Approval:
     timeout, on_expiry = _deadline(run)
     now = timezone.now()
+    found = get_tool(tool) if kind == Approval.Kind.ACTION and tool else None
+    # Read-only, inside the engine's transaction: the data as it is when the person is asked.
+    preview = previews.compute(found.preview, item["args"]) if found is not None else None
     approval = Approval(
         run=run,
         gate_seq=run.last_seq + 1,
@@ -487,6 +491,7 @@ def _open(
         risk=risk if risk in Approval.Risk.values else Blast.MEDIUM.label,
         sampled=sampled,
         context_summary=run.recorded({"c": context})["c"],
+        preview=preview,
         side_effect=side_effect,
         on_expiry=on_expiry,
         requested_at=now,
@@ -503,6 +508,8 @@ def _open(
         expires_at=approval.expires_at.isoformat(),
         # The PII guard's findings (masked), for the approval card.
         **({"findings": findings} if findings else {}),
+        # Which preview the approver is shown (the preview itself is the approval's).
+        **({"preview_hash": preview["hash"]} if preview else {}),
     )
     events.publish_approvals_changed(approval.pk)
     transaction.on_commit(lambda: tasks.approval_requested(approval.pk))

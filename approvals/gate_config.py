@@ -60,11 +60,15 @@ def problems(snapshot: dict, *, existing_users: set[str] | None = None) -> list[
     found = [f"unknown key {key!r}" for key in sorted(set(gates) - KNOWN_KEYS)]
 
     open_tools = bool(snapshot.get("external"))
+    # An MCP server that could not be listed: its tools are unknown now, not wrong.
+    unlisted = [s["prefix"] for s in snapshot.get("mcp", []) if "error" in s and s.get("prefix")]
 
     def tool_named(where: str, name: Any) -> bool:
         if name in tools:
             return True
-        if open_tools and isinstance(name, str):
+        if isinstance(name, str) and (
+            open_tools or any(name.startswith(prefix) for prefix in unlisted)
+        ):
             return False  # unregistered: its arguments are not known here
         known = ", ".join(sorted(tools)) or "none"
         found.append(f"{where} names unknown tool {name!r} (the agent's tools: {known})")

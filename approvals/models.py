@@ -78,6 +78,9 @@ class Approval(models.Model):
     )
     sampled = models.BooleanField(default=False, help_text="Gated by sampling, not by a rule.")
     context_summary = models.TextField(blank=True)
+    # What the call would change (agentkit/previews.py), computed when the gate opened and
+    # replaced when a decision found the data changed since; null: the tool has no preview.
+    preview = models.JSONField(null=True, blank=True)
     side_effect = models.ForeignKey(
         "runs.SideEffect", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

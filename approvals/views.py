@@ -17,6 +17,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from agentkit import previews
 from runs import events, rendering
 from runs.models import Step, args_hash
 
@@ -150,6 +151,7 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "evidence": evidence.for_approval(approval),
         "findings": evidence.pii_findings(approval),
         "effect": approval.effect() if approval.kind == Approval.Kind.ACTION else "",
+        "preview": previews.view(approval.preview),
         "can_decide": request.user.can_approve and approval.status == Approval.Status.PENDING,
         "decided": _decided(result),
         "opened_token": signing.dumps(timezone.now().isoformat(), salt=OPENED_SALT),
@@ -169,7 +171,12 @@ def _decided(result: dict | None) -> bool:
     """Whether the screen's buttons are done: after a decision, and after any answer but
     "fix your input" (422) or "confirm this effect", pressing again could only be a mistake
     or a conflict."""
-    return result is not None and result.get("status") != 422 and not result.get("confirm")
+    return (
+        result is not None
+        and result.get("status") != 422
+        and not result.get("confirm")
+        and not result.get("preview_changed")
+    )
 
 
 def _edit_preview(approval: Approval, post) -> dict:
@@ -275,6 +282,18 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
         refusal, field_errors = _refusal(approval, decision, request.POST)
         if refusal:
             status, result["message"] = 422, refusal
+    if (
+        status == 200
+        and decision == "approve"
+        and approval.status == Approval.Status.PENDING
+        and not permissions.forbidden_reason(approval, approval.run, request.user, "approve")
+    ):
+        # Before a confirmation too: the approver hears at once that the data moved.
+        fresh = decisions.changed_preview(approval, request.POST.get("shown_preview_hash"))
+        if fresh is not None:
+            decisions.store_preview(approval.pk, fresh)
+            status, result["message"] = 409, decisions.PreviewChanged.DETAIL
+            result["preview_changed"] = True
     if status == 200 and _needs_confirmation(request, approval, decision):
         # Nothing is decided yet: the approver is shown the exact effect and confirms it. The
         # confirmation names the call they were shown (its hash), so it cannot be replayed
@@ -297,8 +316,11 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
                 answer=request.POST.get("answer", "").strip(),
                 opened_at=opened_at(request),
                 shown_args_hash=request.POST.get("shown_args_hash") or None,
+                shown_preview_hash=request.POST.get("shown_preview_hash") or None,
                 via="web",
             )
+        except decisions.PreviewChanged as exc:
+            status, result["message"], result["preview_changed"] = 409, exc.DETAIL, True
         except decisions.DecisionConflict as exc:
             status, result["message"] = 409, str(exc)
         except decisions.DecisionForbidden as exc:
@@ -328,9 +350,18 @@ def decide(request: HttpRequest, pk) -> HttpResponse:
         }
         html = render_to_string(DETAIL_TEMPLATE + "#decision-result", context, request)
         html += render_to_string(DETAIL_TEMPLATE + "#decision-buttons", context, request)
+        if result.get("preview_changed"):
+            # The fresh preview replaces the one on screen (and the hash the form sends).
+            context.update(preview=previews.view(approval.preview), preview_changed=True)
+            html += render_to_string(DETAIL_TEMPLATE + "#effect-preview", context, request)
         return HttpResponse(html, status=status)
     context = _detail_context(
-        request, approval, result=result, field_errors=field_errors, submitted=request.POST
+        request,
+        approval,
+        result=result,
+        field_errors=field_errors,
+        submitted=request.POST,
+        preview_changed=bool(result.get("preview_changed")),
     )
     return render(request, DETAIL_TEMPLATE, context, status=status)
 

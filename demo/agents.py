@@ -10,12 +10,15 @@ from its approvers."""
 
 import json
 import re
+import sys
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 import approvals.engine_gates  # noqa: F401  (registers ask_operator)
 from agentkit.agents import (
@@ -30,6 +33,7 @@ from agentkit.agents import (
     register,
 )
 from agentkit.llm.scripted import text, tool_use
+from agentkit.mcp import McpServer
 from agentkit.pii import PiiPolicy, masker
 from agentkit.tools import RateLimit
 from agentkit.verification import Verifier
@@ -1214,5 +1218,68 @@ register(
             thresholds={"grant_goodwill_credit": {"amount": Decimal(100)}},
             continue_every_n_steps=2,
         ),
+    )
+)
+
+
+# --- Warehouse clerk (its tools come from an MCP server) -------------------------------------
+WAREHOUSE = McpServer(
+    name="warehouse",
+    command=(sys.executable, str(Path(__file__).resolve().with_name("mcp_warehouse.py"))),
+    env={"WAREHOUSE_LOG": str(settings.VAR_DIR / "warehouse.jsonl")},
+)
+
+
+class WarehouseClerkInput(forms.Form):
+    sku = forms.CharField(max_length=40, initial="KB-101", help_text="the product's SKU")
+    quantity = forms.IntegerField(min_value=1, max_value=1000, initial=5)
+    order_ref = forms.CharField(max_length=40, initial="SO-1042", help_text="the order it is for")
+
+
+def warehouse_clerk_script(data: dict) -> list:
+    def reserve(messages):
+        level = last_tool_result(messages) or {}
+        return [
+            text(f"{level.get('free', '?')} free; reserving {data['quantity']}."),
+            tool_use(
+                "warehouse_reserve_stock",
+                sku=data["sku"],
+                quantity=data["quantity"],
+                order_ref=data["order_ref"],
+            ),
+        ]
+
+    def report(messages):
+        done = outcome_of(messages, "warehouse_reserve_stock")
+        if done is None or not done.ok:
+            return [text(f"Nothing was reserved: {done.value if done else 'no call'}.")]
+        return [text(f"Reserved {done.result['reserved']} of {done.result['sku']}.")]
+
+    return [[tool_use("warehouse_stock_level", sku=data["sku"])], reserve, report]
+
+
+register(
+    Agent(
+        slug="warehouse-clerk",
+        title="Warehouse clerk",
+        description=(
+            "Reserves stock for an order with the tools of the warehouse's MCP server "
+            "(demo/mcp_warehouse.py, over stdio). The server says reserve_stock is destructive, "
+            "so it is gated; its read-only stock_level runs because this agent's rules say so."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You reserve stock for orders. Check the SKU's free stock with "
+            "warehouse_stock_level, then reserve the quantity with warehouse_reserve_stock."
+        ),
+        tools=(),
+        mcp_servers=(WAREHOUSE,),
+        input_form=WarehouseClerkInput,
+        prompt=lambda d: f"Reserve {d['quantity']} x {d['sku']} for order {d['order_ref']}.",
+        script=warehouse_clerk_script,
+        summary=lambda d: f"{d['quantity']} x {d['sku']} · {d['order_ref']}",
+        limits=Limits(max_steps=5, max_cost_usd=Decimal("0.10"), max_seconds=300),
+        # The server's readOnlyHint lowers nothing: the owner says the lookup may run.
+        gates=GateRules(never_gate=("warehouse_stock_level",)),
     )
 )

@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from pydantic import EmailStr, Field
 
+from agentkit.previews import Change
 from agentkit.tools import Blast, Pending, RetryPolicy, ToolContext, ToolError, tool
 
 from . import shop
@@ -63,12 +64,29 @@ def run_query(sql: str = Field(max_length=5000), ctx: ToolContext = None) -> dic
     }
 
 
+def _email_preview(args: dict) -> Change:
+    """The e-mail as it would leave, and who it reaches (a customer, by the shop's records)."""
+    with shop.connect_readonly() as db:
+        row = db.execute("SELECT name FROM customers WHERE email = ?", (args["to"],)).fetchone()
+    return Change(
+        subject=f"e-mail to {args['to']}",
+        before=None,
+        after={
+            "to": args["to"],
+            "recipient": row["name"] if row else "not a customer of the shop",
+            "subject": args["subject"],
+            "body": args["body"],
+        },
+    )
+
+
 @tool(
     reversible=False,
     blast=Blast.MEDIUM,
     accepts_idempotency_key=True,
     timeout_seconds=10,
     describe="E-mail the report “{subject}” to {to}",
+    preview=_email_preview,
 )
 def email_report(
     to: EmailStr,
@@ -123,6 +141,38 @@ def _refund_effect(args: dict) -> str:
     return f"Refund {Decimal(str(args['amount'])):.2f} on order {args['order_id']}"
 
 
+def _refund_preview(args: dict) -> list[Change]:
+    """The order's refunds before and after, and the refund record the call would add."""
+    order_id, amount = args["order_id"], Decimal(str(args["amount"]))
+    with shop.connect_readonly() as db:
+        order = db.execute("SELECT total FROM orders WHERE id = ?", (order_id,)).fetchone()
+    if not order:
+        raise ToolError(f"no order {order_id}")
+    total = Decimal(str(order["total"]))
+    refunded = Refund.objects.filter(order_id=order_id).aggregate(s=Sum("amount"))["s"] or 0
+    after = refunded + amount
+    return [
+        Change(
+            subject=f"order {order_id}",
+            before={
+                "total": f"{total:.2f}",
+                "refunded": f"{refunded:.2f}",
+                "left to refund": f"{total - refunded:.2f}",
+            },
+            after={
+                "total": f"{total:.2f}",
+                "refunded": f"{after:.2f}",
+                "left to refund": f"{total - after:.2f}",
+            },
+        ),
+        Change(
+            subject="new refund",
+            before=None,
+            after={"order": order_id, "amount": f"{amount:.2f}", "reason": args.get("reason", "")},
+        ),
+    ]
+
+
 @tool(
     reversible=False,
     blast=Blast.HIGH,
@@ -130,6 +180,7 @@ def _refund_effect(args: dict) -> str:
     timeout_seconds=10,
     on_reject="tell_agent",
     describe=_refund_effect,
+    preview=_refund_preview,
 )
 def issue_refund(
     order_id: int = Field(ge=1),
@@ -180,6 +231,7 @@ def _refund_result(refund: Refund, *, replayed: bool = False) -> dict:
     accepts_idempotency_key=False,
     timeout_seconds=10,
     describe="E-mail {to}: {subject}",
+    preview=_email_preview,
 )
 def send_customer_email(
     to: EmailStr, subject: str = Field(max_length=200), body: str = Field(max_length=10000)

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
+from agentkit.mcp import read_only_hint, risk_of  # one mapping for both ways in
 from agentkit.tools import Blast
 
 from .models import ExternalAgent, ExternalTool
@@ -43,19 +44,6 @@ class Registered:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-def risk_of(annotations: Any) -> tuple[bool, Blast]:
-    """(reversible, blast) of a new tool with these annotations: the unknown tool's risk, or
-    more (destructiveHint); never less (readOnlyHint lowers nothing)."""
-    hints = annotations if isinstance(annotations, dict) else {}
-    if hints.get("destructiveHint") is True:
-        return False, Blast.HIGH
-    return False, Blast.MEDIUM
-
-
-def read_only_hint(annotations: Any) -> bool:
-    return isinstance(annotations, dict) and annotations.get("readOnlyHint") is True
 
 
 def _checked(definition: Any) -> dict:

@@ -52,6 +52,9 @@ SERVICE_SENSITIVE = {
     "approvals/test_decide_finished_run.py",
     "approvals/notify/test_one_tap.py",
     "approvals/test_outcome_unknown.py",
+    # an MCP tool through gate, decision and ledger; a preview recomputed under the row lock
+    "approvals/test_mcp_gate.py",
+    "approvals/test_effect_preview.py",
     "approvals/notify/test_escalation.py",
     "runs/engine/test_race.py",
     "runs/engine/test_ledger.py",

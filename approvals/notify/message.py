@@ -11,6 +11,8 @@ from typing import Any
 from django.conf import settings
 from django.urls import NoReverseMatch, reverse
 
+from agentkit import previews
+
 from ..models import Approval
 
 EVENT = "approval.requested"
@@ -90,6 +92,10 @@ def slack_payload(approval: Approval) -> dict:
             f"*Call:* `{slack_escape(approval.tool)}` "
             + slack_escape(_args(approval.masked(approval.args), 1500))
         )
+        changes = previews.as_text(approval.masked(approval.preview), 1200)
+        if changes:
+            # Escaped like every value from the call: a preview quotes records and arguments.
+            lines.append(f"*What it would change:*\n```{slack_escape(changes)}```")
     elif approval.options:
         lines.append("*Options:* " + slack_escape(", ".join(map(str, approval.options))))
     return {

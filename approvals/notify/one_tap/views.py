@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
+from agentkit import previews
 from runs import rendering
 from runs.models import args_hash
 
@@ -70,10 +71,17 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
                 answer=request.POST.get("answer", "").strip(),
                 opened_at=views.opened_at(request),
                 shown_args_hash=request.POST.get("shown_args_hash") or "",
+                shown_preview_hash=request.POST.get("shown_preview_hash") or None,
                 via="one_tap",
             )
     except one_tap.LinkRefused as exc:
         return _refused(request, exc)
+    except decisions.PreviewChanged as exc:
+        # Our transaction rolled the stored preview back with the link: kept again here, and
+        # the link still works for the decision on the fresh preview.
+        decisions.store_preview(approval.pk, exc.preview)
+        approval.refresh_from_db()
+        return _page(request, approval, status=409, message=exc.DETAIL, preview_changed=True)
     except decisions.DecisionError as exc:
         approval.refresh_from_db()
         return _page(request, approval, status=exc.status, message=str(exc))
@@ -93,7 +101,13 @@ def _password_confirms(request: HttpRequest) -> bool:
 
 
 def _page(
-    request: HttpRequest, approval: Approval, *, status: int = 200, message: str = "", ok=False
+    request: HttpRequest,
+    approval: Approval,
+    *,
+    status: int = 200,
+    message: str = "",
+    ok=False,
+    preview_changed: bool = False,
 ) -> HttpResponse:
     context = {
         "approval": approval,
@@ -103,12 +117,21 @@ def _page(
         else rendering.pretty(approval.args or {}),
         "shown_args_hash": args_hash(approval.tool, approval.args or {}),
         "effect": approval.effect() if approval.kind == Approval.Kind.ACTION else "",
+        "preview": previews.view(approval.preview),
+        "preview_changed": preview_changed,
         "evidence": evidence.for_approval(approval),
         "needs_password": approval.kind == Approval.Kind.ACTION and approval.needs_confirmation,
         # When the page was shown travels signed with the decision, as on the full screen.
         "opened_token": signing.dumps(timezone.now().isoformat(), salt=views.OPENED_SALT),
         "can_decide": approval.status == Approval.Status.PENDING and not ok,
-        "result": {"status": status, "message": message, "ok": ok} if message else None,
+        "result": {
+            "status": status,
+            "message": message,
+            "ok": ok,
+            "preview_changed": preview_changed,
+        }
+        if message
+        else None,
     }
     return render(request, TEMPLATE, context, status=status)
 

@@ -65,6 +65,9 @@ def request_blocks(approval: Approval) -> list[dict]:
     """The incoming-webhook card (model text escaped) with the app's buttons."""
     card = slack_payload(approval)["blocks"][:2]
     value = f"{approval.pk}:{args_hash(approval.tool, approval.args or {})}"
+    if approval.preview:
+        # The preview the message shows: an approve after the data changed is refused.
+        value += f":{approval.preview['hash']}"
     buttons: list[dict] = []
     if approval.kind == Approval.Kind.ACTION:
         approve = {
@@ -136,6 +139,22 @@ def post_request(approval_id: str) -> str:
         approval=approval, defaults={"channel": response["channel"], "ts": response["ts"]}
     )
     return message.ts
+
+
+def refresh_request(approval: Approval) -> None:
+    """The pending request's message again, as the approval now stands (a fresh preview)."""
+    message = SlackMessage.objects.filter(approval=approval).first()
+    if message is None:
+        return
+    try:
+        client().chat_update(
+            channel=message.channel,
+            ts=message.ts,
+            text=headline(approval),
+            blocks=request_blocks(approval),
+        )
+    except SlackApiError as exc:
+        log.warning("approval %s: Slack message not refreshed: %s", approval.pk, exc)
 
 
 def update_message(approval: Approval) -> None:
@@ -222,6 +241,7 @@ def handle_action(payload: dict) -> str:
     if action.get("action_id") not in ACTIONS:
         return ""  # Open is a link: nothing to do here
     approval_id, _, shown = str(action.get("value", "")).partition(":")
+    shown, _, shown_preview = shown.partition(":")
     user = user_for(
         str((payload.get("team") or {}).get("id", "")),
         str((payload.get("user") or {}).get("id", "")),
@@ -247,8 +267,13 @@ def handle_action(payload: dict) -> str:
             decision=decision,
             reason=REJECT_REASON if decision == "reject" else "",
             shown_args_hash=shown if decision == "approve" else None,
+            shown_preview_hash=shown_preview or None,
             via="slack",
         )
+    except decisions.PreviewChanged as exc:
+        approval.preview = exc.preview
+        refresh_request(approval)
+        return _tell(payload, f"Nothing was decided: {exc.message} The message now shows it.")
     except decisions.DecisionConflict as exc:
         if exc.approval_status and exc.approval_status != Approval.Status.PENDING:
             return _tell(payload, f"Already decided: {exc.message}")

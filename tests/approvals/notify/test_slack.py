@@ -7,6 +7,7 @@ import hmac
 import json
 import threading
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -16,6 +17,8 @@ from django.test import Client
 from django.urls import reverse
 
 from agentkit.agents import get_agent
+from agentkit.previews import Change
+from agentkit.tools import REGISTRY
 from agentops.celery import app as celery_app
 from approvals import decisions, tasks
 from approvals.models import Approval, SlackMessage, SlackUser
@@ -132,7 +135,9 @@ def signed_post(payload: dict, *, timestamp: str | None = None, secret: str = SE
     )
 
 
-def press(fake, approval, action: str, *, slack_user="U1", sign=True, age=0, secret=SECRET):
+def press(
+    fake, approval, action: str, *, slack_user="U1", sign=True, age=0, secret=SECRET, value=None
+):
     payload = {
         "type": "block_actions",
         "team": {"id": TEAM},
@@ -141,7 +146,7 @@ def press(fake, approval, action: str, *, slack_user="U1", sign=True, age=0, sec
         "actions": [
             {
                 "action_id": action,
-                "value": f"{approval.pk}:{args_hash(approval.tool, approval.args)}",
+                "value": f"{approval.pk}:{value or args_hash(approval.tool, approval.args)}",
             }
         ],
     }
@@ -179,7 +184,9 @@ def test_a_request_is_posted_once_with_its_buttons(fake, operator, no_enqueue):
     assert posted["channel"] == "C123"
     buttons = {e["action_id"]: e for e in posted["blocks"][-1]["elements"]}
     assert set(buttons) == {"approve", "reject", "open"}
-    assert buttons["approve"]["value"] == f"{approval.pk}:{args_hash(approval.tool, approval.args)}"
+    shown = f"{args_hash(approval.tool, approval.args)}:{approval.preview['hash']}"
+    assert buttons["approve"]["value"] == f"{approval.pk}:{shown}"  # the call and its preview
+    assert "*What it would change:*" in posted["blocks"][0]["text"]["text"]
     assert "confirm" in buttons["approve"]  # irreversible: Slack asks "are you sure" first
     assert buttons["open"]["url"].endswith(f"/approvals/{approval.pk}/")
     assert SlackMessage.objects.get(approval=approval).ts == "1700000000.000100"
@@ -214,6 +221,29 @@ def test_approve_from_slack_decides_and_updates_the_message(
     assert update["ts"] == "1700000000.000100"
     assert "*Approved* by arthur" in update["blocks"][-1]["text"]["text"]
     assert "actions" not in [b["type"] for b in update["blocks"]]  # no buttons left
+
+
+@pytest.mark.django_db
+def test_an_approve_after_the_preview_changed_decides_nothing_and_refreshes_the_message(
+    fake, operator, approver, no_enqueue, monkeypatch
+):
+    run, approval = report(operator)
+    slack.post_request(str(approval.pk))
+    link(approver)
+    seq = run.last_seq
+    tool = REGISTRY["email_report"]
+    moved = Change(subject="e-mail to boss@example.com", before=None, after={"to": "someone else"})
+    monkeypatch.setitem(REGISTRY, "email_report", replace(tool, preview=lambda args: moved))
+
+    value = f"{args_hash(approval.tool, approval.args)}:{approval.preview['hash']}"
+    assert press(fake, approval, "approve", value=value).status_code == 200
+
+    assert_pending(run, approval, seq)
+    assert "changed since you looked" in fake.replies()[-1]
+    (update,) = fake.called("/api/chat.update")
+    assert "someone else" in update["blocks"][0]["text"]["text"]
+    fresh = {e["action_id"]: e for e in update["blocks"][-1]["elements"]}["approve"]["value"]
+    assert fresh.endswith(approval.preview["hash"]) and approval.preview["hash"] not in value
 
 
 @pytest.mark.django_db

@@ -1,0 +1,55 @@
+"""A small MCP server for the tests of agents that take tools from MCP servers: a read-only
+`stock_level`, a destructive `reserve_stock` and an unannotated `label_shelf`. Every call
+appends one JSON line to the file named by MCP_CALL_LOG, so a test can count what really ran
+on the server's side. Serves stdio, or streamable HTTP with `--http PORT` (127.0.0.1).
+
+    uv run python tests/support/mcp_server.py [--http 9000]
+"""
+
+import json
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+server = MCPServer("warehouse-test")
+STOCK = {"A-1": 12, "B-2": 0}
+
+
+def _log(tool: str, args: dict) -> None:
+    path = os.environ.get("MCP_CALL_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"tool": tool, "args": args}) + "\n")
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def stock_level(sku: str) -> dict:
+    """How many units of a SKU are in stock."""
+    _log("stock_level", {"sku": sku})
+    if sku not in STOCK:
+        raise ToolError(f"unknown SKU {sku}")
+    return {"sku": sku, "units": STOCK[sku]}
+
+
+@server.tool(annotations=ToolAnnotations(destructiveHint=True))
+def reserve_stock(sku: str, quantity: int) -> dict:
+    """Reserve units of a SKU for an order (they leave the sellable stock)."""
+    _log("reserve_stock", {"sku": sku, "quantity": quantity})
+    return {"reserved": quantity, "sku": sku}
+
+
+@server.tool()
+def label_shelf(shelf: str, text: str) -> str:
+    """Print a label for a shelf."""
+    _log("label_shelf", {"shelf": shelf, "text": text})
+    return f"labelled {shelf}"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()

@@ -1,0 +1,193 @@
+"""Tools from MCP servers (agentkit/mcp.py): what risk a server's annotations give a tool, how
+its listing is cached, and what a call does when the server cannot be reached. End to end
+(run, gate, approve, the server runs the call once): tests/approvals/test_mcp_gate.py."""
+
+import time
+
+import pytest
+
+from agentkit import mcp
+from agentkit.agents import Agent
+from agentkit.tools import REGISTRY, Blast, ToolArgsError, ToolContext, ToolInfraError, get_tool
+from approvals import declared_policy, gate_config
+
+DEFINITIONS = [
+    {
+        "name": "stock.level",
+        "description": "How many in stock.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"sku": {"type": "string"}},
+            "required": ["sku"],
+            "title": "levelArguments",
+        },
+        "annotations": {"readOnlyHint": True},
+    },
+    {"name": "wipe", "inputSchema": {"type": "object"}, "annotations": {"destructiveHint": True}},
+    {"name": "list_tables", "inputSchema": {"type": "object"}},  # a Python tool's name
+]
+
+
+@pytest.fixture
+def listed(monkeypatch):
+    """The server's listing is DEFINITIONS; `listed.count` says how often it was asked."""
+
+    class Listing:
+        count = 0
+        fail = False
+
+    async def fake_list(server):
+        Listing.count += 1
+        if Listing.fail:
+            raise OSError("connection refused")
+        return DEFINITIONS
+
+    monkeypatch.setattr(mcp, "_list", fake_list)
+    yield Listing
+    mcp.SERVERS.pop("srv", None)
+    mcp.forget()
+
+
+def server(*, bare: bool = False, **kw) -> mcp.McpServer:
+    """The test server's declaration; `bare`: its tools keep their own names (no prefix)."""
+    kw.setdefault("url", "http://127.0.0.1:9/mcp")
+    return mcp.McpServer(name="srv", prefix="" if bare else None, **kw)
+
+
+def test_read_only_hint_alone_leaves_a_new_tool_gated():
+    assert mcp.risk_of({"readOnlyHint": True}) == (False, Blast.MEDIUM)
+    assert mcp.risk_of({"destructiveHint": True}) == (False, Blast.HIGH)
+    assert mcp.risk_of(None) == (False, Blast.MEDIUM)
+
+
+def test_hints_raise_the_owners_declared_risk_and_never_lower_it():
+    assert mcp.declared_risk((True, Blast.NONE), {"readOnlyHint": True}) == (True, Blast.NONE)
+    assert mcp.declared_risk((True, Blast.LOW), {"destructiveHint": True}) == (False, Blast.HIGH)
+    assert mcp.declared_risk((False, Blast.CRITICAL), {"destructiveHint": True}) == (
+        False,
+        Blast.CRITICAL,
+    )
+    assert mcp.declared_risk((False, Blast.HIGH), {"destructiveHint": False}) == (False, Blast.HIGH)
+
+
+def test_tools_are_named_with_the_servers_prefix_and_keep_its_schema(listed):
+    tools = {t.name: t for t in mcp.tools_of(server())}
+    # A server's tool never hides a Python tool of the same name.
+    assert set(tools) == {"srv_stock_level", "srv_wipe", "srv_list_tables"}
+    assert tools["srv_stock_level"].input_schema() == {
+        "type": "object",
+        "properties": {"sku": {"type": "string"}},
+        "required": ["sku"],
+    }
+    assert tools["srv_stock_level"].metadata()["mcp"] == {
+        "server": "srv",
+        "tool": "stock.level",
+        "annotations": {"readOnlyHint": True},
+        "read_only_hint": True,
+    }
+    assert (tools["srv_wipe"].reversible, tools["srv_wipe"].blast) == (False, Blast.HIGH)
+
+
+def test_a_tool_that_would_hide_a_python_tool_is_left_out(listed):
+    names = [t.name for t in mcp.tools_of(server(bare=True))]
+    assert "list_tables" not in names
+    assert REGISTRY["list_tables"].__class__.__name__ == "Tool"
+
+
+def test_the_agents_gate_rules_decide_whether_a_read_only_tool_runs_ungated(listed):
+    tool = {t.name: t for t in mcp.tools_of(server())}["srv_stock_level"]
+    args = {"sku": "A-1"}
+    assert declared_policy.evaluate(tool=tool, args=args, rules={}).gated
+    trusted = {"never_gate": ["srv_stock_level"]}
+    assert not declared_policy.evaluate(tool=tool, args=args, rules=trusted).gated
+    vouched = mcp.tools_of(server(risks={"stock.level": (True, Blast.NONE)}), max_age=0)
+    assert not {t.name: t for t in vouched}["srv_stock_level"].has_side_effects
+
+
+def test_arguments_are_checked_against_the_servers_schema(listed):
+    tool = {t.name: t for t in mcp.tools_of(server())}["srv_stock_level"]
+    assert tool.validate({"sku": "A-1"}) == {"sku": "A-1"}
+    with pytest.raises(ToolArgsError, match="'sku' is a required property"):
+        tool.validate({})
+    with pytest.raises(ToolArgsError, match="must be an object"):
+        tool.validate(["A-1"])
+
+
+def test_a_listing_is_reused_until_it_is_older_than_relist_seconds(listed):
+    declared = server(relist_seconds=60)
+    mcp.tools_of(declared)
+    mcp.tools_of(declared)
+    assert listed.count == 1
+    mcp.tools_of(declared, max_age=0)
+    assert listed.count == 2
+
+
+def test_a_server_that_cannot_be_listed_keeps_its_last_listing(listed):
+    declared = server()
+    first = mcp.tools_of(declared)
+    listed.fail = True
+    assert mcp.tools_of(declared, max_age=0) == first
+    mcp.forget()
+    with pytest.raises(mcp.McpUnavailable, match="connection refused"):
+        mcp.tools_of(declared, max_age=0)
+
+
+def test_a_run_of_an_agent_whose_server_is_down_records_why_it_lacks_those_tools(listed):
+    listed.fail = True
+    agent = Agent(
+        slug="mcp-down",
+        title="t",
+        description="",
+        model="m",
+        system_prompt="",
+        tools=("list_tables",),
+        input_form=None,
+        prompt=str,
+        script=lambda d: [],
+        mcp_servers=(server(),),
+    )
+    snapshot = agent.snapshot()
+    assert [t["name"] for t in snapshot["tools"]] == ["list_tables"]
+    assert "connection refused" in snapshot["mcp"][0]["error"]
+
+
+def test_a_process_that_never_listed_the_server_finds_its_tools_by_name(listed):
+    mcp.declare(server())
+    assert get_tool("srv_wipe") is not None and listed.count == 1
+    assert get_tool("srv_nothing_like_it") is None
+
+
+def test_an_unreachable_server_is_an_infrastructure_error_the_engine_retries(tmp_path):
+    down = mcp.McpServer(name="gone", command=(str(tmp_path / "no-such-server"),))
+    tool = mcp._tool(down, {"name": "x", "inputSchema": {"type": "object"}})
+    ctx = ToolContext(run_id="r", idempotency_key="k", deadline=time.monotonic() + 10)
+    with pytest.raises(ToolInfraError, match="could not be reached"):
+        tool.call({}, ctx)
+
+
+def test_a_server_that_honours_keys_gets_the_calls_key():
+    keyed = mcp._tool(
+        mcp.McpServer(name="k", url="http://127.0.0.1:9/mcp", idempotency_meta="idem"),
+        {"name": "x"},
+    )
+    assert keyed.accepts_idempotency_key
+    assert not mcp._tool(server(), {"name": "x"}).accepts_idempotency_key
+
+
+def test_a_server_is_declared_with_a_command_or_a_url():
+    with pytest.raises(ValueError, match="command or a url"):
+        mcp.McpServer(name="both", command=("x",), url="http://x")
+    with pytest.raises(ValueError, match="letters"):
+        mcp.McpServer(name="no spaces", url="http://x")
+
+
+def test_gate_rules_naming_tools_of_a_server_that_is_down_are_not_called_unknown(listed):
+    listed.fail = True
+    snapshot = {
+        "tools": [],
+        "gates": {"never_gate": ["srv_stock_level"], "always_gate": ["elsewhere_x"]},
+        "mcp": [{**server().as_dict(), "error": "connection refused"}],
+    }
+    assert gate_config.problems(snapshot) == [
+        "always_gate names unknown tool 'elsewhere_x' (the agent's tools: none)"
+    ]
