@@ -5,9 +5,14 @@ from django.apps import AppConfig
 
 from agentkit import logs
 
+from . import telemetry
+
 
 class AgentopsConfig(AppConfig):
     name = "agentops"
 
     def ready(self) -> None:
         logs.connect_celery_signals()
+        # Before the first request's middleware chain is built: Django's instrumentation
+        # adds a middleware of its own.
+        telemetry.start_if_configured()

@@ -390,6 +390,19 @@ ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
 # SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
 ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
 
+# --- traces (agentops/telemetry.py, agentkit/tracing.py) -------------------------------------
+# OpenTelemetry traces of runs, requests, tasks and queries, sent over OTLP/HTTP to
+# OTEL_EXPORTER_OTLP_ENDPOINT (the SDK reads its OTEL_* variables itself). On when that
+# endpoint is set, unless AGENTOPS_OTEL=false; AGENTOPS_OTEL=true turns it on without one
+# (the SDK's default endpoint, http://localhost:4318). Off, nothing is instrumented.
+_otlp_endpoint = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="") or env.str(
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default=""
+)
+AGENTOPS_OTEL = env.bool("AGENTOPS_OTEL", default=bool(_otlp_endpoint)) and not env.bool(
+    "OTEL_SDK_DISABLED", default=False
+)
+OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="agentops")
+
 # --- monitoring (agentops/monitoring.py, agentkit/metrics.py) -----------------------------------
 # /metrics answers only with this bearer token; unset, it does not exist (404).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")

@@ -17,7 +17,7 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
-from agentkit import signing
+from agentkit import signing, tracing
 from approvals.notify.delivery import RETRIED_DELIVERY, DeliveryError
 from runs.models import Run, Step
 
@@ -57,15 +57,15 @@ def deliver_callback(approval_id: str) -> int:
         return 0  # refused when submitted; a row from before the check is not sent either
     key = _agent_key(call)
     body = json.dumps(state_of(call).as_dict()).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "agentops-callback/1",
+        **signing.sign(key, f"callback_{approval_id}", body),
+    }
+    # W3C traceparent: the agent's handling of the decision joins the run's trace.
+    tracing.inject(headers, call.run.traceparent)
     request = urllib.request.Request(  # noqa: S310 (scheme checked above)
-        call.callback_url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "agentops-callback/1",
-            **signing.sign(key, f"callback_{approval_id}", body),
-        },
+        call.callback_url, data=body, method="POST", headers=headers
     )
     try:
         # Connects only to addresses the agent may reach (gateway/egress.py), redirects too.

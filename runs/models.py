@@ -337,6 +337,10 @@ class Run(models.Model):
     # max_seconds is working time, a person's time to decide is left out (working_seconds).
     seconds_waited = models.FloatField(default=0)
     waiting_since = models.DateTimeField(null=True, blank=True)
+    # OpenTelemetry (agentkit/tracing.py): the run span's W3C traceparent, chosen at launch so
+    # every later span of the run is its child, then ";" and its parent's (the launching
+    # request's, an external agent's). Empty when tracing was off at launch.
+    traceparent = models.CharField(max_length=120, blank=True, default="")
 
     last_seq = models.PositiveIntegerField(default=0)
     last_hash = models.CharField(max_length=64, blank=True)

@@ -219,3 +219,17 @@ def no_enqueue(monkeypatch):
 
 
 on_postgres = pytest.mark.skipif(not settings.IS_POSTGRES, reason="needs DATABASE_URL=postgres://…")
+
+
+@pytest.fixture
+def traces():
+    """OpenTelemetry on for the test (agentops/telemetry.py), its spans kept in memory:
+    the real SDK and instrumentation, only the exporter is a stand-in."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentops import telemetry
+
+    exporter = InMemorySpanExporter()
+    telemetry.start(exporter=exporter, set_global=False)
+    yield exporter
+    telemetry.stop()

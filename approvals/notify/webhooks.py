@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from agentkit import signing
+from agentkit import signing, tracing
 
 from ..models import Approval
 from .delivery import DeliveryError, DeliveryRefused
@@ -95,6 +95,8 @@ def deliver_webhook(approval_id: str, url: str) -> int:
             headers[DELIVERY_HEADER] = message_id
     else:  # a Slack URL without a key: still one id for every retry
         headers[signing.ID_HEADER] = message_id
+    # W3C traceparent: the receiver's work joins the run's trace (when tracing is on).
+    tracing.inject(headers, approval.run.traceparent)
     request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked above)
     try:
         with _opener.open(request, timeout=_cfg("WEBHOOK_TIMEOUT_SECONDS")) as response:
