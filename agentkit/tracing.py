@@ -25,7 +25,7 @@ import contextlib
 import contextvars
 import random
 from collections.abc import Iterator, Mapping, MutableMapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -45,6 +45,7 @@ from opentelemetry.trace import (
 from .llm.base import LLMRequest, LLMResponse
 
 TRACER_NAME = "agentops"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _tracer: trace.Tracer | None = None
 _OFF = contextlib.nullcontext()
@@ -317,16 +318,12 @@ def record_run(
 
 
 def _nanos(moment: datetime) -> int:
-    return int(moment.timestamp() * 1_000_000_000)
+    # Exact: a float of nanoseconds since 1970 is off by hundreds of them.
+    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
 # --- across processes ----------------------------------------------------------------------
-def inject(headers: MutableMapping[str, str], traceparent: str = "") -> None:
-    """Add W3C `traceparent` (and `tracestate`) to outgoing headers: the current span's, or
-    else the run's (`traceparent`), so the receiver joins the run's trace."""
-    if _tracer is None:
-        return
-    if trace.get_current_span().get_span_context().is_valid:
+def inject(headers: MutableMapping[str, str]) -> None:
+    """Add the current span's W3C `traceparent` (and `tracestate`) to outgoing headers."""
+    if _tracer is not None:
         propagate.inject(headers)
-    elif parse(traceparent).is_valid:
-        headers["traceparent"] = traceparent.partition(";")[0]

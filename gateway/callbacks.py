@@ -62,9 +62,20 @@ def deliver_callback(approval_id: str) -> int:
         "User-Agent": "agentops-callback/1",
         **signing.sign(key, f"callback_{approval_id}", body),
     }
-    # W3C traceparent: the agent's handling of the decision joins the run's trace.
-    tracing.inject(headers, call.run.traceparent)
-    request = urllib.request.Request(  # noqa: S310 (scheme checked above)
+    attributes = {"agentops.run.id": str(call.run_id), "agentops.approval.id": approval_id}
+    # A span of the run's trace, whose W3C traceparent the agent gets: its handling of the
+    # decision joins the run's trace (its own, when it registered the session with one).
+    with tracing.in_run("agentops.callback", call.run.traceparent, attributes):
+        tracing.inject(headers)
+        status = _post(call, body, headers)
+    if status:
+        ExternalCall.objects.filter(pk=call.pk).update(callback_sent_at=timezone.now())
+    return status
+
+
+def _post(call: ExternalCall, body: bytes, headers: dict) -> int:
+    """The callback's HTTP status; 0 when its address is refused (not retried)."""
+    request = urllib.request.Request(  # noqa: S310 (scheme checked by the caller)
         call.callback_url, data=body, method="POST", headers=headers
     )
     try:
@@ -83,7 +94,6 @@ def deliver_callback(approval_id: str) -> int:
         status = exc.code
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise DeliveryError(f"callback unreachable: {exc}") from None
-    ExternalCall.objects.filter(pk=call.pk).update(callback_sent_at=timezone.now())
     return status
 
 

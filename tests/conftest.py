@@ -105,6 +105,9 @@ SERVICE_SENSITIVE = {
     "test_database.py",
     "test_health.py",
     "test_metrics.py",
+    # traces: psycopg's spans, the Celery message's headers through Redis
+    "runs/test_traces.py",
+    "test_telemetry.py",
 }
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -231,5 +234,18 @@ def traces():
 
     exporter = InMemorySpanExporter()
     telemetry.start(exporter=exporter, set_global=False)
+    # Connections pooled before psycopg was instrumented would make no spans (a process
+    # instruments at start-up, before it connects).
+    _close_pools()
     yield exporter
     telemetry.stop()
+    _close_pools()
+
+
+def _close_pools() -> None:
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if getattr(connection, "pool", None) is not None:
+            connection.close()
+            connection.close_pool()

@@ -95,9 +95,15 @@ def deliver_webhook(approval_id: str, url: str) -> int:
             headers[DELIVERY_HEADER] = message_id
     else:  # a Slack URL without a key: still one id for every retry
         headers[signing.ID_HEADER] = message_id
-    # W3C traceparent: the receiver's work joins the run's trace (when tracing is on).
-    tracing.inject(headers, approval.run.traceparent)
-    request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked above)
+    attributes = {"agentops.approval.id": str(approval.pk), "url.full": post_to}
+    # A span of the run's trace, whose W3C traceparent the receiver gets to join it.
+    with tracing.in_run("agentops.webhook", approval.run.traceparent, attributes):
+        tracing.inject(headers)
+        return _post(post_to, body, headers)
+
+
+def _post(post_to: str, body: bytes, headers: dict) -> int:
+    request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked by the caller)
     try:
         with _opener.open(request, timeout=_cfg("WEBHOOK_TIMEOUT_SECONDS")) as response:
             return response.status
