@@ -16,3 +16,6 @@ class AgentopsConfig(AppConfig):
         # Before the first request's middleware chain is built: Django's instrumentation
         # adds a middleware of its own.
         telemetry.start_if_configured()
+        from . import metrics_server  # reads the models: once they are loaded
+
+        metrics_server.connect_worker_signals()

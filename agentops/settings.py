@@ -409,6 +409,9 @@ METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 # Shared by every process of the host (web, workers, beat) to add up their counters; read by
 # prometheus_client itself from the environment. Unset: each process counts on its own.
 PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="")
+# A Celery worker serves its pod's counters on this port (agentops/metrics_server.py), for pods
+# that run workers and no web process. Unset: no such server.
+METRICS_PORT = env.int("METRICS_PORT", default=0)
 
 # --- auth, security ----------------------------------------------------------------------
 LOGIN_URL = "/accounts/login/"
@@ -444,7 +447,7 @@ if SSO_ENABLED:
 if not DEBUG:
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
     # Prometheus scrapes a web process directly, inside the network, over plain HTTP.
-    SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
+    SECURE_REDIRECT_EXEMPT = [r"^metrics(/processes|/state)?$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
