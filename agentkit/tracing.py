@@ -154,13 +154,15 @@ def _links_to_current(traceparent: str, carrier: Mapping[str, str] | None = None
 
 
 # --- spans while they happen --------------------------------------------------------------
-def step(traceparent: str, *, run_id: str, agent: str, seq: int) -> Any:
+def step(traceparent: str, *, run_id: Any, agent: str, seq: int) -> Any:
     """A context manager around one engine step of a run, the run span's child; yields the
     span (None when off)."""
+    if _tracer is None or not traceparent:
+        return _OFF  # before anything is built: this is the engine's hot path
     return in_run(
         "agentops.step",
         traceparent,
-        {"agentops.run.id": run_id, "gen_ai.agent.name": agent, "agentops.step.seq": seq},
+        {"agentops.run.id": str(run_id), "gen_ai.agent.name": agent, "agentops.step.seq": seq},
     )
 
 

@@ -213,7 +213,7 @@ def step(work: Work) -> None:
     """One unit of progress: run the next pending tool call, or make the next model call."""
     run = work.run
     logs.set_seq(run.last_seq + 1)
-    with tracing.step(run.traceparent, run_id=str(run.pk), agent=run.agent, seq=run.last_seq + 1):
+    with tracing.step(run.traceparent, run_id=run.pk, agent=run.agent, seq=run.last_seq + 1):
         _step(work)
 
 
