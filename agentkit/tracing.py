@@ -119,7 +119,7 @@ def parse(traceparent: str) -> SpanContext:
     """A stored traceparent (its first part) as a remote span context; invalid if malformed."""
     own = (traceparent or "").partition(";")[0]
     parts = own.split("-")
-    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+    if len(parts) != 4 or [len(p) for p in parts[1:]] != [32, 16, 2]:
         return INVALID_SPAN_CONTEXT
     try:
         trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)

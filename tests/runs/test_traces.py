@@ -137,3 +137,29 @@ def _provider():
 
 def _nanos(moment) -> int:
     return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",  # no flags
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-fff",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",  # the invalid trace id
+        "00-0af7651916cd43dd8448eb211c80319z-b7ad6b7169203331-01",
+    ],
+)
+def test_a_malformed_stored_context_is_no_context(stored):
+    assert not tracing.parse(stored).is_valid
+    assert tracing.trace_id_of(stored) == ""
+
+
+def test_a_stored_context_is_the_run_spans_with_its_parent_after_it():
+    stored = (
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01;"
+        "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+    )
+    context = tracing.parse(stored)
+    assert context.is_valid and context.is_remote
+    assert f"{context.span_id:016x}" == "b7ad6b7169203331"
+    assert tracing.trace_id_of(stored) == "0af7651916cd43dd8448eb211c80319c"
