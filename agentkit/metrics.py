@@ -4,8 +4,14 @@ at scrape time instead (agentops/monitoring.py), so it cannot drift.
 
 Every process (web, workers, beat) moves its own counters. With PROMETHEUS_MULTIPROC_DIR set
 each process writes them to its own files in that directory, and any web process's /metrics
-adds up every process on the host (prometheus_client's multiprocess mode); unset, a process
-keeps them in memory and serves only its own (the embedded `manage.py up`, tests).
+adds up every process that shares the directory (prometheus_client's multiprocess mode): one
+host, or one pod with the directory on a volume of its own, which is then scraped on its own
+(README "Monitoring"). Unset, a process keeps them in memory and serves only its own (the
+embedded `manage.py up`, tests).
+
+A process that ends leaves its counters (the totals must not go down) but its live gauges
+(open sockets) are removed: at exit, at a Celery pool child's exit (agentops/celery.py), and
+at start-up for the processes of this host that are gone (a kill -9 runs no exit handler).
 
 This module imports nothing of the project, so the engine, runs and approvals can all count.
 """
@@ -45,6 +51,37 @@ def process_id() -> str:
     return _process
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process, alive
+    return True
+
+
+def remove_dead_processes(directory: str) -> list[str]:
+    """Mark dead (their live gauges removed) the processes of this host whose files are in
+    `directory` and whose pid is no longer running; returns their ids. Another host's files
+    (a directory shared by containers) are left to that host's processes."""
+    dead = set()
+    for name in os.listdir(directory):
+        process = name.rpartition("_")[2].removesuffix(".db")
+        host, _, pid = process.rpartition("-")
+        if host == _HOST and pid.isdigit() and not _alive(int(pid)):
+            dead.add(process)
+    for process in dead:
+        multiprocess.mark_process_dead(process, directory)
+    return sorted(dead)
+
+
+def mark_this_process_dead() -> None:
+    """This process is ending: its live gauges stop counting (its counters stay)."""
+    if MULTIPROC_DIR:
+        multiprocess.mark_process_dead(process_id(), MULTIPROC_DIR)
+
+
 if MULTIPROC_DIR:
     os.makedirs(MULTIPROC_DIR, exist_ok=True)
     # Before any metric is made. Called again after a fork (prefork pool), so a child gets
@@ -54,7 +91,8 @@ if MULTIPROC_DIR:
     # live gauges (open sockets) start from nothing, not from the dead process's. Counters
     # carry on from where it stopped, which Prometheus reads as the same series going up.
     multiprocess.mark_process_dead(process_id(), MULTIPROC_DIR)
-    atexit.register(lambda: multiprocess.mark_process_dead(process_id(), MULTIPROC_DIR))
+    remove_dead_processes(MULTIPROC_DIR)
+    atexit.register(mark_this_process_dead)
 
 _children: dict[tuple, Any] = {}
 

@@ -5,9 +5,17 @@ from django.apps import AppConfig
 
 from agentkit import logs
 
+from . import telemetry
+
 
 class AgentopsConfig(AppConfig):
     name = "agentops"
 
     def ready(self) -> None:
         logs.connect_celery_signals()
+        # Before the first request's middleware chain is built: Django's instrumentation
+        # adds a middleware of its own.
+        telemetry.start_if_configured()
+        from . import metrics_server  # reads the models: once they are loaded
+
+        metrics_server.connect_worker_signals()

@@ -1,9 +1,15 @@
-"""GET /metrics for Prometheus: the event counters of every process on the host
-(agentkit/metrics.py) and the state read at scrape time (runs in flight by status, approvals
-pending, the queue's depth).
+"""Prometheus endpoints: the event counters of every process that shares this process's
+PROMETHEUS_MULTIPROC_DIR (agentkit/metrics.py: a host, or a pod), and the state read at
+scrape time (runs in flight by status, approvals pending and the oldest one's age, the
+queue's depth), which is the same whichever process answers.
 
-Behind a bearer token (METRICS_TOKEN): without one configured the endpoint does not exist
-(404); a request without the token gets 401, with a wrong one 403.
+- GET /metrics: both (one host: scrape it once per host);
+- GET /metrics/processes: the counters only (several pods: scrape every pod; a pod of
+  workers only serves it on METRICS_PORT, agentops/metrics_server.py);
+- GET /metrics/state: the state only (several pods: scrape it once, through the service).
+
+Behind a bearer token (METRICS_TOKEN): without one configured they do not exist (404); a
+request without the token gets 401, with a wrong one 403.
 """
 
 import hmac
@@ -98,16 +104,17 @@ class StateCollector:
         ]
 
 
-def exposition() -> bytes:
+def exposition(*, processes: bool = True, state: bool = True) -> bytes:
     """The text format: every process's counters (multiprocess mode) or this one's, then the
     state."""
     registry = CollectorRegistry()
-    if settings.PROMETHEUS_MULTIPROC_DIR:
+    if processes and settings.PROMETHEUS_MULTIPROC_DIR:
         MultiProcessCollector(registry, path=settings.PROMETHEUS_MULTIPROC_DIR)
-    else:
+    elif processes:
         # This process's own metrics (and its CPU, memory, GC figures).
         registry.register(_Registry(REGISTRY))
-    registry.register(StateCollector())
+    if state:
+        registry.register(StateCollector())
     return generate_latest(registry)
 
 
@@ -121,19 +128,46 @@ class _Registry:
         return self.registry.collect()
 
 
-@require_GET
-def metrics_view(request: HttpRequest) -> HttpResponse:
+def refusal(authorization: str) -> tuple[int, str] | None:
+    """(status, message) when a scrape's Authorization header does not carry METRICS_TOKEN;
+    None when it does."""
     token = settings.METRICS_TOKEN
     if not token:
-        raise Http404("metrics are disabled: set METRICS_TOKEN")
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        return 404, "metrics are disabled: set METRICS_TOKEN\n"
+    scheme, _, given = authorization.partition(" ")
     if scheme.lower() != "bearer" or not given:
-        response = HttpResponse("a bearer token is required\n", status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
+        return 401, "a bearer token is required\n"
     if not hmac.compare_digest(given.strip().encode(), token.encode()):
-        return HttpResponse("wrong token\n", status=403)
+        return 403, "wrong token\n"
+    return None
+
+
+def _scrape(request: HttpRequest, *, processes: bool, state: bool) -> HttpResponse:
+    refused = refusal(request.headers.get("Authorization", ""))
+    if refused is not None:
+        status, message = refused
+        if status == 404:
+            raise Http404(message)
+        response = HttpResponse(message, status=status)
+        if status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     started = time.monotonic()
-    body = exposition()
+    body = exposition(processes=processes, state=state)
     log.debug("metrics scraped in %.1f ms", (time.monotonic() - started) * 1000)
     return HttpResponse(body, content_type=CONTENT_TYPE)
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    return _scrape(request, processes=True, state=True)
+
+
+@require_GET
+def process_metrics_view(request: HttpRequest) -> HttpResponse:
+    return _scrape(request, processes=True, state=False)
+
+
+@require_GET
+def state_metrics_view(request: HttpRequest) -> HttpResponse:
+    return _scrape(request, processes=False, state=True)

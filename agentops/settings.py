@@ -390,12 +390,28 @@ ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
 # SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
 ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
 
+# --- traces (agentops/telemetry.py, agentkit/tracing.py) -------------------------------------
+# OpenTelemetry traces of runs, requests, tasks and queries, sent over OTLP/HTTP to
+# OTEL_EXPORTER_OTLP_ENDPOINT (the SDK reads its OTEL_* variables itself). On when that
+# endpoint is set, unless AGENTOPS_OTEL=false; AGENTOPS_OTEL=true turns it on without one
+# (the SDK's default endpoint, http://localhost:4318). Off, nothing is instrumented.
+_otlp_endpoint = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="") or env.str(
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default=""
+)
+AGENTOPS_OTEL = env.bool("AGENTOPS_OTEL", default=bool(_otlp_endpoint)) and not env.bool(
+    "OTEL_SDK_DISABLED", default=False
+)
+OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="agentops")
+
 # --- monitoring (agentops/monitoring.py, agentkit/metrics.py) -----------------------------------
 # /metrics answers only with this bearer token; unset, it does not exist (404).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 # Shared by every process of the host (web, workers, beat) to add up their counters; read by
 # prometheus_client itself from the environment. Unset: each process counts on its own.
 PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="")
+# A Celery worker serves its pod's counters on this port (agentops/metrics_server.py), for pods
+# that run workers and no web process. Unset: no such server.
+METRICS_PORT = env.int("METRICS_PORT", default=0)
 
 # --- auth, security ----------------------------------------------------------------------
 LOGIN_URL = "/accounts/login/"
@@ -431,7 +447,7 @@ if SSO_ENABLED:
 if not DEBUG:
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
     # Prometheus scrapes a web process directly, inside the network, over plain HTTP.
-    SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
+    SECURE_REDIRECT_EXEMPT = [r"^metrics(/processes|/state)?$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

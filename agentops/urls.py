@@ -16,6 +16,8 @@ urlpatterns = [
     path("api/", api.urls),
     path("healthz", health.healthz, name="healthz"),
     path("metrics", monitoring.metrics_view, name="metrics"),
+    path("metrics/processes", monitoring.process_metrics_view, name="metrics-processes"),
+    path("metrics/state", monitoring.state_metrics_view, name="metrics-state"),
     path("approvals/", include("approvals.urls")),
     path("slack/actions", slack_actions, name="slack_actions"),
     path("", include("history.urls")),

@@ -37,7 +37,7 @@ from agentkit.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import declared_policy, permissions
+from . import declared_policy, permissions, wait_traces
 from .models import Approval, ApprovalView, ApprovalVote
 from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
 
@@ -369,6 +369,7 @@ def _after_settled(approval: Approval, run: Run, step: dict, plan: _Plan, user, 
     transaction.on_commit(
         lambda: metrics.decision_seconds.labels(approval.kind, plan.status).observe(waited)
     )
+    wait_traces.record_on_commit(approval, run, status=plan.status, by=step["by"], at=now)
 
 
 def _locked_run_of(approval_id) -> Run:
@@ -711,6 +712,9 @@ def expire_due(now: datetime | None = None, *, batch: int = 500) -> int:
                 lambda pk=approval.pk: decided.send(sender=Approval, approval_id=pk)
             )
             transaction.on_commit(metrics.approvals_expired.labels(approval.kind).inc)
+            wait_traces.record_on_commit(
+                approval, run, status=Approval.Status.EXPIRED, by="", at=now
+            )
             if run.is_terminal:
                 continue  # the run ended without it (cancelled): nothing left to apply
             step = {

@@ -29,6 +29,7 @@ from ninja.decorators import decorate_view
 from ninja.responses import NinjaJSONEncoder
 from ninja.security import HttpBearer
 
+from agentkit import tracing
 from runs.api import refuse_large_bodies
 from runs.models import Run
 
@@ -130,7 +131,13 @@ def _refused(exc: sessions.SessionError) -> JsonResponse:
 def register_session(request: HttpRequest, payload: SessionIn):
     """Register a session of the calling agent: a run that shows in the runs list."""
     try:
-        run = sessions.register(request.auth, session=payload.session, metadata=payload.metadata)
+        run = sessions.register(
+            request.auth,
+            session=payload.session,
+            metadata=payload.metadata,
+            # A `traceparent` header: the session's run joins the agent's trace.
+            trace_headers=request.headers,
+        )
     except sessions.SessionError as exc:
         return _refused(exc)
     return Status(201, {"session": run.pk, "run_url": reverse("runs:detail", args=[run.pk])})
@@ -147,20 +154,27 @@ def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
     refused = payload.callback_url and egress.url_refusal(payload.callback_url)
     if refused:
         return _error(422, refused, errors={"callback_url": [refused]})
-    try:
-        call = sessions.submit(
-            run,
-            request.auth,
-            tool=payload.tool,
-            args=payload.args,
-            hints=payload.hints,
-            summary=payload.summary,
-            callback_url=payload.callback_url,
-            client_id=payload.call_id,
-        )
-        state = sessions.state_of(call)
-    except sessions.SessionError as exc:
-        return _refused(exc)
+    attributes = {"agentops.run.id": str(run.pk), "gen_ai.tool.name": payload.tool}
+    with tracing.in_run(
+        "agentops.gateway.call", run.traceparent, attributes, carrier=request.headers
+    ) as span:
+        try:
+            call = sessions.submit(
+                run,
+                request.auth,
+                tool=payload.tool,
+                args=payload.args,
+                hints=payload.hints,
+                summary=payload.summary,
+                callback_url=payload.callback_url,
+                client_id=payload.call_id,
+            )
+            state = sessions.state_of(call)
+        except sessions.SessionError as exc:
+            tracing.failed(span, "refused", exc.message)
+            return _refused(exc)
+        if span is not None:
+            span.set_attribute("agentops.gateway.status", state.status)
     return JsonResponse(state.as_dict(), status=202 if not state.final else 200)
 
 

@@ -17,7 +17,7 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
-from agentkit import signing
+from agentkit import signing, tracing
 from approvals.notify.delivery import RETRIED_DELIVERY, DeliveryError
 from runs.models import Run, Step
 
@@ -57,15 +57,26 @@ def deliver_callback(approval_id: str) -> int:
         return 0  # refused when submitted; a row from before the check is not sent either
     key = _agent_key(call)
     body = json.dumps(state_of(call).as_dict()).encode()
-    request = urllib.request.Request(  # noqa: S310 (scheme checked above)
-        call.callback_url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "agentops-callback/1",
-            **signing.sign(key, f"callback_{approval_id}", body),
-        },
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "agentops-callback/1",
+        **signing.sign(key, f"callback_{approval_id}", body),
+    }
+    attributes = {"agentops.run.id": str(call.run_id), "agentops.approval.id": approval_id}
+    # A span of the run's trace, whose W3C traceparent the agent gets: its handling of the
+    # decision joins the run's trace (its own, when it registered the session with one).
+    with tracing.in_run("agentops.callback", call.run.traceparent, attributes):
+        tracing.inject(headers)
+        status = _post(call, body, headers)
+    if status:
+        ExternalCall.objects.filter(pk=call.pk).update(callback_sent_at=timezone.now())
+    return status
+
+
+def _post(call: ExternalCall, body: bytes, headers: dict) -> int:
+    """The callback's HTTP status; 0 when its address is refused (not retried)."""
+    request = urllib.request.Request(  # noqa: S310 (scheme checked by the caller)
+        call.callback_url, data=body, method="POST", headers=headers
     )
     try:
         # Connects only to addresses the agent may reach (gateway/egress.py), redirects too.
@@ -83,7 +94,6 @@ def deliver_callback(approval_id: str) -> int:
         status = exc.code
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise DeliveryError(f"callback unreachable: {exc}") from None
-    ExternalCall.objects.filter(pk=call.pk).update(callback_sent_at=timezone.now())
     return status
 
 

@@ -10,6 +10,7 @@ any other run. A gated call opens its Approval through the approvals app's own g
 decision are the ones internal runs have.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -18,6 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agentkit import tracing
 from agentkit.tools import ToolArgsError
 from approvals import declared_policy, engine_gates, gate_config
 from approvals.models import Approval
@@ -56,8 +58,15 @@ def _capped(what: str, value: Any) -> None:
         raise SessionError(413, f"{what} is {size} bytes; the limit is {max_bytes()}")
 
 
-def register(agent: ExternalAgent, *, session: str = "", metadata: dict | None = None) -> Run:
-    """A running run for a new session of `agent` (its snapshot taken now)."""
+def register(
+    agent: ExternalAgent,
+    *,
+    session: str = "",
+    metadata: dict | None = None,
+    trace_headers: Mapping[str, str] | None = None,
+) -> Run:
+    """A running run for a new session of `agent` (its snapshot taken now). A W3C
+    `traceparent` in `trace_headers` makes the run's span a child of the agent's."""
     _capped("metadata", metadata or {})
     now = timezone.now()
     try:
@@ -89,6 +98,7 @@ def register(agent: ExternalAgent, *, session: str = "", metadata: dict | None =
         created_at=now,
         started_at=now,
         updated_at=now,
+        traceparent=tracing.new_run_traceparent(trace_headers),
     )
     run.source = f"external {agent.slug} session {session or run.pk}"[:200]
     step = run.first_step(by=None, input=run.input, provider=PROVIDER)

@@ -29,7 +29,9 @@ from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import transaction
 
-from . import step_metrics
+from agentkit import tracing
+
+from . import step_metrics, step_traces
 from .schemas import RunLiveOut, StepOut
 
 log = logging.getLogger("agentops.events")
@@ -253,6 +255,11 @@ def _committed(step) -> None:
         step_metrics.count_committed_step(step)
     except Exception:
         log.exception("counting step %s#%s failed", step.run_id, step.seq)
+    if tracing.enabled():
+        try:
+            step_traces.trace_committed_step(step)
+        except Exception:
+            log.exception("tracing step %s#%s failed", step.run_id, step.seq)
     publish_step(step)
 
 

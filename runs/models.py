@@ -349,6 +349,10 @@ class Run(models.Model):
         related_name="+",
     )
     paused_at = models.DateTimeField(null=True, blank=True)
+    # OpenTelemetry (agentkit/tracing.py): the run span's W3C traceparent, chosen at launch so
+    # every later span of the run is its child, then ";" and its parent's (the launching
+    # request's, an external agent's). Empty when tracing was off at launch.
+    traceparent = models.CharField(max_length=120, blank=True, default="")
 
     last_seq = models.PositiveIntegerField(default=0)
     last_hash = models.CharField(max_length=64, blank=True)

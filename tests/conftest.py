@@ -108,6 +108,9 @@ SERVICE_SENSITIVE = {
     "test_database.py",
     "test_health.py",
     "test_metrics.py",
+    # traces: psycopg's spans, the Celery message's headers through Redis
+    "runs/test_traces.py",
+    "test_telemetry.py",
 }
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -222,3 +225,30 @@ def no_enqueue(monkeypatch):
 
 
 on_postgres = pytest.mark.skipif(not settings.IS_POSTGRES, reason="needs DATABASE_URL=postgres://…")
+
+
+@pytest.fixture
+def traces():
+    """OpenTelemetry on for the test (agentops/telemetry.py), its spans kept in memory:
+    the real SDK and instrumentation, only the exporter is a stand-in."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentops import telemetry
+
+    exporter = InMemorySpanExporter()
+    telemetry.start(exporter=exporter, set_global=False)
+    # Connections pooled before psycopg was instrumented would make no spans (a process
+    # instruments at start-up, before it connects).
+    _close_pools()
+    yield exporter
+    telemetry.stop()
+    _close_pools()
+
+
+def _close_pools() -> None:
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if getattr(connection, "pool", None) is not None:
+            connection.close()
+            connection.close_pool()

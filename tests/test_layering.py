@@ -30,6 +30,7 @@ APPS = ("runs", "approvals", "history", "accounts", "demo", "triggers", "gateway
 DEFERRED_IMPORTS = {
     # AppConfig.ready(): Django's place for registering things once the models are loaded.
     ("runs/apps.py", "runs.tasks"),
+    ("agentops/apps.py", "agentops.metrics_server"),
     ("runs/apps.py", "runs.events"),
     ("runs/apps.py", "runs.access"),
     ("runs/apps.py", "runs.chains"),

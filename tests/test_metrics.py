@@ -1,6 +1,7 @@
 """GET /metrics: behind its token, and the series move when runs happen, in one process or
 added up over several (prometheus_client's multiprocess mode)."""
 
+import json
 import re
 import socket
 import time
@@ -120,6 +121,41 @@ def test_the_sample_dashboard_uses_only_series_that_exist(token):
         known |= {family.name + suffix for suffix in ("", "_total", "_bucket", "_count", "_sum")}
     used = set(re.findall(r"agentops_\w+", (ROOT / "docs/grafana-dashboard.json").read_text()))
     assert used and used <= known, used - known
+
+
+STATE_SERIES = (
+    "agentops_runs_in_flight",
+    "agentops_approvals_pending",
+    "agentops_approvals_oldest_pending_seconds",
+    "agentops_queue_depth",
+    "agentops_metrics_source_up",
+)
+
+
+def test_the_sample_dashboard_covers_what_operators_watch():
+    exprs = [
+        target["expr"]
+        for panel in json.loads((ROOT / "docs/grafana-dashboard.json").read_text())["panels"]
+        for target in panel.get("targets", [])
+    ]
+    text = "\n".join(exprs)
+    for needed in (
+        "agentops_runs_in_flight",  # runs by status
+        "agentops_runs_finished_total",
+        "agentops_approvals_pending",  # approvals waiting
+        "agentops_approvals_oldest_pending_seconds",  # and their age
+        "agentops_approval_decision_seconds_bucket",  # decision times
+        "agentops_model_cost_usd_total",  # model spend
+        'agentops_tool_calls_total{outcome="error"}',  # tool errors
+        "agentops_queue_depth",
+    ):
+        assert needed in text, needed
+    # The state is the same from every web process: read with max or min, so that scraping
+    # it from more than one target does not multiply it.
+    for expr in exprs:
+        for name in STATE_SERIES:
+            if name in expr:
+                assert re.search(rf"(max|min)( by \([^)]*\))? ?\({name}\b", expr), expr
 
 
 # --- the series move when runs happen ------------------------------------------------------------

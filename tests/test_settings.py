@@ -24,6 +24,11 @@ CONTROLLED = (
     "AGENTOPS_OIDC_CLIENT_SECRET",
     "AGENTOPS_OIDC_ROLES",
     "AGENTOPS_PASSWORD_LOGIN",
+    "AGENTOPS_OTEL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_SDK_DISABLED",
+    "METRICS_PORT",
 )
 
 DUMP = """
@@ -54,6 +59,8 @@ print(json.dumps({
     "middleware": s.MIDDLEWARE,
     "form_action": s.CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"],
     "oidc_apps": getattr(s, "SOCIALACCOUNT_PROVIDERS", {}).get("openid_connect", {}).get("APPS"),
+    "otel": s.AGENTOPS_OTEL,
+    "metrics_port": s.METRICS_PORT,
 }, default=str))
 """
 
@@ -238,3 +245,26 @@ def test_check_deploy_is_clean_with_production_settings(tmp_path, sso):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no issues" in proc.stdout
+
+
+ENDPOINT = "http://otel-collector:4318"
+
+
+@pytest.mark.parametrize(
+    ("env", "on"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{ENDPOINT}/v1/traces"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT, "AGENTOPS_OTEL": "false"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT, "OTEL_SDK_DISABLED": "true"}, False),
+        ({"AGENTOPS_OTEL": "true"}, True),
+    ],
+)
+def test_traces_are_on_only_when_configured(tmp_path, env, on):
+    assert settings_for(tmp_path, **env)["otel"] is on
+
+
+def test_a_worker_serves_metrics_only_with_a_port(tmp_path):
+    assert settings_for(tmp_path)["metrics_port"] == 0
+    assert settings_for(tmp_path, METRICS_PORT="9100")["metrics_port"] == 9100

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from agentkit import signing
+from agentkit import signing, tracing
 
 from ..models import Approval
 from .delivery import DeliveryError, DeliveryRefused
@@ -109,7 +109,15 @@ def deliver_webhook(approval_id: str, url: str, reminder: str = "") -> int:
             headers[DELIVERY_HEADER] = message_id
     else:  # a Slack URL without a key: still one id for every retry
         headers[signing.ID_HEADER] = message_id
-    request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked above)
+    attributes = {"agentops.approval.id": str(approval.pk), "url.full": post_to}
+    # A span of the run's trace, whose W3C traceparent the receiver gets to join it.
+    with tracing.in_run("agentops.webhook", approval.run.traceparent, attributes):
+        tracing.inject(headers)
+        return _post(post_to, body, headers)
+
+
+def _post(post_to: str, body: bytes, headers: dict) -> int:
+    request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked by the caller)
     try:
         with _opener.open(request, timeout=_cfg("WEBHOOK_TIMEOUT_SECONDS")) as response:
             return response.status

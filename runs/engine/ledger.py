@@ -62,6 +62,7 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
             key,
             run.retry_count,
             retry_blindly=effect is None or tool.accepts_idempotency_key,
+            call_id=item.get("id", ""),
         )
     except OutcomeUnknown as exc:
         item["unknown_because"] = str(exc)  # the question says why (a timeout, a dropped call)

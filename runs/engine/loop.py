@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from agentkit import agents, llm, logs
+from agentkit import agents, llm, logs, tracing
 from agentkit.agents import Agent, Limits
 from agentkit.tools import get_tool
 
@@ -138,6 +138,8 @@ def _new_run(agent: Agent, input: dict, limits: Limits, **fields) -> Run:
         max_consecutive_errors=limits.max_consecutive_errors,
         created_at=now,
         updated_at=now,
+        # A child of the launching request's span (or of a parent run's step).
+        traceparent=tracing.new_run_traceparent(),
         **fields,
     )
     # The one line lists, the run page and the API show: summarised from the input as the
@@ -210,7 +212,13 @@ def _load(run: Run, worker: str) -> Work:
 
 def step(work: Work) -> None:
     """One unit of progress: run the next pending tool call, or make the next model call."""
-    logs.set_seq(work.run.last_seq + 1)
+    run = work.run
+    logs.set_seq(run.last_seq + 1)
+    with tracing.step(run.traceparent, run_id=run.pk, agent=run.agent, seq=run.last_seq + 1):
+        _step(work)
+
+
+def _step(work: Work) -> None:
     try:
         # An operator may have asked for a pause or sent instructions (one read a second).
         steering.at_boundary(work)

@@ -25,7 +25,7 @@ import time
 from django.conf import settings
 from django.db import connection, transaction
 
-from agentkit import llm
+from agentkit import llm, tracing
 from agentkit.verification import checks_final_answer
 
 from ..models import Run, Step
@@ -93,14 +93,14 @@ def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
             lease.still_mine(work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
         _release_db_connection()
         try:
-            if not work.agent_config.get("stream_text"):
-                return work.provider.complete(request)
-            # The seq the model's step will have: an error step takes it if this attempt fails,
-            # and the next attempt's drafts carry the one after.
-            draft = drafts.Draft(work.run.pk, work.run.last_seq + 1)
-            response = work.provider.complete(request, on_text=draft)
-            draft.finish()
-            return response
+            with tracing.model_call(work.provider.name, request) as span:
+                try:
+                    response = _complete(work, request)
+                except llm.LLMError as exc:
+                    tracing.failed(span, type(exc).__name__, str(exc))
+                    raise
+                tracing.model_answered(span, response)
+                return response
         except llm.LLMError as exc:
             will_retry = (
                 exc.retryable
@@ -112,6 +112,17 @@ def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
                 detail = f"model call failed after {attempt} attempt(s): {exc}"
                 terminator.terminate(work, Run.Termination.LLM_ERROR, detail)
             time.sleep(retry.backoff(attempt, retry_after=exc.retry_after))
+
+
+def _complete(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
+    if not work.agent_config.get("stream_text"):
+        return work.provider.complete(request)
+    # The seq the model's step will have: an error step takes it if this attempt fails,
+    # and the next attempt's drafts carry the one after.
+    draft = drafts.Draft(work.run.pk, work.run.last_seq + 1)
+    response = work.provider.complete(request, on_text=draft)
+    draft.finish()
+    return response
 
 
 def _release_db_connection() -> None:

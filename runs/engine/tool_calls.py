@@ -12,6 +12,7 @@ import logging
 import time
 from typing import Any
 
+from agentkit import tracing
 from agentkit.tools import (
     Pending,
     Tool,
@@ -134,7 +135,7 @@ def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> list[tuple
     lease.still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
     key = idempotency_key(work.run.pk, item["llm_seq"], item["index"], tool.name, item["args"])
     result, error, attempts, duration_ms = call_tool(
-        work, tool, item["args"], key, errors["retry_count"]
+        work, tool, item["args"], key, errors["retry_count"], call_id=item.get("id", "")
     )
     error, guard = guard_output(tool, item, result, error)
     data = tool_step(
@@ -205,11 +206,22 @@ def call_tool(
     retry_count: int,
     *,
     retry_blindly: bool = True,
+    call_id: str = "",
 ) -> tuple[Any, str | None, int, int]:
     """Call the tool under its circuit breaker, retrying infrastructure errors as its policy
     and the run's retries so far (`retry_count`) allow: (result, error, attempts, duration
     in ms). Without `retry_blindly` an infrastructure error raises OutcomeUnknown instead.
+    `call_id` (the model's tool_use id) is for the trace.
     """
+    with tracing.tool_call(tool.name, call_id=call_id, side_effects=tool.has_side_effects) as span:
+        called = _call_with_retries(work, tool, args, key, retry_count, retry_blindly)
+        tracing.tool_returned(span, error=called[1], attempts=called[2])
+        return called
+
+
+def _call_with_retries(
+    work: Work, tool: Tool, args: dict, key: str, retry_count: int, retry_blindly: bool
+) -> tuple[Any, str | None, int, int]:
     started, attempts = time.monotonic(), 0
     while True:
         attempts += 1
