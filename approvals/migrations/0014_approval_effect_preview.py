@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0012_queue_order_index'),
+        ('approvals', '0013_standing_grants_and_reminders'),
     ]
 
     operations = [
