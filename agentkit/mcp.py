@@ -239,18 +239,21 @@ def _run(coro, timeout: float) -> Any:
 
     try:
         return runner(bounded())
-    except MCPError as exc:
-        raise ToolError(f"MCP error {exc.error.code}: {exc.error.message}") from exc
-    except TimeoutError as exc:
-        raise ToolInfraError(f"the MCP server did not answer within {timeout:g}s") from exc
-    except (OSError, ExceptionGroup, pydantic.ValidationError) as exc:
-        raise ToolInfraError(f"the MCP server could not be reached: {_reason(exc)}") from exc
+    except (MCPError, TimeoutError, OSError, ExceptionGroup, pydantic.ValidationError) as exc:
+        # The transport's task groups may wrap the error: its first leaf says what it was.
+        cause = _leaf(exc)
+        if isinstance(cause, MCPError):  # the server answered: the call's own error
+            raise ToolError(f"MCP error {cause.error.code}: {cause.error.message}") from exc
+        if isinstance(cause, TimeoutError):
+            raise ToolInfraError(f"the MCP server did not answer within {timeout:g}s") from exc
+        reason = f"{type(cause).__name__}: {cause}"[:300]
+        raise ToolInfraError(f"the MCP server could not be reached: {reason}") from exc
 
 
-def _reason(exc: BaseException) -> str:
+def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"[:300]
+    return exc
 
 
 # --- listing -------------------------------------------------------------------------------

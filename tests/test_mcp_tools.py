@@ -5,10 +5,19 @@ its listing is cached, and what a call does when the server cannot be reached. E
 import time
 
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from agentkit import mcp
 from agentkit.agents import Agent
-from agentkit.tools import REGISTRY, Blast, ToolArgsError, ToolContext, ToolInfraError, get_tool
+from agentkit.tools import (
+    REGISTRY,
+    Blast,
+    ToolArgsError,
+    ToolContext,
+    ToolError,
+    ToolInfraError,
+    get_tool,
+)
 from approvals import declared_policy, gate_config
 
 DEFINITIONS = [
@@ -191,3 +200,17 @@ def test_gate_rules_naming_tools_of_a_server_that_is_down_are_not_called_unknown
     assert gate_config.problems(snapshot) == [
         "always_gate names unknown tool 'elsewhere_x' (the agent's tools: none)"
     ]
+
+
+def test_a_json_rpc_error_is_the_calls_own_even_when_the_transport_wraps_it():
+    async def refused():
+        raise ExceptionGroup("task group", [MCPError(-32602, "unknown tool: nope")])
+
+    with pytest.raises(ToolError, match="MCP error -32602: unknown tool: nope"):
+        mcp._run(refused(), 5)
+
+    async def dropped():
+        raise ExceptionGroup("task group", [ConnectionResetError("peer closed")])
+
+    with pytest.raises(ToolInfraError, match="ConnectionResetError: peer closed"):
+        mcp._run(dropped(), 5)

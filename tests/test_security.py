@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from approvals.models import Approval, ApprovalView, Delegation
+from approvals.models import Approval, ApprovalView, Delegation, Grant
 from approvals.notify.one_tap import links as one_tap
 from runs.models import PendingOperation, Run, args_hash
 from tests.approvals.learning.test_views import learning_objects
@@ -61,6 +61,10 @@ def world(users, no_enqueue):
         "approval": approval,
         "operation": operation,
         "delegation": delegation,
+        # A standing grant another approver gave, for the revoke button.
+        "grant": Grant.objects.create(
+            scope="agent", agent=run.agent, tool=approval.tool, max_uses=3, granted_by_name="x"
+        ),
         **learning_objects(run),
     }
 
@@ -127,6 +131,11 @@ PAGES = {
     "approvals:clear_override": ("POST", "admin"),
     "approvals:review": ("GET", "view"),
     "approvals:review_call": ("POST", "approve"),
+    "approvals:grants": ("GET", "approve"),
+    "approvals:grant": ("POST", "approve"),
+    "approvals:revoke_grant": ("POST", "approve"),
+    # Operators and approvers; the world's run is not halted, so they get a 409 for that.
+    "approvals:resume_halted": ("POST", "operate or approve"),
     "triggers:schedules": ("GET", "view"),
 }
 ALLOWED = {
@@ -135,7 +144,10 @@ ALLOWED = {
     "approve": {"approver", "admin"},
     "admin": {"admin"},
     "link owner": {"admin"},
+    "operate or approve": {"operator", "approver", "admin"},
 }
+# What an allowed role gets where it is not a success: refused for another reason than the role.
+ALLOWED_STATUS = {"approvals:resume_halted": 409}
 
 
 def url_of(name: str, world) -> str:
@@ -161,6 +173,9 @@ def url_of(name: str, world) -> str:
         "approvals:revoke_rule": [world["rule"].pk],
         "approvals:clear_override": [world["override"].pk],
         "approvals:review_call": [world["review"].pk],
+        "approvals:grant": [approval.pk],
+        "approvals:revoke_grant": [world["grant"].pk],
+        "approvals:resume_halted": [approval.pk],
     }.get(name, [])
     url = reverse(name, args=args)
     return url + "?before=99" if name == "runs:steps" else url
@@ -187,13 +202,15 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         "approvals:batch": {"decision": "reject", "reason": "matrix", "item": "x:y"},
         "runs:pending_finish": {"action": "complete", "result": "done"},
         "approvals:claim": {"claim": "release"},
+        "approvals:grant": {"kind": "count", "uses": "2"},
     }.get(name, {})
     response = client.post(url, data) if method == "POST" else client.get(url)
     if role == "anonymous":
         assert response.status_code == 302
         assert response["Location"].startswith("/accounts/login/")
     elif role in ALLOWED[need]:
-        assert response.status_code in (200, 204, 302), response.status_code
+        expected = (ALLOWED_STATUS[name],) if name in ALLOWED_STATUS else (200, 204, 302)
+        assert response.status_code in expected, response.status_code
     else:
         assert response.status_code == 403
 
@@ -266,6 +283,8 @@ POSTS = {
     "approvals:revoke_rule": {"reason": "no"},
     "approvals:clear_override": {},
     "approvals:review_call": {"verdict": "fine"},
+    "approvals:grant": {"kind": "count", "uses": "2"},
+    "approvals:revoke_grant": {},
     "logout": {},
 }
 

@@ -44,6 +44,8 @@ BODY = {
     "instruction": LONE,
     "tools": [{"name": "t", "description": LONE}],
     "cancel_reason": LONE,
+    "scope": "run",
+    "note": LONE,
 }
 
 
@@ -94,6 +96,7 @@ def test_a_lone_surrogate_is_a_400_on_every_json_endpoint(callers, path, method,
         token="not-a-token",
         op_id=1,
         pk=1,
+        grant_id=1,
     )
     raw = _raw(BODY)
     before = _counts()

@@ -134,8 +134,12 @@ def test_the_refund_desk_says_the_customer_was_not_told(operator, approver, no_e
 def test_the_refund_desk_says_a_refund_that_failed_was_not_made(operator, approver, no_enqueue):
     run = launch_default("refund-desk", operator)
     approval = gate(run, "issue_refund")
-    # Refunded by someone else while the approval waited: the refund tool refuses it.
+    # Refunded by someone else while the approval waited: the approver is first told (the
+    # preview changed), and an approval anyway is refused by the refund tool.
     Refund.objects.create(order_id=13, amount=Decimal("689.00"), reason="at the counter")
+    with pytest.raises(decisions.PreviewChanged) as changed:
+        approve(approval, approver)
+    assert changed.value.preview["changes"][0]["after"]["left to refund"] == "-689.00"
     approve(approval, approver)
     output = finish(run)
     assert output.startswith("No refund was issued: refund of 689")
