@@ -248,6 +248,9 @@ class Agent:
     # Seconds between the scripted model's words when it streams, so that a demo without an
     # API key is seen typing. Only for runs of an agent with stream_text.
     scripted_typing: float = 0.0
+    # Read-only tool calls of one model turn run at once, at most this many (1: one after
+    # another); None: AGENTOPS["MAX_PARALLEL_TOOLS"] (runs/engine/parallel.py).
+    max_parallel_tools: int | None = None
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -351,6 +354,8 @@ class Agent:
             snapshot["rate_limits"] = {t: r.as_dict() for t, r in self.rate_limits.items()}
         if self.stream_text:
             snapshot["stream_text"] = True
+        if self.max_parallel_tools is not None:
+            snapshot["max_parallel_tools"] = self.max_parallel_tools
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
@@ -367,6 +372,8 @@ def register(agent: Agent) -> Agent:
     _check_follow_ups(agent)
     if agent.on_pending_timeout not in ("", "agent", "person"):
         raise ValueError(f"agent {agent.slug}: on_pending_timeout must be agent or person")
+    if agent.max_parallel_tools is not None and agent.max_parallel_tools < 1:
+        raise ValueError(f"agent {agent.slug}: max_parallel_tools must be at least 1")
     if agent.context_budget_tokens < 0:
         raise ValueError(f"agent {agent.slug}: context_budget_tokens must not be negative")
     _check_verification(agent)

@@ -290,6 +290,9 @@ AGENTOPS = {
     "LLM_TIMEOUT_SECONDS": env.float("AGENTOPS_LLM_TIMEOUT_SECONDS", default=60.0),
     "LLM_MAX_RETRIES": env.int("AGENTOPS_LLM_MAX_RETRIES", default=3),
     "RUN_MAX_RETRIES": env.int("AGENTOPS_RUN_MAX_RETRIES", default=10),
+    # Read-only tool calls of one model turn run at once, at most this many (an agent may
+    # declare its own: Agent.max_parallel_tools); 1 runs them one after another.
+    "MAX_PARALLEL_TOOLS": env.int("AGENTOPS_MAX_PARALLEL_TOOLS", default=4),
     "RETRY_BASE_SECONDS": env.float("AGENTOPS_RETRY_BASE_SECONDS", default=0.5),
     "CONTEXT_TOKEN_BUDGET": env.int("AGENTOPS_CONTEXT_TOKEN_BUDGET", default=60_000),
     "MAX_INPUT_BYTES": env.int("AGENTOPS_MAX_INPUT_BYTES", default=64_000),

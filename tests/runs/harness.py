@@ -9,6 +9,7 @@ import dataclasses
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -92,6 +93,26 @@ def t_down(n: int) -> dict:
     """An upstream that is down: every call is an infrastructure error."""
     _count("t_down")
     raise ToolInfraError("connection refused")
+
+
+# t_sleep's calls as they ran: (n, started, ended, thread), and how many ran at once.
+SLEPT: list[tuple[int, float, float, int]] = []
+SLEEPING = {"now": 0, "most": 0}
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_sleep")
+def t_sleep(n: int, seconds: float) -> dict:
+    """A read-only lookup that takes `seconds` (a slow upstream)."""
+    _count("t_sleep")
+    with _calls_lock:
+        SLEEPING["now"] += 1
+        SLEEPING["most"] = max(SLEEPING["most"], SLEEPING["now"])
+    started = time.monotonic()
+    time.sleep(seconds)
+    with _calls_lock:
+        SLEEPING["now"] -= 1
+        SLEPT.append((n, started, time.monotonic(), threading.get_ident()))
+    return {"n": n}
 
 
 class Clock:
@@ -271,6 +292,7 @@ TEST_TOOLS = (
     "t_notify",
     "t_charge",
     "t_echo",
+    "t_sleep",
     "t_inline",
     "t_fail",
     "t_flaky",
