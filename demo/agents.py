@@ -1058,3 +1058,59 @@ register(
         ),
     )
 )
+
+
+# --- Shipping quotes (four carriers asked in one turn: the lookups run together) -------------
+class ShippingQuotesInput(forms.Form):
+    weight_kg = forms.DecimalField(min_value=Decimal("0.1"), max_value=1000, initial=Decimal(4))
+    destination = forms.CharField(max_length=100, initial="Lyon, France")
+
+
+def shipping_quotes_script(data: dict) -> list:
+    def conclude(messages):
+        quotes = [o.result for o in outcomes_of(messages, "quote_shipping") if o.ok]
+        if not quotes:
+            return [text("No carrier answered.")]
+        best = min(quotes, key=lambda q: Decimal(q["price_eur"]))
+        listed = "; ".join(f"{q['carrier']} {q['price_eur']} EUR, {q['days']} d" for q in quotes)
+        return [text(f"Cheapest: {best['carrier']} at {best['price_eur']} EUR. All: {listed}.")]
+
+    weight = str(data["weight_kg"])
+    return [
+        [
+            text(f"I'll ask the {len(tools.CARRIERS)} carriers at once."),
+            *(
+                tool_use(
+                    "quote_shipping",
+                    carrier=carrier,
+                    weight_kg=weight,
+                    destination=data["destination"],
+                )
+                for carrier in tools.CARRIERS
+            ),
+        ],
+        conclude,
+    ]
+
+
+register(
+    Agent(
+        slug="shipping-quotes",
+        title="Shipping quotes",
+        description=(
+            "Asks four carriers' quote APIs in one turn (each takes 0.5 s): the read-only "
+            "lookups run together, so the turn takes about 0.5 s instead of 2."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You find the cheapest carrier for a parcel. Ask every carrier with "
+            "quote_shipping in one turn, then name the cheapest."
+        ),
+        tools=("quote_shipping",),
+        input_form=ShippingQuotesInput,
+        prompt=lambda d: f"Ship {d['weight_kg']} kg to {d['destination']}: which carrier?",
+        script=shipping_quotes_script,
+        summary=lambda d: f"{d['weight_kg']} kg to {d['destination']}",
+        limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=120),
+    )
+)
