@@ -392,6 +392,8 @@ ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
 # The SDK's OpenTelemetry spans (agentkit/llm/anthropic.py): off unless asked for; then the
 # SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
 ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
+# Cache breakpoints on each request's stable prefix (agentkit/llm/anthropic.py).
+ANTHROPIC_PROMPT_CACHING = env.bool("ANTHROPIC_PROMPT_CACHING", default=True)
 
 # --- monitoring (agentops/monitoring.py, agentkit/metrics.py) -----------------------------------
 # /metrics answers only with this bearer token; unset, it does not exist (404).

@@ -170,6 +170,16 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
             ("latency", f"{step.latency_ms} ms"),
             ("stop", str(d.get("stop_reason", ""))),
         ]
+        if usage.get("cache_read_input_tokens") or usage.get("cache_creation_input_tokens"):
+            view.facts.insert(
+                2,
+                (
+                    "cache",
+                    f"{usage.get('cache_read_input_tokens', 0)} read / "
+                    f"{usage.get('cache_creation_input_tokens', 0)} written, "
+                    f"saved ${d.get('cache_saved_usd', '0')}",
+                ),
+            )
         if d.get("trimmed_turns"):
             view.facts.append(("context", f"{d['trimmed_turns']} older turn(s) left out"))
         return view

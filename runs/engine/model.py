@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from agentkit import llm
+from agentkit.llm import pricing
 from agentkit.verification import checks_final_answer
 
 from ..models import Run, Step
@@ -279,6 +280,7 @@ def _model_step(work: Work, response: llm.LLMResponse, trimmed: int) -> tuple[di
         "trimmed_turns": trimmed,
         "provider": work.provider.name,
     }
+    data.update(cache_saving(response))
     counters = {
         "step_count": run.step_count + 1,
         "tokens_in": run.tokens_in + response.usage.total_input_tokens,
@@ -293,6 +295,15 @@ def _model_step(work: Work, response: llm.LLMResponse, trimmed: int) -> tuple[di
         "latency_ms": response.latency_ms,
     }
     return data, counters, columns
+
+
+def cache_saving(response: llm.LLMResponse) -> dict:
+    """What prompt caching saved on this call, for its step (the dashboard's cost card adds
+    these up: runs/costs.py); nothing for a call that neither read nor wrote the cache."""
+    usage = response.usage
+    if not (usage.cache_read_input_tokens or usage.cache_creation_input_tokens):
+        return {}
+    return {"cache_saved_usd": str(pricing.cache_savings(response.model, usage))}
 
 
 def _what_follows(
