@@ -165,7 +165,7 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
                 )
         usage = d.get("usage") or {}
         view.facts = [
-            ("model", str(d.get("model", ""))),
+            ("model", answered_by(d)),
             ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
             ("latency", f"{step.latency_ms} ms"),
             ("stop", str(d.get("stop_reason", ""))),
@@ -191,6 +191,10 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
             ("attempt", str(d.get("attempt", ""))),
             ("retry", "yes" if d.get("will_retry") else "no"),
         ]
+        if d.get("model"):
+            view.facts.insert(0, ("model", str(d["model"])))
+        if d.get("fallback_to"):
+            view.facts.append(("then", f"fallback to {d['fallback_to']}"))
         return view
     if kind == Step.Kind.TOOL:
         is_error = bool(d.get("is_error"))
@@ -285,6 +289,14 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
     return view
 
 
+def answered_by(d: dict) -> str:
+    """The model that answered, and the agent's model it stood in for (a fallback)."""
+    model = str(d.get("model", ""))
+    if d.get("fallback_from"):
+        return f"{model} (fallback from {d['fallback_from']})"
+    return model
+
+
 def _summary_view(step: Step, d: dict, *, full: bool) -> StepView:
     """Older turns summarised to fit the context (runs/engine/summary.py), or why not."""
     covers = d.get("covers") or {}
@@ -345,7 +357,7 @@ def _verify_view(step: Step, d: dict, *, full: bool) -> StepView:
         view.facts.append(("then", then))
     if d.get("model"):
         usage = d.get("usage") or {}
-        view.facts.append(("model", str(d["model"])))
+        view.facts.append(("model", answered_by(d)))
         view.facts.append(
             ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out")
         )

@@ -203,7 +203,7 @@ def _stream_error(exc: anthropic.APIStatusError) -> LLMError:
     message = f"Anthropic API error mid-stream {kind}: {error.get('message') or exc.message}"
     if kind in _REQUEST_ERRORS:
         return LLMError(message, status=exc.status_code)
-    return LLMTransientError(message, status=exc.status_code)
+    return LLMTransientError(message, status=exc.status_code, overloaded=kind == "overloaded_error")
 
 
 def _assemble(events: Any, on_text: OnText, deadline: float) -> dict:
@@ -417,7 +417,12 @@ def _status_error(exc: anthropic.APIStatusError) -> LLMError:
     else:
         retryable = status in RETRYABLE_STATUSES or status >= 500
     if retryable:
-        return LLMTransientError(message, status=status, retry_after=retry_after(headers))
+        return LLMTransientError(
+            message,
+            status=status,
+            retry_after=retry_after(headers),
+            overloaded=kind == "overloaded_error",
+        )
     return LLMError(message, status=status)
 
 
