@@ -623,6 +623,8 @@ register(
         limits=Limits(max_steps=14, max_cost_usd=Decimal("0.50"), max_seconds=300),
         context_budget_tokens=1200,
         summarise_context=True,
+        # Summaries are plain prose: a cheaper model writes them.
+        step_models={"summary": "claude-haiku-4-5"},
     )
 )
 
@@ -1112,5 +1114,7 @@ register(
         script=shipping_quotes_script,
         summary=lambda d: f"{d['weight_kg']} kg to {d['destination']}",
         limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=120),
+        # When Sonnet is overloaded, Haiku answers (the step says which model did).
+        fallback_model="claude-haiku-4-5",
     )
 )

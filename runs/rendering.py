@@ -97,6 +97,7 @@ class StepView:
     facts: list[tuple[str, str]] = field(default_factory=list)  # trusted, server-made
     approval_id: str = ""
     run_link: str = ""  # a run this step launched (a chained follow-up)
+    model: str = ""  # the model that answered (or failed), shown on the step's line
 
     @property
     def seq(self) -> int:
@@ -164,8 +165,9 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
                     )
                 )
         usage = d.get("usage") or {}
+        view.model = answered_by(d)
         view.facts = [
-            ("model", answered_by(d)),
+            ("model", view.model),
             ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
             ("latency", f"{step.latency_ms} ms"),
             ("stop", str(d.get("stop_reason", ""))),
@@ -192,7 +194,8 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
             ("retry", "yes" if d.get("will_retry") else "no"),
         ]
         if d.get("model"):
-            view.facts.insert(0, ("model", str(d["model"])))
+            view.model = str(d["model"])
+            view.facts.insert(0, ("model", view.model))
         if d.get("fallback_to"):
             view.facts.append(("then", f"fallback to {d['fallback_to']}"))
         return view
@@ -313,8 +316,9 @@ def _summary_view(step: Step, d: dict, *, full: bool) -> StepView:
     view.facts = [("covers", f"{covers.get('messages', 0)} message(s)")]
     if covers.get("to_seq"):
         view.facts.append(("steps", f"#{covers.get('from_seq')} to #{covers['to_seq']}"))
+    view.model = str(d.get("model", ""))
     view.facts += [
-        ("model", str(d.get("model", ""))),
+        ("model", view.model),
         ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
         ("latency", f"{step.latency_ms} ms"),
     ]
@@ -357,7 +361,8 @@ def _verify_view(step: Step, d: dict, *, full: bool) -> StepView:
         view.facts.append(("then", then))
     if d.get("model"):
         usage = d.get("usage") or {}
-        view.facts.append(("model", answered_by(d)))
+        view.model = answered_by(d)
+        view.facts.append(("model", view.model))
         view.facts.append(
             ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out")
         )

@@ -37,6 +37,7 @@ def test_the_summary_is_its_own_call_and_the_next_turn_gets_it(no_enqueue, fake_
     assert summary_calls, "no summarisation call"
     body = summary_calls[0].body
     assert body["system"].startswith("You summarise") and body["max_tokens"] == 1024
+    assert body["model"] == "claude-haiku-4-5"  # the agent's cheaper model for summaries
     assert [m["role"] for m in body["messages"]] == ["user"]
     [summary] = Step.objects.filter(run=run, kind=Step.Kind.SUMMARY)
     assert summary.data["summary"] == "Orders 40 to 43 looked up; none refunded."
