@@ -49,6 +49,13 @@ class Spend:
         self.cache_saved_usd += other.cache_saved_usd
 
     @property
+    def saved_label(self) -> str:
+        """What caching saved as the cost card shows it: "$0.0012", or "-$0.0003" while the
+        cache has mostly been written (a write costs 1.25 times an input token)."""
+        amount = self.cache_saved_usd.quantize(Decimal("0.0001"))
+        return f"-${-amount}" if amount < 0 else f"${amount}"
+
+    @property
     def saved_percent(self) -> int:
         """What caching saved, in percent of what these calls would have cost without it."""
         without = self.cost_usd + self.cache_saved_usd

@@ -333,6 +333,24 @@ def test_the_dashboard_says_what_caching_saved(client, viewer, cached):
     assert "Prompt caching saved <strong>$0.0019</strong> (29 %)" in html
 
 
+def test_a_cache_only_written_so_far_shows_what_it_cost_more(client, viewer, operator):
+    run = make_run(operator, agent="sql-analyst")
+    record(
+        run,
+        today_utc() + timedelta(minutes=5),
+        cost="0.0040",
+        tokens_in=1100,
+        tokens_out=10,
+        usage={"input_tokens": 100, "cache_creation_input_tokens": 1000},
+        cache_saved_usd="-0.000750",
+    )
+    client.force_login(viewer)
+    html = client.get(reverse("runs:dashboard")).content.decode()
+    row = html.split('data-agent="sql-analyst"', 1)[1].split("</tr>", 1)[0]
+    assert "-$0.0008" in row
+    assert "Prompt caching cost <strong>$0.0008</strong> more than it saved so far" in html
+
+
 def test_no_savings_line_without_cached_calls(client, viewer, two_agents):
     client.force_login(viewer)
     html = client.get(reverse("runs:dashboard")).content.decode()
