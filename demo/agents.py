@@ -5,8 +5,8 @@ review whose small context is summarised as it goes, a stock check whose first s
 API hangs past the tool's deadline, a revenue check whose answer is validated and verified
 before the run may succeed, a customer reply whose personal data is guarded and whose
 e-mails are rate limited, an order briefing whose text streams into the trace as it is
-written, a refund desk whose approvals escalate, and a goodwill desk whose gate policy learns
-from its approvers."""
+written, a refund desk whose approvals escalate, a goodwill desk whose gate policy learns
+from its approvers, and a shipping-quotes desk whose four lookups of one turn run together."""
 
 import json
 import re
