@@ -4,15 +4,18 @@ step and per agent and day."""
 
 import copy
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 
 from agentkit.agents import get_agent
-from agentkit.llm import LLMRequest, Usage, pricing
+from agentkit.llm import LLMRequest, LLMResponse, Usage, pricing
 from agentkit.llm.anthropic import AnthropicProvider, cache_breakpoints
 from runs import costs, engine
+from runs.engine import owned
 from runs.models import AgentDaySpend, Run, Step
 from runs.rendering import step_view
+from tests.runs.factories import make_run
 from tests.support.fake_messages_api import reply, text, tool_use
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -187,3 +190,19 @@ def test_a_runs_steps_record_what_the_cache_read_wrote_and_saved(no_enqueue, fak
     assert spent.cache_write_tokens == sum(u.cache_creation_input_tokens for u in usages)
     assert spent.cache_saved_usd == saved
     assert AgentDaySpend.objects.filter(agent="sql-analyst").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_discarded_answers_cache_writes_count_in_the_runs_tokens(operator, no_enqueue):
+    # An answer that came back after its run was cancelled is charged to the run alone.
+    run = make_run(operator)
+    answer = LLMResponse(
+        content=[],
+        stop_reason="end_turn",
+        usage=Usage(10, 5, cache_creation_input_tokens=100, cache_read_input_tokens=200),
+        model="claude-sonnet-4-6",
+        cost_usd=Decimal("0.001"),
+    )
+    owned.charge_discarded(SimpleNamespace(run=run), answer)
+    run.refresh_from_db()
+    assert (run.tokens_in, run.tokens_out, run.cost_usd) == (310, 5, Decimal("0.001"))
