@@ -3,6 +3,7 @@
 each step saying which model it was."""
 
 import dataclasses
+from decimal import Decimal
 
 import pytest
 
@@ -11,7 +12,8 @@ from agentkit.llm import LLMError, LLMTransientError, Usage, pricing
 from agentkit.llm.scripted import text, tool_use
 from agentkit.verification import Verifier
 from runs import engine
-from runs.engine import retry
+from runs.engine import retry, terminator
+from runs.engine.owned import Work
 from runs.models import Run, Step
 from runs.rendering import step_view
 
@@ -158,3 +160,19 @@ def test_a_verifier_uses_the_agents_cheaper_model_unless_it_names_its_own(routed
 def test_a_wrong_declaration_is_refused_at_registration(test_agent, changes, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         register(dataclasses.replace(test_agent, **changes))
+
+
+def test_the_cost_limit_allows_for_a_dearer_fallback(routed, script):
+    # Opus 4.5, the fallback here, costs 5/3 of Sonnet per token: the next call's bound says so.
+    script([[text("Done.")]])
+    run = routed()
+    run.agent_config.pop("fallback_model")
+    alone = terminator.estimate_next_cost(engine_work(run))
+    with_fallback = terminator.estimate_next_cost(engine_work(routed()))
+    assert alone > 0 and with_fallback > alone * Decimal("1.66")
+
+
+def engine_work(run: Run) -> Work:
+    return Work(
+        run=run, agent_config=run.agent_config, state={}, messages=[], worker="w", provider=None
+    )
