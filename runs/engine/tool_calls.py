@@ -125,10 +125,23 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
 def _runs_inline(work: Work, item: dict) -> bool:
     tool = get_tool(item["name"])
     return not (
-        tool.has_side_effects
+        item.get("approval")  # decided by a person: the ledger's way applies the decision
+        or tool is None
+        or tool.has_side_effects
         or tool.name == ASK_OPERATOR
         or work.active_seconds >= work.run.max_seconds
     )
+
+
+def together_next(work: Work) -> int:
+    """How many of the pending calls at its head would run together now (0 or 1: none to
+    run together, the ledger's way one by one)."""
+    pending = work.state["pending"]
+    if parallel.limit_for(work.agent_config) < 2 or not pending or pending[0]["error"]:
+        return 0
+    if not _runs_inline(work, pending[0]):
+        return 0
+    return sum(1 for item in _together(work, pending) if not item["error"])
 
 
 def _together(work: Work, left: list[dict]) -> list[dict]:

@@ -9,9 +9,11 @@ import time
 import pytest
 
 from agentkit.llm.scripted import text, tool_use
+from approvals.models import Approval
 from runs.models import Run
 
 from ..harness import CALLS, SLEEPING, SLEPT, assert_timeline_sound, drive, tool_steps
+from .test_terminator import decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,4 +129,29 @@ def test_a_call_with_side_effects_keeps_its_place(launch, script, limit):
     last = run.steps.filter(kind="tool").order_by("-seq").first()
     assert last.seq > charged_seq and last.data["result"] == {"n": 3}
     assert SLEEPING["most"] == 2
+    assert_timeline_sound(run)
+
+
+def test_lookups_after_a_decided_call_run_together(launch, script, limit, plain_user):
+    limit(4)
+    turn = [tool_use("t_gated", n=1), *lookups(3, 0.2), tool_use("t_gated", n=2)]
+    provider = script([turn, [text("Done.")]])
+    run = launch()
+    drive(run)
+    assert run.status == Run.Status.WAITING and SLEPT == []  # nothing runs until decided
+    decide(run, plain_user, status=Approval.Status.APPROVED)
+    drive(run)
+    assert run.status == Run.Status.SUCCEEDED
+    assert SLEEPING["most"] == 3
+    steps = list(run.steps.filter(kind="tool").order_by("seq"))
+    assert [(s.data["tool"], s.data.get("result")) for s in steps] == [
+        ("t_gated", {"done": 1}),
+        *(("t_sleep", {"n": i}) for i in range(3)),
+        ("t_gated", {"done": 2}),
+    ]
+    # The three lookups were written together, after the first approved call and before the
+    # second: consecutive steps, answering the model in its order.
+    assert [s.seq for s in steps[1:4]] == [steps[1].seq + i for i in range(3)]
+    results = provider.requests[1].messages[-1]["content"]
+    assert [b["tool_use_id"] for b in results] == [s.data["tool_use_id"] for s in steps]
     assert_timeline_sound(run)
