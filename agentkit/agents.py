@@ -266,6 +266,15 @@ class Agent:
     # MCP servers whose tools the agent takes besides `tools` (agentkit/mcp.py), listed when
     # a run starts; gate rules name them with the server's prefix ("warehouse_stock_level").
     mcp_servers: tuple[mcp.McpServer, ...] = ()
+    # Read-only tool calls of one model turn run at once, at most this many (1: one after
+    # another); None: AGENTOPS["MAX_PARALLEL_TOOLS"] (runs/engine/parallel.py).
+    max_parallel_tools: int | None = None
+    # Answers a model call when `model` is overloaded (529) or still failing after its
+    # retries; the step says which model answered (runs/engine/model.py).
+    fallback_model: str = ""
+    # A cheaper model for some of the run's model calls: "summary" (context summaries) and
+    # "verify" (a verifier's review, unless the verifier names its own model).
+    step_models: dict[str, str] = field(default_factory=dict)
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -379,7 +388,11 @@ class Agent:
         if self.summarise_context:
             snapshot["summarise_context"] = True
         if self.verifier is not None:
-            snapshot["verifier"] = self.verifier.as_dict(self.model)
+            snapshot["verifier"] = self.verifier.as_dict(self.step_models.get("verify", self.model))
+        if self.fallback_model:
+            snapshot["fallback_model"] = self.fallback_model
+        if self.step_models:
+            snapshot["step_models"] = dict(self.step_models)
         if self.output_schema is not None:
             snapshot["output_schema"] = json_schema(self.output_schema)
             snapshot["output_attempts"] = self.output_attempts
@@ -392,11 +405,16 @@ class Agent:
             snapshot["stream_text"] = True
         if self.on_failure != "end":
             snapshot["on_failure"] = self.on_failure
+        if self.max_parallel_tools is not None:
+            snapshot["max_parallel_tools"] = self.max_parallel_tools
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
         return snapshot
 
+
+# The model calls an agent may give a model of their own (Agent.step_models).
+STEP_MODEL_KINDS = ("summary", "verify")
 
 CATALOGUE: dict[str, Agent] = {}
 
@@ -410,6 +428,16 @@ def register(agent: Agent) -> Agent:
         raise ValueError(f"agent {agent.slug}: on_pending_timeout must be agent or person")
     if agent.on_failure not in ("end", "ask"):
         raise ValueError(f"agent {agent.slug}: on_failure must be end or ask")
+    unknown_steps = set(agent.step_models) - set(STEP_MODEL_KINDS)
+    if unknown_steps:
+        raise ValueError(
+            f"agent {agent.slug}: step_models for {sorted(unknown_steps)}; "
+            f"known: {', '.join(STEP_MODEL_KINDS)}"
+        )
+    if agent.fallback_model == agent.model:
+        raise ValueError(f"agent {agent.slug}: its fallback_model is its model")
+    if agent.max_parallel_tools is not None and agent.max_parallel_tools < 1:
+        raise ValueError(f"agent {agent.slug}: max_parallel_tools must be at least 1")
     if agent.context_budget_tokens < 0:
         raise ValueError(f"agent {agent.slug}: context_budget_tokens must not be negative")
     _check_verification(agent)

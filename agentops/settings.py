@@ -290,6 +290,9 @@ AGENTOPS = {
     "LLM_TIMEOUT_SECONDS": env.float("AGENTOPS_LLM_TIMEOUT_SECONDS", default=60.0),
     "LLM_MAX_RETRIES": env.int("AGENTOPS_LLM_MAX_RETRIES", default=3),
     "RUN_MAX_RETRIES": env.int("AGENTOPS_RUN_MAX_RETRIES", default=10),
+    # Read-only tool calls of one model turn run at once, at most this many (an agent may
+    # declare its own: Agent.max_parallel_tools); 1 runs them one after another.
+    "MAX_PARALLEL_TOOLS": env.int("AGENTOPS_MAX_PARALLEL_TOOLS", default=4),
     "RETRY_BASE_SECONDS": env.float("AGENTOPS_RETRY_BASE_SECONDS", default=0.5),
     "CONTEXT_TOKEN_BUDGET": env.int("AGENTOPS_CONTEXT_TOKEN_BUDGET", default=60_000),
     "MAX_INPUT_BYTES": env.int("AGENTOPS_MAX_INPUT_BYTES", default=64_000),
@@ -389,6 +392,8 @@ ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="")
 # The SDK's OpenTelemetry spans (agentkit/llm/anthropic.py): off unless asked for; then the
 # SDK's own ANTHROPIC_OPEN_TELEMETRY_* variables and tracer provider apply.
 ANTHROPIC_OPEN_TELEMETRY = env.bool("ANTHROPIC_OPEN_TELEMETRY", default=False)
+# Cache breakpoints on each request's stable prefix (agentkit/llm/anthropic.py).
+ANTHROPIC_PROMPT_CACHING = env.bool("ANTHROPIC_PROMPT_CACHING", default=True)
 
 # --- traces (agentops/telemetry.py, agentkit/tracing.py) -------------------------------------
 # OpenTelemetry traces of runs, requests, tasks and queries, sent over OTLP/HTTP to

@@ -5,8 +5,8 @@ review whose small context is summarised as it goes, a stock check whose first s
 API hangs past the tool's deadline, a revenue check whose answer is validated and verified
 before the run may succeed, a customer reply whose personal data is guarded and whose
 e-mails are rate limited, an order briefing whose text streams into the trace as it is
-written, a refund desk whose approvals escalate, and a goodwill desk whose gate policy learns
-from its approvers."""
+written, a refund desk whose approvals escalate, a goodwill desk whose gate policy learns
+from its approvers, and a shipping-quotes desk whose four lookups of one turn run together."""
 
 import json
 import re
@@ -627,6 +627,8 @@ register(
         limits=Limits(max_steps=14, max_cost_usd=Decimal("0.50"), max_seconds=300),
         context_budget_tokens=1200,
         summarise_context=True,
+        # Summaries are plain prose: a cheaper model writes them.
+        step_models={"summary": "claude-haiku-4-5"},
     )
 )
 
@@ -1281,5 +1283,63 @@ register(
         limits=Limits(max_steps=5, max_cost_usd=Decimal("0.10"), max_seconds=300),
         # The server's readOnlyHint lowers nothing: the owner says the lookup may run.
         gates=GateRules(never_gate=("warehouse_stock_level",)),
+    )
+)
+
+
+# --- Shipping quotes (four carriers asked in one turn: the lookups run together) -------------
+class ShippingQuotesInput(forms.Form):
+    weight_kg = forms.DecimalField(min_value=Decimal("0.1"), max_value=1000, initial=Decimal(4))
+    destination = forms.CharField(max_length=100, initial="Lyon, France")
+
+
+def shipping_quotes_script(data: dict) -> list:
+    def conclude(messages):
+        quotes = [o.result for o in outcomes_of(messages, "quote_shipping") if o.ok]
+        if not quotes:
+            return [text("No carrier answered.")]
+        best = min(quotes, key=lambda q: Decimal(q["price_eur"]))
+        listed = "; ".join(f"{q['carrier']} {q['price_eur']} EUR, {q['days']} d" for q in quotes)
+        return [text(f"Cheapest: {best['carrier']} at {best['price_eur']} EUR. All: {listed}.")]
+
+    weight = str(data["weight_kg"])
+    return [
+        [
+            text(f"I'll ask the {len(tools.CARRIERS)} carriers at once."),
+            *(
+                tool_use(
+                    "quote_shipping",
+                    carrier=carrier,
+                    weight_kg=weight,
+                    destination=data["destination"],
+                )
+                for carrier in tools.CARRIERS
+            ),
+        ],
+        conclude,
+    ]
+
+
+register(
+    Agent(
+        slug="shipping-quotes",
+        title="Shipping quotes",
+        description=(
+            "Asks four carriers' quote APIs in one turn (each takes 0.5 s): the read-only "
+            "lookups run together, so the turn takes about 0.5 s instead of 2."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You find the cheapest carrier for a parcel. Ask every carrier with "
+            "quote_shipping in one turn, then name the cheapest."
+        ),
+        tools=("quote_shipping",),
+        input_form=ShippingQuotesInput,
+        prompt=lambda d: f"Ship {d['weight_kg']} kg to {d['destination']}: which carrier?",
+        script=shipping_quotes_script,
+        summary=lambda d: f"{d['weight_kg']} kg to {d['destination']}",
+        limits=Limits(max_steps=6, max_cost_usd=Decimal("0.20"), max_seconds=120),
+        # When Sonnet is overloaded, Haiku answers (the step says which model did).
+        fallback_model="claude-haiku-4-5",
     )
 )

@@ -342,3 +342,22 @@ def schedule_dispatch(
         "dispatch": f"D-{order_id}-{warehouse}",
         "ships": "today",
     }
+
+
+# --- Shipping quotes (read-only lookups of one turn run together) -----------------------------
+CARRIERS = ("parcelco", "swiftship", "eurofreight", "postal")
+# A carrier's quote API takes this long to answer (the demo's stand-in for the network).
+QUOTE_API_SECONDS = 0.5
+
+
+@tool(reversible=True, blast=Blast.NONE, timeout_seconds=5)
+def quote_shipping(
+    carrier: Literal["parcelco", "swiftship", "eurofreight", "postal"],
+    weight_kg: Decimal = Field(gt=0, le=1000),
+    destination: str = Field(max_length=100),
+) -> dict:
+    """Ask one carrier's API for the price and delivery days of a parcel. Read-only."""
+    time.sleep(QUOTE_API_SECONDS)
+    seed = sum(map(ord, carrier + destination))
+    price = (Decimal(seed % 40 + 8) + weight_kg * Decimal(seed % 5 + 2)).quantize(Decimal("0.01"))
+    return {"carrier": carrier, "price_eur": str(price), "days": seed % 6 + 1}

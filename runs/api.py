@@ -283,4 +283,7 @@ def _spend(spend: costs.Spend) -> dict:
         "tokens_in": spend.tokens_in,
         "tokens_out": spend.tokens_out,
         "cost_usd": spend.cost_usd,
+        "cache_read_tokens": spend.cache_read_tokens,
+        "cache_write_tokens": spend.cache_write_tokens,
+        "cache_saved_usd": spend.cache_saved_usd,
     }

@@ -33,12 +33,33 @@ class Spend:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: Decimal = USD_PLACES * 0
+    # Prompt caching: tokens read from and written to the cache (part of tokens_in), and
+    # what it saved against the same calls without a cache.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_saved_usd: Decimal = USD_PLACES * 0
 
     def add(self, other: "Spend") -> None:
         self.calls += other.calls
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out
         self.cost_usd += other.cost_usd
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.cache_saved_usd += other.cache_saved_usd
+
+    @property
+    def saved_label(self) -> str:
+        """What caching saved as the cost card shows it: "$0.0012", or "-$0.0003" while the
+        cache has mostly been written (a write costs 1.25 times an input token)."""
+        amount = self.cache_saved_usd.quantize(Decimal("0.0001"))
+        return f"-${-amount}" if amount < 0 else f"${amount}"
+
+    @property
+    def saved_percent(self) -> int:
+        """What caching saved, in percent of what these calls would have cost without it."""
+        without = self.cost_usd + self.cache_saved_usd
+        return round(self.cache_saved_usd * 100 / without) if without > 0 else 0
 
 
 @dataclass
@@ -98,6 +119,9 @@ def cost_by_agent(
             tokens_in=Sum("tokens_in"),
             tokens_out=Sum("tokens_out"),
             cost_usd=Sum("cost_usd"),
+            cache_read_tokens=Sum("cache_read_tokens"),
+            cache_write_tokens=Sum("cache_write_tokens"),
+            cache_saved_usd=Sum("cache_saved_usd"),
         )
         .order_by("agent", "day")
     )
@@ -109,6 +133,9 @@ def cost_by_agent(
             tokens_in=row["tokens_in"] or 0,
             tokens_out=row["tokens_out"] or 0,
             cost_usd=Decimal(row["cost_usd"] or 0).quantize(USD_PLACES),
+            cache_read_tokens=row["cache_read_tokens"] or 0,
+            cache_write_tokens=row["cache_write_tokens"] or 0,
+            cache_saved_usd=Decimal(row["cache_saved_usd"] or 0).quantize(USD_PLACES),
         )
         slug = row["agent"]
         per_agent = agents.setdefault(slug, AgentSpend(agent=slug))

@@ -924,6 +924,11 @@ class AgentDaySpend(models.Model):
     tokens_in = models.BigIntegerField(default=0)
     tokens_out = models.BigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
+    # Prompt caching: tokens read from and written to the cache (part of tokens_in), and what
+    # it saved (the steps' data: runs/engine/model.py cache_saving). From migration 0018 on.
+    cache_read_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    cache_saved_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
 
     class Meta:
         constraints = [

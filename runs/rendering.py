@@ -99,6 +99,7 @@ class StepView:
     facts: list[tuple[str, str]] = field(default_factory=list)  # trusted, server-made
     approval_id: str = ""
     run_link: str = ""  # a run this step launched (a chained follow-up)
+    model: str = ""  # the model that answered (or failed), shown on the step's line
 
     @property
     def seq(self) -> int:
@@ -166,12 +167,23 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
                     )
                 )
         usage = d.get("usage") or {}
+        view.model = answered_by(d)
         view.facts = [
-            ("model", str(d.get("model", ""))),
+            ("model", view.model),
             ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
             ("latency", f"{step.latency_ms} ms"),
             ("stop", str(d.get("stop_reason", ""))),
         ]
+        if usage.get("cache_read_input_tokens") or usage.get("cache_creation_input_tokens"):
+            view.facts.insert(
+                2,
+                (
+                    "cache",
+                    f"{usage.get('cache_read_input_tokens', 0)} read / "
+                    f"{usage.get('cache_creation_input_tokens', 0)} written, "
+                    f"saved ${d.get('cache_saved_usd', '0')}",
+                ),
+            )
         if d.get("trimmed_turns"):
             view.facts.append(("context", f"{d['trimmed_turns']} older turn(s) left out"))
         return view
@@ -183,6 +195,11 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
             ("attempt", str(d.get("attempt", ""))),
             ("retry", "yes" if d.get("will_retry") else "no"),
         ]
+        if d.get("model"):
+            view.model = str(d["model"])
+            view.facts.insert(0, ("model", view.model))
+        if d.get("fallback_to"):
+            view.facts.append(("then", f"fallback to {d['fallback_to']}"))
         return view
     if kind == Step.Kind.TOOL:
         is_error = bool(d.get("is_error"))
@@ -315,6 +332,14 @@ def _operator_view(step: Step, d: dict, *, full: bool) -> StepView:
     return view
 
 
+def answered_by(d: dict) -> str:
+    """The model that answered, and the agent's model it stood in for (a fallback)."""
+    model = str(d.get("model", ""))
+    if d.get("fallback_from"):
+        return f"{model} (fallback from {d['fallback_from']})"
+    return model
+
+
 def _summary_view(step: Step, d: dict, *, full: bool) -> StepView:
     """Older turns summarised to fit the context (runs/engine/summary.py), or why not."""
     covers = d.get("covers") or {}
@@ -331,8 +356,9 @@ def _summary_view(step: Step, d: dict, *, full: bool) -> StepView:
     view.facts = [("covers", f"{covers.get('messages', 0)} message(s)")]
     if covers.get("to_seq"):
         view.facts.append(("steps", f"#{covers.get('from_seq')} to #{covers['to_seq']}"))
+    view.model = str(d.get("model", ""))
     view.facts += [
-        ("model", str(d.get("model", ""))),
+        ("model", view.model),
         ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
         ("latency", f"{step.latency_ms} ms"),
     ]
@@ -375,7 +401,8 @@ def _verify_view(step: Step, d: dict, *, full: bool) -> StepView:
         view.facts.append(("then", then))
     if d.get("model"):
         usage = d.get("usage") or {}
-        view.facts.append(("model", str(d["model"])))
+        view.model = answered_by(d)
+        view.facts.append(("model", view.model))
         view.facts.append(
             ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out")
         )

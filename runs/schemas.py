@@ -331,9 +331,16 @@ class CancelIn(Schema):
 # --- spend -----------------------------------------------------------------------------------
 class SpendOut(Schema):
     model_calls: int
-    tokens_in: int = Field(description="Input tokens, cache reads included.")
+    tokens_in: int = Field(description="Input tokens, cache reads and writes included.")
     tokens_out: int
     cost_usd: Decimal
+    cache_read_tokens: int = Field(0, description="Input tokens read from the prompt cache.")
+    cache_write_tokens: int = Field(0, description="Input tokens written to the prompt cache.")
+    cache_saved_usd: Decimal = Field(
+        Decimal(0),
+        description="What prompt caching saved: the reads at the input price less their "
+        "price, less the writes' premium (negative while the cache is only written).",
+    )
 
 
 class AgentDaySpendOut(SpendOut):

@@ -4,6 +4,10 @@ Errors are translated into the engine's two kinds: LLMTransientError (timeouts, 
 errors, 408/409/429/5xx/529: retry with backoff) and LLMError (anything else: the request
 itself is wrong, retrying would give the same answer).
 
+Prompt caching: each request marks its stable prefix with cache_control breakpoints
+(`cache_breakpoints`), so the API reads it from its cache on the next call of the run
+instead of processing it again: 0.1x the input price for a read, 1.25x for a write.
+
 Given an `on_text` callback, the call streams (server-sent events) and hands over the text as
 it arrives; the events are put together into the same message the plain call returns, so the
 response (content, usage, cost, request id) is the same either way. An error event or a
@@ -73,10 +77,17 @@ class AnthropicProvider:
     name = "anthropic"
 
     def __init__(
-        self, *, api_key: str, base_url: str = "", timeout: float = 60.0, traces: bool = False
+        self,
+        *,
+        api_key: str,
+        base_url: str = "",
+        timeout: float = 60.0,
+        traces: bool = False,
+        caching: bool = True,
     ):
         self.api_key, self.base_url, self.timeout = api_key, base_url, float(timeout)
         self.traces = traces
+        self.caching = caching
 
     @property
     def client(self) -> anthropic.Anthropic | None:
@@ -93,6 +104,7 @@ class AnthropicProvider:
             base_url=settings.ANTHROPIC_BASE_URL,
             timeout=settings.AGENTOPS["LLM_TIMEOUT_SECONDS"],
             traces=settings.ANTHROPIC_OPEN_TELEMETRY,
+            caching=settings.ANTHROPIC_PROMPT_CACHING,
         )
 
     def complete(self, request: LLMRequest, *, on_text: OnText | None = None) -> LLMResponse:
@@ -108,6 +120,9 @@ class AnthropicProvider:
             params["system"] = request.system
         if request.tools:
             params["tools"] = request.tools
+        if self.caching and not request.metadata.get("purpose"):
+            # Not a summary's or a verifier's call: made once, a write would only cost more.
+            params = cache_breakpoints(params)
         started = time.monotonic()
         if on_text is not None:
             return self._stream(client, params, on_text, started)
@@ -188,7 +203,7 @@ def _stream_error(exc: anthropic.APIStatusError) -> LLMError:
     message = f"Anthropic API error mid-stream {kind}: {error.get('message') or exc.message}"
     if kind in _REQUEST_ERRORS:
         return LLMError(message, status=exc.status_code)
-    return LLMTransientError(message, status=exc.status_code)
+    return LLMTransientError(message, status=exc.status_code, overloaded=kind == "overloaded_error")
 
 
 def _assemble(events: Any, on_text: OnText, deadline: float) -> dict:
@@ -334,6 +349,56 @@ def api_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
+# The API takes at most 4 cache_control blocks in a request.
+MAX_BREAKPOINTS = 4
+EPHEMERAL = {"type": "ephemeral"}  # the 5-minute cache
+
+
+def cache_breakpoints(params: dict) -> dict:
+    """The request with cache_control on its stable prefix, which the API caches in the
+    order tools, system, messages (each breakpoint caches everything before it too):
+
+    - the last tool definition: the tools, which never change within a run;
+    - the system prompt: it changes when the run's awaited operations do, and then the
+      tools' entry still serves;
+    - the user message before the model's last answer: where the previous call's last
+      breakpoint was, so this call reads the older turns from the cache it wrote, whatever
+      the API's lookback (20 blocks) would find;
+    - the last message: written now, read by the next call.
+
+    A prefix shorter than the model's minimum (1024 tokens for most) is simply not cached.
+    The caller's lists and dicts are left as they were (the engine keeps them)."""
+    out = dict(params)
+    if out.get("tools"):
+        out["tools"] = [*out["tools"][:-1], {**out["tools"][-1], "cache_control": EPHEMERAL}]
+    if out.get("system"):
+        out["system"] = [{"type": "text", "text": out["system"], "cache_control": EPHEMERAL}]
+    messages = list(out["messages"])
+    marks = [len(messages) - 1]
+    if len(messages) >= 3 and messages[-3].get("role") == "user":
+        marks.insert(0, len(messages) - 3)
+    used = bool(out.get("tools")) + bool(out.get("system"))
+    for i in marks[-(MAX_BREAKPOINTS - used) :]:
+        messages[i] = _marked(messages[i])
+    out["messages"] = messages
+    return out
+
+
+def _marked(message: dict) -> dict:
+    """The message with cache_control on its last block (text content becomes a block)."""
+    content = message["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not content:
+        return message  # a final assistant prefill may be empty; nothing to mark
+    # thinking blocks cannot carry cache_control; a breakpoint on the block before serves.
+    for j in range(len(content) - 1, -1, -1):
+        if content[j].get("type") not in ("thinking", "redacted_thinking"):
+            content = [*content[:j], {**content[j], "cache_control": EPHEMERAL}, *content[j + 1 :]]
+            break
+    return {**message, "content": content}
+
+
 def _bad_tool_input(block: dict) -> bool:
     return block.get("type") == "tool_use" and not isinstance(block.get("input"), dict)
 
@@ -352,7 +417,12 @@ def _status_error(exc: anthropic.APIStatusError) -> LLMError:
     else:
         retryable = status in RETRYABLE_STATUSES or status >= 500
     if retryable:
-        return LLMTransientError(message, status=status, retry_after=retry_after(headers))
+        return LLMTransientError(
+            message,
+            status=status,
+            retry_after=retry_after(headers),
+            overloaded=kind == "overloaded_error",
+        )
     return LLMError(message, status=status)
 
 

@@ -69,11 +69,19 @@ class LLMError(Exception):
     retryable = False
 
     def __init__(
-        self, message: str, *, status: int | None = None, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        overloaded: bool = False,
     ):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        # The model has no capacity now (529, or an overloaded_error event mid-stream): an
+        # agent's fallback model answers at once instead (runs/engine/model.py).
+        self.overloaded = overloaded or status == 529
 
 
 class LLMTransientError(LLMError):

@@ -1,5 +1,9 @@
 """USD per million tokens. Unknown models are priced like the most expensive known one, so
-cost limits err on the side of stopping early."""
+cost limits err on the side of stopping early.
+
+Prompt caching (5-minute entries): a token written to the cache costs 1.25x an input token, a
+token read from it 0.1x (the Anthropic price list); `cache_savings` is what that saved.
+"""
 
 from decimal import Decimal
 
@@ -35,6 +39,18 @@ def cost(model: str, usage: Usage) -> Decimal:
         + usage.cache_read_input_tokens * cache_r
     ) / M
     return total.quantize(Decimal("0.000001"))
+
+
+def cache_savings(model: str, usage: Usage) -> Decimal:
+    """What prompt caching saved on one call: the cache reads' price at the input rate less
+    what they cost, less the writes' premium over the input rate (negative for a call that
+    only wrote: the saving comes on the calls that read it)."""
+    inp, _, cache_w, cache_r = prices_for(model)
+    saved = (
+        usage.cache_read_input_tokens * (inp - cache_r)
+        - usage.cache_creation_input_tokens * (cache_w - inp)
+    ) / M
+    return saved.quantize(Decimal("0.000001"))
 
 
 def estimate_max_cost(model: str, input_tokens: int, max_output_tokens: int) -> Decimal:

@@ -190,6 +190,8 @@ def _ask_model(
     lease.still_mine(work, lease_for=owned.cfg("LLM_TIMEOUT_SECONDS"))
     response = model.call_with_retries(work, request)
     run = work.run
+    if response.extra.get("fallback_from"):
+        data["fallback_from"] = response.extra["fallback_from"]
     data.update(
         model=response.model,
         prompt=declared["prompt"],

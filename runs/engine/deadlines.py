@@ -81,7 +81,7 @@ def _call_and_disconnect(tool: Tool, args: dict, ctx: ToolContext) -> Any:
             conn.close()
 
 
-class _Pool:
+class DaemonPool:
     """Reusable daemon threads (concurrent.futures' are joined at exit: a hung tool would
     keep the worker from stopping)."""
 
@@ -123,14 +123,14 @@ class _Pool:
                 future.set_result(result)
 
 
-_shared: _Pool | None = None
+_shared: DaemonPool | None = None
 _shared_lock = threading.Lock()
 
 
-def _pool() -> _Pool:
+def _pool() -> DaemonPool:
     global _shared
     if _shared is None:
         with _shared_lock:
             if _shared is None:
-                _shared = _Pool(POOL_THREADS)
+                _shared = DaemonPool(POOL_THREADS)
     return _shared

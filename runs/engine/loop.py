@@ -37,12 +37,14 @@ from . import (
     lease,
     ledger,
     model,
+    owned,
     pii_guard,
     replaying,
     steering,
     terminator,
+    tool_calls,
 )
-from .conversation import CONVERSATION_KINDS, messages
+from .conversation import CONVERSATION_KINDS, messages, tool_result_block
 from .owned import StepAgain, Stop, Work, carried_chars, cfg, initial_state
 from .tool_calls import ASK_OPERATOR
 
@@ -242,6 +244,19 @@ def _step(work: Work) -> None:
         pass
 
 
+def _run_together(work: Work) -> None:
+    """The read-only calls at the head of the pending ones, run together (parallel.py), and
+    their steps written in one append, in the order the model asked for them."""
+    lease.still_mine(work)
+    counters: dict = {}
+    steps = tool_calls.run_inline(work, work.state["pending"], counters)
+    (kind, data, columns), *rest = steps
+    owned.append(work, kind, data, counters, checkpoint=True, then=tuple(rest), **columns)
+    for kind, data, _ in steps:
+        if kind == Step.Kind.TOOL:
+            work.add_tool_result(tool_result_block(data))
+
+
 def _next_pending_call(work: Work) -> None:
     """The first pending call: wait for its decision, apply it, and run the call."""
     pending = work.state["pending"]
@@ -257,6 +272,9 @@ def _next_pending_call(work: Work) -> None:
         lease.park_for_humans(work)
         return  # decided meanwhile: the next step reads the decisions afresh
     item = pending[0]
+    if tool_calls.together_next(work) > 1:
+        _run_together(work)  # read-only calls after another's decision: at once, one write
+        return
     tool = get_tool(item["name"])
     # The step boundary: stop if cancelled, renew the lease. Tool timeouts are seconds, well
     # within a lease, so a dead worker's run is picked up one lease after its last renewal.

@@ -19,6 +19,7 @@ The loop believes what the API says about how the answer ended (`stop_reason`):
 - anything else: not an answer this engine understands; the run fails (model call failed).
 """
 
+import dataclasses
 import logging
 import time
 
@@ -26,6 +27,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from agentkit import llm, tracing
+from agentkit.llm import pricing
 from agentkit.verification import checks_final_answer
 
 from ..models import Run, Step
@@ -83,8 +85,16 @@ def ask(work: Work) -> None:
 
 
 def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
-    """The model's response, infrastructure errors retried (each failed attempt a step)."""
+    """The model's response, infrastructure errors retried (each failed attempt a step).
+
+    With the agent's `fallback_model`, a call its model cannot answer (overloaded, 529, or
+    still failing after LLM_MAX_RETRIES) goes to the fallback at once, with retries of its
+    own; the response then says so (extra["fallback_from"]). Each call starts with the
+    agent's model again. A request the API refuses (4xx) is not sent to another model: it
+    would refuse it too."""
     max_retries = cfg("LLM_MAX_RETRIES")
+    fallback = work.agent_config.get("fallback_model") or ""
+    asked = request.model
     attempt = 0
     while True:
         attempt += 1
@@ -100,18 +110,39 @@ def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
                     tracing.failed(span, type(exc).__name__, str(exc))
                     raise
                 tracing.model_answered(span, response)
-                return response
         except llm.LLMError as exc:
-            will_retry = (
-                exc.retryable
-                and attempt <= max_retries
-                and work.run.retry_count < cfg("RUN_MAX_RETRIES")
+            budget_left = work.run.retry_count < cfg("RUN_MAX_RETRIES")
+            switch = bool(
+                fallback
+                and request.model != fallback
+                and exc.retryable
+                and budget_left
+                and (exc.overloaded or attempt > max_retries)
             )
-            _record_error(work, exc, attempt, will_retry=will_retry)
+            will_retry = switch or (exc.retryable and attempt <= max_retries and budget_left)
+            _record_error(
+                work,
+                exc,
+                attempt,
+                will_retry=will_retry,
+                model=request.model,
+                next_model=fallback if switch else "",
+            )
             if not will_retry:
                 detail = f"model call failed after {attempt} attempt(s): {exc}"
                 terminator.terminate(work, Run.Termination.LLM_ERROR, detail)
+            if switch:
+                # Another model's capacity: no backoff, and retries of its own.
+                request = dataclasses.replace(request, model=fallback)
+                attempt = 0
+                continue
             time.sleep(retry.backoff(attempt, retry_after=exc.retry_after))
+            continue
+        if request.model != asked:
+            response = dataclasses.replace(
+                response, extra={**response.extra, "fallback_from": asked}
+            )
+        return response
 
 
 def _complete(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
@@ -131,18 +162,30 @@ def _release_db_connection() -> None:
         connection.close()
 
 
-def _record_error(work: Work, exc: llm.LLMError, attempt: int, *, will_retry: bool) -> None:
+def _record_error(
+    work: Work,
+    exc: llm.LLMError,
+    attempt: int,
+    *,
+    will_retry: bool,
+    model: str = "",
+    next_model: str = "",
+) -> None:
     run = work.run
+    data = {
+        "error": str(exc)[:2000],
+        "status": exc.status,
+        "attempt": attempt,
+        "retryable": exc.retryable,
+        "will_retry": will_retry,
+        "model": model,
+    }
+    if next_model:
+        data["fallback_to"] = next_model
     owned.append(
         work,
         Step.Kind.LLM_ERROR,
-        {
-            "error": str(exc)[:2000],
-            "status": exc.status,
-            "attempt": attempt,
-            "retryable": exc.retryable,
-            "will_retry": will_retry,
-        },
+        data,
         {
             "retry_count": run.retry_count + 1,
             "error_count": run.error_count + 1,
@@ -290,6 +333,9 @@ def _model_step(work: Work, response: llm.LLMResponse, trimmed: int) -> tuple[di
         "trimmed_turns": trimmed,
         "provider": work.provider.name,
     }
+    if response.extra.get("fallback_from"):
+        data["fallback_from"] = response.extra["fallback_from"]
+    data.update(cache_saving(response))
     counters = {
         "step_count": run.step_count + 1,
         "tokens_in": run.tokens_in + response.usage.total_input_tokens,
@@ -304,6 +350,15 @@ def _model_step(work: Work, response: llm.LLMResponse, trimmed: int) -> tuple[di
         "latency_ms": response.latency_ms,
     }
     return data, counters, columns
+
+
+def cache_saving(response: llm.LLMResponse) -> dict:
+    """What prompt caching saved on this call, for its step (the dashboard's cost card adds
+    these up: runs/costs.py); nothing for a call that neither read nor wrote the cache."""
+    usage = response.usage
+    if not (usage.cache_read_input_tokens or usage.cache_creation_input_tokens):
+        return {}
+    return {"cache_saved_usd": str(pricing.cache_savings(response.model, usage))}
 
 
 def _what_follows(

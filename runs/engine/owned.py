@@ -282,8 +282,7 @@ def charge_discarded(work: Work, response: Any) -> None:
     log.info("run %s: discarding a %s USD response", work.run.pk, response.cost_usd)
     Run.objects.filter(pk=work.run.pk).update(
         cost_usd=F("cost_usd") + response.cost_usd,
-        tokens_in=F("tokens_in")
-        + response.usage.input_tokens
-        + response.usage.cache_read_input_tokens,
+        # Cache writes and reads included, as for a recorded answer (Usage.total_input_tokens).
+        tokens_in=F("tokens_in") + response.usage.total_input_tokens,
         tokens_out=F("tokens_out") + response.usage.output_tokens,
     )

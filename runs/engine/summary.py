@@ -106,7 +106,8 @@ def _request(work: Work, covered: int) -> llm.LLMRequest:
         if b.get("type") == "tool_use"
     ]
     return llm.LLMRequest(
-        model=work.agent_config["model"],
+        # A cheaper model when the agent declares one for summaries.
+        model=work.agent_config.get("step_models", {}).get("summary") or work.agent_config["model"],
         system=PROMPT,
         messages=[{"role": "user", "content": text}],
         tools=[],

@@ -86,10 +86,17 @@ def estimate_next_cost(work: Work) -> Decimal:
     Scripted runs are priced by the same table, so cost limits behave the same in demos."""
     config = work.agent_config
     tokens = request_chars(work) // 3 + 1 + TOOL_USE_OVERHEAD_TOKENS
-    cost = pricing.estimate_max_cost(config["model"], tokens, config.get("max_tokens", 1024))
+    # The fallback model may be the one that answers (model.call_with_retries): the dearer.
+    models = [
+        config["model"],
+        *([config["fallback_model"]] if config.get("fallback_model") else []),
+    ]
+    max_tokens = config.get("max_tokens", 1024)
+    cost = max(pricing.estimate_max_cost(m, tokens, max_tokens) for m in models)
     if config.get("summarise_context") and tokens > context_budget(config):
         # The call may be preceded by a summary of the older turns, which reads about as much.
-        cost += pricing.estimate_max_cost(config["model"], tokens, SUMMARY_MAX_TOKENS)
+        summarising = config.get("step_models", {}).get("summary") or config["model"]
+        cost += pricing.estimate_max_cost(summarising, tokens, SUMMARY_MAX_TOKENS)
     return cost
 
 

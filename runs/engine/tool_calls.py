@@ -9,6 +9,7 @@ infrastructure errors as the tool's policy and the run's retry budget allow.
 """
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -26,13 +27,14 @@ from agentkit.tools import (
 from agentkit.verification import checks_call, schema_errors
 
 from ..models import Step, canonical_json
-from . import awaiting, deadlines, gates, lease, pii_guard, replaying, retry, terminator
+from . import awaiting, deadlines, gates, lease, parallel, pii_guard, replaying, retry, terminator
 from .idempotency import idempotency_key
 from .owned import Work, cfg, renewal
 
 log = logging.getLogger("agentops.engine")
 
 ASK_OPERATOR = "ask_operator"
+_opening = threading.Lock()
 
 
 def plan_calls(
@@ -95,9 +97,10 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
     per iteration instead of one per step. A worker that dies before that write loses the
     model's answer (the resumed run asks again) and runs these calls again, which changes
     nothing. `counters` (the model step's update) takes in theirs; the calls from the first
-    with side effects on stay pending, for the ledger's way.
+    with side effects on stay pending, for the ledger's way. The calls run together, up to
+    the agent's limit (parallel.py), their steps in the order the model asked for them.
 
-    Each call is preceded by the checks a step boundary makes for a call without side
+    The calls are preceded by the checks a step boundary makes for a call without side
     effects (lease.still_mine): is the run still ours (read unless confirmed less than
     RECHECK_AFTER_SECONDS ago: a model call that took longer is followed by a read, so a
     cancel during it runs none of its calls), the lease, max_seconds (past it, the calls
@@ -107,22 +110,11 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
     steps = []
     left = list(pending)
     while left:
-        item = left[0]
-        tool = get_tool(item["name"]) if not item["error"] else None
-        if item["error"]:
-            data = tool_step(errors, item, error=item["error"], attempts=0)
-            steps.append((Step.Kind.TOOL, data, {}))
-        elif (
-            tool.has_side_effects
-            or tool.name == ASK_OPERATOR
-            # A failure waits for an operator (steering.py): each call is a step of its own.
-            or work.agent_config.get("on_failure") == "ask"
-            or work.active_seconds >= work.run.max_seconds
-        ):
+        if not left[0]["error"] and not _runs_inline(work, left[0]):
             break
-        else:
-            steps.extend(_inline_call(work, item, tool, errors))
-        left.pop(0)
+        batch = _together(work, left) if parallel.limit_for(work.agent_config) > 1 else left[:1]
+        steps.extend(_inline_calls(work, batch, errors))
+        del left[: len(batch)]
         if "checking" in work.state:
             break  # its check comes next, before the calls after it (answer_check.py)
     counters.update(errors)
@@ -131,27 +123,101 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
     return tuple(steps)
 
 
-def _inline_call(work: Work, item: dict, tool: Tool, errors: dict) -> list[tuple[str, dict, dict]]:
-    lease.still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
-    key = idempotency_key(work.run.pk, item["llm_seq"], item["index"], tool.name, item["args"])
-    result, error, attempts, duration_ms = call_tool(
-        work, tool, item["args"], key, errors["retry_count"], call_id=item.get("id", "")
+def _runs_inline(work: Work, item: dict) -> bool:
+    tool = get_tool(item["name"])
+    return not (
+        item.get("approval")  # decided by a person: the ledger's way applies the decision
+        or tool is None
+        or tool.has_side_effects
+        or tool.name == ASK_OPERATOR
+        # A failure waits for an operator (steering.py): each call is a step of its own.
+        or work.agent_config.get("on_failure") == "ask"
+        or work.active_seconds >= work.run.max_seconds
     )
-    error, guard = guard_output(tool, item, result, error)
-    data = tool_step(
-        errors,
-        item,
-        result=result,
-        error=error,
-        attempts=attempts,
-        duration_ms=duration_ms,
-        args=item["args"],
-    )
-    steps = [(Step.Kind.TOOL, data, {"latency_ms": duration_ms})]
-    if guard is not None:
-        data["rejected_output"] = result
-        steps.append((Step.Kind.GUARD, guard, {}))
-    check_after(work, item, data)
+
+
+def together_next(work: Work) -> int:
+    """How many of the pending calls at its head would run together now (0 or 1: none to
+    run together, the ledger's way one by one)."""
+    pending = work.state["pending"]
+    if parallel.limit_for(work.agent_config) < 2 or not pending or pending[0]["error"]:
+        return 0
+    if not _runs_inline(work, pending[0]):
+        return 0
+    return sum(1 for item in _together(work, pending) if not item["error"])
+
+
+def _together(work: Work, left: list[dict]) -> list[dict]:
+    """The calls at the head of `left` that run together: calls without side effects (and
+    refused calls, which run nothing), ending with the first that the agent's verifier
+    checks, whose check must come before anything after it. They all start before any has
+    ended, so max_seconds is checked before them, not between them as one after another."""
+    batch = []
+    for item in left:
+        if not item["error"] and not _runs_inline(work, item):
+            break
+        batch.append(item)
+        if not item["error"] and checks_call(work.agent_config, item["name"]):
+            break
+    return batch
+
+
+def _inline_calls(work: Work, batch: list[dict], errors: dict) -> list[tuple[str, dict, dict]]:
+    runnable = [item for item in batch if not item["error"]]
+    outcomes: dict[str, tuple] = {}
+    if runnable:
+        limit = parallel.limit_for(work.agent_config)
+        tools = [get_tool(item["name"]) for item in runnable]
+        # The lease covers the calls' waves, each as long as its slowest call's timeout.
+        waves = -(-len(runnable) // limit)
+        lease.still_mine(
+            work, lease_for=waves * max(t.timeout_seconds for t in tools), deadline=False
+        )
+        calls = [
+            (
+                tool,
+                item["args"],
+                idempotency_key(
+                    work.run.pk, item["llm_seq"], item["index"], tool.name, item["args"]
+                ),
+            )
+            for item, tool in zip(runnable, tools, strict=True)
+        ]
+        retry_count = errors["retry_count"]
+        call_ids = {
+            key: item.get("id", "") for item, (_, _, key) in zip(runnable, calls, strict=True)
+        }
+
+        def call(work: Work, tool: Tool, args: dict, key: str) -> tuple:
+            return call_tool(work, tool, args, key, retry_count, call_id=call_ids[key])
+
+        results = parallel.call_all(work, calls, call, limit=limit)
+        outcomes = {
+            item["id"]: (item, tool, outcome)
+            for item, tool, outcome in zip(runnable, tools, results, strict=True)
+        }
+    steps: list[tuple[str, dict, dict]] = []
+    for item in batch:
+        if item["error"]:
+            data = tool_step(errors, item, error=item["error"], attempts=0)
+            steps.append((Step.Kind.TOOL, data, {}))
+            continue
+        _, tool, (result, error, attempts, duration_ms) = outcomes[item["id"]]
+        error, guard = guard_output(tool, item, result, error)
+        data = tool_step(
+            errors,
+            item,
+            result=result,
+            error=error,
+            attempts=attempts,
+            duration_ms=duration_ms,
+            args=item["args"],
+        )
+        steps.append((Step.Kind.TOOL, data, {"latency_ms": duration_ms}))
+        if guard is not None:
+            data["rejected_output"] = result
+            steps.append((Step.Kind.GUARD, guard, {}))
+        check_after(work, item, data)
     return steps
 
 
@@ -280,7 +346,8 @@ def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | N
         return None, f"{tool.name} failed: {type(exc).__name__}: {exc}"
     breaker.record(tool.name, ok=True)
     if isinstance(result, Pending):
-        result = awaiting.open_operation(work, tool, args, key, result)
+        with _opening:  # calls run together (parallel.py) share work.state
+            result = awaiting.open_operation(work, tool, args, key, result)
     return result, None
 
 

@@ -64,14 +64,23 @@ def test_tool_use_is_answered_with_its_tool_result_in_the_next_request(no_enqueu
     first, second = fake_api.messages_requests()
     assert first.headers["authorization"] == f"Bearer {API_KEY}"
     assert first.body["model"] == "claude-sonnet-4-6"
-    assert first.body["system"].startswith("You are a careful data analyst")
+    [system] = first.body["system"]  # a block, to carry its cache breakpoint
+    assert system["text"].startswith("You are a careful data analyst")
+    assert system["cache_control"] == {"type": "ephemeral"}
     assert {t["name"] for t in first.body["tools"]} >= {"list_tables", "run_query"}
     assert all("input_schema" in t for t in first.body["tools"])
     assert "temperature" not in first.body
     assert first.body["messages"] == [
         {
             "role": "user",
-            "content": "Which tables are there?\n\nE-mail the report to analytics@example.com.",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "Which tables are there?\n\n"
+                    "E-mail the report to analytics@example.com.",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
         }
     ]
     llm_steps = steps(run, Step.Kind.LLM)

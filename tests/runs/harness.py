@@ -95,6 +95,26 @@ def t_down(n: int) -> dict:
     raise ToolInfraError("connection refused")
 
 
+# t_sleep's calls as they ran: (n, started, ended, thread), and how many ran at once.
+SLEPT: list[tuple[int, float, float, int]] = []
+SLEEPING = {"now": 0, "most": 0}
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_sleep")
+def t_sleep(n: int, seconds: float) -> dict:
+    """A read-only lookup that takes `seconds` (a slow upstream)."""
+    _count("t_sleep")
+    with _calls_lock:
+        SLEEPING["now"] += 1
+        SLEEPING["most"] = max(SLEEPING["most"], SLEEPING["now"])
+    started = time.monotonic()
+    time.sleep(seconds)
+    with _calls_lock:
+        SLEEPING["now"] -= 1
+        SLEPT.append((n, started, time.monotonic(), threading.get_ident()))
+    return {"n": n}
+
+
 class Clock:
     """django.utils.timezone.now, `skew` ahead (tests/runs/conftest.py installs it)."""
 
@@ -280,6 +300,7 @@ TEST_TOOLS = (
     "t_notify",
     "t_charge",
     "t_echo",
+    "t_sleep",
     "t_inline",
     "t_fail",
     "t_flaky",

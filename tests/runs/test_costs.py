@@ -19,12 +19,22 @@ from .factories import make_run
 pytestmark = pytest.mark.django_db
 
 
-def record(run: Run, at: datetime, *, cost: str, tokens_in: int, tokens_out: int, kind="llm"):
+def record(
+    run: Run,
+    at: datetime,
+    *,
+    cost: str,
+    tokens_in: int,
+    tokens_out: int,
+    kind="llm",
+    usage: dict | None = None,
+    **data,
+):
     """A model step (or another kind) written the engine's way, at `at`."""
     with transaction.atomic():
         Run.locked(run.pk).append_step(
             kind,
-            {"model": "claude-sonnet-4-5", "content": [], "usage": {}},
+            {"model": "claude-sonnet-4-5", "content": [], "usage": usage or {}, **data},
             cost_usd=Decimal(cost),
             tokens_in=tokens_in,
             tokens_out=tokens_out,
@@ -143,6 +153,9 @@ def bearer(user) -> Client:
     return Client(headers={"Authorization": f"Bearer {raw}"})
 
 
+NO_CACHE = {"cache_read_tokens": 0, "cache_write_tokens": 0, "cache_saved_usd": "0.000000"}
+
+
 def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
     response = bearer(viewer).get("/api/costs", {"days": 7})
     assert response.status_code == 200
@@ -159,6 +172,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_in": 7500,
             "tokens_out": 750,
             "cost_usd": "0.750000",
+            **NO_CACHE,
         },
         {
             "agent": "sql-analyst",
@@ -167,6 +181,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_in": 100,
             "tokens_out": 10,
             "cost_usd": "0.010000",
+            **NO_CACHE,
         },
         {
             "agent": "sql-analyst",
@@ -175,6 +190,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_in": 230,
             "tokens_out": 23,
             "cost_usd": "0.023000",
+            **NO_CACHE,
         },
     ]
     assert body["agents"] == [
@@ -184,6 +200,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_in": 7500,
             "tokens_out": 750,
             "cost_usd": "0.750000",
+            **NO_CACHE,
         },
         {
             "agent": "sql-analyst",
@@ -191,6 +208,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_in": 330,
             "tokens_out": 33,
             "cost_usd": "0.033000",
+            **NO_CACHE,
         },
     ]
     assert body["total"] == {
@@ -198,6 +216,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
         "tokens_in": 7830,
         "tokens_out": 783,
         "cost_usd": "0.783000",
+        **NO_CACHE,
     }
 
 
@@ -261,3 +280,80 @@ def test_the_cost_card_escapes_agent_names_and_says_when_empty(
     html = client.get(reverse("runs:dashboard")).content.decode()
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html
     assert '<img src=x onerror="alert(1)">' not in html
+
+
+# --- prompt caching ---------------------------------------------------------------------------
+@pytest.fixture
+def cached(operator, no_enqueue) -> Run:
+    """A run whose first call wrote the cache and whose second read it."""
+    run = make_run(operator, agent="sql-analyst")
+    at = today_utc() + timedelta(minutes=5)
+    record(
+        run,
+        at,
+        cost="0.0040",
+        tokens_in=1100,
+        tokens_out=10,
+        usage={"input_tokens": 100, "cache_creation_input_tokens": 1000},
+        cache_saved_usd="-0.000750",
+    )
+    record(
+        run,
+        at,
+        cost="0.0006",
+        tokens_in=1150,
+        tokens_out=10,
+        usage={
+            "input_tokens": 50,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 100,
+        },
+        cache_saved_usd="0.002625",
+    )
+    return run
+
+
+def test_cache_reads_writes_and_savings_are_added_up_per_agent_and_day(cached, viewer):
+    total = costs.cost_by_agent().total
+    assert (total.cache_read_tokens, total.cache_write_tokens) == (1000, 1100)
+    assert total.cache_saved_usd == Decimal("0.001875")
+    # Saved against what the calls would have cost without the cache: 0.001875 of 0.006475.
+    assert total.saved_percent == 29
+    body = bearer(viewer).get("/api/costs").json()
+    assert body["total"]["cache_saved_usd"] == "0.001875"
+    assert body["agents"][0]["cache_read_tokens"] == 1000
+
+
+def test_the_dashboard_says_what_caching_saved(client, viewer, cached):
+    client.force_login(viewer)
+    html = client.get(reverse("runs:dashboard")).content.decode()
+    row = html.split('data-agent="sql-analyst"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num cache-saved"><span title="1000 tokens read from the cache' in row
+    assert "$0.0019" in row
+    assert "Prompt caching saved <strong>$0.0019</strong> (29 %)" in html
+
+
+def test_a_cache_only_written_so_far_shows_what_it_cost_more(client, viewer, operator):
+    run = make_run(operator, agent="sql-analyst")
+    record(
+        run,
+        today_utc() + timedelta(minutes=5),
+        cost="0.0040",
+        tokens_in=1100,
+        tokens_out=10,
+        usage={"input_tokens": 100, "cache_creation_input_tokens": 1000},
+        cache_saved_usd="-0.000750",
+    )
+    client.force_login(viewer)
+    html = client.get(reverse("runs:dashboard")).content.decode()
+    row = html.split('data-agent="sql-analyst"', 1)[1].split("</tr>", 1)[0]
+    assert "-$0.0008" in row
+    assert "Prompt caching cost <strong>$0.0008</strong> more than it saved so far" in html
+
+
+def test_no_savings_line_without_cached_calls(client, viewer, two_agents):
+    client.force_login(viewer)
+    html = client.get(reverse("runs:dashboard")).content.decode()
+    assert "Prompt caching saved" not in html
+    row = html.split('data-agent="sql-analyst"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num cache-saved"><span class="muted">' in row

@@ -41,6 +41,16 @@ is the time to the first event). A Reply's `stream_fault` breaks such a stream o
 event, as the API sends when overloaded mid-answer) and `truncated_stream` (the events stop
 before message_stop, the connection closes cleanly). A plain request gets the Reply whole.
 
+Prompt caching is answered as the real API answers it, from a cache of prefix hashes: the
+request is read as one list of blocks in the order tools, system, messages; at each block
+with `cache_control` (at most 4, else 400) the prefix up to it is looked up (there, and at the
+20 blocks before it, the API's lookback), for this model and key. The longest prefix found is
+read from the cache (`cache_read_input_tokens`); from there to the last breakpoint is written
+(`cache_creation_input_tokens`) and kept `cache_ttl` seconds (5 minutes, renewed by a read);
+the rest is `input_tokens`. A prefix under `cache_min_tokens` (1024, as for most models) is
+neither written nor read. Tokens are estimated at about 4 bytes of JSON each; `server.cache`
+holds the entries, `server.cache.clear()` empties it.
+
 When the script is empty the default policy answers, deterministically and per conversation
 (so concurrent runs do not disturb each other): while the conversation has fewer than
 `tool_turns` assistant turns, call the first offered tool that takes no required arguments;
@@ -57,6 +67,7 @@ From the command line, for a person pointing the app at it (any API key is accep
 
 import argparse
 import contextlib
+import hashlib
 import json
 import re
 import socket
@@ -208,8 +219,13 @@ class FakeMessagesServer:
         verbose: bool = False,
         stream_delay: float = 0.0,
         stream_chunk: int = 12,
+        cache_min_tokens: int = 1024,
+        cache_ttl: float = 300.0,
     ):
         self.latency = latency
+        self.cache_min_tokens = cache_min_tokens
+        self.cache_ttl = cache_ttl
+        self.cache: dict[str, float] = {}  # prefix hash -> expiry (time.monotonic())
         self.stream_delay = stream_delay
         self.stream_chunk = stream_chunk
         self.tool_turns = tool_turns
@@ -360,12 +376,13 @@ class FakeMessagesServer:
         content, cut = _cut_at(content, int(body["max_tokens"]))
         if cut:
             stop = "max_tokens"
+        # Roughly 4 bytes per token, like English text and JSON.
+        read, written = self._cached(body)
         usage = {
-            # Roughly 4 bytes per token, like English text and JSON.
-            "input_tokens": max(1, len(raw) // 4),
+            "input_tokens": max(1, len(raw) // 4 - read - written),
             "output_tokens": min(max(1, _tokens(content)), int(body["max_tokens"])),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
             "service_tier": "standard",
             **answer.usage,
         }
@@ -379,6 +396,40 @@ class FakeMessagesServer:
             "stop_sequence": None,
             "usage": usage,
         }
+
+    def _cached(self, body: dict) -> tuple[int, int]:
+        """(tokens read from the cache, tokens written to it) for this request, the cache
+        updated (see the module's docstring)."""
+        blocks = _prefix_blocks(body)
+        marks = [i for i, (_, marked) in enumerate(blocks) if marked]
+        if not marks:
+            return 0, 0
+        sizes, hashes = [], []
+        running = hashlib.sha256(f"{body['model']}".encode())
+        for block, _ in blocks:
+            running.update(block.encode())
+            hashes.append(running.hexdigest())
+            sizes.append((sizes[-1] if sizes else 0) + max(1, len(block) // 4))
+        now = time.monotonic()
+        with self._lock:
+            self.cache = {h: until for h, until in self.cache.items() if until > now}
+            hit = -1
+            for mark in marks:
+                for i in range(mark, max(-1, mark - 20), -1):
+                    if hashes[i] in self.cache and i > hit:
+                        hit = i
+                        break
+            last = marks[-1]
+            read = sizes[hit] if hit >= 0 else 0
+            if hit >= 0:
+                self.cache[hashes[hit]] = now + self.cache_ttl
+            written = 0
+            if sizes[last] >= self.cache_min_tokens and last > hit:
+                written = sizes[last] - read
+                for mark in marks:
+                    if mark > hit and sizes[mark] >= self.cache_min_tokens:
+                        self.cache[hashes[mark]] = now + self.cache_ttl
+        return read, written
 
     def _events(self, message: dict, answer: Reply) -> Iterator[bytes]:
         """The message as the API streams it, with the Reply's fault if it has one."""
@@ -472,6 +523,30 @@ def _cut_at(content: list[dict], max_tokens: int) -> tuple[list[dict], bool]:
 
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def _prefix_blocks(body: dict) -> list[tuple[str, bool]]:
+    """The request as the cache sees it: each tool, system block and message block in that
+    order, as JSON without its cache_control, and whether it carries one."""
+    out: list[tuple[str, bool]] = []
+
+    def add(kind: str, block: Any) -> None:
+        marked = isinstance(block, dict) and "cache_control" in block
+        if marked:
+            block = {k: v for k, v in block.items() if k != "cache_control"}
+        out.append((f"{kind}:{json.dumps(block, sort_keys=True)}\n", marked))
+
+    for tool in body.get("tools") or []:
+        add("tool", tool)
+    system = body.get("system")
+    for block in [system] if isinstance(system, str) else system or []:
+        add("system", block)
+    for i, message in enumerate(body.get("messages") or []):
+        content = message.get("content")
+        for block in [content] if isinstance(content, str) else content or []:
+            add(f"{i}:{message.get('role')}", block)
+    return out
 
 
 def _sse(name: str, data: dict) -> bytes:
@@ -568,6 +643,12 @@ def validate_messages_request(body: Any) -> str:
                         f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
                         "corresponding `tool_use` block in the previous message."
                     )
+    marks = sum(marked for _, marked in _prefix_blocks(body))
+    if marks > MAX_CACHE_BREAKPOINTS:
+        return (
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {marks}."
+        )
     return ""
 
 
