@@ -100,7 +100,7 @@ def undo_before(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0017_agent_day_spend_storage"),
+        ("runs", "0019_run_traceparent"),
     ]
 
     operations = [
