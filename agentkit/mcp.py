@@ -163,7 +163,12 @@ class McpTool(Tool):
     def validate(self, args: Any) -> dict:
         if not isinstance(args, dict):
             raise ToolArgsError(f"arguments for {self.name} must be an object")
-        errors = schema_errors(self.schema, args)
+        try:
+            errors = schema_errors(self.schema, args)
+        except Exception as exc:  # the server's schema, not ours: a call it cannot check fails
+            raise ToolArgsError(
+                f"{self.name}: its server's input schema cannot be checked ({exc})"[:300]
+            ) from None
         if errors:
             raise ToolArgsError(
                 f"invalid arguments for {self.name}: " + "; ".join(errors),

@@ -180,15 +180,15 @@ def decide(
     try:
         return _decide(
             approval_id,
-            user,
-            decision,
-            arguments,
-            reason,
-            answer,
-            opened_at,
-            shown_args_hash,
-            shown_preview_hash,
-            via,
+            user=user,
+            decision=decision,
+            arguments=arguments,
+            reason=reason,
+            answer=answer,
+            opened_at=opened_at,
+            shown_args_hash=shown_args_hash,
+            shown_preview_hash=shown_preview_hash,
+            via=via,
         )
     except PreviewChanged as changed:
         # After the rollback, so it stays (unless a caller's own transaction rolls back too:
@@ -204,16 +204,18 @@ def store_preview(approval_id, preview: dict) -> None:
 
 def _decide(
     approval_id,
+    *,
     user,
-    decision,
-    arguments,
-    reason,
-    answer,
-    opened_at,
-    shown_args_hash,
-    shown_preview_hash,
-    via,
+    decision: str,
+    arguments: dict | None,
+    reason: str,
+    answer: str,
+    opened_at: datetime | None,
+    shown_args_hash: str | None,
+    shown_preview_hash: str | None,
+    via: str,
 ) -> Approval:
+    """`decide`, in one transaction: everything it changes, or nothing."""
     with transaction.atomic():
         run, approval = _lock(approval_id, user)
         principal = _check_may_decide(approval, run, user, decision, shown_args_hash)

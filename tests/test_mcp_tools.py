@@ -214,3 +214,11 @@ def test_a_json_rpc_error_is_the_calls_own_even_when_the_transport_wraps_it():
 
     with pytest.raises(ToolInfraError, match="ConnectionResetError: peer closed"):
         mcp._run(dropped(), 5)
+
+
+def test_a_server_schema_that_cannot_be_checked_refuses_the_call_not_the_run():
+    tool = mcp._tool(
+        server(), {"name": "odd", "inputSchema": {"type": "object", "minProperties": "x"}}
+    )
+    with pytest.raises(ToolArgsError, match="input schema cannot be checked"):
+        tool.validate({"a": 1})
