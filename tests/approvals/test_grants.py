@@ -269,3 +269,18 @@ def test_a_run_with_calls_its_own_grant_approved_can_still_be_deleted(bea, no_en
     assert Approval.objects.filter(grant=made).exists()
     run.delete()
     assert not Grant.objects.filter(pk=made.pk).exists()
+
+
+def test_looking_for_a_grant_costs_one_query_and_using_one_two(
+    bea, no_enqueue, django_assert_num_queries
+):
+    run, first = gated("test-crediter", {"to": "acme", "amounts": "10,20"})
+    item = {"args": {"to": "acme", "amount": "20"}}
+    gate = {"kind": "action", "tool": "test_credit", "risk": "medium"}
+    with django_assert_num_queries(1):
+        assert grants.use_for(run, item, gate) is None
+    grants.grant(first.pk, user=bea, bounds=RUN)
+    with django_assert_num_queries(2):  # the candidates, then the compare-and-set
+        assert grants.use_for(run, item, gate) is not None
+    with django_assert_num_queries(0):  # what may never be granted is not even looked up
+        assert grants.use_for(run, item, {**gate, "risk": "high"}) is None
