@@ -301,6 +301,21 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         view.texts.append(Block.of("detail", d["detail"], full=full, error=view.error))
     if event == "launched":
         view.texts.append(Block.of("input", d.get("input"), full=full))
+    if event == "reopened":
+        # "Resume from here" (runs/steering.py): the choice, and what the operator typed.
+        view.facts.append(("choice", str(d.get("choice", ""))))
+        view.facts.append(("ended for", _reason_label(str(d.get("ended_for", "")))))
+        if d.get("failed_seq"):
+            view.facts.append(("failed step", f"#{d['failed_seq']} ({d.get('tool', '')})"))
+        for key in ("text", "note"):
+            if d.get(key):
+                view.texts.append(Block.of(key, d[key], full=full))
+        if d.get("edited_args") is not None:
+            view.tool_uses.append(
+                ToolUse(
+                    str(d.get("tool", "")), Block.of("edited args", d["edited_args"], full=full)
+                )
+            )
     return view
 
 

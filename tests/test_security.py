@@ -111,6 +111,12 @@ PAGES = {
     "runs:cancel": ("POST", "operate"),
     "runs:pending": ("GET", "view"),
     "runs:pending_finish": ("POST", "operate"),
+    "runs:steer": ("GET", "view"),
+    "runs:pause": ("POST", "operate"),
+    "runs:resume": ("POST", "operate"),
+    "runs:instruct": ("POST", "operate"),
+    "runs:recover": ("POST", "operate"),
+    "runs:reopen": ("POST", "operate"),
     "approvals:queue": ("GET", "view"),
     "approvals:stats": ("GET", "admin"),
     "approvals:decisions_export": ("GET", "admin"),
@@ -161,6 +167,12 @@ def url_of(name: str, world) -> str:
         "runs:cancel": [run.pk],
         "runs:pending": [run.pk],
         "runs:pending_finish": [run.pk, world["operation"].pk],
+        "runs:steer": [run.pk],
+        "runs:pause": [run.pk],
+        "runs:resume": [run.pk],
+        "runs:instruct": [run.pk],
+        "runs:recover": [run.pk],
+        "runs:reopen": [run.pk],
         "approvals:detail": [approval.pk],
         "approvals:opened": [approval.pk],
         "approvals:decide": [approval.pk],
@@ -179,6 +191,9 @@ def url_of(name: str, world) -> str:
     }.get(name, [])
     url = reverse(name, args=args)
     return url + "?before=99" if name == "runs:steps" else url
+
+
+REFUSED_ON_THEIR_MERITS = {"runs:resume", "runs:recover", "runs:reopen"}
 
 
 def test_every_html_url_is_covered_here():
@@ -203,11 +218,18 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         "runs:pending_finish": {"action": "complete", "result": "done"},
         "approvals:claim": {"claim": "release"},
         "approvals:grant": {"kind": "count", "uses": "2"},
+        "runs:instruct": {"text": "matrix", "key": "matrix"},
+        "runs:recover": {"choice": "skip"},
+        "runs:reopen": {"choice": "retry"},
     }.get(name, {})
     response = client.post(url, data) if method == "POST" else client.get(url)
     if role == "anonymous":
         assert response.status_code == 302
         assert response["Location"].startswith("/accounts/login/")
+    elif role in ALLOWED[need] and name in REFUSED_ON_THEIR_MERITS:
+        # Past the role check, this world's run refuses them: it is not paused, has no
+        # failed step waiting and did not fail.
+        assert response.status_code == 409, response.status_code
     elif role in ALLOWED[need]:
         expected = (ALLOWED_STATUS[name],) if name in ALLOWED_STATUS else (200, 204, 302)
         assert response.status_code in expected, response.status_code
@@ -270,6 +292,8 @@ def test_state_changing_pages_refuse_get_and_change_nothing(name, users, world):
 
 POSTS = {
     "runs:cancel": {},
+    "runs:pause": {},
+    "runs:instruct": {"text": "csrf", "key": "csrf"},
     "runs:pending_finish": {"action": "complete"},
     "runs:new": {"agent": "sql-analyst", "question": "Revenue?", "report_to": "a@example.com"},
     "approvals:opened": {},

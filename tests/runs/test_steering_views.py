@@ -211,3 +211,5 @@ def test_a_failed_run_offers_resume_from_here_or_says_why_not(client, operator, 
     failed.refresh_from_db()
     assert failed.status == Run.Status.QUEUED
     assert failed.steps.order_by("-seq").first().data["event"] == "reopened"
+    page = client.get(reverse("runs:detail", args=[failed.pk])).content.decode()
+    assert "reopened: failed → queued" in page and "model call failed" in page
