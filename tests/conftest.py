@@ -249,6 +249,7 @@ def _close_pools() -> None:
     from django.db import connections
 
     for connection in connections.all(initialized_only=True):
-        if getattr(connection, "pool", None) is not None:
+        # A test in a transaction (`db`) keeps its connection, and makes no query spans.
+        if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
             connection.close()
             connection.close_pool()
