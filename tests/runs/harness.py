@@ -101,8 +101,9 @@ SLEEPING = {"now": 0, "most": 0}
 
 
 @tool(reversible=True, blast=Blast.NONE, name="t_sleep")
-def t_sleep(n: int, seconds: float) -> dict:
-    """A read-only lookup that takes `seconds` (a slow upstream)."""
+def t_sleep(seconds: float, n: int = 0) -> dict:
+    """A read-only lookup that takes `seconds` (a slow upstream; a run slow enough to be
+    steered while it works)."""
     _count("t_sleep")
     with _calls_lock:
         SLEEPING["now"] += 1
@@ -145,14 +146,6 @@ def t_cancel_run(ctx: ToolContext = None) -> dict:
     _count("t_cancel_run")
     Run.objects.get(pk=ctx.run_id).cancel(reason="operator clicked cancel")
     return {"done": True}
-
-
-@tool(reversible=True, blast=Blast.NONE, name="t_sleep")
-def t_sleep(seconds: float) -> dict:
-    """A slow read-only call: a run long enough to be steered while it works."""
-    _count("t_sleep")
-    time.sleep(seconds)
-    return {"slept": seconds}
 
 
 @tool(reversible=True, blast=Blast.NONE, name="t_big")
@@ -308,7 +301,6 @@ TEST_TOOLS = (
     "t_age_run",
     "t_cancel_run",
     "t_big",
-    "t_sleep",
     "t_gated",
     "lookup_order",
     "issue_refund",
