@@ -261,8 +261,10 @@ def get_costs(
     ),
     agent: str | None = Query(None, max_length=64, description="One agent's slug."),
 ) -> dict:
-    """Summed from the recorded model steps (the timeline is the source of truth). An answer
-    discarded because its run was cancelled meanwhile is charged to the run only, not here."""
+    """Summed from the recorded steps (the timeline is the source of truth): the agents'
+    model turns, context summaries, model verifiers' checks and paid tool calls, so an agent's
+    cost here is the sum of its runs' cost. An answer discarded because its run was cancelled
+    meanwhile is charged to the run only, not here."""
     report = costs.cost_by_agent(days=days, agent=agent)
     return {
         "since": report.since,
@@ -283,4 +285,5 @@ def _spend(spend: costs.Spend) -> dict:
         "tokens_in": spend.tokens_in,
         "tokens_out": spend.tokens_out,
         "cost_usd": spend.cost_usd,
+        "tool_cost_usd": spend.tool_cost_usd,
     }

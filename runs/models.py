@@ -836,9 +836,11 @@ class Step(models.Model):
 
 class AgentDaySpend(models.Model):
     """Model calls, tokens and cost of one agent on one UTC day, kept by the database itself:
-    a trigger on each model step's insert adds the step here (runs/migrations/0015), whoever
-    writes it (the engine, an import). Spend per agent and day (runs/costs.py) then reads a
-    few rows per day instead of summing every model step of the window.
+    a trigger on the insert of each step that is a model call or carries a cost adds it here
+    (runs/migrations/0015, 0018), whoever writes it (the engine, the gateway, an import).
+    `cost_usd` is everything charged (model calls and tools), `tool_cost_usd` the tools' part.
+    Spend per agent and day (runs/costs.py) then reads a few rows per day instead of summing
+    every charged step of the window.
 
     A day of an agent is SPEND_SHARDS rows (the shard is picked from the run's id): workers
     stepping runs of one agent at once would otherwise queue on one row lock until commit.
@@ -851,6 +853,7 @@ class AgentDaySpend(models.Model):
     tokens_in = models.BigIntegerField(default=0)
     tokens_out = models.BigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
+    tool_cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
 
     class Meta:
         constraints = [

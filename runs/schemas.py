@@ -333,7 +333,8 @@ class SpendOut(Schema):
     model_calls: int
     tokens_in: int = Field(description="Input tokens, cache reads included.")
     tokens_out: int
-    cost_usd: Decimal
+    cost_usd: Decimal = Field(description="Model calls and tools.")
+    tool_cost_usd: Decimal = Field(description="The tools' part of cost_usd.")
 
 
 class AgentDaySpendOut(SpendOut):
@@ -349,7 +350,7 @@ class CostsOut(Schema):
     since: datetime = Field(description="Midnight UTC of the window's first day.")
     days: int
     rows: list[AgentDaySpendOut] = Field(
-        description="Per agent and UTC day, days without a model call left out."
+        description="Per agent and UTC day, days without a model call or a charge left out."
     )
     agents: list[AgentSpendOut] = Field(description="Per agent, over the whole window.")
     total: SpendOut
