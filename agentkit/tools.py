@@ -15,6 +15,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pydantic
@@ -152,6 +153,36 @@ class Pending:
             raise ValueError("poll=(tool, args) goes with completion='poll', and only with it")
 
 
+# A call's cost is recorded on its step, whose column has 6 decimal places and 12 digits.
+COST_PLACES = Decimal("0.000001")
+MAX_CALL_COST_USD = Decimal("999999")
+
+
+def call_cost(value: Any) -> Decimal:
+    """A cost in USD as the step records it, or ValueError: a finite amount, 0 or more."""
+    try:
+        cost = Decimal(str(value))
+    except InvalidOperation:
+        raise ValueError(f"a tool call's cost must be an amount in USD, not {value!r}") from None
+    if not cost.is_finite() or not Decimal(0) <= cost <= MAX_CALL_COST_USD:
+        raise ValueError(f"a tool call's cost must be 0 to {MAX_CALL_COST_USD} USD, not {value}")
+    return cost.quantize(COST_PLACES)
+
+
+@dataclass(frozen=True)
+class Charged:
+    """What a tool returns when the call's cost is known only once it ran (a paid API that
+    bills by the page, the minute): the result the model sees, and what the call cost in USD,
+    in place of the tool's declared `cost_usd`. Recorded on the tool step; it counts toward
+    the run's cost limit, the agent's spend and its budget."""
+
+    result: Any
+    cost_usd: Decimal
+
+    def __post_init__(self):
+        object.__setattr__(self, "cost_usd", call_cost(self.cost_usd))
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -177,6 +208,9 @@ class Tool:
     # for tools without side effects that cannot block (in-memory work, no network, no
     # locks). Handing such a call to a pool thread cost more than the call.
     inline: bool = False
+    # What each call costs in USD (a paid API), charged to the run whenever the tool runs;
+    # a call that returns Charged says its own cost instead.
+    cost_usd: Decimal = Decimal(0)
 
     @property
     def has_side_effects(self) -> bool:
@@ -243,6 +277,7 @@ class Tool:
             "accepts_idempotency_key": self.accepts_idempotency_key,
             "timeout_seconds": self.timeout_seconds,
             "on_reject": self.on_reject,
+            **({"cost_usd": str(self.cost_usd)} if self.cost_usd else {}),
             "input_schema": self.input_schema(),
             "fingerprint": self.fingerprint(),
         }
@@ -296,6 +331,7 @@ def tool(
     output_schema: "dict | type[pydantic.BaseModel] | None" = None,
     rate_limit: RateLimit | None = None,
     inline: bool = False,
+    cost_usd: "Decimal | str | int" = 0,
 ) -> Callable[[Callable], Callable]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
@@ -305,7 +341,9 @@ def tool(
     across all runs (tools with side effects only: those go step by step through the
     ledger, where the limit is counted). `inline`: an instant tool without side effects,
     called on the worker's thread with no deadline enforced (a call that can block, wait on
-    the network or take long must not say so: nothing could abandon it)."""
+    the network or take long must not say so: nothing could abandon it). `cost_usd`: what
+    each call costs (a paid API), charged to the run; a call may return Charged instead."""
+    per_call = call_cost(cost_usd)
 
     def register(fn: Callable) -> Callable:
         tool_name = name or fn.__name__
@@ -346,6 +384,7 @@ def tool(
             output_schema=json_schema(output_schema) if output_schema is not None else _returns(fn),
             rate_limit=rate_limit,
             inline=inline,
+            cost_usd=per_call,
         )
         return fn
 
