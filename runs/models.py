@@ -264,6 +264,7 @@ class Run(models.Model):
         AGENT_FAILED = "agent_failed", "the external agent reported a failure"
         TRUNCATED = "truncated", "the model's answer was cut off"
         REFUSED = "refused", "the model declined to answer"
+        BUDGET = "budget", "the agent's budget is spent"
 
     TRANSITIONS: dict[str, set[str]] = {
         Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},
@@ -866,6 +867,78 @@ class AgentDaySpend(models.Model):
 
 
 SPEND_SHARDS = 8
+
+
+class Budget(models.Model):
+    """What one agent may spend (model calls and tools, as its steps record them) in a period
+    of the calendar in a time zone, and what happens as the spend grows: past `warn_percent`
+    the approvers are told; past `approve_percent` a run of the agent goes on (or starts) only
+    when a person says so; past `stop_percent` its runs are stopped and new ones refused. The
+    rules are runs/budgets.py's; the engine applies them at each step boundary."""
+
+    class Period(models.TextChoices):
+        DAY = "day"
+        WEEK = "week"  # Monday to Sunday
+        MONTH = "month"
+
+    agent = models.CharField(max_length=64)
+    # A team's budget, shared by its agents: not yet; the column keeps room for it.
+    team = models.CharField(max_length=64, null=True, blank=True)
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTH)
+    time_zone = models.CharField(max_length=64, default="UTC")
+    amount_usd = models.DecimalField(max_digits=12, decimal_places=2)
+    warn_percent = models.PositiveSmallIntegerField(default=80)
+    approve_percent = models.PositiveSmallIntegerField(default=100)
+    stop_percent = models.PositiveSmallIntegerField(default=120)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["agent", "period"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "period"], name="budget_one_per_agent_period"),
+            models.CheckConstraint(condition=Q(amount_usd__gt=0), name="budget_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(warn_percent__gt=0)
+                & Q(warn_percent__lt=F("approve_percent"))
+                & Q(approve_percent__lt=F("stop_percent")),
+                name="budget_thresholds_ascending",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent}: {self.amount_usd} USD a {self.period}"
+
+
+class BudgetCrossing(models.Model):
+    """A threshold of a budget crossed in one of its periods: once each (the unique
+    constraint is what makes it once, whichever worker sees it first), with the run it was
+    seen on (that run's timeline has the step) and the spend then."""
+
+    class Threshold(models.TextChoices):
+        WARN = "warn"
+        APPROVE = "approve"
+        STOP = "stop"
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="crossings")
+    period_start = models.DateTimeField()
+    threshold = models.CharField(max_length=8, choices=Threshold.choices)
+    spent_usd = models.DecimalField(max_digits=16, decimal_places=6)
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "period_start", "threshold"], name="budget_crossed_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget} {self.threshold} at {self.period_start:%Y-%m-%d}"
 
 
 class Checkpoint(models.Model):

@@ -32,6 +32,7 @@ from ..models import (
 from . import (
     answer_check,
     awaiting,
+    budget_check,
     gates,
     humans,
     lease,
@@ -215,6 +216,7 @@ def step(work: Work) -> None:
             # A final answer or a call the agent declared checks for, before anything else.
             answer_check.check(work)
         elif work.state["pending"]:
+            budget_check.at_boundary(work)
             _next_pending_call(work)
         else:
             # An operator may have cancelled the run since our last write: stop before paying
@@ -223,6 +225,7 @@ def step(work: Work) -> None:
             if work.state.get("awaiting"):
                 awaiting.settle(work)
             terminator.precheck(work)
+            budget_check.at_boundary(work)
             humans.continue_checkpoint(work)
             model.ask(work)
     except StepAgain:
