@@ -116,7 +116,7 @@ class BudgetState:
     def describe(self) -> str:
         b = self.budget
         return (
-            f"{b.agent} has spent {self.spent_usd:.2f} of its {b.amount_usd} USD {b.period}ly "
+            f"{b.agent} has spent {self.spent_usd:.2f} of its {b.amount_usd} USD {b.periodic} "
             f"budget ({self.percent}%, period from {self.local_start:%Y-%m-%d %H:%M} "
             f"{b.time_zone})"
         )

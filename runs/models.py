@@ -98,6 +98,7 @@ _TERMINATIONS = [
     "agent_failed",
     "truncated",
     "refused",
+    "budget",
 ]
 _STEP_KINDS = [
     "status",
@@ -911,6 +912,11 @@ class Budget(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent}: {self.amount_usd} USD a {self.period}"
+
+    @property
+    def periodic(self) -> str:
+        """ "daily", "weekly", "monthly"."""
+        return "daily" if self.period == self.Period.DAY else f"{self.period}ly"
 
 
 class BudgetCrossing(models.Model):

@@ -37,7 +37,7 @@ def at_boundary(work: Work) -> None:
         policy = gates.current()
         question = f"Budget exceeded: continue? {worst.describe()}."
         explanation = (
-            f"budget: past {worst.budget.approve_percent}% of the {worst.budget.period}ly "
+            f"budget: past {worst.budget.approve_percent}% of the {worst.budget.periodic} "
             f"budget a person decides whether each run goes on (runs stop at "
             f"{worst.budget.stop_percent}%)"
         )

@@ -28,8 +28,7 @@ TOOL_COST = "CASE WHEN {s}.kind = 'tool' THEN {s}.cost_usd ELSE 0 END"
 
 def _values(s: str) -> str:
     return (
-        f"{CALL.format(s=s)}, {s}.tokens_in, {s}.tokens_out, {s}.cost_usd, "
-        f"{TOOL_COST.format(s=s)}"
+        f"{CALL.format(s=s)}, {s}.tokens_in, {s}.tokens_out, {s}.cost_usd, {TOOL_COST.format(s=s)}"
     )
 
 
@@ -125,16 +124,23 @@ def create_old_trigger(apps, schema_editor):
         schema_editor.execute(OLD_SQLITE_TRIGGER, params=None)
 
 
+def create_trigger(apps, schema_editor):
+    """This migration's trigger (a later migration that must drop it for a while, too)."""
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(POSTGRES_FUNCTION, params=None)
+        schema_editor.execute(POSTGRES_TRIGGER, params=None)
+    else:
+        schema_editor.execute(SQLITE_TRIGGER, params=None)
+
+
 def forwards(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         # Steps inserted while the rows are summed again would be in neither.
         schema_editor.execute("LOCK TABLE runs_step IN SHARE MODE", params=None)
-        schema_editor.execute(POSTGRES_FUNCTION, params=None)
-        schema_editor.execute(POSTGRES_TRIGGER, params=None)
         day, shard = POSTGRES_DAY, POSTGRES_SHARD
     else:
-        schema_editor.execute(SQLITE_TRIGGER, params=None)
         day, shard = SQLITE_DAY, SQLITE_SHARD
+    create_trigger(apps, schema_editor)
     schema_editor.execute("DELETE FROM runs_agentdayspend", params=None)
     schema_editor.execute(
         BACKFILL.format(
