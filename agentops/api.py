@@ -22,6 +22,7 @@ from approvals.api import router as approvals_router
 from gateway.api import router as gateway_router
 from history.api import router as history_router
 from runs.api import router as runs_router
+from runs.budgets_api import router as budgets_router
 from runs.pending_api import router as pending_router
 from triggers.schedules_api import router as schedules_router
 from triggers.webhooks import router as webhooks_router
@@ -35,6 +36,7 @@ api = NinjaAPI(
     auth=api_auth(),
 )
 api.add_router("/", runs_router)
+api.add_router("/", budgets_router)
 api.add_router("/approvals", approvals_router)
 api.add_router("/", history_router)
 api.add_router("/", schedules_router)

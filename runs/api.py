@@ -24,7 +24,7 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from accounts.auth import api_auth
 from agentkit.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
-from . import costs, engine
+from . import budgets, costs, engine
 from .models import Checkpoint, Run, canonical_json
 from .schemas import (
     AgentOut,
@@ -133,9 +133,10 @@ def _agent_out(agent: Agent) -> dict:
 # --- launch ----------------------------------------------------------------------------------
 @router.post(
     "/runs",
-    response={201: RunDetailOut, 403: Message, 413: Message, 422: FieldErrors},
+    response={201: RunDetailOut, 403: Message, 409: Message, 413: Message, 422: FieldErrors},
     auth=OPERATORS,
     summary="Launch a run",
+    description="409: the agent's budget is past its stop threshold (runs/budgets.py).",
 )
 @decorate_view(refuse_large_bodies)
 def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
@@ -161,6 +162,9 @@ def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
     if errors:
         raise _field_errors(errors, at=("limits",))
 
+    refusal = budgets.launch_refusal(agent.slug)
+    if refusal:
+        raise HttpError(409, refusal)
     token = getattr(user, "api_token_name", None)
     run = engine.launch(
         agent=agent,

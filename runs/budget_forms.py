@@ -37,15 +37,6 @@ class BudgetForm(forms.ModelForm):
             "stop_percent",
         ]
 
-    def clean(self):
-        data = super().clean()
-        warn, approve, stop = (data.get(f"{t}_percent") for t in ("warn", "approve", "stop"))
-        if None not in (warn, approve, stop) and not warn < approve < stop:
-            raise forms.ValidationError(
-                "The thresholds must rise: warn below ask-approval below stop."
-            )
-        return data
-
 
 def budget_errors(data: dict, instance: Budget | None = None) -> tuple[Budget | None, dict]:
     """The form's rules for the API: (the unsaved budget, {}) or (None, field errors)."""

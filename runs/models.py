@@ -870,6 +870,9 @@ class AgentDaySpend(models.Model):
 SPEND_SHARDS = 8
 
 
+BUDGET_THRESHOLDS_RISE = "The thresholds must rise: warn below ask-approval below stop."
+
+
 class Budget(models.Model):
     """What one agent may spend (model calls and tools, as its steps record them) in a period
     of the calendar in a time zone, and what happens as the spend grows: past `warn_percent`
@@ -907,6 +910,7 @@ class Budget(models.Model):
                 & Q(warn_percent__lt=F("approve_percent"))
                 & Q(approve_percent__lt=F("stop_percent")),
                 name="budget_thresholds_ascending",
+                violation_error_message=BUDGET_THRESHOLDS_RISE,
             ),
         ]
 

@@ -246,7 +246,10 @@ def run_new(request: HttpRequest) -> HttpResponse:
             for name, messages in input_errors.items():
                 for message in messages:
                     input_form.add_error(None if name == "__all__" else name, message)
-            if limits is not None and data is not None:
+            refusal = budgets.launch_refusal(agent.slug)
+            if refusal:
+                form.add_error("agent", refusal)
+            elif limits is not None and data is not None:
                 run = engine.launch(
                     agent=agent,
                     input=data,

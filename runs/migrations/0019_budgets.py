@@ -175,6 +175,7 @@ class Migration(migrations.Migration):
                     ("approve_percent__lt", models.F("stop_percent")),
                 ),
                 name="budget_thresholds_ascending",
+                violation_error_message="The thresholds must rise: warn below ask-approval below stop.",
             ),
         ),
         migrations.AddConstraint(
