@@ -1,6 +1,7 @@
 """The form an admin edits a budget with (the Budgets page; the API checks the same rules
 through `budget_errors`)."""
 
+from decimal import Decimal
 from zoneinfo import available_timezones
 
 from django import forms
@@ -17,7 +18,7 @@ class BudgetForm(forms.ModelForm):
     agent = forms.ChoiceField(choices=agent_choices)
     time_zone = forms.ChoiceField(choices=time_zone_choices, initial="UTC")
     amount_usd = forms.DecimalField(
-        min_value=0.01, max_digits=12, decimal_places=2, label="Amount (USD)"
+        min_value=Decimal("0.01"), max_digits=12, decimal_places=2, label="Amount (USD)"
     )
     warn_percent = forms.IntegerField(min_value=1, max_value=1000, initial=80, label="Warn at %")
     approve_percent = forms.IntegerField(

@@ -31,6 +31,8 @@ def spend(operator, usd: str, agent: str = "sql-analyst") -> None:
 
 def test_an_admin_adds_a_budget(client, admin_user):
     client.force_login(admin_user)
+    assert client.post(reverse("runs:budgets"), {**FORM, "amount_usd": "0.01"}).status_code == 302
+    Budget.objects.all().delete()
     response = client.post(reverse("runs:budgets"), FORM)
     assert response.status_code == 302
     budget = Budget.objects.get()
