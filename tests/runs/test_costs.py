@@ -286,7 +286,7 @@ def test_the_dashboard_shows_cost_by_agent(client, viewer, two_agents):
     response = client.get(reverse("runs:dashboard"))
     html = response.content.decode()
     assert '<section id="dashboard-costs"' in html
-    assert "Cost by agent" in html and "from recorded model steps" in html
+    assert "Cost by agent" in html and "from recorded steps: model calls and tools" in html
     refund_row = html.split('data-agent="refund-desk"', 1)[1].split("</tr>", 1)[0]
     assert "$0.7500" in refund_row and ">7500<" in refund_row and ">2<" in refund_row
     sql_row = html.split('data-agent="sql-analyst"', 1)[1].split("</tr>", 1)[0]
