@@ -143,6 +143,9 @@ tool_calls = Counter(
     "Tool calls recorded, by tool and outcome (error: the call failed or was refused)",
     ["tool", "outcome"],
 )
+tool_cost = Counter(
+    "agentops_tool_cost_usd", "Cost of recorded tool calls in USD (paid APIs), by tool", ["tool"]
+)
 tool_seconds = Histogram(
     "agentops_tool_call_seconds",
     "Duration of recorded tool calls (retries included), by tool",

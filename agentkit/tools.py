@@ -15,6 +15,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pydantic
@@ -152,6 +153,36 @@ class Pending:
             raise ValueError("poll=(tool, args) goes with completion='poll', and only with it")
 
 
+# A call's cost is recorded on its step, whose column has 6 decimal places and 12 digits.
+COST_PLACES = Decimal("0.000001")
+MAX_CALL_COST_USD = Decimal("999999")
+
+
+def call_cost(value: Any) -> Decimal:
+    """A cost in USD as the step records it, or ValueError: a finite amount, 0 or more."""
+    try:
+        cost = Decimal(str(value))
+    except InvalidOperation:
+        raise ValueError(f"a tool call's cost must be an amount in USD, not {value!r}") from None
+    if not cost.is_finite() or not Decimal(0) <= cost <= MAX_CALL_COST_USD:
+        raise ValueError(f"a tool call's cost must be 0 to {MAX_CALL_COST_USD} USD, not {value}")
+    return cost.quantize(COST_PLACES)
+
+
+@dataclass(frozen=True)
+class Charged:
+    """What a tool returns when the call's cost is known only once it ran (a paid API that
+    bills by the page, the minute): the result the model sees, and what the call cost in USD,
+    in place of the tool's declared `cost_usd`. Recorded on the tool step; it counts toward
+    the run's cost limit, the agent's spend and its budget."""
+
+    result: Any
+    cost_usd: Decimal
+
+    def __post_init__(self):
+        object.__setattr__(self, "cost_usd", call_cost(self.cost_usd))
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -181,6 +212,9 @@ class Tool:
     # person decides (agentkit/previews.py): a function of the parsed arguments returning a
     # previews.Change or a list of them.
     preview: "Callable[[dict], Any] | None" = None
+    # What each call costs in USD (a paid API), charged to the run whenever the tool runs;
+    # a call that returns Charged says its own cost instead.
+    cost_usd: Decimal = Decimal(0)
 
     @property
     def has_side_effects(self) -> bool:
@@ -247,6 +281,7 @@ class Tool:
             "accepts_idempotency_key": self.accepts_idempotency_key,
             "timeout_seconds": self.timeout_seconds,
             "on_reject": self.on_reject,
+            **({"cost_usd": str(self.cost_usd)} if self.cost_usd else {}),
             "input_schema": self.input_schema(),
             "fingerprint": self.fingerprint(),
         }
@@ -301,6 +336,7 @@ def tool(
     rate_limit: RateLimit | None = None,
     inline: bool = False,
     preview: Callable[[dict], Any] | None = None,
+    cost_usd: "Decimal | str | int" = 0,
 ) -> Callable[[Callable], Callable]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
@@ -313,7 +349,9 @@ def tool(
     the network or take long must not say so: nothing could abandon it). `preview`: a
     read-only function of the parsed arguments saying what a call would change
     (agentkit/previews.py), shown to the approver of a gated call and checked again when
-    they decide."""
+    they decide. `cost_usd`: what each call costs (a paid API), charged to the run; a call
+    may return Charged instead."""
+    per_call = call_cost(cost_usd)
 
     def register(fn: Callable) -> Callable:
         tool_name = name or fn.__name__
@@ -355,6 +393,7 @@ def tool(
             rate_limit=rate_limit,
             inline=inline,
             preview=preview,
+            cost_usd=per_call,
         )
         return fn
 

@@ -428,7 +428,10 @@ def continue_answer(run: Run) -> ContinueAnswer | None:
     """The due checkpoint's state: None when not asked yet, else pending, continue, stop or
     expired, with the detail in plain words. Only an explicit "continue" goes on; "stop",
     any other answer, or a rejection stops."""
-    approval = continue_question(run)
+    return _go_on_answer(continue_question(run), "the continue? checkpoint")
+
+
+def _go_on_answer(approval: Approval | None, what: str) -> ContinueAnswer | None:
     if approval is None:
         return None
     if approval.status == Approval.Status.PENDING:
@@ -437,7 +440,7 @@ def continue_answer(run: Run) -> ContinueAnswer | None:
         # The expiry halted the run; it only moves again when an operator resumes it.
         return ContinueAnswer(CONTINUE)
     if approval.status == Approval.Status.EXPIRED:
-        return ContinueAnswer(EXPIRE, "nobody answered the continue? checkpoint before it expired")
+        return ContinueAnswer(EXPIRE, f"nobody answered {what} before it expired")
     if (
         approval.status == Approval.Status.ANSWERED
         and approval.answer.strip().casefold() == CONTINUE
@@ -445,9 +448,32 @@ def continue_answer(run: Run) -> ContinueAnswer | None:
         return ContinueAnswer(CONTINUE)
     who = approval.decided_by.get_username() if approval.decided_by else "the system"
     why = f": {approval.reason}" if approval.reason else ""
-    return ContinueAnswer(
-        STOP, f"stopped by {who} at the continue? checkpoint{why}", by=approval.decided_by
+    return ContinueAnswer(STOP, f"stopped by {who} at {what}{why}", by=approval.decided_by)
+
+
+# --- budgets (runs/budgets.py) ----------------------------------------------------------------
+def budget_answer(run: Run, key: str) -> ContinueAnswer | None:
+    approval = Approval.objects.filter(run=run, tool_use_id=key).first()
+    return _go_on_answer(approval, "the budget question")
+
+
+def open_budget_question(run: Run, key: str, question: str, explanation: str) -> Approval:
+    """Ask "budget exceeded: continue?" (options continue / stop), once per run and budget
+    period. Call with the run locked and owned."""
+    return _open(
+        run,
+        {"llm_seq": run.last_seq, "id": key, "args": {}},
+        kind=Approval.Kind.QUESTION,
+        tool="",
+        question=question,
+        options=[CONTINUE, STOP],
+        explanation=explanation,
+        risk=Approval.Risk.MEDIUM,
     )
+
+
+def budget_crossed(run: Run, crossing_id: int) -> None:
+    transaction.on_commit(lambda: tasks.budget_crossed(crossing_id))
 
 
 def _text(content: list[dict]) -> str:

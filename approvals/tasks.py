@@ -15,7 +15,7 @@ from slack_sdk.errors import SlackApiError
 from . import decisions, evidence_export
 from .learning import rules as learning
 from .models import Approval
-from .notify import email, escalation, reminders, webhooks
+from .notify import budget, email, escalation, reminders, webhooks
 from .notify.delivery import RETRIED_DELIVERY, DeliveryError, DeliveryRefused
 from .notify.slack import app as slack
 
@@ -150,3 +150,38 @@ def update_slack_message(approval_id: str) -> None:
     approval = Approval.objects.select_related("run", "decided_by").filter(pk=approval_id).first()
     if approval is not None:
         slack.update_message(approval)
+
+
+def budget_crossed(crossing_id: int) -> None:
+    """Queue the notifications of a budget threshold crossed (called after commit); never
+    raises, like approval_requested."""
+    try:
+        notify_budget_crossed.delay(crossing_id)
+    except Exception:
+        log.exception("budget crossing %s: could not queue notifications", crossing_id)
+
+
+@shared_task(ignore_result=True)
+def notify_budget_crossed(crossing_id: int) -> int:
+    queued = 0
+    if settings.AGENTOPS["NOTIFY_EMAIL"] and budget.recipients():
+        send_budget_email.delay(crossing_id)
+        queued += 1
+    for url in settings.AGENTOPS["WEBHOOK_URLS"]:
+        deliver_budget_webhook.delay(crossing_id, url)
+        queued += 1
+    return queued
+
+
+@shared_task(**RETRIED_DELIVERY)
+def send_budget_email(crossing_id: int) -> int:
+    return budget.send_email(crossing_id)
+
+
+@shared_task(**RETRIED_DELIVERY)
+def deliver_budget_webhook(crossing_id: int, url: str) -> int:
+    try:
+        return budget.deliver_webhook(crossing_id, url)
+    except DeliveryRefused as exc:
+        log.warning("budget crossing %s: webhook not delivered: %s", crossing_id, exc)
+        return 0

@@ -283,6 +283,8 @@ HANG_SECONDS = 30
     blast=Blast.NONE,
     timeout_seconds=2,
     retry=RetryPolicy(max_attempts=2, base_seconds=0.2, max_seconds=0.5),
+    # A paid API: each attempt is billed, the one that hung too (README "Tool cost").
+    cost_usd="0.01",
 )
 def check_supplier_stock(supplier: EmailStr, product: str = Field(max_length=200)) -> dict:
     """Ask a supplier's stock API how many units of a product it has. Read-only."""

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentkit import tracing
-from agentkit.tools import ToolArgsError
+from agentkit.tools import MAX_CALL_COST_USD, ToolArgsError, call_cost
 from approvals import declared_policy, engine_gates, gate_config
 from approvals.models import Approval
 from runs import events, sql
@@ -331,8 +331,14 @@ def report_result(
     make, with the arguments it was allowed; once."""
     _capped("result", result)
     _capped("error", error)
-    if cost_usd is not None and not (cost_usd.is_finite() and cost_usd >= 0):
-        raise SessionError(422, "cost_usd must be a number of dollars, 0 or more")
+    if cost_usd is not None:
+        try:
+            # As the step's column keeps it (6 places), so the hash covers what is stored.
+            cost_usd = call_cost(cost_usd)
+        except ValueError:
+            raise SessionError(
+                422, f"cost_usd must be a number of dollars, 0 to {MAX_CALL_COST_USD}"
+            ) from None
     state = state_of(call)
     if not state.approved:
         raise SessionError(409, f"this call was {state.status}: it must not have run")
@@ -372,7 +378,14 @@ def report_result(
         if cost_usd:
             data["cost_usd"] = str(cost_usd)
             update["cost_usd"] = run.cost_usd + cost_usd
-        step = run.append_step(Step.Kind.TOOL, data, update=update, latency_ms=data["duration_ms"])
+        # On the step's cost column too: the agent's spend and its budget read it there.
+        step = run.append_step(
+            Step.Kind.TOOL,
+            data,
+            update=update,
+            latency_ms=data["duration_ms"],
+            cost_usd=cost_usd or 0,
+        )
         ExternalCall.objects.filter(pk=call.pk).update(result_seq=step.seq)
     return step
 

@@ -24,7 +24,7 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from accounts.auth import api_auth
 from agentkit.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
-from . import costs, engine
+from . import budgets, costs, engine
 from .models import Checkpoint, Run, canonical_json
 from .schemas import (
     AgentOut,
@@ -133,9 +133,10 @@ def _agent_out(agent: Agent) -> dict:
 # --- launch ----------------------------------------------------------------------------------
 @router.post(
     "/runs",
-    response={201: RunDetailOut, 403: Message, 413: Message, 422: FieldErrors},
+    response={201: RunDetailOut, 403: Message, 409: Message, 413: Message, 422: FieldErrors},
     auth=OPERATORS,
     summary="Launch a run",
+    description="409: the agent's budget is past its stop threshold (runs/budgets.py).",
 )
 @decorate_view(refuse_large_bodies)
 def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
@@ -161,6 +162,9 @@ def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
     if errors:
         raise _field_errors(errors, at=("limits",))
 
+    refusal = budgets.launch_refusal(agent.slug)
+    if refusal:
+        raise HttpError(409, refusal)
     token = getattr(user, "api_token_name", None)
     run = engine.launch(
         agent=agent,
@@ -261,8 +265,10 @@ def get_costs(
     ),
     agent: str | None = Query(None, max_length=64, description="One agent's slug."),
 ) -> dict:
-    """Summed from the recorded model steps (the timeline is the source of truth). An answer
-    discarded because its run was cancelled meanwhile is charged to the run only, not here."""
+    """Summed from the recorded steps (the timeline is the source of truth): the agents'
+    model turns, context summaries, model verifiers' checks and paid tool calls, so an agent's
+    cost here is the sum of its runs' cost. An answer discarded because its run was cancelled
+    meanwhile is charged to the run only, not here."""
     report = costs.cost_by_agent(days=days, agent=agent)
     return {
         "since": report.since,
@@ -286,4 +292,5 @@ def _spend(spend: costs.Spend) -> dict:
         "cache_read_tokens": spend.cache_read_tokens,
         "cache_write_tokens": spend.cache_write_tokens,
         "cache_saved_usd": spend.cache_saved_usd,
+        "tool_cost_usd": spend.tool_cost_usd,
     }

@@ -1,14 +1,14 @@
-"""Spend per agent and per UTC day, from the recorded model steps.
+"""Spend per agent and per UTC day, from the recorded steps.
 
-The timeline is the source of truth: each model call is a `llm` step carrying its own cost
-and tokens (runs/engine/model.py `_model_step`). The database adds each one, as it is
-inserted, to its agent's day (runs.models.AgentDaySpend, kept by a trigger), so these figures
-are the sums over those steps at a cost that does not grow with traffic: a few rows per agent
-and day. One exception is not in them: an answer that came back after its run was cancelled
-(or taken over) is charged to the run's counters only, with no step
-(`owned.charge_discarded`), so a run's own `cost_usd` can be a little higher than its steps'
-sum. Nor are context summaries (`summary` steps, runs/engine/summary.py): they carry their
-cost and count in the run's counters, but only model turns are added up here.
+The timeline is the source of truth: each model call is a step carrying its own cost and
+tokens (the agent's turns, `llm`; context summaries, `summary`; a model verifier's checks,
+`verify`), and so is each paid tool call (`tool`, agentkit.tools). The database adds each
+one, as it is inserted, to its agent's day (runs.models.AgentDaySpend, kept by a trigger), so
+these figures are the sums over those steps at a cost that does not grow with traffic: a few
+rows per agent and day, and a run's `cost_usd` is the sum of its steps'. One exception: an
+answer that came back after its run was cancelled (or taken over) is charged to the run's
+counters only, with no step (`owned.charge_discarded`), so such a run's own `cost_usd` can be
+a little higher than its steps' sum.
 """
 
 from dataclasses import dataclass, field
@@ -32,7 +32,8 @@ class Spend:
     calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-    cost_usd: Decimal = USD_PLACES * 0
+    cost_usd: Decimal = USD_PLACES * 0  # model calls and tools
+    tool_cost_usd: Decimal = USD_PLACES * 0  # the tools' part of it
     # Prompt caching: tokens read from and written to the cache (part of tokens_in), and
     # what it saved against the same calls without a cache.
     cache_read_tokens: int = 0
@@ -44,6 +45,7 @@ class Spend:
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out
         self.cost_usd += other.cost_usd
+        self.tool_cost_usd += other.tool_cost_usd
         self.cache_read_tokens += other.cache_read_tokens
         self.cache_write_tokens += other.cache_write_tokens
         self.cache_saved_usd += other.cache_saved_usd
@@ -66,7 +68,7 @@ class Spend:
 class AgentSpend:
     agent: str
     total: Spend = field(default_factory=Spend)
-    # Only the days with a model call, oldest first.
+    # Only the days with a model call or a charge, oldest first.
     by_day: dict[date, Spend] = field(default_factory=dict)
 
 
@@ -101,8 +103,9 @@ def window_start(days: int, now: datetime | None = None) -> datetime:
 def cost_by_agent(
     *, days: int = DEFAULT_DAYS, agent: str | None = None, now: datetime | None = None
 ) -> CostReport:
-    """Model calls, tokens and cost per agent and per UTC day over the last `days` days
-    (today included, so far), from the model steps recorded in that time; `agent` keeps one.
+    """Model calls, tokens and cost (model calls and tools) per agent and per UTC day over
+    the last `days` days (today included, so far), from the steps recorded in that time;
+    `agent` keeps one.
 
     One GROUP BY over the window's rows of AgentDaySpend (its day index serves the filter).
     """
@@ -122,6 +125,7 @@ def cost_by_agent(
             cache_read_tokens=Sum("cache_read_tokens"),
             cache_write_tokens=Sum("cache_write_tokens"),
             cache_saved_usd=Sum("cache_saved_usd"),
+            tool_cost_usd=Sum("tool_cost_usd"),
         )
         .order_by("agent", "day")
     )
@@ -136,6 +140,7 @@ def cost_by_agent(
             cache_read_tokens=row["cache_read_tokens"] or 0,
             cache_write_tokens=row["cache_write_tokens"] or 0,
             cache_saved_usd=Decimal(row["cache_saved_usd"] or 0).quantize(USD_PLACES),
+            tool_cost_usd=Decimal(row["tool_cost_usd"] or 0).quantize(USD_PLACES),
         )
         slug = row["agent"]
         per_agent = agents.setdefault(slug, AgentSpend(agent=slug))

@@ -98,6 +98,7 @@ _TERMINATIONS = [
     "agent_failed",
     "truncated",
     "refused",
+    "budget",
 ]
 _STEP_KINDS = [
     "status",
@@ -265,6 +266,7 @@ class Run(models.Model):
         AGENT_FAILED = "agent_failed", "the external agent reported a failure"
         TRUNCATED = "truncated", "the model's answer was cut off"
         REFUSED = "refused", "the model declined to answer"
+        BUDGET = "budget", "the agent's budget is spent"
 
     TRANSITIONS: dict[str, set[str]] = {
         Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},
@@ -909,9 +911,11 @@ class Step(models.Model):
 
 class AgentDaySpend(models.Model):
     """Model calls, tokens and cost of one agent on one UTC day, kept by the database itself:
-    a trigger on each model step's insert adds the step here (runs/migrations/0015), whoever
-    writes it (the engine, an import). Spend per agent and day (runs/costs.py) then reads a
-    few rows per day instead of summing every model step of the window.
+    a trigger on the insert of each step that is a model call or carries a cost adds it here
+    (runs/migrations/0015, 0018), whoever writes it (the engine, the gateway, an import).
+    `cost_usd` is everything charged (model calls and tools), `tool_cost_usd` the tools' part.
+    Spend per agent and day (runs/costs.py) then reads a few rows per day instead of summing
+    every charged step of the window.
 
     A day of an agent is SPEND_SHARDS rows (the shard is picked from the run's id): workers
     stepping runs of one agent at once would otherwise queue on one row lock until commit.
@@ -929,6 +933,7 @@ class AgentDaySpend(models.Model):
     cache_read_tokens = models.BigIntegerField(default=0)
     cache_write_tokens = models.BigIntegerField(default=0)
     cache_saved_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
+    tool_cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
 
     class Meta:
         constraints = [
@@ -941,6 +946,87 @@ class AgentDaySpend(models.Model):
 
 
 SPEND_SHARDS = 8
+
+
+BUDGET_THRESHOLDS_RISE = "The thresholds must rise: warn below ask-approval below stop."
+
+
+class Budget(models.Model):
+    """What one agent may spend (model calls and tools, as its steps record them) in a period
+    of the calendar in a time zone, and what happens as the spend grows: past `warn_percent`
+    the approvers are told; past `approve_percent` a run of the agent goes on (or starts) only
+    when a person says so; past `stop_percent` its runs are stopped and new ones refused. The
+    rules are runs/budgets.py's; the engine applies them at each step boundary."""
+
+    class Period(models.TextChoices):
+        DAY = "day"
+        WEEK = "week"  # Monday to Sunday
+        MONTH = "month"
+
+    agent = models.CharField(max_length=64)
+    # A team's budget, shared by its agents: not yet; the column keeps room for it.
+    team = models.CharField(max_length=64, null=True, blank=True)
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTH)
+    time_zone = models.CharField(max_length=64, default="UTC")
+    amount_usd = models.DecimalField(max_digits=12, decimal_places=2)
+    warn_percent = models.PositiveSmallIntegerField(default=80)
+    approve_percent = models.PositiveSmallIntegerField(default=100)
+    stop_percent = models.PositiveSmallIntegerField(default=120)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["agent", "period"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "period"], name="budget_one_per_agent_period"),
+            models.CheckConstraint(condition=Q(amount_usd__gt=0), name="budget_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(warn_percent__gt=0)
+                & Q(warn_percent__lt=F("approve_percent"))
+                & Q(approve_percent__lt=F("stop_percent")),
+                name="budget_thresholds_ascending",
+                violation_error_message=BUDGET_THRESHOLDS_RISE,
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent}: {self.amount_usd} USD a {self.period}"
+
+    @property
+    def periodic(self) -> str:
+        """ "daily", "weekly", "monthly"."""
+        return "daily" if self.period == self.Period.DAY else f"{self.period}ly"
+
+
+class BudgetCrossing(models.Model):
+    """A threshold of a budget crossed in one of its periods: once each (the unique
+    constraint is what makes it once, whichever worker sees it first), with the run it was
+    seen on (that run's timeline has the step) and the spend then."""
+
+    class Threshold(models.TextChoices):
+        WARN = "warn"
+        APPROVE = "approve"
+        STOP = "stop"
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="crossings")
+    period_start = models.DateTimeField()
+    threshold = models.CharField(max_length=8, choices=Threshold.choices)
+    spent_usd = models.DecimalField(max_digits=16, decimal_places=6)
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "period_start", "threshold"], name="budget_crossed_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget} {self.threshold} at {self.period_start:%Y-%m-%d}"
 
 
 class Checkpoint(models.Model):

@@ -456,6 +456,8 @@ def _guard_view(step: Step, d: dict, *, full: bool) -> StepView:
     if "check" in d:
         return _schema_guard_view(step, d, full=full)
     action = str(d.get("action") or "")
+    if d.get("guard") == "budget":
+        return _budget_view(step, d)
     if d.get("guard") == "rate_limit":
         title = f"rate limit: {d.get('tool', '')} {'waits' if action == 'wait' else 'refused'}"
         view = StepView(step, title, error=action != "wait")
@@ -470,6 +472,29 @@ def _guard_view(step: Step, d: dict, *, full: bool) -> StepView:
         (str(f.get("kind", "")), f"{f.get('field', '')}: {f.get('masked', '')}")
         for f in d.get("findings") or []
         if isinstance(f, dict)
+    ]
+    return view
+
+
+BUDGET_TITLES = {
+    "warn": "budget warning",
+    "approve": "budget spent: runs need approval",
+    "stop": "budget overspent: runs stop",
+}
+
+
+def _budget_view(step: Step, d: dict) -> StepView:
+    """A budget threshold crossed (runs/engine/budget_check.py), noticed on this run."""
+    threshold = str(d.get("threshold") or "")
+    title = f"{BUDGET_TITLES.get(threshold, 'budget')}: {d.get('agent', '')}"
+    view = StepView(step, title, error=threshold == "stop")
+    view.facts = [
+        ("threshold", f"{d.get('percent', '')}%"),
+        ("spent", f"{d.get('spent_usd', '')} of {d.get('amount_usd', '')} USD"),
+        (
+            "period",
+            f"{d.get('period', '')} from {d.get('period_start', '')} ({d.get('time_zone', '')})",
+        ),
     ]
     return view
 

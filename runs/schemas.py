@@ -333,7 +333,8 @@ class SpendOut(Schema):
     model_calls: int
     tokens_in: int = Field(description="Input tokens, cache reads and writes included.")
     tokens_out: int
-    cost_usd: Decimal
+    cost_usd: Decimal = Field(description="Model calls and tools.")
+    tool_cost_usd: Decimal = Field(description="The tools' part of cost_usd.")
     cache_read_tokens: int = Field(0, description="Input tokens read from the prompt cache.")
     cache_write_tokens: int = Field(0, description="Input tokens written to the prompt cache.")
     cache_saved_usd: Decimal = Field(
@@ -356,7 +357,7 @@ class CostsOut(Schema):
     since: datetime = Field(description="Midnight UTC of the window's first day.")
     days: int
     rows: list[AgentDaySpendOut] = Field(
-        description="Per agent and UTC day, days without a model call left out."
+        description="Per agent and UTC day, days without a model call or a charge left out."
     )
     agents: list[AgentSpendOut] = Field(description="Per agent, over the whole window.")
     total: SpendOut

@@ -11,6 +11,7 @@ from agentkit.metrics import labelled
 
 from .models import Run, Step
 
+MODEL_CHECKS = frozenset({Step.Kind.SUMMARY, Step.Kind.VERIFY})
 TERMINAL = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED})
 
 
@@ -18,7 +19,8 @@ def count_committed_step(step: Step) -> None:
     run = step.run
     data = step.data
     labelled(metrics.steps, run.agent, step.kind).inc()
-    if step.kind == Step.Kind.LLM:
+    if step.kind == Step.Kind.LLM or (step.kind in MODEL_CHECKS and data.get("model")):
+        # A context summary and a model verifier's check are model calls the run pays too.
         model = data.get("model") or _model(run)
         labelled(metrics.model_calls, model, "ok").inc()
         labelled(metrics.model_tokens, model, "input").inc(step.tokens_in)
@@ -30,6 +32,8 @@ def count_committed_step(step: Step) -> None:
     elif step.kind == Step.Kind.TOOL:
         tool = data.get("tool") or "unknown"
         labelled(metrics.tool_calls, tool, "error" if data.get("is_error") else "ok").inc()
+        if step.cost_usd:
+            labelled(metrics.tool_cost, tool).inc(float(step.cost_usd))
         if data.get("attempts"):
             # Calls refused before running (bad arguments, unknown tool) took no time.
             labelled(metrics.tool_seconds, tool).observe(data.get("duration_ms", 0) / 1000)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import steering_views, views
+from . import budget_views, steering_views, views
 
 app_name = "runs"
 urlpatterns = [
@@ -21,6 +21,9 @@ urlpatterns = [
     path("runs/<uuid:pk>/pending/<int:op_id>/", views.run_pending_finish, name="pending_finish"),
     path("runs/<uuid:pk>/export.<str:fmt>", views.run_export, name="export"),
     path("audit/", views.audit, name="audit"),
+    path("budgets/", budget_views.budget_list, name="budgets"),
+    path("budgets/<int:pk>/", budget_views.budget_edit, name="budget_edit"),
+    path("budgets/<int:pk>/delete/", budget_views.budget_delete, name="budget_delete"),
     path("audit/runs/<uuid:pk>/", views.audit_run, name="audit_run"),
     # Browsers ask for /favicon.ico whatever the page says.
     path("favicon.ico", views.favicon),

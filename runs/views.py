@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agentkit import pii, storable
 from agentkit.agents import CATALOGUE, Agent, get_agent
 
-from . import charts, costs, engine, pending, rendering
+from . import budgets, charts, costs, engine, pending, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
 from .models import SEARCH_SORTS_AT_MOST, Checkpoint, PendingOperation, Run, Step
 from .schemas import RunExportOut, StepOut, with_pending_count
@@ -66,7 +66,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     template = _partial(
         request,
         rendering.DASHBOARD,
-        {"dashboard-stats", "inflight", "dashboard-approvals", "dashboard-costs"},
+        {
+            "dashboard-stats",
+            "inflight",
+            "dashboard-approvals",
+            "dashboard-costs",
+            "dashboard-budgets",
+        },
     )
     # An htmx request (the stats refresh every 15 s) reads only what its fragment shows.
     fragment = template.partition("#")[2]
@@ -78,6 +84,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         context.update(_dashboard_stats(timezone.now()))
     if fragment in ("", "dashboard-costs"):
         context["costs"] = costs.cost_by_agent()
+    if fragment in ("", "dashboard-budgets"):
+        context["budget_states"] = budgets.states()
     return render(request, template, context)
 
 
@@ -238,7 +246,10 @@ def run_new(request: HttpRequest) -> HttpResponse:
             for name, messages in input_errors.items():
                 for message in messages:
                     input_form.add_error(None if name == "__all__" else name, message)
-            if limits is not None and data is not None:
+            refusal = budgets.launch_refusal(agent.slug)
+            if refusal:
+                form.add_error("agent", refusal)
+            elif limits is not None and data is not None:
                 run = engine.launch(
                     agent=agent,
                     input=data,

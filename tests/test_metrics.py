@@ -1,6 +1,7 @@
 """GET /metrics: behind its token, and the series move when runs happen, in one process or
 added up over several (prometheus_client's multiprocess mode)."""
 
+import dataclasses
 import json
 import re
 import socket
@@ -19,9 +20,10 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentkit.agents import get_agent
+from agentkit.agents import get_agent, register
 from agentkit.llm import LLMTransientError
 from agentkit.llm.scripted import text, tool_use
+from agentkit.verification import Verifier
 from agentops.asgi import application
 from agentops.celery import app as celery_app
 from approvals import decisions
@@ -30,6 +32,7 @@ from runs import engine, queue
 from runs.models import Run, Step
 from tests.conftest import on_postgres
 from tests.runs import harness
+from tests.runs.engine.test_tool_cost import t_paid_lookup  # noqa: F401 (registers it)
 from tests.runs.worker_processes import celery_worker, one_shot, stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -268,6 +271,35 @@ def test_tool_errors_and_model_errors_are_counted_by_tool_and_model(
         - before("agentops_model_calls_total", **labels)
         == 1
     )
+
+
+def test_a_model_verifiers_calls_and_a_paid_tools_cost_are_counted(
+    token, test_agent, no_enqueue, monkeypatch
+):
+    agent = register(
+        dataclasses.replace(
+            test_agent,
+            tools=(*test_agent.tools, "t_paid_lookup"),
+            verifier=Verifier(prompt="Check it.", model="claude-haiku-4-5"),
+        )
+    )
+    provider = harness.Script(
+        [[tool_use("t_paid_lookup", q="a")], [text("done")]], verifier_turns=[[text("PASS")]]
+    )
+    monkeypatch.setattr("agentkit.agents.provider_for_run", lambda run: provider)
+    before = scrape()
+    run = engine.launch(agent=agent, input={"task": "t", "script": ""}, provider="scripted")
+    assert harness.drive(run)[-1] == Run.Status.SUCCEEDED
+    after = scrape()
+    (verify,) = run.steps.filter(kind=Step.Kind.VERIFY)
+    haiku = {"model": "claude-haiku-4-5"}
+    assert after("agentops_model_cost_usd_total", **haiku) - before(
+        "agentops_model_cost_usd_total", **haiku
+    ) == pytest.approx(float(verify.cost_usd))
+    paid = {"tool": "t_paid_lookup"}
+    assert after("agentops_tool_cost_usd_total", **paid) - before(
+        "agentops_tool_cost_usd_total", **paid
+    ) == pytest.approx(0.05)
 
 
 def test_steps_of_a_rolled_back_transaction_count_nothing(token, test_agent, no_enqueue):

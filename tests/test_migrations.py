@@ -149,6 +149,82 @@ def test_runs_0015_sums_the_recorded_model_steps_and_adds_each_new_one(migrator)
     assert spent()[("sql", first)] == (2, 35, Decimal("0.503000"))
 
 
+def test_runs_0021_sums_again_with_summaries_verifier_calls_tool_costs_and_the_cache(migrator):
+    old = migrator.apply_initial_migration(("runs", "0017_agent_day_spend_storage"))
+    Run, Step = old.apps.get_model("runs", "Run"), old.apps.get_model("runs", "Step")
+    day = timezone.now().replace(hour=12) - timedelta(days=1)
+    run = _run(Run, input={}, status="queued")
+    recorded = [
+        ("llm", "0.010000", 100, 10),
+        ("summary", "0.002000", 20, 2),  # left out before 0018
+        ("verify", "0.003000", 30, 3),  # left out before 0018
+        ("tool", "0.500000", 0, 0),  # a paid tool call
+        ("tool", "0", 0, 0),  # a free one: not counted
+    ]
+    for seq, (kind, cost, tokens_in, tokens_out) in enumerate(recorded, start=1):
+        Step.objects.create(
+            run=run,
+            seq=seq,
+            kind=kind,
+            data={},
+            created_at=day,
+            hash="h",
+            cost_usd=Decimal(cost),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+        )
+    Spend = old.apps.get_model("runs", "AgentDaySpend")
+    assert Spend.objects.aggregate(c=Sum("cost_usd"))["c"] == Decimal("0.01")
+
+    new = migrator.apply_tested_migration(("runs", "0021_spend_counts_every_charged_step"))
+    Spend, Step = new.apps.get_model("runs", "AgentDaySpend"), new.apps.get_model("runs", "Step")
+
+    def spent() -> tuple:
+        row = Spend.objects.aggregate(
+            calls=Sum("calls"),
+            tokens=Sum("tokens_in"),
+            cost=Sum("cost_usd"),
+            tool=Sum("tool_cost_usd"),
+        )
+        return row["calls"], row["tokens"], Decimal(row["cost"]).quantize(USD), row["tool"]
+
+    assert spent() == (3, 150, Decimal("0.515000"), Decimal("0.5"))
+    # From here on the trigger adds them as they are inserted.
+    Step.objects.create(
+        run_id=run.pk,
+        seq=6,
+        kind="verify",
+        data={},
+        created_at=day,
+        hash="h",
+        cost_usd=Decimal("0.001"),
+        tokens_in=1,
+        tokens_out=1,
+    )
+    assert spent() == (4, 151, Decimal("0.516000"), Decimal("0.5"))
+    # The prompt-cache figures of 0020 are still added, and summed again from the steps.
+    cached = {"usage": {"cache_read_input_tokens": 40, "cache_creation_input_tokens": 7}}
+    Step.objects.create(
+        run_id=run.pk,
+        seq=7,
+        kind="llm",
+        data={**cached, "cache_saved_usd": "0.000100"},
+        created_at=day,
+        hash="h",
+        cost_usd=Decimal("0.001"),
+        tokens_in=50,
+        tokens_out=1,
+    )
+    cache = Spend.objects.aggregate(
+        read=Sum("cache_read_tokens"), write=Sum("cache_write_tokens"), saved=Sum("cache_saved_usd")
+    )
+    assert (cache["read"], cache["write"], Decimal(cache["saved"]).quantize(USD)) == (
+        40,
+        7,
+        Decimal("0.000100"),
+    )
+
+
 def test_runs_0016_masks_the_input_summaries_of_runs_with_a_pii_policy(migrator):
     old = migrator.apply_initial_migration(("runs", "0015_agent_day_spend"))
     Run = old.apps.get_model("runs", "Run")

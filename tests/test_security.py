@@ -5,6 +5,7 @@ map, so a page added without its checks fails here.
 """
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import Group
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, ApprovalView, Delegation, Grant
 from approvals.notify.one_tap import links as one_tap
-from runs.models import PendingOperation, Run, args_hash
+from runs.models import Budget, PendingOperation, Run, args_hash
 from tests.approvals.learning.test_views import learning_objects
 from tests.approvals.test_views import gated_run
 
@@ -65,6 +66,7 @@ def world(users, no_enqueue):
         "grant": Grant.objects.create(
             scope="agent", agent=run.agent, tool=approval.tool, max_uses=3, granted_by_name="x"
         ),
+        "budget": Budget.objects.create(agent="sql-analyst", amount_usd=Decimal("100")),
         **learning_objects(run),
     }
 
@@ -143,6 +145,9 @@ PAGES = {
     # Operators and approvers; the world's run is not halted, so they get a 409 for that.
     "approvals:resume_halted": ("POST", "operate or approve"),
     "triggers:schedules": ("GET", "view"),
+    "runs:budgets": ("GET", "view"),
+    "runs:budget_edit": ("GET", "admin"),
+    "runs:budget_delete": ("POST", "admin"),
 }
 ALLOWED = {
     "view": {"viewer", "operator", "approver", "admin"},
@@ -188,6 +193,8 @@ def url_of(name: str, world) -> str:
         "approvals:grant": [approval.pk],
         "approvals:revoke_grant": [world["grant"].pk],
         "approvals:resume_halted": [approval.pk],
+        "runs:budget_edit": [world["budget"].pk],
+        "runs:budget_delete": [world["budget"].pk],
     }.get(name, [])
     url = reverse(name, args=args)
     return url + "?before=99" if name == "runs:steps" else url
@@ -273,8 +280,14 @@ def test_every_page_sends_the_security_headers(name, users, world):
 def test_read_only_pages_refuse_unsafe_methods(name, users, world):
     client = client_for(users, "admin")
     url = url_of(name, world)
-    # The launch page's form posts to itself; every other page is read-only.
-    forms = ("runs:new", "approvals:delegations", "approvals:one_tap")
+    # The launch and budget pages' forms post to themselves; every other page is read-only.
+    forms = (
+        "runs:new",
+        "approvals:delegations",
+        "approvals:one_tap",
+        "runs:budgets",
+        "runs:budget_edit",
+    )
     methods = ("put", "patch", "delete") + (() if name in forms else ("post",))
     for method in methods:
         assert getattr(client, method)(url).status_code == 405, method

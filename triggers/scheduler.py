@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentkit.agents import get_agent
-from runs import engine
+from runs import budgets, engine
 from runs.models import Run
 
 from .inputs import validate_input
@@ -68,7 +68,7 @@ def _launch_or_skip(schedule: Schedule, now: datetime) -> Run | None:
     if agent is None:
         reason = unknown_agent(schedule.agent)
     else:
-        reason = _previous_still_active(schedule)
+        reason = _previous_still_active(schedule) or budgets.launch_refusal(agent.slug)
         if not reason:
             # Checked again at launch: the agent's form may have changed since the save.
             cleaned, errors = validate_input(agent, schedule.input)

@@ -36,7 +36,7 @@ from ninja.errors import HttpError, ValidationError
 
 from agentkit import signing
 from agentkit.agents import get_agent
-from runs import engine
+from runs import budgets, engine
 from runs.api import FieldErrors, Message, refuse_large_bodies
 from runs.models import Run, canonical_json
 
@@ -136,6 +136,10 @@ def receive(request: HttpRequest, agent: str) -> Status:
     cleaned, errors = validate_input(found, data)
     if errors:
         raise _field_errors(errors)
+    refusal = budgets.launch_refusal(agent)
+    if refusal:
+        # Nothing recorded: the sender's retry after the period (or a raised budget) launches.
+        raise HttpError(409, refusal)
 
     with transaction.atomic():
         delivery = WebhookDelivery(

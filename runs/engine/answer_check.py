@@ -117,7 +117,7 @@ def _verify(
         # The run's snapshot promised a check whose code the catalogue no longer has.
         reason = f"the verifier {declared['name']!r} is no longer declared by the agent"
     elif declared["kind"] == "tool":
-        reason = _call_tool(work, verifier, result, data, counters)
+        reason = _call_tool(work, verifier, result, data, columns, counters)
     else:
         reason = _judge(verifier.check, result)
     data["passed"] = reason is None
@@ -137,7 +137,9 @@ def _judge(check, *args) -> str | None:
     return None if reason is None else str(reason) or "failed"
 
 
-def _call_tool(work: Work, verifier, result: RunResult, data: dict, counters: dict) -> str | None:
+def _call_tool(
+    work: Work, verifier, result: RunResult, data: dict, columns: dict, counters: dict
+) -> str | None:
     name, make_args = verifier.tool
     tool = get_tool(name)
     try:
@@ -146,10 +148,14 @@ def _call_tool(work: Work, verifier, result: RunResult, data: dict, counters: di
         return f"the verifier could not build {name}'s arguments: {exc}"
     lease.still_mine(work, lease_for=tool.timeout_seconds, deadline=False)
     key = idempotency_key(work.run.pk, work.state["checking"]["llm_seq"], -1, name, args)
-    output, error, attempts, duration_ms = tool_calls.call_tool(
+    output, error, attempts, duration_ms, cost = tool_calls.call_tool(
         work, tool, args, key, work.run.retry_count
     )
     data.update(tool=name, args=args, attempts=attempts, duration_ms=duration_ms)
+    if cost:  # a paid check is charged to the run like any call
+        data["cost_usd"] = str(cost)
+        columns["cost_usd"] = cost
+        counters["cost_usd"] = work.run.cost_usd + cost
     counters["retry_count"] = work.run.retry_count + max(0, attempts - 1)
     if error is not None:
         data.update(is_error=True, error=error)

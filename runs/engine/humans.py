@@ -8,6 +8,8 @@ agent as the call's result (or fails the run, per tool and per gate), an answer 
 question's result. Whether a call needs a person is the policy's, never decided here.
 """
 
+from collections.abc import Callable
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -26,16 +28,31 @@ def continue_checkpoint(work: Work) -> None:
     policy = gates.current()
     if not policy.continue_due(work.run):
         return
-    answer = policy.continue_answer(work.run)
+    go_on_or_stop(
+        work,
+        lambda: policy.continue_answer(work.run),
+        lambda: policy.open_continue_question(work.run),
+    )
+
+
+def go_on_or_stop(
+    work: Work,
+    answer_of: Callable[[], gates.ContinueAnswer | None],
+    ask: Callable[[], None],
+) -> None:
+    """Wait (parked, no worker held) for a person's "continue?" answer, asking it first if
+    nobody has been asked: returns on "continue"; "stop" (or a rejection) cancels the run,
+    an expired question fails it as approval_expired (both raise Stop)."""
+    answer = answer_of()
     if answer is None:
         with transaction.atomic():
             work.run = owned.locked(work)
-            policy.open_continue_question(work.run)
+            ask()
         lease.park_for_humans(work)  # returns only when it was answered meanwhile
-        answer = policy.continue_answer(work.run)
+        answer = answer_of()
     elif answer.outcome == gates.PENDING:
         lease.park_for_humans(work)
-        answer = policy.continue_answer(work.run)
+        answer = answer_of()
     if answer.outcome == gates.CONTINUE:
         return
     if answer.outcome == gates.STOP:

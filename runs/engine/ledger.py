@@ -8,6 +8,7 @@ explicit "did not happen" runs it again, once. An infrastructure error from a to
 cannot de-duplicate is the same situation. Also records any call's result as its own step.
 """
 
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -55,7 +56,7 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
         if effect is None:
             return  # recorded before a crash: reported again, never run again
     try:
-        result, error, attempts, duration_ms = tool_calls.call_tool(
+        result, error, attempts, duration_ms, cost = tool_calls.call_tool(
             work,
             tool,
             args,
@@ -91,6 +92,7 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
         ledger=effect,
         duration_ms=duration_ms,
         args=args,
+        cost_usd=cost,
     )
 
 
@@ -122,6 +124,7 @@ def _intent(work: Work, item: dict, tool: Tool, args: dict, key: str) -> SideEff
             attempts=effect.attempts,
             key=key,
             args=args,
+            cost_usd=Decimal(stored.get("cost_usd") or 0),
         )
         return None
     # An intent without an outcome: a worker died between the call and its record.
@@ -204,9 +207,15 @@ def record_tool_result(
             "status": SideEffect.Status.FAILED if data["is_error"] else SideEffect.Status.COMMITTED,
             "result": {"error": data["error"]} if data["is_error"] else {"result": data["result"]},
         }
+    cost = call.get("cost_usd") or Decimal(0)
+    if cost:
+        # Kept with the outcome: a call recorded again after a crash is charged once, here.
+        outcome["result"]["cost_usd"] = str(cost)
     work.state["pending"] = pending = work.state["pending"][1:]
     tool_calls.check_after(work, item, data)
     update = {**counters, **renewal(model_call_next=not pending)}
+    if cost:
+        update["cost_usd"] = work.run.cost_usd + cost
     try:
         # With a ledger entry, its outcome commits with the step, in the step's one statement.
         owned.append(
@@ -218,6 +227,7 @@ def record_tool_result(
             also=[(SideEffect, outcome, {"id": ledger.pk})] if ledger is not None else [],
             then=((Step.Kind.GUARD, guard, {}),) if guard is not None else (),
             latency_ms=data["duration_ms"],
+            cost_usd=cost,
         )
     except Stop:
         # Cancelled (or taken over) while the call was in flight: the effect happened all

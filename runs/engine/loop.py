@@ -32,6 +32,7 @@ from ..models import (
 from . import (
     answer_check,
     awaiting,
+    budget_check,
     gates,
     humans,
     lease,
@@ -228,6 +229,7 @@ def _step(work: Work) -> None:
             # A final answer or a call the agent declared checks for, before anything else.
             answer_check.check(work)
         elif work.state["pending"]:
+            budget_check.at_boundary(work)
             _next_pending_call(work)
         else:
             # An operator may have cancelled the run since our last write: stop before paying
@@ -237,6 +239,7 @@ def _step(work: Work) -> None:
                 awaiting.settle(work)
             steering.errors_choice(work)  # on_failure="ask": errors wait for an operator
             terminator.precheck(work)
+            budget_check.at_boundary(work)
             humans.continue_checkpoint(work)
             steering.deliver_instructions(work)
             model.ask(work)

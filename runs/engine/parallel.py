@@ -23,6 +23,7 @@ import contextvars
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection, connections
@@ -35,7 +36,8 @@ from .owned import Work, cfg
 # Batches of all the runs a worker process steps at once: each batch holds at most its limit.
 POOL_THREADS = 32
 
-Outcome = tuple[Any, str | None, int, int]  # tool_calls.call_tool's (result, error, attempts, ms)
+# tool_calls.call_tool's (result, error, attempts, ms, cost)
+Outcome = tuple[Any, str | None, int, int, Decimal]
 Call = tuple[Tool, dict, str]  # the tool, its parsed arguments, the idempotency key
 
 

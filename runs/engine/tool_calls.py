@@ -11,10 +11,12 @@ infrastructure errors as the tool's policy and the run's retry budget allow.
 import logging
 import threading
 import time
+from decimal import Decimal
 from typing import Any
 
 from agentkit import tracing
 from agentkit.tools import (
+    Charged,
     Pending,
     Tool,
     ToolArgsError,
@@ -108,17 +110,22 @@ def run_inline(work: Work, pending: list[dict], counters: dict) -> tuple:
     """
     errors = error_counters(work.run)
     steps = []
+    charged = Decimal(0)
     left = list(pending)
     while left:
         if not left[0]["error"] and not _runs_inline(work, left[0]):
             break
         batch = _together(work, left) if parallel.limit_for(work.agent_config) > 1 else left[:1]
-        steps.extend(_inline_calls(work, batch, errors))
+        called, cost = _inline_calls(work, batch, errors)
+        steps.extend(called)
+        charged += cost
         del left[: len(batch)]
         if "checking" in work.state:
             break  # its check comes next, before the calls after it (answer_check.py)
     counters.update(errors)
     counters.update(renewal(model_call_next=not left))
+    if charged:
+        counters["cost_usd"] = counters.get("cost_usd", work.run.cost_usd) + charged
     work.state["pending"] = left
     return tuple(steps)
 
@@ -162,7 +169,11 @@ def _together(work: Work, left: list[dict]) -> list[dict]:
     return batch
 
 
-def _inline_calls(work: Work, batch: list[dict], errors: dict) -> list[tuple[str, dict, dict]]:
+def _inline_calls(
+    work: Work, batch: list[dict], errors: dict
+) -> tuple[list[tuple[str, dict, dict]], Decimal]:
+    """The batch's steps (each call's tool step, and a guard step if its result broke its
+    schema), in the order the model asked, and what the calls cost."""
     runnable = [item for item in batch if not item["error"]]
     outcomes: dict[str, tuple] = {}
     if runnable:
@@ -197,12 +208,14 @@ def _inline_calls(work: Work, batch: list[dict], errors: dict) -> list[tuple[str
             for item, tool, outcome in zip(runnable, tools, results, strict=True)
         }
     steps: list[tuple[str, dict, dict]] = []
+    charged = Decimal(0)
     for item in batch:
         if item["error"]:
             data = tool_step(errors, item, error=item["error"], attempts=0)
             steps.append((Step.Kind.TOOL, data, {}))
             continue
-        _, tool, (result, error, attempts, duration_ms) = outcomes[item["id"]]
+        _, tool, (result, error, attempts, duration_ms, cost) = outcomes[item["id"]]
+        charged += cost
         error, guard = guard_output(tool, item, result, error)
         data = tool_step(
             errors,
@@ -212,13 +225,14 @@ def _inline_calls(work: Work, batch: list[dict], errors: dict) -> list[tuple[str
             attempts=attempts,
             duration_ms=duration_ms,
             args=item["args"],
+            cost_usd=cost,
         )
-        steps.append((Step.Kind.TOOL, data, {"latency_ms": duration_ms}))
+        steps.append((Step.Kind.TOOL, data, {"latency_ms": duration_ms, "cost_usd": cost}))
         if guard is not None:
             data["rejected_output"] = result
             steps.append((Step.Kind.GUARD, guard, {}))
         check_after(work, item, data)
-    return steps
+    return steps, charged
 
 
 def check_after(work: Work, item: dict, data: dict) -> None:
@@ -273,10 +287,12 @@ def call_tool(
     *,
     retry_blindly: bool = True,
     call_id: str = "",
-) -> tuple[Any, str | None, int, int]:
+) -> tuple[Any, str | None, int, int, Decimal]:
     """Call the tool under its circuit breaker, retrying infrastructure errors as its policy
     and the run's retries so far (`retry_count`) allow: (result, error, attempts, duration
-    in ms). Without `retry_blindly` an infrastructure error raises OutcomeUnknown instead.
+    in ms, cost in USD). Without `retry_blindly` an infrastructure error raises
+    OutcomeUnknown instead. Each attempt that reached the tool costs its declared `cost_usd`
+    (a paid API bills the calls that failed too), or what the call returned as Charged.
     `call_id` (the model's tool_use id) is for the trace.
     """
     with tracing.tool_call(tool.name, call_id=call_id, side_effects=tool.has_side_effects) as span:
@@ -287,14 +303,16 @@ def call_tool(
 
 def _call_with_retries(
     work: Work, tool: Tool, args: dict, key: str, retry_count: int, retry_blindly: bool
-) -> tuple[Any, str | None, int, int]:
-    started, attempts = time.monotonic(), 0
+) -> tuple[Any, str | None, int, int, Decimal]:
+    started, attempts, cost = time.monotonic(), 0, Decimal(0)
     while True:
         attempts += 1
         try:
-            result, error = _attempt(work, tool, args, key)
+            result, error, charged = _attempt(work, tool, args, key)
+            cost += charged
             break
         except ToolInfraError as exc:
+            cost += tool.cost_usd
             if not retry_blindly:
                 # A timeout or dropped connection says nothing about whether the effect
                 # happened, and this tool cannot de-duplicate a retry: a person decides.
@@ -309,21 +327,23 @@ def _call_with_retries(
                 break
             policy = tool.retry
             time.sleep(retry.backoff(attempts, base=policy.base_seconds, cap=policy.max_seconds))
-    return result, error, attempts, int((time.monotonic() - started) * 1000)
+    return result, error, attempts, int((time.monotonic() - started) * 1000), cost
 
 
-def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | None]:
-    """One call: (result, business error). ToolInfraError, the retryable kind, propagates."""
+def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | None, Decimal]:
+    """One call: (result, business error, cost). ToolInfraError, the retryable kind,
+    propagates. A replay and a call the circuit breaker refuses cost nothing: no tool ran."""
     recording = replaying.current()
     if recording is not None:
         result, error = recording.tool_result(tool.name, args)
         if awaiting.was_pending(result):
             result = awaiting.open_operation(work, tool, args, key, awaiting.as_pending(result))
-        return result, error
+        return result, error, Decimal(0)
     if not breaker.allow(tool.name):
         return (
             None,
             f"{tool.name} is temporarily unavailable (circuit open after repeated failures)",
+            Decimal(0),
         )
     ctx = ToolContext(
         run_id=str(work.run.pk),
@@ -336,19 +356,22 @@ def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | N
         result = deadlines.call(tool, args, ctx)
     except ToolError as exc:
         breaker.record(tool.name, ok=True)
-        return None, str(exc)
+        return None, str(exc), tool.cost_usd
     except ToolInfraError:
         breaker.record(tool.name, ok=False)
         raise
     except Exception as exc:  # a bug in a tool must not kill the run
         log.exception("tool %s crashed", tool.name)
         breaker.record(tool.name, ok=False)
-        return None, f"{tool.name} failed: {type(exc).__name__}: {exc}"
+        return None, f"{tool.name} failed: {type(exc).__name__}: {exc}", tool.cost_usd
     breaker.record(tool.name, ok=True)
+    cost = tool.cost_usd
+    if isinstance(result, Charged):
+        result, cost = result.result, result.cost_usd
     if isinstance(result, Pending):
         with _opening:  # calls run together (parallel.py) share work.state
             result = awaiting.open_operation(work, tool, args, key, result)
-    return result, None
+    return result, None, cost
 
 
 def error_counters(run) -> dict:
@@ -371,8 +394,10 @@ def tool_step(
     duration_ms: int = 0,
     counts_as_error: bool = True,
     args: dict | None = None,
+    cost_usd: Decimal = Decimal(0),
 ) -> dict:
-    """A tool step's data; moves `counters` (error_counters) on to what they are after it."""
+    """A tool step's data; moves `counters` (error_counters) on to what they are after it.
+    A call's cost goes in the step's column too (the caller's); here it is shown with it."""
     is_error = error is not None
     data = {
         "tool_use_id": item["id"],
@@ -386,6 +411,8 @@ def tool_step(
     }
     if item.get("approval"):
         data["approval"] = item["approval"]
+    if cost_usd:
+        data["cost_usd"] = str(cost_usd)
     if is_error:
         data["error"] = error
     else:

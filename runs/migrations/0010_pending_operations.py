@@ -6,39 +6,107 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0009_step_kinds_for_the_production_loop'),
+        ("runs", "0009_step_kinds_for_the_production_loop"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PendingOperation',
+            name="PendingOperation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(help_text="The call's idempotency key.", max_length=64, unique=True)),
-                ('tool', models.CharField(max_length=64)),
-                ('awaits', models.CharField(max_length=500)),
-                ('started_result', models.JSONField(blank=True, null=True)),
-                ('completion', models.CharField(choices=[('callback', 'Callback'), ('operator', 'Operator'), ('poll', 'Poll')], max_length=16)),
-                ('poll_tool', models.CharField(blank=True, max_length=64)),
-                ('poll_args', models.JSONField(blank=True, null=True)),
-                ('poll_every_seconds', models.PositiveIntegerField(blank=True, null=True)),
-                ('next_poll_at', models.DateTimeField(blank=True, null=True)),
-                ('on_timeout', models.CharField(default='agent', max_length=16)),
-                ('status', models.CharField(choices=[('open', 'Open'), ('completed', 'Completed'), ('failed', 'Failed'), ('timed_out', 'Timed Out'), ('escalated', 'Escalated'), ('cancelled', 'Cancelled')], default='open', max_length=16)),
-                ('deadline', models.DateTimeField()),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('finished_by', models.CharField(blank=True, max_length=200)),
-                ('reported_seq', models.PositiveIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='pending_operations', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        help_text="The call's idempotency key.", max_length=64, unique=True
+                    ),
+                ),
+                ("tool", models.CharField(max_length=64)),
+                ("awaits", models.CharField(max_length=500)),
+                ("started_result", models.JSONField(blank=True, null=True)),
+                (
+                    "completion",
+                    models.CharField(
+                        choices=[
+                            ("callback", "Callback"),
+                            ("operator", "Operator"),
+                            ("poll", "Poll"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("poll_tool", models.CharField(blank=True, max_length=64)),
+                ("poll_args", models.JSONField(blank=True, null=True)),
+                ("poll_every_seconds", models.PositiveIntegerField(blank=True, null=True)),
+                ("next_poll_at", models.DateTimeField(blank=True, null=True)),
+                ("on_timeout", models.CharField(default="agent", max_length=16)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("timed_out", "Timed Out"),
+                            ("escalated", "Escalated"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="open",
+                        max_length=16,
+                    ),
+                ),
+                ("deadline", models.DateTimeField()),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("finished_by", models.CharField(blank=True, max_length=200)),
+                ("reported_seq", models.PositiveIntegerField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="pending_operations",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
-                'indexes': [models.Index(condition=models.Q(('status', 'open')), fields=['deadline'], name='pending_open_deadline_idx'), models.Index(condition=models.Q(('completion', 'poll'), ('status', 'open')), fields=['next_poll_at'], name='pending_open_poll_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['open', 'completed', 'failed', 'timed_out', 'escalated', 'cancelled'])), name='pending_operation_status_valid')],
+                "ordering": ["created_at", "id"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("status", "open")),
+                        fields=["deadline"],
+                        name="pending_open_deadline_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("completion", "poll"), ("status", "open")),
+                        fields=["next_poll_at"],
+                        name="pending_open_poll_idx",
+                    ),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            (
+                                "status__in",
+                                [
+                                    "open",
+                                    "completed",
+                                    "failed",
+                                    "timed_out",
+                                    "escalated",
+                                    "cancelled",
+                                ],
+                            )
+                        ),
+                        name="pending_operation_status_valid",
+                    )
+                ],
             },
         ),
     ]

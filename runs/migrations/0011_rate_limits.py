@@ -5,40 +5,65 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0010_pending_operations'),
+        ("runs", "0010_pending_operations"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RateLimitScope',
+            name="RateLimitScope",
             fields=[
-                ('scope', models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ("scope", models.CharField(max_length=200, primary_key=True, serialize=False)),
             ],
         ),
         migrations.CreateModel(
-            name='RateLimitWait',
+            name="RateLimitWait",
             fields=[
-                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='+', serialize=False, to='runs.run')),
-                ('tool', models.CharField(max_length=64)),
-                ('scope', models.CharField(max_length=200)),
-                ('until', models.DateTimeField(db_index=True)),
+                (
+                    "run",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="+",
+                        serialize=False,
+                        to="runs.run",
+                    ),
+                ),
+                ("tool", models.CharField(max_length=64)),
+                ("scope", models.CharField(max_length=200)),
+                ("until", models.DateTimeField(db_index=True)),
             ],
         ),
         migrations.CreateModel(
-            name='RateLimitUse',
+            name="RateLimitUse",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('scope', models.CharField(max_length=200)),
-                ('key', models.CharField(max_length=64)),
-                ('tool', models.CharField(max_length=64)),
-                ('at', models.DateTimeField()),
-                ('run', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("scope", models.CharField(max_length=200)),
+                ("key", models.CharField(max_length=64)),
+                ("tool", models.CharField(max_length=64)),
+                ("at", models.DateTimeField()),
+                (
+                    "run",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['scope', 'at'], name='rate_limit_use_window_idx')],
-                'constraints': [models.UniqueConstraint(fields=('scope', 'key'), name='rate_limit_use_once_per_call')],
+                "indexes": [models.Index(fields=["scope", "at"], name="rate_limit_use_window_idx")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("scope", "key"), name="rate_limit_use_once_per_call"
+                    )
+                ],
             },
         ),
     ]

@@ -5,37 +5,112 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0011_rate_limits'),
+        ("runs", "0011_rate_limits"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='run',
-            name='run_trigger_valid',
+            model_name="run",
+            name="run_trigger_valid",
         ),
         migrations.RemoveConstraint(
-            model_name='run',
-            name='run_termination_valid',
+            model_name="run",
+            name="run_termination_valid",
         ),
         migrations.AlterField(
-            model_name='run',
-            name='termination_reason',
-            field=models.CharField(blank=True, choices=[('completed', 'completed'), ('max_steps', 'max steps reached'), ('max_cost', 'max cost reached'), ('max_seconds', 'max wall time reached'), ('consecutive_errors', 'too many consecutive errors'), ('no_progress', 'no progress (same tool call repeated)'), ('cancelled', 'cancelled by an operator'), ('approval_expired', 'approval expired'), ('rejected', 'action rejected by an approver'), ('llm_error', 'model call failed'), ('verification_failed', 'verification failed'), ('output_invalid', 'output failed validation'), ('blocked', 'blocked by a guardrail'), ('pending_timeout', 'a pending operation timed out'), ('agent_failed', 'the external agent reported a failure')], max_length=32),
+            model_name="run",
+            name="termination_reason",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("completed", "completed"),
+                    ("max_steps", "max steps reached"),
+                    ("max_cost", "max cost reached"),
+                    ("max_seconds", "max wall time reached"),
+                    ("consecutive_errors", "too many consecutive errors"),
+                    ("no_progress", "no progress (same tool call repeated)"),
+                    ("cancelled", "cancelled by an operator"),
+                    ("approval_expired", "approval expired"),
+                    ("rejected", "action rejected by an approver"),
+                    ("llm_error", "model call failed"),
+                    ("verification_failed", "verification failed"),
+                    ("output_invalid", "output failed validation"),
+                    ("blocked", "blocked by a guardrail"),
+                    ("pending_timeout", "a pending operation timed out"),
+                    ("agent_failed", "the external agent reported a failure"),
+                ],
+                max_length=32,
+            ),
         ),
         migrations.AlterField(
-            model_name='run',
-            name='trigger',
-            field=models.CharField(choices=[('form', 'Form'), ('api', 'Api'), ('webhook', 'Webhook'), ('schedule', 'Schedule'), ('chained', 'Chained'), ('fork', 'Fork'), ('replay', 'Replay'), ('external', 'External')], default='api', max_length=16),
+            model_name="run",
+            name="trigger",
+            field=models.CharField(
+                choices=[
+                    ("form", "Form"),
+                    ("api", "Api"),
+                    ("webhook", "Webhook"),
+                    ("schedule", "Schedule"),
+                    ("chained", "Chained"),
+                    ("fork", "Fork"),
+                    ("replay", "Replay"),
+                    ("external", "External"),
+                ],
+                default="api",
+                max_length=16,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(('trigger__in', ['form', 'api', 'webhook', 'schedule', 'chained', 'fork', 'replay', 'external'])), name='run_trigger_valid'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "trigger__in",
+                        [
+                            "form",
+                            "api",
+                            "webhook",
+                            "schedule",
+                            "chained",
+                            "fork",
+                            "replay",
+                            "external",
+                        ],
+                    )
+                ),
+                name="run_trigger_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Q(('termination_reason', ''), ('termination_reason__in', ['completed', 'max_steps', 'max_cost', 'max_seconds', 'consecutive_errors', 'no_progress', 'cancelled', 'approval_expired', 'rejected', 'llm_error', 'verification_failed', 'output_invalid', 'blocked', 'pending_timeout', 'agent_failed']), _connector='OR'), name='run_termination_valid'),
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("termination_reason", ""),
+                    (
+                        "termination_reason__in",
+                        [
+                            "completed",
+                            "max_steps",
+                            "max_cost",
+                            "max_seconds",
+                            "consecutive_errors",
+                            "no_progress",
+                            "cancelled",
+                            "approval_expired",
+                            "rejected",
+                            "llm_error",
+                            "verification_failed",
+                            "output_invalid",
+                            "blocked",
+                            "pending_timeout",
+                            "agent_failed",
+                        ],
+                    ),
+                    _connector="OR",
+                ),
+                name="run_termination_valid",
+            ),
         ),
     ]

@@ -8,6 +8,7 @@ webhook), so the request would reach the view without the check.
 
 import json
 import uuid
+from decimal import Decimal
 
 import pytest
 from django.apps import apps
@@ -15,6 +16,7 @@ from django.test import Client
 
 from agentkit import storable
 from agentops.api import api
+from runs.models import Budget
 from tests.gateway.conftest import AgentClient, make_agent
 from tests.triggers.conftest import post_hook
 from triggers.models import WebhookSecret
@@ -97,6 +99,7 @@ def test_a_lone_surrogate_is_a_400_on_every_json_endpoint(callers, path, method,
         op_id=1,
         pk=1,
         grant_id=1,
+        budget_id=Budget.objects.create(agent="sql-analyst", amount_usd=Decimal("5")).pk,
     )
     raw = _raw(BODY)
     before = _counts()

@@ -3,11 +3,13 @@ retried once, and the agent asks the next supplier. Transactional: the call runs
 thread (runs/engine/deadlines.py)."""
 
 import time
+from decimal import Decimal
 
 import pytest
 
-from runs import engine
-from runs.models import Run
+from agentops.management.commands.seed_demo import ensure_demo_budgets
+from runs import budgets, engine
+from runs.models import Budget, Run
 
 from .test_demo_flows import launch_default
 
@@ -33,3 +35,18 @@ def test_a_hanging_supplier_times_out_and_the_agent_asks_the_next(operator, no_e
         "api@slow-parts.example did not answer (check_supplier_stock timed out after 2s "
         "(after 2 attempts))."
     )
+
+
+def test_the_demo_run_crosses_its_agents_budget_warning(operator, no_enqueue):
+    # The paid supplier API is billed per attempt, the hung ones too; the demo's daily budget
+    # (seed_demo) is passed 80 % by one run: a warning on its timeline, and it goes on.
+    ensure_demo_budgets()
+    run = launch_default("stock-check", operator)
+    assert engine.advance(run.pk, time_slice=60) == Run.Status.SUCCEEDED
+    tools = run.steps.filter(kind="tool").order_by("seq")
+    assert [s.cost_usd for s in tools] == [Decimal("0.02"), Decimal("0.01")]
+    run.refresh_from_db()
+    state = budgets.state_of(Budget.objects.get(agent="stock-check"))
+    assert state.spent_usd == run.cost_usd and state.level == budgets.WARN
+    (warning,) = run.steps.filter(kind="guard")
+    assert warning.data["guard"] == "budget" and warning.data["threshold"] == "warn"

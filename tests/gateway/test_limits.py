@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from approvals.models import Approval
 from gateway.models import ExternalAgent
-from runs.models import Run
+from runs.costs import cost_by_agent
+from runs.models import Run, Step
 
 from .conftest import AgentClient, make_agent
 
@@ -70,8 +71,14 @@ def test_reported_cost_counts_toward_max_cost(db):
         reported = bot.post(f"/calls/{call}/result", {"result": "ok", "cost_usd": "0.55"})
         assert reported.status_code == 200
     assert Run.objects.get(pk=session).cost_usd == Decimal("1.10")
+    # On the tool steps' cost too: the agent's spend (and its budget) reads it there.
+    steps = Step.objects.filter(run_id=session, kind=Step.Kind.TOOL)
+    assert [s.cost_usd for s in steps] == [Decimal("0.55"), Decimal("0.55")]
+    spent = cost_by_agent(agent=Run.objects.get(pk=session).agent).total
+    assert spent.tool_cost_usd == Decimal("1.10")
     _refused_and_ended(bot.call(session, "read_file", {"path": "a"}), session, "max_cost")
     assert bot.post(f"/calls/{call}/result", {"cost_usd": "-1"}).status_code == 422
+    assert bot.post(f"/calls/{call}/result", {"cost_usd": "1e15"}).status_code == 422
 
 
 def test_consecutive_errors_end_the_session_and_a_success_resets_them(db):

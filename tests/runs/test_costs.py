@@ -1,5 +1,6 @@
 """Spend per agent and per UTC day (runs/costs.py), in the API and on the dashboard."""
 
+import dataclasses
 from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 
@@ -11,10 +12,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ApiToken
-from runs import costs
+from agentkit.agents import register
+from agentkit.llm.scripted import text, tool_use
+from agentkit.verification import Verifier
+from runs import costs, engine
 from runs.models import Run, Step
 
 from .factories import make_run
+from .harness import drive
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +54,7 @@ def today_utc() -> datetime:
 @pytest.fixture
 def two_agents(operator, no_enqueue) -> dict[str, list[Run]]:
     """Runs of two agents with model steps on two UTC days, and steps that are not model
-    calls (a failed call, a tool step) which must not count."""
+    calls and cost nothing (a failed call, a free tool's step) which must not count."""
     today, yesterday = today_utc(), today_utc() - timedelta(days=1)
     sql = [make_run(operator, agent="sql-analyst") for _ in range(2)]
     refund = [make_run(operator, agent="refund-desk")]
@@ -68,7 +73,7 @@ def two_agents(operator, no_enqueue) -> dict[str, list[Run]]:
         sql[1], today + timedelta(minutes=3), cost="0", tokens_in=0, tokens_out=0, kind="llm_error"
     )
     record(
-        refund[0], today + timedelta(minutes=4), cost="9", tokens_in=9, tokens_out=9, kind="tool"
+        refund[0], today + timedelta(minutes=4), cost="0", tokens_in=0, tokens_out=0, kind="tool"
     )
     return {"sql-analyst": sql, "refund-desk": refund}
 
@@ -111,6 +116,53 @@ def test_totals_are_the_sums_of_the_model_steps_per_agent_and_day(two_agents):
     assert refund.total.tokens_in == 7500 and refund.total.cost_usd == Decimal("0.75")
     assert report.total.calls == 5 and report.total.cost_usd == Decimal("0.783")
     assert report.days[-2:] == [yesterday, today] and len(report.days) == costs.DEFAULT_DAYS
+
+
+@pytest.fixture
+def checked_and_summarised(test_agent, script, no_enqueue) -> Run:
+    """A finished run whose agent summarises its older turns and has a model verifier: model
+    calls that are not the agent's turns, each charged to the run."""
+    agent = register(
+        dataclasses.replace(
+            test_agent,
+            context_budget_tokens=1500,
+            summarise_context=True,
+            verifier=Verifier(prompt="Check it.", model="claude-haiku-4-5"),
+        )
+    )
+    turns = [[text(f"word {i}"), tool_use("t_big", n=i, size=900)] for i in range(6)]
+    script([*turns, [text("finished")]], verifier_turns=[[text("PASS")]])
+    run = engine.launch(agent=agent, input={"task": "echo", "script": ""}, provider="scripted")
+    drive(run)
+    assert run.status == Run.Status.SUCCEEDED
+    kinds = set(run.steps.filter(cost_usd__gt=0).values_list("kind", flat=True))
+    assert kinds == {Step.Kind.LLM, Step.Kind.SUMMARY, Step.Kind.VERIFY}
+    return run
+
+
+def test_a_runs_summaries_and_verifier_calls_count_so_the_report_agrees_with_the_run(
+    checked_and_summarised,
+):
+    run = checked_and_summarised
+    spent = costs.cost_by_agent(agent=run.agent).agents[0]
+    assert spent.total.cost_usd == run.cost_usd
+    assert (spent.total.tokens_in, spent.total.tokens_out) == (run.tokens_in, run.tokens_out)
+    model_calls = run.steps.filter(kind__in=["llm", "summary", "verify"], cost_usd__gt=0)
+    assert spent.total.calls == model_calls.count() > run.step_count
+    assert spent.total.tool_cost_usd == 0
+
+
+def test_a_paid_tool_call_counts_as_the_tools_part_of_the_cost(operator, no_enqueue):
+    run = make_run(operator, agent="sql-analyst")
+    now = timezone.now()
+    record(run, now, cost="0.5", tokens_in=10, tokens_out=1)
+    record(run, now, cost="0.25", tokens_in=0, tokens_out=0, kind="tool")
+    spent = costs.cost_by_agent(agent="sql-analyst").total
+    assert (spent.calls, spent.cost_usd, spent.tool_cost_usd) == (
+        1,
+        Decimal("0.75"),
+        Decimal("0.25"),
+    )
 
 
 def test_a_discarded_answer_charged_to_the_run_only_is_not_counted(two_agents):
@@ -173,6 +225,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_out": 750,
             "cost_usd": "0.750000",
             **NO_CACHE,
+            "tool_cost_usd": "0.000000",
         },
         {
             "agent": "sql-analyst",
@@ -182,6 +235,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_out": 10,
             "cost_usd": "0.010000",
             **NO_CACHE,
+            "tool_cost_usd": "0.000000",
         },
         {
             "agent": "sql-analyst",
@@ -191,6 +245,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_out": 23,
             "cost_usd": "0.023000",
             **NO_CACHE,
+            "tool_cost_usd": "0.000000",
         },
     ]
     assert body["agents"] == [
@@ -201,6 +256,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_out": 750,
             "cost_usd": "0.750000",
             **NO_CACHE,
+            "tool_cost_usd": "0.000000",
         },
         {
             "agent": "sql-analyst",
@@ -209,6 +265,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
             "tokens_out": 33,
             "cost_usd": "0.033000",
             **NO_CACHE,
+            "tool_cost_usd": "0.000000",
         },
     ]
     assert body["total"] == {
@@ -217,6 +274,7 @@ def test_the_api_gives_rows_per_agent_and_day_and_totals(two_agents, viewer):
         "tokens_out": 783,
         "cost_usd": "0.783000",
         **NO_CACHE,
+        "tool_cost_usd": "0.000000",
     }
 
 
@@ -247,7 +305,7 @@ def test_the_dashboard_shows_cost_by_agent(client, viewer, two_agents):
     response = client.get(reverse("runs:dashboard"))
     html = response.content.decode()
     assert '<section id="dashboard-costs"' in html
-    assert "Cost by agent" in html and "from recorded model steps" in html
+    assert "Cost by agent" in html and "from recorded steps: model calls and tools" in html
     refund_row = html.split('data-agent="refund-desk"', 1)[1].split("</tr>", 1)[0]
     assert "$0.7500" in refund_row and ">7500<" in refund_row and ">2<" in refund_row
     sql_row = html.split('data-agent="sql-analyst"', 1)[1].split("</tr>", 1)[0]

@@ -3,6 +3,7 @@
 import os
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 from django.conf import settings
@@ -13,6 +14,7 @@ from django.db import transaction
 
 from accounts.models import Role
 from demo import shop
+from runs.models import Budget
 
 PASSWORD_ENV = "AGENTOPS_DEMO_PASSWORD"
 
@@ -97,6 +99,20 @@ def ensure_demo_users() -> DemoLogins:
     return DemoLogins(password=password, created=tuple(created))
 
 
+# The stock check's paid supplier API (1 cent a call) and its model calls come to about
+# 3.6 cents a run: one run of the demo passes the warning threshold (80 %), a second one
+# needs an approver's "continue" past 100 % and is stopped at 120 %.
+DEMO_BUDGETS = ({"agent": "stock-check", "period": "day", "amount_usd": Decimal("0.04")},)
+
+
+def ensure_demo_budgets() -> None:
+    """The demo's budgets, where the agent has none for that period (an admin's edit stays)."""
+    for budget in DEMO_BUDGETS:
+        Budget.objects.get_or_create(
+            agent=budget["agent"], period=budget["period"], defaults=budget
+        )
+
+
 def describe_logins(logins: DemoLogins) -> str:
     lines = []
     for demo in DEMO_USERS:
@@ -114,4 +130,5 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         shop.ensure()
         logins = ensure_demo_users()
+        ensure_demo_budgets()
         self.stdout.write("Demo logins:\n" + describe_logins(logins))

@@ -23,7 +23,7 @@ from agentops import embedded
 from demo import shop
 from runs import events
 
-from .seed_demo import describe_logins, ensure_demo_users
+from .seed_demo import describe_logins, ensure_demo_budgets, ensure_demo_users
 
 log = logging.getLogger("agentops.up")
 DEFAULT_ADDR = "127.0.0.1"
@@ -66,6 +66,7 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=quiet)
         shop.ensure()
         logins = ensure_demo_users()
+        ensure_demo_budgets()
         if not settings.DEBUG:
             # DEBUG serves static files from the source folders (WhiteNoise finders).
             call_command("collectstatic", interactive=False, verbosity=quiet)

@@ -1,0 +1,125 @@
+"""Budgets in the JSON API: everyone who may see runs reads them with their current spend;
+admins add, replace and remove them (the Budgets page's rules: runs/budget_forms.py)."""
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from ninja import Field, Router, Schema, Status
+from ninja.errors import ValidationError
+from pydantic import ConfigDict
+
+from accounts.auth import api_auth
+
+from . import budgets
+from .api import FieldErrors, Message
+from .budget_forms import budget_errors
+from .models import Budget
+
+READERS = api_auth("can_view")
+ADMINS = api_auth("is_admin")
+router = Router(tags=["budgets"], auth=READERS)
+
+
+class BudgetIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(max_length=64, description="The agent's slug.")
+    period: Literal["day", "week", "month"] = "month"
+    time_zone: str = Field("UTC", max_length=64, description="IANA name: the period's calendar.")
+    amount_usd: Decimal = Field(description="Model calls and tools, per period.")
+    warn_percent: int = Field(80, description="Approvers are told past this.")
+    approve_percent: int = Field(100, description="Runs go on or start only when approved.")
+    stop_percent: int = Field(120, description="Runs stop; new ones are refused (409).")
+
+
+class BudgetOut(Schema):
+    id: int
+    agent: str
+    period: str
+    time_zone: str
+    amount_usd: Decimal
+    warn_percent: int
+    approve_percent: int
+    stop_percent: int
+    period_start: datetime = Field(description="The current period's first instant (UTC).")
+    period_end: datetime
+    spent_usd: Decimal = Field(description="Spent in the current period so far.")
+    percent: Decimal
+    level: Literal["ok", "warn", "approve", "stop"]
+    updated_at: datetime
+
+
+def _out(state: budgets.BudgetState) -> dict:
+    b = state.budget
+    return {
+        **{f: getattr(b, f) for f in BudgetIn.model_fields},
+        "id": b.pk,
+        "period_start": state.start,
+        "period_end": state.end,
+        "spent_usd": state.spent_usd,
+        "percent": state.percent,
+        "level": state.level,
+        "updated_at": b.updated_at,
+    }
+
+
+def _saved(request: HttpRequest, payload: BudgetIn, instance: Budget | None) -> Budget:
+    budget, errors = budget_errors(payload.model_dump(), instance)
+    if errors:
+        raise ValidationError(
+            [
+                {"type": "value_error", "loc": ["body", "payload", field], "msg": message}
+                for field, messages in errors.items()
+                for message in messages
+            ]
+        )
+    budget.updated_by = request.auth
+    budget.updated_at = timezone.now()
+    budget.save()
+    return budget
+
+
+@router.get("/budgets", response=list[BudgetOut], summary="Budgets with their current spend")
+def list_budgets(request: HttpRequest) -> list[dict]:
+    return [_out(s) for s in budgets.states()]
+
+
+@router.get("/budgets/{budget_id}", response={200: BudgetOut, 404: Message}, summary="One budget")
+def get_budget(request: HttpRequest, budget_id: int) -> dict:
+    return _out(budgets.state_of(get_object_or_404(Budget, pk=budget_id)))
+
+
+@router.post(
+    "/budgets",
+    response={201: BudgetOut, 403: Message, 422: FieldErrors},
+    auth=ADMINS,
+    summary="Add a budget (admins)",
+)
+def create_budget(request: HttpRequest, payload: BudgetIn) -> Status:
+    return Status(201, _out(budgets.state_of(_saved(request, payload, None))))
+
+
+@router.put(
+    "/budgets/{budget_id}",
+    response={200: BudgetOut, 403: Message, 404: Message, 422: FieldErrors},
+    auth=ADMINS,
+    summary="Replace a budget (admins)",
+)
+def replace_budget(request: HttpRequest, budget_id: int, payload: BudgetIn) -> dict:
+    budget = get_object_or_404(Budget, pk=budget_id)
+    return _out(budgets.state_of(_saved(request, payload, budget)))
+
+
+@router.delete(
+    "/budgets/{budget_id}",
+    response={204: None, 403: Message, 404: Message},
+    auth=ADMINS,
+    summary="Remove a budget (admins)",
+)
+def delete_budget(request: HttpRequest, budget_id: int) -> Status:
+    get_object_or_404(Budget, pk=budget_id).delete()
+    return Status(204, None)

@@ -1,0 +1,81 @@
+"""A budget threshold crossed is sent to approvers and admins by e-mail and to the signed
+webhooks (approvals/notify/budget.py), once per crossing."""
+
+import json
+from decimal import Decimal
+
+import pytest
+from django.core import mail
+from django.utils import timezone
+from standardwebhooks import Webhook
+
+from approvals import tasks
+from approvals.engine_gates import budget_crossed
+from runs.models import Budget, BudgetCrossing
+from tests.runs.factories import make_run
+
+from .test_notify import PUBLIC, SECRET, Endpoint, configure
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def crossing(operator, no_enqueue) -> BudgetCrossing:
+    budget = Budget.objects.create(agent="sql-analyst", period="week", amount_usd=Decimal("50"))
+    return BudgetCrossing.objects.create(
+        budget=budget,
+        period_start=timezone.now(),
+        threshold="warn",
+        spent_usd=Decimal("41.5"),
+        run=make_run(operator),
+    )
+
+
+def test_the_crossing_is_e_mailed_to_approvers_and_admins(
+    settings, crossing, approver, admin_user, operator
+):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    approver.email, operator.email = "arthur@example.com", "olivia@example.com"
+    approver.save()
+    operator.save()
+    assert tasks.send_budget_email(crossing.pk) == 1
+    (message,) = mail.outbox
+    # Approvers and admins; an operator is not told.
+    assert "arthur@example.com" in message.bcc and "olivia@example.com" not in message.bcc
+    assert message.subject == (
+        "[agentops] Budget of sql-analyst is nearly spent (41.50 of 50.00 USD this week)"
+    )
+    assert str(crossing.run_id) in message.body
+
+
+@pytest.fixture
+def hook():
+    receiver = Endpoint()
+    yield receiver
+    receiver.close()
+
+
+def test_the_crossing_is_posted_signed_to_the_webhooks(settings, hook, eager, crossing):
+    configure(settings, hook.url)
+    assert tasks.notify_budget_crossed(crossing.pk) == 1
+    (request,) = hook.requests
+    data = Webhook(SECRET.encode()).verify(request["body"], request["headers"])
+    assert data["event"] == "budget.threshold_crossed"
+    assert (data["agent"], data["threshold"], data["spent_usd"]) == (
+        "sql-analyst",
+        "warn",
+        "41.500000",
+    )
+    assert data["links"]["budgets"] == f"{PUBLIC}/budgets/"
+    assert json.loads(request["body"])["run"] == str(crossing.run_id)
+
+
+def test_the_engine_queues_the_notifications_after_commit(
+    crossing, django_capture_on_commit_callbacks, monkeypatch
+):
+    queued = []
+    monkeypatch.setattr(tasks.notify_budget_crossed, "delay", queued.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        budget_crossed(crossing.run, crossing.pk)
+        assert queued == []
+    assert queued == [crossing.pk]

@@ -1,0 +1,98 @@
+"""The agent's budget at each step boundary (runs/engine/budget_check.py): a run whose spend
+crosses the warning threshold goes on with a guard step and a notification, past the approval
+threshold it waits for "budget exceeded: continue?", past the stop threshold it ends; each
+threshold is noted once per period, on the run that crossed it."""
+
+import dataclasses
+from decimal import Decimal
+
+import pytest
+
+from agentkit.agents import register
+from agentkit.llm.scripted import text, tool_use
+from agentkit.tools import Blast, tool
+from approvals import decisions
+from approvals.models import Approval
+from runs import budgets, engine
+from runs.models import Budget, BudgetCrossing, Run, Step
+
+from ..harness import AGENT, drive
+
+pytestmark = pytest.mark.django_db
+
+
+@tool(reversible=True, blast=Blast.NONE, name="t_spend_20", cost_usd="20")
+def t_spend_20(n: int) -> dict:
+    """A paid lookup: 20 USD a call."""
+    return {"n": n}
+
+
+@pytest.fixture
+def spender(test_agent, no_enqueue):
+    agent = register(
+        dataclasses.replace(
+            test_agent,
+            tools=(*test_agent.tools, "t_spend_20"),
+            limits=dataclasses.replace(test_agent.limits, max_cost_usd=Decimal("1000")),
+        )
+    )
+    Budget.objects.create(agent=AGENT, period="day", amount_usd=Decimal("100"))
+
+    def launch() -> Run:
+        return engine.launch(agent=agent, input={"task": "spend", "script": ""})
+
+    return launch
+
+
+def guard_steps(run: Run) -> list[str]:
+    steps = run.steps.filter(kind=Step.Kind.GUARD).order_by("seq")
+    return [s.data["threshold"] for s in steps if s.data.get("guard") == "budget"]
+
+
+def test_a_run_crosses_warn_then_waits_for_approval_then_is_stopped(spender, script, approver):
+    script([[tool_use("t_spend_20", n=i)] for i in range(10)])
+    run = spender()
+    # 4 calls: 80 USD (and a little for the model): the warning, and the run goes on.
+    # 5 calls: 100 USD: the run waits for a person.
+    assert drive(run)[-1] == Run.Status.WAITING
+    assert guard_steps(run) == ["warn", "approve"]
+    assert run.cost_usd > Decimal("100") and run.step_count == 5
+    question = Approval.objects.get(run=run, status=Approval.Status.PENDING)
+    assert question.question.startswith("Budget exceeded: continue? engine-test has spent 100.")
+    assert question.options == ["continue", "stop"]
+    assert question.explanation.startswith("budget: past 100% of the daily budget")
+
+    decisions.decide(question.pk, user=approver, decision="answer", answer="continue")
+    # One more call: 120 USD, past the stop threshold: the run ends at the next boundary.
+    assert drive(run)[-1] == Run.Status.FAILED
+    assert run.termination_reason == Run.Termination.BUDGET
+    assert run.status_detail.startswith("budget exceeded: engine-test has spent 120.")
+    assert run.step_count == 6
+    assert guard_steps(run) == ["warn", "approve", "stop"]
+    assert run.verify_chain() == (True, None)
+    crossings = BudgetCrossing.objects.order_by("spent_usd")
+    assert [(c.threshold, c.run_id) for c in crossings] == [
+        ("warn", run.pk),
+        ("approve", run.pk),
+        ("stop", run.pk),
+    ]
+    # New runs are refused now.
+    assert budgets.launch_refusal(AGENT).startswith("budget exceeded")
+
+
+def test_each_threshold_is_noted_once_per_period_and_other_runs_ask_for_approval(
+    spender, script, approver
+):
+    script([[tool_use("t_spend_20", n=i)] for i in range(5)] + [[text("done")]])
+    first = spender()
+    assert drive(first)[-1] == Run.Status.WAITING
+    # A run launched now asks before its first model call; the crossings are not noted again.
+    second = spender()
+    assert drive(second)[-1] == Run.Status.WAITING
+    assert guard_steps(second) == []
+    assert second.step_count == 0
+    assert BudgetCrossing.objects.count() == 2
+    asked = Approval.objects.get(run=second)
+    decisions.decide(asked.pk, user=approver, decision="answer", answer="stop")
+    assert drive(second)[-1] == Run.Status.CANCELLED
+    assert second.status_detail.startswith("stopped by arthur at the budget question")
