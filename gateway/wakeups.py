@@ -14,6 +14,7 @@ from uuid import UUID
 
 from django.db import transaction
 
+from approvals.models import Approval
 from runs import events
 from runs.models import Run, Step
 
@@ -72,6 +73,18 @@ def publish_session_ended_on_commit(run_id) -> None:
     """The session ended: its event streams say so and end."""
     message = {"type": DECIDED, "topics": [session_topic(run_id)], "call": None}
     transaction.on_commit(lambda: events.send(DECISIONS_GROUP, message))
+
+
+def on_run_cancelled(sender, run: Run, **kwargs) -> None:
+    """runs.models.run_cancelled: an operator cancelled an external session; its waiting
+    calls (their approvals cancelled with it) and event streams learn it at once."""
+    if run.trigger != Run.Trigger.EXTERNAL:
+        return
+    approvals = Approval.objects.filter(
+        run=run, status__in=[Approval.Status.PENDING, Approval.Status.CANCELLED]
+    ).values_list("pk", flat=True)
+    publish_cancelled_on_commit(approvals, run.pk)
+    publish_session_ended_on_commit(run.pk)
 
 
 def on_agent_saved(sender, instance: ExternalAgent, created: bool = False, **kwargs) -> None:

@@ -12,8 +12,10 @@ from collections import Counter
 import pytest
 from channels.layers import get_channel_layer
 
-from gateway import waits
+from gateway import waits, wakeups
+from runs.models import Run
 
+from .conftest import AgentClient, make_agent
 from .test_waits import ANSWER_WITHIN, _db, _decide, _setup
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -111,10 +113,12 @@ async def test_a_decision_reaches_its_waiter_at_once_while_many_others_come_and_
         monkeypatch.setattr(layer, name, slow)
     token, _, (decided, *others) = await _db(_setup)(11)
     stop = asyncio.Event()
+    asked: Counter = Counter()
 
     async def re_polling(call_id: str) -> None:
         while not stop.is_set():
             await waits.call_state(token, call_id, 0.5)
+            asked[call_id] += 1
 
     churn = [asyncio.ensure_future(re_polling(c["call"])) for c in others]
     waiter = asyncio.ensure_future(waits.call_state(token, decided["call"], 25))
@@ -132,4 +136,50 @@ async def test_a_decision_reaches_its_waiter_at_once_while_many_others_come_and_
         await asyncio.gather(*churn, return_exceptions=True)
     assert (status, body["status"]) == (200, "approved")
     assert took < 0.5, f"the decided call was answered {took:.2f} s after its decision"
-    assert min(reads[c["call"]] for c in others) >= 2  # they did come and go meanwhile
+    assert min(asked[c["call"]] for c in others) >= 2  # they did come and go meanwhile
+
+
+async def test_an_agent_asking_again_is_answered_from_what_the_process_knows(reads):
+    token, _, (call,) = await _db(_setup)()
+    first = await waits.call_state(token, call["call"], 0.2)
+    again = await waits.call_state(token, call["call"], 0.2)
+    assert first == again and first[1]["status"] == "pending"
+    assert reads[call["call"]] == 1  # asked twice, read once: nothing came about it since
+    # Another agent's token is never answered from it.
+    other = await _db(lambda: make_agent("other-bot")[1])()
+    assert (await waits.call_state(other, call["call"], 0.2))[0] == 404
+    # Decided while nobody waited: the message makes the process forget, the next ask reads.
+    await _db(_decide)(call["approval"])
+    await _until(lambda: not waits._hub().pending)
+    status, body = await waits.call_state(token, call["call"], 0.2)
+    assert (status, body["status"]) == (200, "approved")
+    # A message the process may have missed (the layer failed): nothing is known any more.
+    _, _, (later,) = await _db(_setup_more)(token)
+    await waits.call_state(token, later["call"], 0.2)
+    waits._hub().doubt()
+    before = reads[later["call"]]
+    await waits.call_state(token, later["call"], 0.2)
+    assert reads[later["call"]] == before + 1
+
+
+def _setup_more(token: str):
+    bot = AgentClient(token)
+    session = bot.session()
+    made = bot.call(session, "pay_invoice", {"vendor": "acme", "amount": 950})
+    assert made.status_code == 202
+    return token, session, [made.json()]
+
+
+async def test_an_operator_cancelling_the_session_wakes_its_waiting_calls():
+    token, session, (call,) = await _db(_setup)()
+    waiting = asyncio.ensure_future(waits.call_state(token, call["call"], 25))
+    await _until(lambda: waits.listeners(wakeups.call_topic(call["call"])) == 1)
+
+    @_db
+    def cancel() -> None:
+        Run.objects.get(pk=session).cancel(reason="stop")
+
+    await cancel()
+    # Long before its 25 s wait ends, and not by a safety read (switched off here).
+    status, body = await asyncio.wait_for(waiting, ANSWER_WITHIN)
+    assert (status, body["status"]) == (200, "cancelled")
