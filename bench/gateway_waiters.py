@@ -221,6 +221,13 @@ def main() -> None:
         "--probe-timeout", type=float, default=60, help="a person's request gives up after"
     )
     parser.add_argument(
+        "--settle",
+        type=float,
+        default=2,
+        help="seconds between the last waiter's arrival and the idle measurement (their "
+        "first reads; more than 30 also covers their first asking again)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         help="py-spy daphne while the waiters wait (collapsed stacks to this file; needs py-spy "
@@ -303,7 +310,7 @@ def main() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and established(port) < args.waiters:
             time.sleep(0.5)
-        time.sleep(2)  # their first reads done
+        time.sleep(args.settle)  # their first reads done
         print(f"[waiting] {established(port)} connections open to daphne; db connections "
               f"(open, in use) {daphne_connections()}; daphne {daphne.status()}")  # fmt: skip
         quiet = daphne.status()["cpu_s"]
