@@ -221,6 +221,19 @@ def main() -> None:
         "--probe-timeout", type=float, default=60, help="a person's request gives up after"
     )
     parser.add_argument(
+        "--settle",
+        type=float,
+        default=2,
+        help="seconds between the last waiter's arrival and the idle measurement (their "
+        "first reads; more than 30 also covers their first asking again)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy daphne while the waiters wait (collapsed stacks to this file; needs py-spy "
+        "on PATH: uv run --with py-spy ...)",
+    )
+    parser.add_argument(
         "--ulimit", action="store_true", help="raise this process's open-files limit to its max"
     )
     args = parser.parse_args()
@@ -297,11 +310,19 @@ def main() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and established(port) < args.waiters:
             time.sleep(0.5)
-        time.sleep(2)  # their first reads done
+        time.sleep(args.settle)  # their first reads done
         print(f"[waiting] {established(port)} connections open to daphne; db connections "
               f"(open, in use) {daphne_connections()}; daphne {daphne.status()}")  # fmt: skip
         quiet = daphne.status()["cpu_s"]
-        time.sleep(10)
+        if args.profile:
+            # Sampled over the same 10 s: where an idle daphne spends its CPU.
+            subprocess.run(
+                ["py-spy", "record", "--pid", str(daphne.proc.pid), "--duration", "10",
+                 "--format", "raw", "--nonblocking", "--output", str(args.profile)],
+                check=False, stdout=subprocess.DEVNULL, timeout=60,
+            )  # fmt: skip
+        else:
+            time.sleep(10)
         busy = (daphne.status()["cpu_s"] - quiet) / 10 * 100
         print(f"[waiting] daphne CPU, no person asking: {busy:.0f} % of a core over 10 s")
         cpu1 = daphne.status()["cpu_s"]

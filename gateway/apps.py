@@ -11,7 +11,7 @@ class GatewayConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from approvals.models import TOOL_FINDERS
-        from runs.models import Step, step_appended
+        from runs.models import Run, Step, run_cancelled, step_appended
 
         from . import callbacks, wakeups
         from .call_tools import tool_of_approval
@@ -24,6 +24,7 @@ class GatewayConfig(AppConfig):
         )
         # A decided call wakes the requests waiting on it (gateway/waits.py).
         step_appended.connect(wakeups.on_step_appended, sender=Step, dispatch_uid="gateway.wakeups")
+        run_cancelled.connect(wakeups.on_run_cancelled, sender=Run, dispatch_uid="gateway.wakeups")
         # An agent switched off: its waiting requests answer 401 at once.
         post_save.connect(
             wakeups.on_agent_saved, sender="gateway.ExternalAgent", dispatch_uid="gateway.wakeups"

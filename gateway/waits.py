@@ -1,14 +1,16 @@
 """Waiting for a person's decision costs the waiting agent's server (almost) nothing.
 
 A waiting call holds no database connection and no thread. The decision is pushed: when an
-external call's decision (or its withdrawal, or its session's end) is committed, a message
-goes to the call's group and its session's group on the channel layer (runs/events.send:
-through Redis in production, in-process when embedded). A waiter joins its group *before* it
-reads the call (a decision committed in between is not lost), then reads the database once,
-and again only when woken or on a slow safety timer (RECHECK_SECONDS, in case a message was
-lost). Each read borrows a pooled connection and a thread of the loop's executor for the
-query alone and gives both back (`_db`), so 10 000 waiting calls cost 10 000 sockets and
-small coroutines, not 10 000 threads or the pool.
+external call's decision (or its withdrawal, or its session's end) is committed, one message
+naming the call and its session goes to the web processes on the channel layer
+(gateway/wakeups.py; through Redis in production, in-process when embedded), and each hands
+it to its own waiters of that call or session (_Hub: one channel per process, not one group
+per waiter). A waiter listens *before* it reads the call (a decision committed in between is
+not lost), then reads the database once, and again only when woken or on a slow, jittered
+safety timer (RECHECK_SECONDS, in case a message was lost). Each read borrows a pooled
+connection and a thread of the loop's executor for the query alone and gives both back
+(`_db`), so 10 000 waiting calls cost 10 000 sockets and small coroutines, not 10 000 threads
+or the pool.
 
 The waits are served by plain ASGI endpoints (agentops/asgi.py sends these paths here),
 never through Django's middleware: a sync middleware gives each request a thread of its own
@@ -26,8 +28,10 @@ agent's token, JSON answers and the 503 of a database that is down.
 """
 
 import asyncio
+import hashlib
 import json
 import logging
+import random
 import re
 import weakref
 from collections.abc import Awaitable, Callable
@@ -49,14 +53,17 @@ from runs.models import Run, Step
 
 from . import sessions
 from .models import ExternalAgent, ExternalCall
-from .wakeups import call_group, session_group
+from .wakeups import DECISIONS_GROUP, call_topic, session_topic
 
 log = logging.getLogger("agentops.gateway")
 
 MAX_WAIT_SECONDS = 30
-# A waiter re-reads the database this often even if no message came (one was lost): the
-# long-poll re-reads anyway when its agent asks again (every MAX_WAIT_SECONDS at most).
+# A waiter re-reads the database this often even if no message came (one was lost).
 RECHECK_SECONDS = 60.0
+# A call read pending, with no message about it since, is known pending this long: an agent
+# asking again within it is answered without a read. A missed message (Redis away) forgets
+# everything at once; one lost otherwise (a channel over capacity) delays a decision by this.
+KNOWN_PENDING_SECONDS = 300.0
 KEEPALIVE_SECONDS = 15.0  # an SSE comment line: proxies do not cut a quiet stream
 
 CALL_PATH = re.compile(r"^/api/external/calls/(?P<id>[0-9a-fA-F-]{32,36})$")
@@ -122,46 +129,81 @@ def read_session_events(token: str, session_id: str, after: int) -> Answer:
 
 # --- waiting -------------------------------------------------------------------------------
 class _Hub:
-    """One channel per process (per event loop) for every wait in it, as runs/feeds.py keeps
-    one feed per watched run: it joins a group when its first waiter does and leaves it with
-    the last, and a single receive loop, never cancelled, hands each message to the waiters
-    of its group. (A receive per waiter, cancelled at each waiter's deadline, is thousands of
-    cancelled Redis reads a minute, and channels_redis can drop a message that a cancelled
-    read had already taken.)"""
+    """Every wait of a process (of an event loop) listens through one channel: the process
+    joins DECISIONS_GROUP once and a single receive loop, never cancelled, hands each
+    decision to the waiters of its call or session, kept in a dict. A wait that begins or
+    ends touches that dict only: no round trip, no lock, whatever the number of waiters.
+
+    (A group per call cost a Redis round trip at each wait's start and end, under a lock
+    that kept them in order: with thousands of agents asking again every 30 s the lock's
+    queue grew without end, and a decided call's answer waited behind it for seconds.)"""
 
     def __init__(self) -> None:
         self.layer = get_channel_layer()
         self.channel = ""
         self.waiters: dict[str, set[asyncio.Queue]] = {}
-        # Group membership changes in order: a leave never undoes a later join.
-        self.lock = asyncio.Lock()
-        self.task: asyncio.Task | None = None
+        self.listening: asyncio.Future | None = None
+        self.tasks: set[asyncio.Task] = set()
+        # Calls read pending while the process was in the group, with no decision about them
+        # received since: topic -> (token digest, when read, the pending answer), oldest
+        # first. A message about the call, or any doubt that one was missed, forgets them.
+        self.pending: dict[str, tuple[bytes, float, dict]] = {}
+        self.joined = False
+        self.epoch = 0  # changes whenever a message may have been missed
 
-    async def join(self, group: str) -> asyncio.Queue:
-        async with self.lock:
-            if not self.channel:
-                self.channel = await self.layer.new_channel()
-                self.task = asyncio.ensure_future(self._receive())
-            inbox: asyncio.Queue = asyncio.Queue()
-            members = self.waiters.setdefault(group, set())
-            if not members:
-                await self.layer.group_add(group, self.channel)
-            members.add(inbox)
-            return inbox
+    def known_pending(self, topic: str, token: str) -> dict | None:
+        """The call's pending answer, if this process knows nothing changed since it read it
+        (for this token) less than KNOWN_PENDING_SECONDS ago."""
+        entry = self.pending.get(topic)
+        if entry is None or entry[0] != _digest(token):
+            return None
+        if asyncio.get_running_loop().time() - entry[1] > KNOWN_PENDING_SECONDS:
+            return None
+        return entry[2]
 
-    async def leave(self, group: str, inbox: asyncio.Queue) -> None:
-        async with self.lock:
-            members = self.waiters.get(group, set())
+    def remember_pending(self, topic: str, token: str, body: dict, read_at: float) -> None:
+        self.pending.pop(topic, None)
+        self.pending[topic] = (_digest(token), read_at, body)
+        too_old = asyncio.get_running_loop().time() - KNOWN_PENDING_SECONDS
+        while self.pending:
+            oldest = next(iter(self.pending))
+            if self.pending[oldest][1] >= too_old:
+                break
+            del self.pending[oldest]
+
+    def doubt(self) -> None:
+        """A message may have been missed: nothing read before is known any more."""
+        self.epoch += 1
+        self.pending.clear()
+
+    async def join(self, topic: str) -> asyncio.Queue:
+        if self.listening is None:
+            self.listening = asyncio.get_running_loop().create_future()
+            self.tasks.add(asyncio.ensure_future(self._listen()))
+        # Only the first waiters of the process wait here (for the membership to be made).
+        await asyncio.shield(self.listening)
+        # Nothing awaited from here on: a waiter cancelled above is in no set.
+        inbox: asyncio.Queue = asyncio.Queue()
+        self.waiters.setdefault(topic, set()).add(inbox)
+        return inbox
+
+    def leave(self, topic: str, inbox: asyncio.Queue) -> None:
+        members = self.waiters.get(topic)
+        if members is not None:
             members.discard(inbox)
-            if members:
-                return
-            self.waiters.pop(group, None)
-            try:
-                await self.layer.group_discard(group, self.channel)
-            except Exception as error:  # membership expires by itself (group_expiry)
-                log.warning("channel layer: leaving %s failed: %s", group, error)
+            if not members:
+                del self.waiters[topic]
 
-    async def _receive(self) -> None:
+    def count(self, topic: str) -> int:
+        return len(self.waiters.get(topic, ()))
+
+    async def _listen(self) -> None:
+        try:
+            self.channel = await self.layer.new_channel()
+            joined = await self._join_group()
+        finally:
+            self.listening.set_result(None)  # never leave the first waiters hanging
+        self.tasks.add(asyncio.ensure_future(self._keep_joined(joined)))
         while True:
             try:
                 message = await self.layer.receive(self.channel)
@@ -169,10 +211,34 @@ class _Hub:
                 raise
             except Exception as error:  # Redis away: the waiters' safety timers still read
                 log.warning("channel layer: receiving failed: %s", error)
+                self.joined = False
+                self.doubt()
                 await asyncio.sleep(1.0)
+                await self._join_group()  # a Redis that restarted empty forgot us
                 continue
-            for inbox in list(self.waiters.get(message.get("group", ""), ())):
-                inbox.put_nowait(message)
+            for topic in message.get("topics", ()):
+                self.pending.pop(topic, None)
+                for inbox in self.waiters.get(topic, ()):
+                    inbox.put_nowait(message)
+
+    async def _join_group(self) -> bool:
+        try:
+            await self.layer.group_add(DECISIONS_GROUP, self.channel)
+        except Exception as error:
+            log.warning("channel layer: joining %s failed: %s", DECISIONS_GROUP, error)
+            self.joined = False
+            self.doubt()
+            return False
+        self.joined = True
+        return True
+
+    async def _keep_joined(self, joined: bool) -> None:
+        # A membership lasts the layer's group_expiry (a day by default): renewed well
+        # before it ends, and every second while joining fails.
+        renew = min(3600.0, getattr(self.layer, "group_expiry", 86_400) / 4)
+        while True:
+            await asyncio.sleep(renew if joined else 1.0)
+            joined = await self._join_group()
 
 
 _hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub]" = weakref.WeakKeyDictionary()
@@ -186,21 +252,26 @@ def _hub() -> _Hub:
     return hub
 
 
-class Listening:
-    """Messages to `group` while the block lasts (join before reading the state)."""
+def listeners(topic: str) -> int:
+    """Waits of this process (this event loop) listening to `topic` now."""
+    return _hub().count(topic)
 
-    def __init__(self, group: str):
-        self.group = group
+
+class Listening:
+    """Decisions about `topic` while the block lasts (join before reading the state)."""
+
+    def __init__(self, topic: str):
+        self.topic = topic
         self.inbox: asyncio.Queue | None = None
 
     async def __aenter__(self) -> "Listening":
         # Embedded: the in-memory layer's queues live on this loop (runs/events.send).
         events.remember_server_loop(asyncio.get_running_loop())
-        self.inbox = await _hub().join(self.group)
+        self.inbox = await _hub().join(self.topic)
         return self
 
     async def __aexit__(self, *exc) -> None:
-        await asyncio.shield(_hub().leave(self.group, self.inbox))
+        _hub().leave(self.topic, self.inbox)
 
     async def next_message(self, timeout: float) -> dict | None:
         """The next message, or None after `timeout` seconds."""
@@ -208,6 +279,29 @@ class Listening:
             return await asyncio.wait_for(self.inbox.get(), max(0.0, timeout))
         except TimeoutError:
             return None
+
+    async def read_call(self, read: Callable[..., Awaitable[Answer]], token: str, call_id: str):
+        """`read(token, call_id)`, remembered by the process while the call stays pending
+        (only if the process listened throughout the read and no message came meanwhile)."""
+        hub = _hub()
+        began, epoch, joined = asyncio.get_running_loop().time(), hub.epoch, hub.joined
+        status, body = await read(token, call_id)
+        pending = status == 200 and body["status"] == sessions.PENDING
+        if pending and joined and hub.epoch == epoch and self.inbox.empty():
+            hub.remember_pending(self.topic, token, body, began)
+        else:
+            hub.pending.pop(self.topic, None)
+        return status, body
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _safety_timer() -> float:
+    # Jittered: waits that began together (a restart, a burst of calls) do not all read the
+    # database in the same second.
+    return RECHECK_SECONDS * random.uniform(0.75, 1.25)
 
 
 async def call_state(token: str, call_id: str, wait: float, *, own_thread: bool = False) -> Answer:
@@ -217,16 +311,24 @@ async def call_state(token: str, call_id: str, wait: float, *, own_thread: bool 
         return await read(token, call_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    async with Listening(call_group(call_id)) as listening:
-        status, body = await read(token, call_id)
+    topic = call_topic(call_id)
+    async with Listening(topic) as listening:
+        # An agent asking again (every MAX_WAIT_SECONDS at most) about a call this process
+        # read pending and heard nothing about since: no read. With 10 000 waiting calls,
+        # reading at each ask was 333 reads a second, all of daphne's CPU.
+        known = _hub().known_pending(topic, token)
+        if known is not None:
+            status, body = 200, known
+        else:
+            status, body = await listening.read_call(read, token, call_id)
         while status == 200 and body["status"] == sessions.PENDING:
             left = deadline - loop.time()
             if left <= 0:
                 break
-            message = await listening.next_message(min(left, RECHECK_SECONDS))
+            message = await listening.next_message(min(left, _safety_timer()))
             if message is None and loop.time() >= deadline:
-                break  # pending still: the agent asks again, which reads the database
-            status, body = await read(token, call_id)  # woken, or the safety timer
+                break  # pending still
+            status, body = await listening.read_call(read, token, call_id)  # woken, or timer
     return status, body
 
 
@@ -313,7 +415,7 @@ async def _until_disconnected(receive) -> None:
 
 async def _unless_disconnected(receive, work: Awaitable):
     """(True, work's result), or (False, None) when the client went away first (the work
-    is cancelled: it leaves its groups on the way out)."""
+    is cancelled: it stops listening on the way out)."""
     gone = asyncio.ensure_future(_until_disconnected(receive))
     task = asyncio.ensure_future(work)
     try:
@@ -380,7 +482,7 @@ async def session_events(scope: dict, receive, send) -> None:
 async def _stream(scope: dict, send, session_id: str, after: int) -> None:
     token, read = _token(scope), _db(read_session_events)
     loop = asyncio.get_running_loop()
-    async with Listening(session_group(session_id)) as listening:
+    async with Listening(session_topic(session_id)) as listening:
         try:
             status, body = await read(token, session_id, after)
         except DatabaseError:
@@ -404,7 +506,7 @@ async def _stream(scope: dict, send, session_id: str, after: int) -> None:
         )
         # A client's retry delay, and a first line so it sees the stream is open.
         await _chunk(send, "retry: 1000\n\n")
-        next_read = loop.time() + RECHECK_SECONDS
+        next_read = loop.time() + _safety_timer()
         while True:
             for seq, state in body["events"]:
                 await _chunk(send, f"id: {seq}\nevent: decision\ndata: {json.dumps(state)}\n\n")
@@ -420,7 +522,7 @@ async def _stream(scope: dict, send, session_id: str, after: int) -> None:
                 if message is not None or loop.time() >= next_read:
                     break
                 await _chunk(send, ": keepalive\n\n")
-            next_read = loop.time() + RECHECK_SECONDS
+            next_read = loop.time() + _safety_timer()
             try:
                 status, body = await read(token, session_id, after)
             except DatabaseError as exc:

@@ -3,28 +3,34 @@ decision is committed (gateway/waits.py explains the waiting side).
 
 Sent for a final decision (approved, rejected, expired: the decision step), for approvals
 cancelled with their session, and for a call its agent withdrew. Sent after commit, through
-runs/events.send (the code that talks to the channel layer), to the call's group and its
-session's group; a group nobody listens to costs a membership count, not a send.
+runs/events.send (the code that talks to the channel layer), once, to DECISIONS_GROUP: every
+web process is in it (one membership each, not one per waiting call) and hands the message
+to its own waiters of that call or session. Decisions come at a person's pace, so each
+process receiving every one costs little; a membership per waiter cost a Redis round trip
+each time an agent asked again (hundreds a second with 10 000 waiting calls).
 """
 
 from uuid import UUID
 
 from django.db import transaction
 
+from approvals.models import Approval
 from runs import events
 from runs.models import Run, Step
 
 from .models import ExternalAgent, ExternalCall
 
 DECIDED = "gateway.decided"
+DECISIONS_GROUP = "gateway.decisions"
 
 
-def call_group(call_id) -> str:
-    return f"gateway.call.{UUID(str(call_id)).hex}"
+def call_topic(call_id) -> str:
+    """What the waiters of one call listen to in their process (gateway/waits.py)."""
+    return f"call.{UUID(str(call_id)).hex}"
 
 
-def session_group(run_id) -> str:
-    return f"gateway.session.{UUID(str(run_id)).hex}"
+def session_topic(run_id) -> str:
+    return f"session.{UUID(str(run_id)).hex}"
 
 
 # --- pushing -----------------------------------------------------------------------------
@@ -50,8 +56,8 @@ def publish_decided_on_commit(call_id, run_id) -> None:
 
 def publish_decided(call_id, run_id) -> None:
     """Wake whoever waits on this call or its session (after commit; never raises)."""
-    for group in (call_group(call_id), session_group(run_id)):
-        events.send(group, {"type": DECIDED, "group": group, "call": str(call_id)})
+    topics = [call_topic(call_id), session_topic(run_id)]
+    events.send(DECISIONS_GROUP, {"type": DECIDED, "topics": topics, "call": str(call_id)})
 
 
 def publish_cancelled_on_commit(approval_ids, run_id) -> None:
@@ -65,9 +71,20 @@ def publish_cancelled_on_commit(approval_ids, run_id) -> None:
 
 def publish_session_ended_on_commit(run_id) -> None:
     """The session ended: its event streams say so and end."""
-    group = session_group(run_id)
-    message = {"type": DECIDED, "group": group, "call": None}
-    transaction.on_commit(lambda: events.send(group, message))
+    message = {"type": DECIDED, "topics": [session_topic(run_id)], "call": None}
+    transaction.on_commit(lambda: events.send(DECISIONS_GROUP, message))
+
+
+def on_run_cancelled(sender, run: Run, **kwargs) -> None:
+    """runs.models.run_cancelled: an operator cancelled an external session; its waiting
+    calls (their approvals cancelled with it) and event streams learn it at once."""
+    if run.trigger != Run.Trigger.EXTERNAL:
+        return
+    approvals = Approval.objects.filter(
+        run=run, status__in=[Approval.Status.PENDING, Approval.Status.CANCELLED]
+    ).values_list("pk", flat=True)
+    publish_cancelled_on_commit(approvals, run.pk)
+    publish_session_ended_on_commit(run.pk)
 
 
 def on_agent_saved(sender, instance: ExternalAgent, created: bool = False, **kwargs) -> None:

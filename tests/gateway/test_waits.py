@@ -12,7 +12,6 @@ import threading
 
 import pytest
 from asgiref.sync import SyncToAsync, sync_to_async
-from channels.layers import get_channel_layer
 from channels.testing import ApplicationCommunicator, HttpCommunicator
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -83,11 +82,9 @@ def _get(path: str, token: str, **headers) -> HttpCommunicator:
     return HttpCommunicator(application, "GET", path, headers=sent)
 
 
-async def _members(group: str) -> int:
-    layer = get_channel_layer()
-    if hasattr(layer, "groups"):  # in-memory
-        return len(layer.groups.get(group, {}))
-    return await layer.connection(layer.consistent_hash(group)).zcard(layer._group_key(group))
+async def _members(topic: str) -> int:
+    """Waits of this process listening to `topic` (the test's loop is the server's)."""
+    return waits.listeners(topic)
 
 
 async def _until(predicate, timeout: float = ANSWER_WITHIN) -> None:
@@ -101,34 +98,34 @@ async def test_a_decision_wakes_the_long_poll_at_once():
     token, _, (call,) = await _db(_setup)()
     poll = _get(f"/api/external/calls/{call['call']}?wait=25", token)
     await poll.send_input({"type": "http.request", "body": b""})
-    group = wakeups.call_group(call["call"])
-    await _until(lambda: _members_is(group, 1))
+    topic = wakeups.call_topic(call["call"])
+    await _until(lambda: _members_is(topic, 1))
     await _db(_decide)(call["approval"])
     response = await poll.get_response(timeout=ANSWER_WITHIN)
     body = json.loads(response["body"])
     assert response["status"] == 200
     assert (body["status"], body["args"]) == ("approved", INVOICE)
-    assert await _members(group) == 0  # it left its group
+    assert await _members(topic) == 0  # it stopped listening
 
 
-async def _members_is(group: str, count: int) -> bool:
-    return await _members(group) == count
+async def _members_is(topic: str, count: int) -> bool:
+    return await _members(topic) == count
 
 
 async def test_a_waiter_that_times_out_leaves_the_others_listening():
     token, _, (call,) = await _db(_setup)()
-    group = wakeups.call_group(call["call"])
+    topic = wakeups.call_topic(call["call"])
     short = _get(f"/api/external/calls/{call['call']}?wait=0.5", token)
     long = _get(f"/api/external/calls/{call['call']}?wait=25", token)
     await long.send_input({"type": "http.request", "body": b""})
-    await _until(lambda: _members_is(group, 1))
-    # The short wait ends pending; the process stays in the call's group for the long one.
+    await _until(lambda: _members_is(topic, 1))
+    # The short wait ends pending; the process still listens to the call for the long one.
     assert json.loads((await short.get_response(ANSWER_WITHIN))["body"])["status"] == "pending"
-    assert await _members(group) == 1
+    assert await _members(topic) == 1
     await _db(_decide)(call["approval"])
     answer = await long.get_response(timeout=ANSWER_WITHIN)
     assert json.loads(answer["body"])["status"] == "approved"
-    await _until(lambda: _members_is(group, 0))
+    await _until(lambda: _members_is(topic, 0))
 
 
 async def test_the_long_poll_answers_like_the_api():
@@ -178,7 +175,7 @@ async def test_more_waiting_calls_than_the_pool_hold_no_thread_and_others_are_se
         await poll.send_input({"type": "http.request", "body": b""})
 
     async def all_listening() -> bool:
-        counts = [await _members(wakeups.call_group(c["call"])) for c in calls]
+        counts = [await _members(wakeups.call_topic(c["call"])) for c in calls]
         return all(counts)
 
     await _until(all_listening)
@@ -205,14 +202,14 @@ async def test_more_waiting_calls_than_the_pool_hold_no_thread_and_others_are_se
     assert {json.loads(a["body"])["status"] for a in answers} == {"cancelled"}
 
 
-async def test_a_client_that_goes_away_leaves_its_group():
+async def test_a_client_that_goes_away_stops_listening():
     token, _, (call,) = await _db(_setup)()
     poll = _get(f"/api/external/calls/{call['call']}?wait=25", token)
     await poll.send_input({"type": "http.request", "body": b""})
-    group = wakeups.call_group(call["call"])
-    await _until(lambda: _members_is(group, 1))
+    topic = wakeups.call_topic(call["call"])
+    await _until(lambda: _members_is(topic, 1))
     await poll.send_input({"type": "http.disconnect"})
-    await _until(lambda: _members_is(group, 0))
+    await _until(lambda: _members_is(topic, 0))
     await poll.wait(timeout=ANSWER_WITHIN)
 
 
@@ -256,7 +253,7 @@ async def test_the_event_stream_pushes_decisions_and_resumes_after_a_drop():
     token, session, (first, second) = await _db(_setup)(2)
     stream = Stream(token, session)
     assert await stream.open() == 200
-    await _until(lambda: _members_is(wakeups.session_group(session), 1))
+    await _until(lambda: _members_is(wakeups.session_topic(session), 1))
     await _db(_decide)(first["approval"])
     event = await stream.event()
     assert (event["event"], event["data"]["call"], event["data"]["status"]) == (
@@ -295,7 +292,7 @@ async def test_a_long_poll_already_waiting_gets_401_once_its_agent_is_switched_o
     token, _, (call,) = await _db(_setup)()
     poll = _get(f"/api/external/calls/{call['call']}?wait=25", token)
     await poll.send_input({"type": "http.request", "body": b""})
-    await _until(lambda: _members_is(wakeups.call_group(call["call"]), 1))
+    await _until(lambda: _members_is(wakeups.call_topic(call["call"]), 1))
 
     @_db
     def switch_off():

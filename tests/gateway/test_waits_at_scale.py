@@ -1,0 +1,185 @@
+"""Many calls waiting in one process: waiting costs the channel layer nothing per waiter, and
+a decision reaches its own waiter at once however many others come and go (gateway/waits.py).
+
+Waiters here are `waits.call_state`, what the long-poll endpoint runs, side by side in this
+test's loop as in one daphne. Transactional: their reads run in executor threads.
+"""
+
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+from channels.layers import get_channel_layer
+
+from gateway import waits, wakeups
+from runs.models import Run
+
+from .conftest import AgentClient, make_agent
+from .test_waits import ANSWER_WITHIN, _db, _decide, _setup
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_safety_reads(monkeypatch):
+    # Only a pushed decision may answer: the safety timer would hide a lost one.
+    monkeypatch.setattr(waits, "RECHECK_SECONDS", 3600.0)
+
+
+@pytest.fixture
+def reads(monkeypatch) -> Counter:
+    """Database reads of a call's state, by call id."""
+    counted: Counter = Counter()
+    real = waits.read_call
+
+    def read_call(token: str, call_id: str):
+        counted[call_id] += 1
+        return real(token, call_id)
+
+    monkeypatch.setattr(waits, "read_call", read_call)
+    return counted
+
+
+@pytest.fixture
+def layer_calls(monkeypatch) -> Counter:
+    """Calls this process makes to the channel layer, by method."""
+    layer = get_channel_layer()
+    counted: Counter = Counter()
+    for name in ("group_add", "group_discard", "receive", "new_channel"):
+        real = getattr(layer, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            counted[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(layer, name, counting)
+    return counted
+
+
+async def _until(predicate, timeout: float = ANSWER_WITHIN) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def test_waiting_calls_cost_the_channel_layer_nothing_each_and_never_poll(reads, layer_calls):
+    token, _, calls = await _db(_setup)(40)
+    waiting = [asyncio.ensure_future(waits.call_state(token, c["call"], 25)) for c in calls]
+    await _until(lambda: len(reads) == len(calls))
+    before = (Counter(reads), Counter(layer_calls))
+    await asyncio.sleep(1.0)  # nobody decides
+    # Over a quiet second: no waiter read the database again, none talked to the layer.
+    assert (reads, layer_calls) == before
+    assert set(reads.values()) == {1}
+    # The process listens once for all of them: membership does not grow with the waiters.
+    assert layer_calls["group_add"] + layer_calls["group_discard"] <= 1
+    assert layer_calls["receive"] <= 1
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    assert layer_calls["group_discard"] == 0  # waiters leave in-process
+
+
+async def test_a_waiter_is_woken_by_its_own_call_only(reads):
+    token, _, (mine, other) = await _db(_setup)(2)
+    mine_waits = asyncio.ensure_future(waits.call_state(token, mine["call"], 25))
+    other_waits = asyncio.ensure_future(waits.call_state(token, other["call"], 25))
+    await _until(lambda: reads[mine["call"]] == reads[other["call"]] == 1)
+    await _db(_decide)(mine["approval"])
+    status, body = await asyncio.wait_for(mine_waits, ANSWER_WITHIN)
+    assert (status, body["status"]) == (200, "approved")
+    await asyncio.sleep(0.3)
+    assert reads[other["call"]] == 1  # not woken: still waiting on its first read
+    assert not other_waits.done()
+    other_waits.cancel()
+    await asyncio.gather(other_waits, return_exceptions=True)
+
+
+async def test_a_decision_reaches_its_waiter_at_once_while_many_others_come_and_go(
+    reads, monkeypatch
+):
+    # Agents re-poll all the time (10 000 waiting calls: 333 new long-polls a second), and
+    # each channel-layer round trip takes a while on a busy Redis. Neither may hold back
+    # the answer of a decided call.
+    layer = get_channel_layer()
+    for name in ("group_add", "group_discard"):
+        real = getattr(layer, name)
+
+        async def slow(*args, _real=real, **kwargs):
+            await asyncio.sleep(0.2)
+            return await _real(*args, **kwargs)
+
+        monkeypatch.setattr(layer, name, slow)
+    token, _, (decided, *others) = await _db(_setup)(11)
+    stop = asyncio.Event()
+    asked: Counter = Counter()
+
+    async def re_polling(call_id: str) -> None:
+        while not stop.is_set():
+            await waits.call_state(token, call_id, 0.5)
+            asked[call_id] += 1
+
+    churn = [asyncio.ensure_future(re_polling(c["call"])) for c in others]
+    waiter = asyncio.ensure_future(waits.call_state(token, decided["call"], 25))
+    await _until(lambda: reads[decided["call"]] == 1)
+    await asyncio.sleep(1.5)  # the others keep coming and going
+    await _db(_decide)(decided["approval"])
+    committed = time.monotonic()
+    try:
+        status, body = await asyncio.wait_for(waiter, ANSWER_WITHIN)
+        took = time.monotonic() - committed
+    finally:
+        stop.set()
+        for task in churn:
+            task.cancel()
+        await asyncio.gather(*churn, return_exceptions=True)
+    assert (status, body["status"]) == (200, "approved")
+    assert took < 0.5, f"the decided call was answered {took:.2f} s after its decision"
+    assert min(asked[c["call"]] for c in others) >= 2  # they did come and go meanwhile
+
+
+async def test_an_agent_asking_again_is_answered_from_what_the_process_knows(reads):
+    token, _, (call,) = await _db(_setup)()
+    first = await waits.call_state(token, call["call"], 0.2)
+    again = await waits.call_state(token, call["call"], 0.2)
+    assert first == again and first[1]["status"] == "pending"
+    assert reads[call["call"]] == 1  # asked twice, read once: nothing came about it since
+    # Another agent's token is never answered from it.
+    other = await _db(lambda: make_agent("other-bot")[1])()
+    assert (await waits.call_state(other, call["call"], 0.2))[0] == 404
+    # Decided while nobody waited: the message makes the process forget, the next ask reads.
+    await _db(_decide)(call["approval"])
+    await _until(lambda: not waits._hub().pending)
+    status, body = await waits.call_state(token, call["call"], 0.2)
+    assert (status, body["status"]) == (200, "approved")
+    # A message the process may have missed (the layer failed): nothing is known any more.
+    _, _, (later,) = await _db(_setup_more)(token)
+    await waits.call_state(token, later["call"], 0.2)
+    waits._hub().doubt()
+    before = reads[later["call"]]
+    await waits.call_state(token, later["call"], 0.2)
+    assert reads[later["call"]] == before + 1
+
+
+def _setup_more(token: str):
+    bot = AgentClient(token)
+    session = bot.session()
+    made = bot.call(session, "pay_invoice", {"vendor": "acme", "amount": 950})
+    assert made.status_code == 202
+    return token, session, [made.json()]
+
+
+async def test_an_operator_cancelling_the_session_wakes_its_waiting_calls():
+    token, session, (call,) = await _db(_setup)()
+    waiting = asyncio.ensure_future(waits.call_state(token, call["call"], 25))
+    await _until(lambda: waits.listeners(wakeups.call_topic(call["call"])) == 1)
+
+    @_db
+    def cancel() -> None:
+        Run.objects.get(pk=session).cancel(reason="stop")
+
+    await cancel()
+    # Long before its 25 s wait ends, and not by a safety read (switched off here).
+    status, body = await asyncio.wait_for(waiting, ANSWER_WITHIN)
+    assert (status, body["status"]) == (200, "cancelled")
