@@ -9,6 +9,7 @@ from collections.abc import Hashable
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from accounts import teams
 from agentkit import metrics
 
 from . import access, events, feeds, live
@@ -287,6 +288,8 @@ class GroupConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
         self.watch_access()
 
     def may_see(self, user) -> bool:
+        # The agents whose events reach this socket: read at connect and at each re-check.
+        self.agents = teams.scope(user, teams.Power.VIEW)
         return user.can_view
 
     async def send_current_state(self) -> None:
@@ -316,7 +319,8 @@ class DashboardConsumer(GroupConsumer):
         return await live.run_payload(event)
 
     async def run_changed(self, event):
-        await self.forward(event)
+        if self.agents.allows(event.get("agent", "")):
+            await self.forward(event)
 
 
 async def send_html_or_json(consumer: AsyncJsonWebsocketConsumer, event: dict) -> None:
