@@ -106,6 +106,14 @@ class Team(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(max_length=50, unique=True, help_text="Used by the OIDC mapping.")
+    # Where the team's approvals are announced besides e-mail to its deciders (each optional;
+    # the installation-wide AGENTOPS_WEBHOOK_URLS / AGENTOPS_SLACK_CHANNEL are the admins').
+    webhook_url = models.URLField(
+        blank=True, help_text="Signed JSON webhook for this team's approvals (http or https)."
+    )
+    slack_channel = models.CharField(
+        max_length=32, blank=True, help_text="Slack channel id for this team's approvals."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

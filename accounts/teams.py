@@ -16,11 +16,18 @@ A team owns agents (TeamAgent) and has members (TeamMember). For an agent:
 build their `visible_to` / `decidable_by` querysets on it, so the rule lives here alone.
 """
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.db.models import FilteredRelation, Q, TextChoices
 
-from .models import TeamAgent
+from agentkit.agents import CATALOGUE
+
+from .models import Role, Team, TeamAgent, TeamMember
+
+# Apps that know agents the code catalogue does not (gateway/: external agents) add a source
+# of their names here at start-up; the Teams page offers them.
+AGENT_SOURCES: list[Callable[[], Iterable[str]]] = []
 
 
 class Power(TextChoices):
@@ -119,3 +126,36 @@ def scope(user, power: str) -> AgentScope:
 
 def may(user, power: str, agent: str) -> bool:
     return scope(user, power).allows(agent)
+
+
+# --- who is told: the same rule, from the agent's side -------------------------------------------
+def owned(agent: str) -> bool:
+    return TeamAgent.objects.filter(agent=agent).exists()
+
+
+def members_reaching(users, power: str, agent: str):
+    """Of the `users` queryset, those whose teams reach `agent` with `power`: everyone for an
+    agent no team owns (their roles decide, as before), else global admins and the members of
+    an owning team that grants it. The role each power also needs is the caller's filter."""
+    power = Power(power)
+    if not owned(agent):
+        return users if power != Power.ADMINISTER else users.filter(_ADMINS)
+    flag = {} if power == Power.VIEW else {power.value: True}
+    members = TeamMember.objects.filter(team__agents__agent=agent, **flag).values("user_id")
+    return users.filter(_ADMINS | Q(pk__in=members)).distinct()
+
+
+_ADMINS = Q(is_superuser=True) | Q(groups__name=Role.ADMIN)
+
+
+def teams_owning(agent: str):
+    return Team.objects.filter(agents__agent=agent).order_by("name")
+
+
+def known_agents() -> list[str]:
+    """Every agent name a team could own: the catalogue's, other apps' (external agents), and
+    any a team already names (an agent removed from the code stays removable)."""
+    names = set(CATALOGUE) | set(TeamAgent.objects.values_list("agent", flat=True))
+    for source in AGENT_SOURCES:
+        names |= set(source())
+    return sorted(names)

@@ -17,6 +17,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("metrics", monitoring.metrics_view, name="metrics"),
     path("approvals/", include("approvals.urls")),
+    path("teams/", include("accounts.urls")),
     path("slack/actions", slack_actions, name="slack_actions"),
     path("", include("history.urls")),
     path("", include("triggers.urls")),

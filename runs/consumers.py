@@ -44,6 +44,9 @@ class WatchedAccess:
         their periodic re-check."""
         return type(self)
 
+    def adopt(self, checked: "WatchedAccess | None") -> None:
+        """Take what the shared re-check of `checked` (a socket like this one) read."""
+
     async def admit(self) -> bool:
         """connect()'s access check; False once it has refused the socket."""
         user = self.scope.get("user")
@@ -167,8 +170,9 @@ class AccessWatch:
         # Sessions whose sockets opened together (a server restart) check at different times.
         await asyncio.sleep(ACCESS_CHECK_SECONDS * random.uniform(0.5, 1.0))
         while self.sockets:
+            checked = next(iter(self.sockets))
             try:
-                allowed = await next(iter(self.sockets))._still_allowed()
+                allowed = await checked._still_allowed()
             except Exception:
                 # The database unreachable: try again next time, as a new socket would.
                 log.exception("re-checking live sockets' access failed")
@@ -177,6 +181,8 @@ class AccessWatch:
                 for socket in list(self.sockets):
                     await socket.end_access()
                 return
+            for socket in list(self.sockets):
+                socket.adopt(checked)
             await asyncio.sleep(ACCESS_CHECK_SECONDS)
 
 
@@ -291,6 +297,10 @@ class GroupConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
         # The agents whose events reach this socket: read at connect and at each re-check.
         self.agents = teams.scope(user, teams.Power.VIEW)
         return user.can_view
+
+    def adopt(self, checked: "WatchedAccess | None") -> None:
+        if checked is not None and checked is not self:
+            self.agents = checked.agents
 
     async def send_current_state(self) -> None:
         """After subscribing: what changed between the page render and the subscription."""
