@@ -3,6 +3,7 @@ import logging
 from axes.utils import reset as reset_sign_in_failures
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
+from django.db import models
 
 from .models import ApiToken, Team, TeamAgent, TeamMember, User
 
@@ -62,6 +63,7 @@ class TeamAdmin(admin.ModelAdmin):
     search_fields = ["name", "slug", "agents__agent"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [TeamAgentInline, TeamMemberInline]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     @admin.display(description="agents")
     def agent_list(self, team: Team) -> str:

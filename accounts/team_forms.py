@@ -2,10 +2,17 @@
 members, edited together (a model formset of TeamMember)."""
 
 from django import forms
-from django.db import transaction
+from django.db import models, transaction
 
 from . import teams
 from .models import Team, TeamAgent, TeamMember, User
+
+
+def _https_by_default(field, **kwargs):
+    # A URL typed without its scheme means https (Django 6's default, chosen now).
+    if isinstance(field, models.URLField):
+        kwargs["assume_scheme"] = "https"
+    return field.formfield(**kwargs)
 
 
 class TeamForm(forms.ModelForm):
@@ -18,6 +25,7 @@ class TeamForm(forms.ModelForm):
     class Meta:
         model = Team
         fields = ["name", "slug", "agents", "webhook_url", "slack_channel"]
+        formfield_callback = _https_by_default
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
