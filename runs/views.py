@@ -305,7 +305,10 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         "last_seq": steps[-1].seq if steps else 0,
         "checkpoints": run.checkpoints.order_by("-seq").values("seq", "created_at")[:50],
         # The runs this one came from and led to (chained, forked, replayed).
-        "parent": Run.objects.filter(pk=run.parent_id).only("agent", "status").first()
+        "parent": Run.objects.visible_to(request.user)
+        .filter(pk=run.parent_id)
+        .only("agent", "status")
+        .first()
         if run.parent_id
         else None,
         # The checkpoint's seq only: its state can be large.
@@ -315,7 +318,9 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         if run.forked_from_id
         else None,
         "children": list(
-            run.children.only("agent", "status", "trigger").order_by("created_at")[:50]
+            run.children.visible_to(request.user)
+            .only("agent", "status", "trigger")
+            .order_by("created_at")[:50]
         ),
         # What the run declared it would launch on success (chained runs).
         "follow_ups": run.agent_config.get("follow_ups") or [],
