@@ -60,7 +60,8 @@ class AgentScope:
 
     def q(self, field: str = "agent") -> Q:
         """The queryset condition: `Run.objects.filter(scope.q())`."""
-        if self.everything:
+        if self.everything or (self.unowned_too and not self.owned):
+            # No team owns anything (a fresh install): no condition, no join.
             return Q()
         condition = Q(**{f"{field}__in": sorted(self.granted)})
         if self.unowned_too:
