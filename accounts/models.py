@@ -95,3 +95,75 @@ class ApiToken(models.Model):
         user = token.user
         user.api_token_name = token.name  # a run launched with it says so (Run.source)
         return user
+
+
+class Team(models.Model):
+    """People and the agents they work on (accounts/teams.py says what a membership grants).
+
+    The agent catalogue is declared in code, so which agents a team owns is data an admin
+    edits here (TeamAgent rows naming agents by slug). An agent owned by no team is reached
+    through the global roles alone, as before teams existed."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=50, unique=True, help_text="Used by the OIDC mapping.")
+    # Where the team's approvals are announced besides e-mail to its deciders (each optional;
+    # the installation-wide AGENTOPS_WEBHOOK_URLS / AGENTOPS_SLACK_CHANNEL are the admins').
+    webhook_url = models.URLField(
+        blank=True, help_text="Signed JSON webhook for this team's approvals (http or https)."
+    )
+    slack_channel = models.CharField(
+        max_length=32, blank=True, help_text="Slack channel id for this team's approvals."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def agent_slugs(self) -> list[str]:
+        return sorted(a.agent for a in self.agents.all())
+
+
+class TeamAgent(models.Model):
+    """One agent a team owns (an agent may belong to several teams)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="agents")
+    agent = models.SlugField(max_length=64)
+
+    class Meta:
+        ordering = ["agent"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "agent"], name="team_agent_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.agent}"
+
+
+class TeamMember(models.Model):
+    """A user in a team. Membership alone lets them view the team's runs and approvals; the
+    flags add the rest. Each is capped by the global role (a team narrows what a role reaches,
+    it does not widen it), except `administer`, which is the team's own grant."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="members")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="team_memberships")
+    launch = models.BooleanField(default=False, help_text="Launch and cancel runs.")
+    decide = models.BooleanField(default=False, help_text="Decide approvals, answer questions.")
+    administer = models.BooleanField(
+        default=False, help_text="Administer the agents' gate rules (learned rules, overrides)."
+    )
+    # Set when the OIDC group mapping granted it: the next sign-in may take it away again,
+    # while a membership an admin added by hand stays.
+    from_sso = models.BooleanField(default=False, editable=False)
+
+    class Meta:
+        ordering = ["team", "user"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "user"], name="team_member_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team}"

@@ -1,8 +1,9 @@
 """django-allauth's hooks for OpenID Connect sign-in (loaded only when AGENTOPS_OIDC_ISSUER is
 set: settings name these adapters, and allauth is installed only then).
 
-Roles are refreshed from the provider's claims before the session is granted, at every
-sign-in: for a known person in `pre_social_login`, for a new one once allauth has saved them.
+Roles and team memberships are refreshed from the provider's claims before the session is
+granted, at every sign-in: for a known person in `pre_social_login`, for a new one once allauth
+has saved them.
 """
 
 import logging
@@ -22,7 +23,17 @@ BACKEND = "accounts.sso.SsoBackend"
 
 def refresh_roles(user: User, sociallogin: SocialLogin) -> None:
     claims = sso.merged_claims(sociallogin.account.extra_data or {})
-    added, removed = sso.sync_roles(user, sso.configured_mapping().roles_for(claims))
+    mapping = sso.configured_mapping()
+    added, removed = sso.sync_roles(user, mapping.roles_for(claims))
+    joined, left = sso.sync_teams(user, mapping.teams_for(claims))
+    if joined or left:
+        log.warning(
+            "single sign-on changed teams of %r: joined or changed %s, left %s",
+            user.get_username(),
+            sorted(joined) or "none",
+            sorted(left) or "none",
+            extra={"security_event": "sso_teams", "username": user.get_username()},
+        )
     if added or removed:
         log.warning(
             "single sign-on changed roles of %r: added %s, removed %s",

@@ -165,6 +165,8 @@ AGENTOPS_SSO = {
     # of its values grants: "<value>:<role>,..." (accounts/sso.py).
     "ROLE_CLAIM": env.str("AGENTOPS_OIDC_ROLE_CLAIM", default="groups"),
     "ROLES": env.str("AGENTOPS_OIDC_ROLES", default=""),
+    # And which teams: "<value>:<team slug>[+launch][+decide][+administer],..." (accounts/sso.py).
+    "TEAMS": env.str("AGENTOPS_OIDC_TEAMS", default=""),
 }
 if not PASSWORD_LOGIN and not SSO_ENABLED:
     raise environ.ImproperlyConfigured(

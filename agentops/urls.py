@@ -19,6 +19,7 @@ urlpatterns = [
     path("metrics/processes", monitoring.process_metrics_view, name="metrics-processes"),
     path("metrics/state", monitoring.state_metrics_view, name="metrics-state"),
     path("approvals/", include("approvals.urls")),
+    path("teams/", include("accounts.urls")),
     path("slack/actions", slack_actions, name="slack_actions"),
     path("", include("history.urls")),
     path("", include("triggers.urls")),

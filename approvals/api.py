@@ -204,6 +204,9 @@ def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
     Answers with the approval as decided (status, decided_by, the arguments that run, votes);
     its run's context is in GET /api/approvals/{id}."""
     user = _user(request)
+    if _get(approval_id, user) is None:
+        # Not one this caller's teams see: as if it did not exist.
+        return _error(404, "no such approval")
     try:
         approval = decisions.decide(
             approval_id,

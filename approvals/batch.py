@@ -79,7 +79,8 @@ def decide_batch(
 
 
 def _one(user, decision: str, approval_id: str, shown: str, reason: str) -> ItemResult:
-    approval = Approval.objects.filter(pk=approval_id).first() if _is_uuid(approval_id) else None
+    visible = Approval.objects.visible_to(user)
+    approval = visible.filter(pk=approval_id).first() if _is_uuid(approval_id) else None
     if approval is None:
         return ItemResult(approval_id, "not_found", 404, "no such approval")
     refused = _refusal(approval, decision, shown)

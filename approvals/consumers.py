@@ -35,7 +35,9 @@ class ApprovalsConsumer(GroupConsumer):
             )
         # A page rendered just before an approval was opened would miss its push and show a
         # stale count until the next change (a run launched from the form gates within ms).
-        state = await database_sync_to_async(stream_messages.render_approval_event)(self.watching)
+        state = await database_sync_to_async(stream_messages.render_approval_event)(
+            self.watching, self.agents
+        )
         await send_html_or_json(self, state)
         if self.watching:
             await self._send_presence()
@@ -88,7 +90,7 @@ class ApprovalsConsumer(GroupConsumer):
             )
 
     async def rendered(self, event: dict) -> dict:
-        return await stream_messages.approval_payload(event)
+        return await stream_messages.approval_payload(event, self.agents)
 
     async def approvals_changed(self, event):
         await self.forward(event)

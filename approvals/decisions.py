@@ -127,7 +127,7 @@ def record_open(approval: Approval, user) -> ApprovalView | None:
     """
     if approval.status != Approval.Status.PENDING:
         return None
-    if not permissions.can_decide(user):
+    if not permissions.can_decide(user) or permissions.outside_teams(approval.run, user):
         return None
     view, _ = ApprovalView.objects.get_or_create(
         approval=approval, user=user, defaults={"first_opened_at": timezone.now()}

@@ -21,10 +21,9 @@ def queue(approvals: QuerySet | None = None) -> list[Approval]:
     return list(in_queue_order(approvals)[:QUEUE_PAGE])
 
 
-def oldest_riskiest(limit: int = DASHBOARD_LIMIT) -> list[Approval]:
+def oldest_riskiest(
+    approvals: QuerySet | None = None, limit: int = DASHBOARD_LIMIT
+) -> list[Approval]:
     """The dashboard's pending approvals: riskiest first, then the longest waiting."""
-    return list(
-        Approval.objects.pending()
-        .select_related("run")
-        .order_by("risk_rank", "requested_at")[:limit]
-    )
+    approvals = Approval.objects.pending() if approvals is None else approvals
+    return list(approvals.select_related("run").order_by("risk_rank", "requested_at")[:limit])

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts import teams
 from agentkit import pii
 from agentkit.tools import Tool, get_tool
 
@@ -24,9 +25,15 @@ class ApprovalQuerySet(models.QuerySet):
         return self.filter(status=Approval.Status.PENDING)
 
     def visible_to(self, user):
-        if user.is_authenticated and user.can_view:
-            return self
-        return self.none()
+        """Approvals `user` may read: those of runs on agents their teams reach."""
+        agents = teams.scope(user, teams.Power.VIEW)
+        return self.none() if agents.nothing else self.filter(agents.q("run__agent"))
+
+    def decidable_by(self, user):
+        """Approvals whose agent `user` may decide for (role and team); the finer rules
+        (named approvers, four-eyes, quorum) are approvals/permissions.py's."""
+        agents = teams.scope(user, teams.Power.DECIDE)
+        return self.none() if agents.nothing else self.filter(agents.q("run__agent"))
 
 
 class Approval(models.Model):

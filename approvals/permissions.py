@@ -1,6 +1,8 @@
 """Who may decide an approval: every rule about it, in one place.
 
 - Roles: only a user with the approver or admin role decides (`can_decide`).
+- Teams: and only for the agents their teams decide for (`outside_teams`, accounts/teams.py);
+  nothing below reaches past it, delegation included.
 - Named approvers: an agent that names its approvers (GateRules.approvers) is decided by them
   alone, admins included, and by the people an escalation tier has been told about
   (approvals/notify/escalation.py records who: `escalated_to`).
@@ -16,6 +18,7 @@ Reads only. The decision service (approvals/decisions.py) asks these under its l
 pages and the API ask them to show who may act.
 """
 
+from accounts import teams
 from agentkit.tools import Blast
 from runs.models import Run
 
@@ -27,6 +30,14 @@ ONLY_APPROVERS = "only approvers and admins can decide approvals"
 def can_decide(user) -> bool:
     """The role rule: approvers and admins decide; nobody else, whatever the agent says."""
     return user is not None and user.is_authenticated and user.can_approve
+
+
+def outside_teams(run: Run, user) -> str:
+    """The team rule (accounts/teams.py): why the user's teams do not decide for this run's
+    agent, or "". Neither a named approver nor a delegation reaches past it."""
+    if teams.may(user, teams.Power.DECIDE, run.agent):
+        return ""
+    return f"your teams do not decide the approvals of {run.agent}"
 
 
 def rank(risk: str) -> int:
@@ -54,6 +65,8 @@ def forbidden_reason(approval: Approval, run: Run, user, decision: str = "approv
     """Why `user` may not make `decision` on this approval, or "" if they may."""
     if not can_decide(user):
         return ONLY_APPROVERS
+    if outside := outside_teams(run, user):
+        return outside
     rules = gate_rules(run)
     named = rules.get("approvers") or []
     if (
@@ -87,7 +100,7 @@ def acting_for(approval: Approval, run: Run, user, decision: str):
     themselves: the first delegator who could. None if nobody. The delegate's own four-eyes
     rule still holds, and a quorum needs each approver's own vote, so delegates do not vote
     on one."""
-    if _four_eyes_reason(approval, run, user, decision):
+    if _four_eyes_reason(approval, run, user, decision) or outside_teams(run, user):
         return None
     if votes_needed(approval, gate_rules(run)) > 1:
         return None

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
+from accounts import teams
 from runs import live
 
 from . import listing, presence
@@ -19,15 +20,18 @@ QUEUE = "approvals/queue.html"
 DETAIL = "approvals/detail.html"
 
 
-def render_approval_event(approval_id: Any) -> dict:
-    """The approvals group's messages for one change (None: only the current state)."""
-    approval = Approval.objects.select_related("decided_by", "grant").filter(pk=approval_id).first()
-    rows = presence.mark_claims(listing.queue())
+def render_approval_event(approval_id: Any, agents: teams.AgentScope) -> dict:
+    """The approvals group's messages for one change (None: only the current state), as seen
+    by those whose teams reach `agents` (rendered once per such audience)."""
+    visible = Approval.objects.filter(agents.q("run__agent"))
+    approval = visible.select_related("decided_by", "grant").filter(pk=approval_id).first()
+    pending = visible.pending()
+    rows = presence.mark_claims(listing.queue(pending))
     ctx = {
         "approval": approval,
         "rows": rows,
-        "pending": listing.oldest_riskiest(),
-        "pending_count": Approval.objects.pending().count(),
+        "pending": listing.oldest_riskiest(pending),
+        "pending_count": pending.count(),
         "oob": True,
     }
     html = [
@@ -59,11 +63,14 @@ def presence_context(approval: Approval, user) -> dict:
         "approval": approval,
         "others": [v for v in viewers if v.user_id != user.pk],
         "my_claim": mine.claimed_at if mine else None,
-        "can_claim": user.can_approve and approval.status == Approval.Status.PENDING,
+        "can_claim": approval.status == Approval.Status.PENDING
+        and teams.may(user, teams.Power.DECIDE, approval.run.agent),
     }
 
 
-async def approval_payload(event: dict) -> dict:
-    """An approvals group event with its HTML: the queue, its count, the approval's state."""
-    key = ("approval", event["event"])
-    return {**event, **await live.cache.get(key, render_approval_event, event["approval_id"])}
+async def approval_payload(event: dict, agents: teams.AgentScope) -> dict:
+    """An approvals group event with its HTML: the queue, its count, the approval's state,
+    of the approvals the audience's teams see."""
+    key = ("approval", event["event"], agents)
+    rendered = await live.cache.get(key, render_approval_event, event["approval_id"], agents)
+    return {**event, **rendered}

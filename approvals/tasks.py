@@ -12,6 +12,8 @@ from celery import shared_task
 from django.conf import settings
 from slack_sdk.errors import SlackApiError
 
+from accounts import teams
+
 from . import decisions, evidence_export
 from .learning import rules as learning
 from .models import Approval
@@ -88,7 +90,9 @@ def notify_approval_requested(approval_id: str) -> int:
     if settings.AGENTOPS["NOTIFY_EMAIL"] and email.approver_emails(approval):
         send_approval_email.delay(str(approval.pk))
         queued += 1
-    for url in settings.AGENTOPS["WEBHOOK_URLS"]:
+    # The installation's webhooks get every approval; a team's own, its agents' approvals.
+    team_urls = [t.webhook_url for t in teams.teams_owning(approval.run.agent) if t.webhook_url]
+    for url in dict.fromkeys([*settings.AGENTOPS["WEBHOOK_URLS"], *team_urls]):
         deliver_approval_webhook.delay(str(approval.pk), url)
         queued += 1
     if slack.enabled():

@@ -46,10 +46,14 @@ def _get_approval_for_user(request: HttpRequest, pk, decide: bool = False) -> Ap
     user = request.user
     if not user.can_view or (decide and not user.can_approve):
         raise PermissionDenied
-    return get_object_or_404(
+    approval = get_object_or_404(
         Approval.objects.visible_to(user).select_related("run", "run__launched_by", "decided_by"),
         pk=pk,
     )
+    # Seen but not decided: the teams that own its agent let this user view only.
+    if decide and not Approval.objects.decidable_by(user).filter(pk=approval.pk).exists():
+        raise PermissionDenied
+    return approval
 
 
 def assigned_to(user, rows: list[Approval]) -> list[Approval]:
@@ -76,7 +80,8 @@ def queue(request: HttpRequest) -> HttpResponse:
     agent = request.GET.get("agent", "")
     risk = request.GET.get("risk", "")
     mine = request.GET.get("mine") == "1"
-    approvals = Approval.objects.pending()
+    visible = Approval.objects.visible_to(request.user)
+    approvals = visible.pending()
     if agent:
         approvals = approvals.filter(run__agent=agent)
     if risk in Approval.Risk.values:
@@ -89,7 +94,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     if mine:
         rows = assigned_to(request.user, rows)
     presence.mark_claims(rows)
-    agents = sorted(set(Approval.objects.pending().values_list("run__agent", flat=True)))
+    agents = sorted(set(visible.pending().values_list("run__agent", flat=True)))
     context = {
         "rows": rows,
         "agents": agents,
@@ -103,7 +108,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         # The pushed queue (its first page) replaces the table only when no filter could
         # exclude rows and this is the first page.
         "live_insert": not (agent or risk or mine) and page.number == 1,
-        "recent": Approval.objects.exclude(status=Approval.Status.PENDING)
+        "recent": visible.exclude(status=Approval.Status.PENDING)
         .filter(decided_at__isnull=False)  # what approval_decided_idx holds
         .select_related("run", "decided_by")
         .order_by("-decided_at")[:10],
@@ -152,7 +157,8 @@ def _detail_context(request: HttpRequest, approval: Approval, **extra) -> dict:
         "findings": evidence.pii_findings(approval),
         "effect": approval.effect() if approval.kind == Approval.Kind.ACTION else "",
         "preview": previews.view(approval.preview),
-        "can_decide": request.user.can_approve and approval.status == Approval.Status.PENDING,
+        "can_decide": approval.status == Approval.Status.PENDING
+        and Approval.objects.decidable_by(request.user).filter(pk=approval.pk).exists(),
         "decided": _decided(result),
         "opened_token": signing.dumps(timezone.now().isoformat(), salt=OPENED_SALT),
         "field_errors": {},

@@ -10,14 +10,19 @@ class GatewayConfig(AppConfig):
         # the approvals app asks the finders registered here (Approval.tool_object).
         from django.db.models.signals import post_save
 
+        from accounts.teams import AGENT_SOURCES
         from approvals.models import TOOL_FINDERS
         from runs.models import Run, Step, run_cancelled, step_appended
 
         from . import callbacks, wakeups
         from .call_tools import tool_of_approval
+        from .models import external_agent_slugs
 
         if tool_of_approval not in TOOL_FINDERS:
             TOOL_FINDERS.append(tool_of_approval)
+        # Teams may own external agents too (the Teams page offers their names).
+        if external_agent_slugs not in AGENT_SOURCES:
+            AGENT_SOURCES.append(external_agent_slugs)
         # A decided call's callback URL is POSTed once the decision is committed.
         step_appended.connect(
             callbacks.on_step_appended, sender=Step, dispatch_uid="gateway.callbacks"

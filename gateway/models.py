@@ -121,6 +121,10 @@ class ExternalAgent(models.Model):
         }
 
 
+def external_agent_slugs() -> list[str]:
+    return list(ExternalAgent.objects.values_list("slug", flat=True))
+
+
 class ExternalTool(models.Model):
     """A tool an external agent declared once: its schema (edits are validated against it)
     and its risk, which per-call hints can raise but never lower."""

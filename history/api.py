@@ -63,6 +63,9 @@ def _run(request: HttpRequest, run_id: UUID) -> Run:
     run = Run.objects.visible_to(request.auth).filter(pk=run_id).first()
     if run is None:
         raise HttpError(404, f"run {run_id} not found")
+    # Forking and replaying launch a run of the same agent: the teams' launch power.
+    if not Run.objects.operable_by(request.auth).filter(pk=run.pk).exists():
+        raise HttpError(403, f"your teams may not launch {run.agent}")
     return run
 
 

@@ -17,7 +17,11 @@ from .replay import replay
 def _run_to_operate(request: HttpRequest, pk) -> Run:
     if not (request.user.can_view and request.user.can_operate):
         raise PermissionDenied
-    return get_object_or_404(Run.objects.visible_to(request.user), pk=pk)
+    run = get_object_or_404(Run.objects.visible_to(request.user), pk=pk)
+    # Forking and replaying launch a run of the same agent: the teams' launch power.
+    if not Run.objects.operable_by(request.user).filter(pk=run.pk).exists():
+        raise PermissionDenied
+    return run
 
 
 @require_http_methods(["GET", "POST"])

@@ -4,7 +4,8 @@ check who may watch when a socket connects, and again whenever that may have cha
 What may end a user's access, and is announced to the user's sockets (runs/events.py sends it
 after commit): a logout (it ends one session: that session's sockets close at once), a save
 of the user (deactivated, password changed), the user deleted, a role taken away (groups
-removed or cleared, a role group renamed or deleted). Each socket then re-reads its session
+removed or cleared, a role group renamed or deleted), a team membership changed or ended, an
+agent added to or taken from a team (accounts/teams.py). Each socket then re-reads its session
 and user from the database and closes (4403) if it may no longer see what it streams. The
 same re-read runs every few seconds anyway, for a change made without a signal (a queryset
 update) or an announcement lost on the way.
@@ -26,6 +27,8 @@ from django.contrib.auth import (
 from django.contrib.auth.models import Group
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 from django.utils.crypto import constant_time_compare
+
+from accounts.models import TeamAgent, TeamMember
 
 from . import events
 
@@ -111,6 +114,20 @@ def _tell_members(group: Group) -> None:
         events.publish_access_changed(user_id)
 
 
+def on_membership_changed(sender, instance, **kwargs) -> None:
+    """A team membership changed or ended: its user may see less (accounts/teams.py)."""
+    events.publish_access_changed(instance.user_id)
+
+
+def on_team_agents_changed(sender, instance, **kwargs) -> None:
+    """An agent joined or left a team: that team's members may see less. Everyone else who
+    lost the agent (it was owned by no team until now) finds out at the periodic re-check."""
+    for user_id in TeamMember.objects.filter(team_id=instance.team_id).values_list(
+        "user_id", flat=True
+    ):
+        events.publish_access_changed(user_id)
+
+
 def connect_signals() -> None:
     """Called once, from runs/apps.py."""
     user_model = get_user_model()
@@ -121,3 +138,6 @@ def connect_signals() -> None:
     m2m_changed.connect(on_groups_changed, sender=user_model.groups.through, dispatch_uid=uid)
     post_save.connect(on_group_changed, sender=Group, dispatch_uid=uid)
     pre_delete.connect(on_group_changed, sender=Group, dispatch_uid=uid)
+    for signal in (post_save, post_delete):
+        signal.connect(on_membership_changed, sender=TeamMember, dispatch_uid=uid)
+        signal.connect(on_team_agents_changed, sender=TeamAgent, dispatch_uid=uid)

@@ -21,6 +21,7 @@ from ninja.decorators import decorate_view
 from ninja.errors import HttpError, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
 
+from accounts import teams
 from accounts.auth import api_auth
 from agentkit.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
@@ -114,7 +115,13 @@ def _get_run(request: HttpRequest, run_id: UUID) -> Run:
 # --- catalogue -------------------------------------------------------------------------------
 @router.get("/agents", response=list[AgentOut], summary="The agent catalogue")
 def list_agents(request: HttpRequest) -> list[dict]:
-    return [_agent_out(agent) for agent in sorted(CATALOGUE.values(), key=lambda a: a.slug)]
+    """The agents the caller's teams reach (accounts/teams.py)."""
+    agents = teams.scope(request.auth, teams.Power.VIEW)
+    return [
+        _agent_out(agent)
+        for agent in sorted(CATALOGUE.values(), key=lambda a: a.slug)
+        if agents.allows(agent.slug)
+    ]
 
 
 def _agent_out(agent: Agent) -> dict:
@@ -147,6 +154,8 @@ def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
         raise _field_errors(
             {"agent": [f"unknown agent {payload.agent!r}; known agents: {known}"]}, at=()
         )
+    if not teams.may(user, teams.Power.LAUNCH, agent.slug):
+        raise HttpError(403, f"your teams may not launch {agent.slug}")
     size = len(canonical_json(payload.input).encode())
     if size > _max_input_bytes():
         raise HttpError(413, f"input is {size} bytes; the limit is {_max_input_bytes()}")
@@ -245,6 +254,8 @@ def list_checkpoints(request: HttpRequest, run_id: UUID) -> QuerySet[Checkpoint]
 )
 def cancel_run(request: HttpRequest, run_id: UUID, payload: CancelIn | None = None) -> Run:
     run = _get_run(request, run_id)
+    if not Run.objects.operable_by(request.auth).filter(pk=run.pk).exists():
+        raise HttpError(403, f"your teams may not cancel runs of {run.agent}")
     if not run.cancel(by=request.auth, reason=payload.reason if payload else ""):
         run.refresh_from_db()
         raise HttpError(
@@ -268,8 +279,8 @@ def get_costs(
     """Summed from the recorded steps (the timeline is the source of truth): the agents'
     model turns, context summaries, model verifiers' checks and paid tool calls, so an agent's
     cost here is the sum of its runs' cost. An answer discarded because its run was cancelled
-    meanwhile is charged to the run only, not here."""
-    report = costs.cost_by_agent(days=days, agent=agent)
+    meanwhile is charged to the run only, not here. Only the agents the caller may see."""
+    report = costs.cost_by_agent(days=days, agent=agent, viewer=request.auth)
     return {
         "since": report.since,
         "days": days,

@@ -31,7 +31,7 @@ def budget_list(request: HttpRequest) -> HttpResponse:
             _save(form, request)
             return redirect("runs:budgets")
         status = 422
-    context = {"states": budgets.states(), "form": form}
+    context = {"states": budgets.states(viewer=request.user), "form": form}
     return render(request, "runs/budgets.html", context, status=status)
 
 

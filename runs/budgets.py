@@ -27,6 +27,8 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from accounts import teams
+
 from .models import AgentDaySpend, Budget, BudgetCrossing, Run, Step
 
 # The levels a spend reaches, in order; "ok" below the first threshold.
@@ -148,9 +150,13 @@ def state_of(budget: Budget, now: datetime | None = None) -> BudgetState:
     return BudgetState(budget, start, end, spent(budget.agent, start, now))
 
 
-def states(now: datetime | None = None) -> list[BudgetState]:
-    """Every budget with its current period's spend (the dashboard's gauges)."""
-    return [state_of(b, now) for b in Budget.objects.all()]
+def states(now: datetime | None = None, viewer=None) -> list[BudgetState]:
+    """Every budget with its current period's spend (the dashboard's gauges); with `viewer`,
+    only those of the agents that user's teams let them see."""
+    found = Budget.objects.all()
+    if viewer is not None:
+        found = found.filter(teams.scope(viewer, teams.Power.VIEW).q("agent"))
+    return [state_of(b, now) for b in found]
 
 
 def most_severe(agent: str, now: datetime | None = None) -> list[BudgetState]:

@@ -9,6 +9,7 @@ from collections.abc import Hashable
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from accounts import teams
 from agentkit import metrics
 
 from . import access, events, feeds, live
@@ -42,6 +43,9 @@ class WatchedAccess:
         """What may_see() is about: sockets of one session watching the same thing share
         their periodic re-check."""
         return type(self)
+
+    def adopt(self, checked: "WatchedAccess | None") -> None:
+        """Take what the shared re-check of `checked` (a socket like this one) read."""
 
     async def admit(self) -> bool:
         """connect()'s access check; False once it has refused the socket."""
@@ -166,8 +170,9 @@ class AccessWatch:
         # Sessions whose sockets opened together (a server restart) check at different times.
         await asyncio.sleep(ACCESS_CHECK_SECONDS * random.uniform(0.5, 1.0))
         while self.sockets:
+            checked = next(iter(self.sockets))
             try:
-                allowed = await next(iter(self.sockets))._still_allowed()
+                allowed = await checked._still_allowed()
             except Exception:
                 # The database unreachable: try again next time, as a new socket would.
                 log.exception("re-checking live sockets' access failed")
@@ -176,6 +181,8 @@ class AccessWatch:
                 for socket in list(self.sockets):
                     await socket.end_access()
                 return
+            for socket in list(self.sockets):
+                socket.adopt(checked)
             await asyncio.sleep(ACCESS_CHECK_SECONDS)
 
 
@@ -287,7 +294,13 @@ class GroupConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
         self.watch_access()
 
     def may_see(self, user) -> bool:
+        # The agents whose events reach this socket: read at connect and at each re-check.
+        self.agents = teams.scope(user, teams.Power.VIEW)
         return user.can_view
+
+    def adopt(self, checked: "WatchedAccess | None") -> None:
+        if checked is not None and checked is not self:
+            self.agents = checked.agents
 
     async def send_current_state(self) -> None:
         """After subscribing: what changed between the page render and the subscription."""
@@ -316,7 +329,8 @@ class DashboardConsumer(GroupConsumer):
         return await live.run_payload(event)
 
     async def run_changed(self, event):
-        await self.forward(event)
+        if self.agents.allows(event.get("agent", "")):
+            await self.forward(event)
 
 
 async def send_html_or_json(consumer: AsyncJsonWebsocketConsumer, event: dict) -> None:

@@ -18,6 +18,8 @@ from decimal import Decimal
 from django.db.models import Sum
 from django.utils import timezone
 
+from accounts import teams
+
 from .models import AgentDaySpend
 
 DEFAULT_DAYS = 7
@@ -101,11 +103,15 @@ def window_start(days: int, now: datetime | None = None) -> datetime:
 
 
 def cost_by_agent(
-    *, days: int = DEFAULT_DAYS, agent: str | None = None, now: datetime | None = None
+    *,
+    days: int = DEFAULT_DAYS,
+    agent: str | None = None,
+    now: datetime | None = None,
+    viewer=None,
 ) -> CostReport:
     """Model calls, tokens and cost (model calls and tools) per agent and per UTC day over
     the last `days` days (today included, so far), from the steps recorded in that time;
-    `agent` keeps one.
+    `agent` keeps one, `viewer` the agents that user may see.
 
     One GROUP BY over the window's rows of AgentDaySpend (its day index serves the filter).
     """
@@ -115,6 +121,10 @@ def cost_by_agent(
     spent = AgentDaySpend.objects.filter(day__gte=since.date())
     if agent:
         spent = spent.filter(agent=agent)
+    if viewer is not None:
+        # Only the agents the viewer's teams reach (accounts/teams.py).
+        agents = teams.scope(viewer, teams.Power.VIEW)
+        spent = spent.none() if agents.nothing else spent.filter(agents.q("agent"))
     rows = (
         spent.values("agent", "day")
         .annotate(

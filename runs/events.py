@@ -285,9 +285,10 @@ def publish_step(step) -> None:
         later=data and data.step_and_run,
     )
     if step.kind in SUMMARY_KINDS:
+        # The agent lets each dashboard socket drop the runs its user's teams do not see.
         send(
             DASHBOARD_GROUP,
-            {"type": "run.changed", **event},
+            {"type": "run.changed", **event, "agent": step.run.agent},
             merge_key=("changed", step.run_id),
             later=data and data.run_only,
         )

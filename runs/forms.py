@@ -4,7 +4,8 @@ from datetime import date
 
 from django import forms
 
-from agentkit.agents import CATALOGUE
+from accounts import teams
+from agentkit.agents import CATALOGUE, Agent
 
 from .models import Run
 
@@ -13,6 +14,12 @@ LIMIT_FIELDS = ("max_steps", "max_cost_usd", "max_seconds", "max_consecutive_err
 
 def agent_choices() -> list[tuple[str, str]]:
     return [(slug, agent.title) for slug, agent in sorted(CATALOGUE.items())]
+
+
+def launchable_agents(user) -> dict[str, Agent]:
+    """The catalogue's agents `user` may launch (role and teams: accounts/teams.py)."""
+    agents = teams.scope(user, teams.Power.LAUNCH)
+    return {slug: agent for slug, agent in sorted(CATALOGUE.items()) if agents.allows(slug)}
 
 
 class LaunchForm(forms.Form):
@@ -31,6 +38,14 @@ class LaunchForm(forms.Form):
     limit_max_consecutive_errors = forms.IntegerField(
         required=False, min_value=1, label="Max consecutive errors"
     )
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if user is not None:
+            # An agent the user's teams do not launch is not offered, and is refused if sent.
+            self.fields["agent"].choices = [
+                (slug, agent.title) for slug, agent in launchable_agents(user).items()
+            ]
 
     def limit_overrides(self) -> dict:
         return {

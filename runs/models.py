@@ -19,6 +19,7 @@ from django.db.models.functions import Cast
 from django.dispatch import Signal
 from django.utils import timezone
 
+from accounts import teams
 from agentkit import pii
 
 from . import queue, sql
@@ -143,10 +144,15 @@ class RunQuerySet(models.QuerySet):
         return self.filter(status__in=Run.ACTIVE_STATUSES)
 
     def visible_to(self, user):
-        # Every role may read every run; the rule lives here so views and consumers agree.
-        if user.is_authenticated and user.can_view:
-            return self
-        return self.none()
+        """Runs `user` may read: their role's, on the agents their teams reach
+        (accounts/teams.py). The rule lives here so views, API and consumers agree."""
+        agents = teams.scope(user, teams.Power.VIEW)
+        return self.none() if agents.nothing else self.filter(agents.q("agent"))
+
+    def operable_by(self, user):
+        """Runs `user` may cancel or finish operations of (the launch power)."""
+        agents = teams.scope(user, teams.Power.LAUNCH)
+        return self.none() if agents.nothing else self.filter(agents.q("agent"))
 
     def for_lists(self):
         """What a row in a list shows: the launcher, and not the payloads (input, output and

@@ -23,10 +23,10 @@ from django.utils.functional import cached_property
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agentkit import pii, storable
-from agentkit.agents import CATALOGUE, Agent, get_agent
+from agentkit.agents import Agent
 
 from . import budgets, charts, costs, engine, pending, rendering
-from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm
+from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm, launchable_agents
 from .models import SEARCH_SORTS_AT_MOST, Checkpoint, PendingOperation, Run, Step
 from .schemas import RunExportOut, StepOut, with_pending_count
 
@@ -42,7 +42,10 @@ def _get_run_for_user(request: HttpRequest, pk, write: bool = False) -> Run:
     """The one place that says who may see (and, with write=True, operate) a run."""
     user = request.user
     _require(request, user.can_view and (not write or user.can_operate))
-    return get_object_or_404(Run.objects.visible_to(user).select_related("launched_by"), pk=pk)
+    run = get_object_or_404(Run.objects.visible_to(user).select_related("launched_by"), pk=pk)
+    # Seen but not operated: the teams that own its agent let this user view only.
+    _require(request, not write or Run.objects.operable_by(user).filter(pk=run.pk).exists())
+    return run
 
 
 def _partial(request: HttpRequest, template: str, allowed: set[str]) -> str:
@@ -78,31 +81,31 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     fragment = template.partition("#")[2]
     context = {}
     if fragment in ("", "inflight"):
-        inflight = Run.objects.active().for_lists()[:50]
+        inflight = Run.objects.visible_to(request.user).active().for_lists()[:50]
         context["inflight"] = [rendering.run_context(r) for r in inflight]
     if fragment in ("", "dashboard-stats"):
-        context.update(_dashboard_stats(timezone.now()))
+        context.update(_dashboard_stats(Run.objects.visible_to(request.user), timezone.now()))
     if fragment in ("", "dashboard-costs"):
-        context["costs"] = costs.cost_by_agent()
+        context["costs"] = costs.cost_by_agent(viewer=request.user)
     if fragment in ("", "dashboard-budgets"):
-        context["budget_states"] = budgets.states()
+        context["budget_states"] = budgets.states(viewer=request.user)
     return render(request, template, context)
 
 
-def _dashboard_stats(now: datetime) -> dict:
+def _dashboard_stats(runs, now: datetime) -> dict:
     """Runs by status, the charts and the recent failures. Runs in flight are counted
     whenever they were created; finished ones over the charts' 24 hours, so that no query
     reads every run ever made."""
     since = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
     in_flight = dict.fromkeys(Run.ACTIVE_STATUSES, 0)
     # COUNT(*), not of the id: Postgres counts from the status index alone.
-    for row in Run.objects.active().values("status").annotate(n=Count("*")).order_by():
+    for row in runs.active().values("status").annotate(n=Count("*")).order_by():
         in_flight[row["status"]] = row["n"]
     finished = dict.fromkeys(Run.TERMINAL_STATUSES, 0)
     runs_by_hour: dict[datetime, int] = {}
     cost_by_hour: dict[datetime, float] = {}
     rows = (
-        Run.objects.filter(created_at__gte=since)
+        runs.filter(created_at__gte=since)
         .annotate(hour=TruncHour("created_at"))
         .values("hour", "status")
         .annotate(runs=Count("*"), cost=Sum("cost_usd"))
@@ -115,7 +118,7 @@ def _dashboard_stats(now: datetime) -> dict:
         runs_by_hour[hour] = runs_by_hour.get(hour, 0) + row["runs"]
         cost_by_hour[hour] = cost_by_hour.get(hour, 0.0) + float(row["cost"] or 0)
     hours = [since + timedelta(hours=i) for i in range(24)]
-    failures = Run.objects.filter(status=Run.Status.FAILED).for_lists()
+    failures = runs.filter(status=Run.Status.FAILED).for_lists()
     return {
         "in_flight_counts": in_flight,
         "finished_counts": finished,
@@ -231,8 +234,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def run_new(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_operate)
     if request.method == "POST":
-        form = LaunchForm(request.POST)
-        agent = get_agent(request.POST.get("agent", ""))
+        form = LaunchForm(request.POST, user=request.user)
+        agent = launchable_agents(request.user).get(request.POST.get("agent", ""))
         input_form = agent.input_form(request.POST) if agent else None
         if form.is_valid() and agent and input_form.is_valid():
             limits, limit_errors = agent.resolve_limits(form.limit_overrides())
@@ -262,10 +265,9 @@ def run_new(request: HttpRequest) -> HttpResponse:
         return render(
             request, "runs/run_new.html", _launch_context(form, agent, input_form), status=422
         )
-    agent = get_agent(request.GET.get("agent", "")) or next(
-        (CATALOGUE[slug] for slug in sorted(CATALOGUE)), None
-    )
-    form = LaunchForm(initial={"agent": agent.slug if agent else ""})
+    launchable = launchable_agents(request.user)
+    agent = launchable.get(request.GET.get("agent", "")) or next(iter(launchable.values()), None)
+    form = LaunchForm(initial={"agent": agent.slug if agent else ""}, user=request.user)
     context = _launch_context(form, agent, agent.input_form() if agent else None)
     template = _partial(request, "runs/run_new.html", {"launch-form-fields"})
     return render(request, template, context)
@@ -314,7 +316,10 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         "last_seq": steps[-1].seq if steps else 0,
         "checkpoints": run.checkpoints.order_by("-seq").values("seq", "created_at")[:50],
         # The runs this one came from and led to (chained, forked, replayed).
-        "parent": Run.objects.filter(pk=run.parent_id).only("agent", "status").first()
+        "parent": Run.objects.visible_to(request.user)
+        .filter(pk=run.parent_id)
+        .only("agent", "status")
+        .first()
         if run.parent_id
         else None,
         # The checkpoint's seq only: its state can be large.
@@ -324,7 +329,9 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         if run.forked_from_id
         else None,
         "children": list(
-            run.children.only("agent", "status", "trigger").order_by("created_at")[:50]
+            run.children.visible_to(request.user)
+            .only("agent", "status", "trigger")
+            .order_by("created_at")[:50]
         ),
         # What the run declared it would launch on success (chained runs).
         "follow_ups": run.agent_config.get("follow_ups") or [],

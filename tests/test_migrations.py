@@ -282,3 +282,48 @@ def test_the_append_only_triggers_go_with_their_migrations_and_come_back():
     step = Step.objects.create(run=run, seq=1, kind="status", data={"to": "queued"}, hash="h")
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         Step.objects.filter(pk=step.pk).update(data={"to": "running"})
+
+
+def test_accounts_0004_puts_an_existing_install_in_one_team_with_everyone_s_powers(migrator):
+    old = migrator.apply_initial_migration(("accounts", "0003_teams"))
+    User = old.apps.get_model("accounts", "User")
+    Group = old.apps.get_model("auth", "Group")
+    Run = old.apps.get_model("runs", "Run")
+
+    def user(name: str, *roles: str, **fields):
+        made = User.objects.create(username=name, **fields)
+        made.groups.add(*(Group.objects.get_or_create(name=r)[0] for r in roles))
+        return made
+
+    user("olivia", "operator")
+    user("april", "approver", "viewer")
+    user("adam", "admin")
+    user("root", is_superuser=True)
+    user("nora")
+    _run(Run, input={})  # refund-desk
+    retired = _run(Run, input={})
+    Run.objects.filter(pk=retired.pk).update(agent="retired-agent")  # no longer in the code
+
+    new = migrator.apply_tested_migration(("accounts", "0004_default_team_for_existing_installs"))
+    Team = new.apps.get_model("accounts", "Team")
+    (team,) = Team.objects.all()
+    assert (team.name, team.slug) == ("Everyone", "everyone")
+    agents = set(team.agents.values_list("agent", flat=True))
+    assert {"refund-desk", "sql-analyst", "retired-agent"} <= agents
+    powers = {
+        m.user.username: (m.launch, m.decide, m.administer)
+        for m in team.members.select_related("user")
+    }
+    assert powers == {
+        "olivia": (True, False, False),
+        "april": (False, True, False),
+        "adam": (True, True, True),
+        "root": (True, True, True),
+        "nora": (False, False, False),
+    }
+
+
+def test_accounts_0004_gives_a_fresh_install_no_team(migrator):
+    migrator.apply_initial_migration(("accounts", "0003_teams"))
+    new = migrator.apply_tested_migration(("accounts", "0004_default_team_for_existing_installs"))
+    assert not new.apps.get_model("accounts", "Team").objects.exists()

@@ -10,9 +10,10 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
+from accounts.models import ApiToken, Team, TeamAgent, TeamMember
 from approvals.models import Approval, ApprovalView, Delegation, Grant
 from approvals.notify.one_tap import links as one_tap
 from runs.models import Budget, PendingOperation, Run, args_hash
@@ -57,6 +58,18 @@ def world(users, no_enqueue):
     delegation = Delegation.objects.create(
         user=users["approver"], delegate=users["admin"], ends=timezone.now() + timedelta(days=1)
     )
+    # The run's agent belongs to team Alpha, every user of the matrix in it with their role's
+    # powers (what the migration gives an existing install): the roles alone decide here.
+    team = Team.objects.create(name="Alpha", slug="alpha")
+    TeamAgent.objects.create(team=team, agent=run.agent)
+    for role, user in users.items():
+        TeamMember.objects.create(
+            team=team,
+            user=user,
+            launch=role in ("operator", "admin"),
+            decide=role in ("approver", "admin"),
+            administer=role == "admin",
+        )
     return {
         "run": run,
         "approval": approval,
@@ -67,6 +80,7 @@ def world(users, no_enqueue):
             scope="agent", agent=run.agent, tool=approval.tool, max_uses=3, granted_by_name="x"
         ),
         "budget": Budget.objects.create(agent="sql-analyst", amount_usd=Decimal("100")),
+        "team": team,
         **learning_objects(run),
     }
 
@@ -78,7 +92,7 @@ def client_for(users, role: str, *, csrf: bool = False) -> Client:
     return client
 
 
-HTML_APPS = ("runs", "approvals", "triggers")
+HTML_APPS = ("runs", "approvals", "triggers", "teams")
 
 
 def _html_url_names() -> set[str]:
@@ -148,6 +162,10 @@ PAGES = {
     "runs:budgets": ("GET", "view"),
     "runs:budget_edit": ("GET", "admin"),
     "runs:budget_delete": ("POST", "admin"),
+    "teams:list": ("GET", "admin"),
+    "teams:new": ("GET", "admin"),
+    "teams:edit": ("GET", "admin"),
+    "teams:delete": ("POST", "admin"),
 }
 ALLOWED = {
     "view": {"viewer", "operator", "approver", "admin"},
@@ -195,6 +213,8 @@ def url_of(name: str, world) -> str:
         "approvals:resume_halted": [approval.pk],
         "runs:budget_edit": [world["budget"].pk],
         "runs:budget_delete": [world["budget"].pk],
+        "teams:edit": [world["team"].pk],
+        "teams:delete": [world["team"].pk],
     }.get(name, [])
     url = reverse(name, args=args)
     return url + "?before=99" if name == "runs:steps" else url
@@ -280,13 +300,16 @@ def test_every_page_sends_the_security_headers(name, users, world):
 def test_read_only_pages_refuse_unsafe_methods(name, users, world):
     client = client_for(users, "admin")
     url = url_of(name, world)
-    # The launch and budget pages' forms post to themselves; every other page is read-only.
+    # The launch, budget and team pages' forms post to themselves; every other page is
+    # read-only.
     forms = (
         "runs:new",
         "approvals:delegations",
         "approvals:one_tap",
         "runs:budgets",
         "runs:budget_edit",
+        "teams:new",
+        "teams:edit",
     )
     methods = ("put", "patch", "delete") + (() if name in forms else ("post",))
     for method in methods:
@@ -303,6 +326,7 @@ def test_state_changing_pages_refuse_get_and_change_nothing(name, users, world):
     assert not ApprovalView.objects.exists()
 
 
+MEMBER_FORMS = {"members-TOTAL_FORMS": "0", "members-INITIAL_FORMS": "0"}
 POSTS = {
     "runs:cancel": {},
     "runs:pause": {},
@@ -322,6 +346,8 @@ POSTS = {
     "approvals:review_call": {"verdict": "fine"},
     "approvals:grant": {"kind": "count", "uses": "2"},
     "approvals:revoke_grant": {},
+    "teams:new": {"name": "Bravo", "slug": "bravo", **MEMBER_FORMS},
+    "teams:delete": {},
     "logout": {},
 }
 
@@ -394,5 +420,159 @@ def test_api_roles(role, method, path, status, users, world):
         body = {"agent": "sql-analyst", "input": {"question": "q", "report_to": "a@b.co"}}
     response = getattr(client, method)(path, body, content_type="application/json")
     assert response.status_code == status, response.content
+    assert Run.objects.get(pk=world["run"].pk).status == Run.Status.WAITING
+    assert Approval.objects.get(pk=world["approval"].pk).status == Approval.Status.PENDING
+
+
+# --- the team dimension: team Bravo's people and team Alpha's objects ---------------------------
+# Pages that name no object of an agent: what they list must leave Alpha's out. Every other page
+# names an Alpha object (its run, approval, operation, rule, review, override, one-tap link)
+# and must refuse Bravo's people, whatever their role: a page added without the team check
+# fails here. The delegation and the teams belong to no agent.
+NOT_AN_AGENT_S_OBJECT = {"approvals:end_delegation", "teams:edit", "teams:delete"}
+BRAVO_ROLES = ["viewer", "operator", "approver"]
+
+
+@pytest.fixture
+def bravo(django_user_model, world):
+    """Team Bravo owns another agent; its members hold every role but admin, with every
+    power their team can give. Alpha owns the world's run's agent."""
+    team = Team.objects.create(name="Bravo", slug="bravo")
+    TeamAgent.objects.create(team=team, agent="refund-desk")
+    people = {}
+    for role in BRAVO_ROLES:
+        user = django_user_model.objects.create(username=f"bravo-{role}")
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        TeamMember.objects.create(team=team, user=user, launch=True, decide=True, administer=True)
+        people[role] = user
+    return people
+
+
+def _takes_arguments(name: str) -> bool:
+    try:
+        reverse(name)
+    except NoReverseMatch:
+        return True
+    return False
+
+
+def _leaks(world) -> list[str]:
+    """What of Alpha's a page shown to Bravo must not hold."""
+    return [
+        str(world["run"].pk),
+        str(world["approval"].pk),
+        f'id="rule-{world["rule"].pk}"',
+        f'id="review-{world["review"].pk}"',
+        f"(review #{world['review'].pk}:",
+    ]
+
+
+@pytest.mark.parametrize("role", BRAVO_ROLES)
+@pytest.mark.parametrize("name", sorted(PAGES))
+def test_another_team_s_objects_are_refused_and_left_out_of_lists(name, role, bravo, world):
+    method, _ = PAGES[name]
+    client = Client()
+    client.force_login(bravo[role])
+    url = url_of(name, world)
+    if name == "approvals:one_tap":
+        # A link sent to this user (before they left Alpha, say) still opens nothing of Alpha's.
+        url = reverse(name, args=[one_tap.token_for(world["approval"], bravo[role])])
+    data = {"decision": "reject", "reason": "team", "action": "complete", "claim": "release"}
+    if name == "approvals:batch":
+        approval = world["approval"]
+        data["item"] = f"{approval.pk}:{args_hash(approval.tool, approval.args)}"
+    response = client.post(url, data) if method == "POST" else client.get(url)
+    names_an_object = _takes_arguments(name) and name not in NOT_AN_AGENT_S_OBJECT
+    if names_an_object:
+        assert response.status_code in (403, 404), response.status_code
+    elif name == "approvals:batch" and role == "approver":
+        # The result names the id it was sent, and says there is no such approval.
+        assert "no such approval" in response.content.decode()
+    elif response.status_code == 200:
+        page = response.content.decode()
+        assert not [leak for leak in _leaks(world) if leak in page], name
+    assert Run.objects.get(pk=world["run"].pk).status == Run.Status.WAITING
+    assert Approval.objects.get(pk=world["approval"].pk).status == Approval.Status.PENDING
+    assert not ApprovalView.objects.exists()
+
+
+def test_the_launch_form_offers_only_the_team_s_agents(bravo, world):
+    client = Client()
+    client.force_login(bravo["operator"])
+    page = client.get(reverse("runs:new")).content.decode()
+    assert 'value="refund-desk"' in page and 'value="sql-analyst"' not in page
+    body = {"agent": "sql-analyst", "question": "Revenue?", "report_to": "a@example.com"}
+    response = client.post(reverse("runs:new"), body)
+    assert response.status_code == 422
+    assert Run.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "method,path,status",
+    [
+        ("get", "/api/runs/{run}", 404),
+        ("get", "/api/runs/{run}/steps", 404),
+        ("get", "/api/runs/{run}/checkpoints", 404),
+        ("post", "/api/runs/{run}/cancel", 404),
+        ("post", "/api/runs/{run}/fork", 404),
+        ("post", "/api/runs/{run}/replay", 404),
+        ("get", "/api/approvals/{approval}", 404),
+        ("post", "/api/approvals/{approval}/open", 404),
+        ("post", "/api/approvals/{approval}/decision", 404),
+        ("post", "/api/runs", 403),
+    ],
+)
+@pytest.mark.parametrize("role", BRAVO_ROLES)
+def test_another_team_s_api_objects_are_refused(role, method, path, status, bravo, world):
+    token = ApiToken.issue(bravo[role], "matrix")[1]
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    path = path.format(run=world["run"].pk, approval=world["approval"].pk)
+    launch = {"agent": "sql-analyst", "input": {"question": "q", "report_to": "a@b.co"}}
+    body = (
+        launch
+        if path == "/api/runs"
+        else {"seq": 1}
+        if path.endswith("/fork")
+        else {"reason": "no"}
+        if path.endswith("/cancel")
+        else {"decision": "reject", "reason": "no"}
+    )
+    response = getattr(client, method)(path, body, content_type="application/json")
+    needs_role = path == "/api/runs" or path.endswith(("/cancel", "/fork", "/replay"))
+    if needs_role and role != "operator":
+        assert response.status_code == 403, response.content  # the role says no first
+    else:
+        assert response.status_code == status, response.content
+    assert Run.objects.count() == 1
+    assert Approval.objects.get(pk=world["approval"].pk).status == Approval.Status.PENDING
+
+
+@pytest.mark.parametrize("role", BRAVO_ROLES)
+def test_another_team_s_objects_are_left_out_of_api_lists(role, bravo, world):
+    token = ApiToken.issue(bravo[role], "matrix")[1]
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    for path in ("/api/runs", "/api/approvals?status=all", "/api/agents", "/api/costs"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        text = response.content.decode()
+        assert str(world["run"].pk) not in text and "sql-analyst" not in text, path
+    approval = world["approval"]
+    item = {"id": str(approval.pk), "args_hash": args_hash(approval.tool, approval.args)}
+    body = {"decision": "reject", "reason": "no", "items": [item]}
+    response = client.post("/api/approvals/batch", body, content_type="application/json")
+    if role == "approver":
+        assert response.json()["results"][0]["result"] == "not_found"
+    assert Approval.objects.get(pk=approval.pk).status == Approval.Status.PENDING
+
+
+def test_a_team_member_who_may_only_view_cannot_operate_or_decide(users, world):
+    # Alpha's approver and operator, their powers taken away: they still see, they do not act.
+    TeamMember.objects.filter(team=world["team"]).update(launch=False, decide=False)
+    for role, name in (("operator", "runs:cancel"), ("approver", "approvals:decide")):
+        client = client_for(users, role)
+        assert client.get(url_of("runs:detail", world)).status_code == 200
+        assert client.get(url_of("approvals:detail", world)).status_code == 200
+        response = client.post(url_of(name, world), {"decision": "reject", "reason": "x"})
+        assert response.status_code == 403, name
     assert Run.objects.get(pk=world["run"].pk).status == Run.Status.WAITING
     assert Approval.objects.get(pk=world["approval"].pk).status == Approval.Status.PENDING

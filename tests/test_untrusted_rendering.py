@@ -10,6 +10,7 @@ import pytest
 from django.db import transaction
 from django.urls import reverse
 
+from accounts import teams
 from approvals import stream_messages
 from approvals.models import Approval
 from runs import rendering
@@ -108,7 +109,7 @@ def test_every_pushed_fragment_is_inert(poisoned):
     for step in run.steps.order_by("seq"):
         fragments.append(rendering.render_step_event(step, run)["html"])
     fragments.extend(rendering.render_run_event(run, launched=True)["html"])
-    approval_event = stream_messages.render_approval_event(approval.pk)["html"]
+    approval_event = stream_messages.render_approval_event(approval.pk, teams.EVERYTHING)["html"]
     fragments.extend([approval_event] if isinstance(approval_event, str) else approval_event)
     joined = "".join(fragments)
     assert "__pwned" in joined

@@ -13,6 +13,7 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts import teams
 from agentkit.agents import CATALOGUE, get_agent
 from runs.models import Run
 
@@ -42,6 +43,11 @@ class WebhookSecretQuerySet(models.QuerySet):
         return self.filter(revoked_at__isnull=True).filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=now)
         )
+
+    def visible_to(self, user):
+        """Those of agents the user's teams see (accounts/teams.py)."""
+        agents = teams.scope(user, teams.Power.VIEW)
+        return self.none() if agents.nothing else self.filter(agents.q("agent"))
 
 
 class WebhookSecret(models.Model):
@@ -171,6 +177,11 @@ class WebhookDelivery(models.Model):
 class ScheduleQuerySet(models.QuerySet):
     def due(self, now: datetime):
         return self.filter(enabled=True, next_run_at__lte=now)
+
+    def visible_to(self, user):
+        """Those of agents the user's teams see (accounts/teams.py)."""
+        agents = teams.scope(user, teams.Power.VIEW)
+        return self.none() if agents.nothing else self.filter(agents.q("agent"))
 
 
 class Schedule(models.Model):

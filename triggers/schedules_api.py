@@ -56,7 +56,7 @@ class Errors(Schema):
 
 @router.get("/schedules", response=list[ScheduleOut], summary="Every schedule")
 def list_schedules(request: HttpRequest):
-    return list(Schedule.objects.order_by("name"))
+    return list(Schedule.objects.visible_to(request.auth).order_by("name"))
 
 
 @router.post(

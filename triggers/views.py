@@ -16,6 +16,7 @@ def schedule_list(request: HttpRequest) -> HttpResponse:
     # Any role may read (like runs); schedules are made and changed in the admin.
     if not request.user.can_view:
         raise PermissionDenied
-    schedules = Schedule.objects.select_related("last_run").order_by("name")
-    secrets = WebhookSecret.objects.order_by("agent", "-created_at")
+    schedules = Schedule.objects.visible_to(request.user).select_related("last_run")
+    secrets = WebhookSecret.objects.visible_to(request.user).order_by("agent", "-created_at")
+    schedules = schedules.order_by("name")
     return render(request, "triggers/schedules.html", {"schedules": schedules, "secrets": secrets})

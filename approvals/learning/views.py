@@ -13,6 +13,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts import teams
+
 from . import review, stats
 from . import rules as learning
 from .models import AutoApproveRule, GateOverride, PostHocReview
@@ -24,10 +26,9 @@ MAX_HITS = 1_000_000
 @require_GET
 @login_required
 def rules(request: HttpRequest) -> HttpResponse:
-    if not request.user.can_view:
-        raise PermissionDenied
+    visible = _visible(request)
     rows = []
-    for rule in AutoApproveRule.objects.prefetch_related("events", "events__by"):
+    for rule in AutoApproveRule.objects.filter(visible).prefetch_related("events", "events__by"):
         expiry, max_hits = learning.default_scope(rule)
         rows.append(
             {
@@ -40,7 +41,9 @@ def rules(request: HttpRequest) -> HttpResponse:
                 "in_scope": learning.in_scope(rule),
             }
         )
-    overrides = GateOverride.objects.filter(cleared_at__isnull=True).select_related("review")
+    overrides = GateOverride.objects.filter(visible, cleared_at__isnull=True).select_related(
+        "review"
+    )
     return render(
         request,
         "approvals/rules.html",
@@ -49,9 +52,24 @@ def rules(request: HttpRequest) -> HttpResponse:
 
 
 def _admin_rule(request: HttpRequest, pk: int) -> AutoApproveRule:
-    if not request.user.is_admin:
+    """Global admins, and the members of a team owning the rule's agent who administer it."""
+    agents = _administered(request)
+    return get_object_or_404(AutoApproveRule.objects.select_for_update().filter(agents), pk=pk)
+
+
+def _administered(request: HttpRequest):
+    """The condition on `agent` for what this user administers (403 if nothing)."""
+    agents = teams.scope(request.user, teams.Power.ADMINISTER)
+    if agents.nothing:
         raise PermissionDenied
-    return get_object_or_404(AutoApproveRule.objects.select_for_update(), pk=pk)
+    return agents.q("agent")
+
+
+def _visible(request: HttpRequest):
+    """The condition on `agent` for what this user sees (403 with no role)."""
+    if not request.user.can_view:
+        raise PermissionDenied
+    return teams.scope(request.user, teams.Power.VIEW).q("agent")
 
 
 def _bounded_int(value: str, low: int, high: int) -> int | None:
@@ -126,9 +144,7 @@ def revoke_rule(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def clear_override(request: HttpRequest, pk: int) -> HttpResponse:
-    if not request.user.is_admin:
-        raise PermissionDenied
-    override = get_object_or_404(GateOverride, pk=pk)
+    override = get_object_or_404(GateOverride.objects.filter(_administered(request)), pk=pk)
     if review.clear_override(override, by=request.user):
         messages.success(request, f"{override.tool} of {override.agent}: the policy decides again.")
     return redirect("approvals:rules")
@@ -138,13 +154,10 @@ def clear_override(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @login_required
 def review_queue(request: HttpRequest) -> HttpResponse:
-    if not request.user.can_view:
-        raise PermissionDenied
+    visible = PostHocReview.objects.filter(_visible(request))
     review.refresh_queue()
-    pending = PostHocReview.objects.filter(verdict=PostHocReview.Verdict.PENDING)
-    done = PostHocReview.objects.exclude(verdict=PostHocReview.Verdict.PENDING).select_related(
-        "reviewer"
-    )
+    pending = visible.filter(verdict=PostHocReview.Verdict.PENDING)
+    done = visible.exclude(verdict=PostHocReview.Verdict.PENDING).select_related("reviewer")
     return render(
         request,
         "approvals/review.html",
@@ -157,7 +170,10 @@ def review_queue(request: HttpRequest) -> HttpResponse:
 def review_call(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.user.can_approve:
         raise PermissionDenied
-    get_object_or_404(PostHocReview, pk=pk)
+    call = get_object_or_404(PostHocReview.objects.filter(_visible(request)), pk=pk)
+    # Reviewing a call is deciding about it after the fact: the teams' decide power.
+    if not teams.may(request.user, teams.Power.DECIDE, call.agent):
+        raise PermissionDenied
     try:
         done = review.record_verdict(
             pk,

@@ -5,7 +5,8 @@ time comes (approvals/notify/escalation.py).
 Settings (settings.AGENTOPS, from the environment): NOTIFY_EMAIL (AGENTOPS_NOTIFY_EMAIL,
 default on) sends them through Django's e-mail backend. The recipients are the agent's named
 approvers and their active delegates if it names any, otherwise every active user with the
-approver or admin role (or superuser), in both cases only those with an e-mail address.
+approver or admin role (or superuser), in both cases only those with an e-mail address whose
+teams decide for the agent (accounts/teams.py).
 """
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.core.mail import EmailMessage
 from django.db.models import Q
 from django.urls import reverse
 
+from accounts import teams
 from accounts.models import Role
 
 from ..models import Approval, Delegation
@@ -43,6 +45,8 @@ def approvers_to_email(approval: Approval) -> list:
         )
     else:
         users = users.filter(Q(groups__name__in=[Role.APPROVER, Role.ADMIN]) | Q(is_superuser=True))
+    # Only those whose teams decide for the agent (accounts/teams.py), named approvers too.
+    users = teams.members_reaching(users, teams.Power.DECIDE, approval.run.agent)
     by_address = {}
     for user in users.distinct().order_by("email", "pk"):
         by_address.setdefault(user.email, user)

@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts import teams
 from runs.models import Run
 
 from ..models import Approval, Escalation
@@ -31,14 +32,16 @@ def chain(run: Run) -> list[dict]:
     return sorted(tiers, key=lambda t: int(t.get("after_seconds") or 0))
 
 
-def tier_people(tier: dict) -> list[str]:
-    """Usernames of the active people a tier names (by username or by role)."""
+def tier_people(tier: dict, agent: str) -> list[str]:
+    """Usernames of the active people a tier names (by username or by role) whose teams
+    decide for `agent` (accounts/teams.py): a tier does not reach past a team."""
     users = get_user_model().objects.filter(is_active=True)
     by_role = Q(groups__name__in=tier.get("roles") or [])
     if "admin" in (tier.get("roles") or []):
         by_role |= Q(is_superuser=True)
     found = users.filter(Q(username__in=tier.get("users") or []) | by_role).distinct()
-    return sorted(found.values_list("username", flat=True))
+    found = teams.members_reaching(found, teams.Power.DECIDE, agent)
+    return sorted(set(found.values_list("username", flat=True)))
 
 
 def escalate_due(
@@ -65,8 +68,9 @@ def escalate_due(
                 continue
             try:
                 with transaction.atomic():
+                    people = tier_people(tier, approval.run.agent)
                     Escalation.objects.create(
-                        approval=approval, tier=number, notified=tier_people(tier), at=now
+                        approval=approval, tier=number, notified=people, at=now
                     )
                     transaction.on_commit(lambda a=str(approval.pk), n=number: on_notified(a, n))
             except IntegrityError:

@@ -16,17 +16,19 @@ register = template.Library()
 PANELS = "approvals/panels.html"
 
 
-@register.simple_tag
-def pending_approvals_count() -> int:
-    """The navigation's pending count at page load; pushes keep it current afterwards."""
-    return Approval.objects.pending().count()
+@register.simple_tag(takes_context=True)
+def pending_approvals_count(context) -> int:
+    """The navigation's pending count at page load (of what the user's teams see); pushes
+    keep it current afterwards."""
+    return Approval.objects.visible_to(context["user"]).pending().count()
 
 
-@register.inclusion_tag(PANELS + "#dashboard-approval-list")
-def dashboard_approval_list() -> dict:
+@register.inclusion_tag(PANELS + "#dashboard-approval-list", takes_context=True)
+def dashboard_approval_list(context) -> dict:
     """The dashboard's pending approvals, riskiest first; the approvals stream replaces the
     list (approvals/stream_messages.py) when one opens or is decided."""
-    return {"pending": listing.oldest_riskiest(), "oob": False}
+    pending = Approval.objects.visible_to(context["user"]).pending()
+    return {"pending": listing.oldest_riskiest(pending), "oob": False}
 
 
 @register.simple_tag

@@ -9,6 +9,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import teams
 from agentkit.agents import get_agent
 from approvals import listing, stream_messages
 from approvals.models import Approval
@@ -130,7 +131,8 @@ def test_queue_queries_do_not_grow_with_rows(
     client.get(reverse("approvals:queue"))
     for _ in range(4):
         gated_run(operator)
-    with django_assert_max_num_queries(10):
+    # 11: one of them reads the user's teams (accounts/teams.py), once per request.
+    with django_assert_max_num_queries(11):
         response = client.get(reverse("approvals:queue"), {"mine": "1"})
     assert response.content.decode().count('class="approval-row"') == 5
 
@@ -159,7 +161,7 @@ def test_the_queue_is_paged_riskiest_first_and_the_live_push_renders_the_first_p
     # Another page, or a filter, keeps the page number in the links.
     _, html = shown(risk="low")
     assert "risk=low&amp;page=2" in html
-    pushed = "".join(stream_messages.render_approval_event(email.pk)["html"])
+    pushed = "".join(stream_messages.render_approval_event(email.pk, teams.EVERYTHING)["html"])
     assert re.findall(r'class="approval-row" data-approval-id="([0-9a-f-]+)"', pushed) == first
 
 
@@ -361,7 +363,9 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     _run, approval = gated
     _other_run, other = gated_run(operator)
     Approval.objects.filter(pk=other.pk).update(risk=Approval.Risk.CRITICAL)
-    notices, rows, state = stream_messages.render_approval_event(approval.pk)["html"]
+    notices, rows, state = stream_messages.render_approval_event(approval.pk, teams.EVERYTHING)[
+        "html"
+    ]
     assert 'id="nav-pending-count" class="count" hx-swap-oob="true">2<' in notices
     assert 'id="dashboard-approval-list" hx-swap-oob="true"' in notices
     assert rows.lstrip().startswith('<tbody id="approval-rows-live" hx-swap-oob="true">')
@@ -373,7 +377,9 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     assert "data-final" not in state
 
     decisions.decide(approval.pk, user=approver, decision="approve")
-    notices, rows, state = stream_messages.render_approval_event(approval.pk)["html"]
+    notices, rows, state = stream_messages.render_approval_event(approval.pk, teams.EVERYTHING)[
+        "html"
+    ]
     assert 'hx-swap-oob="true">1<' in notices
     assert str(approval.pk) not in rows and str(other.pk) in rows
     assert f'id="approval-state-{approval.pk}" class="approval-state"' in state
@@ -381,7 +387,7 @@ def test_the_pushed_fragment_updates_count_queue_dashboard_and_open_screens(
     assert "by arthur" in state
     assert f'id="dash-approval-{approval.pk}"' not in notices
     # Without an approval (a queue page connecting) there is no screen state to send.
-    assert len(stream_messages.render_approval_event(None)["html"]) == 2
+    assert len(stream_messages.render_approval_event(None, teams.EVERYTHING)["html"]) == 2
 
 
 # --- statistics --------------------------------------------------------------------------------

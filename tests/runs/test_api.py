@@ -413,8 +413,8 @@ def test_list_query_count_does_not_grow_with_rows(
     Run.objects.filter(agent="sql-analyst").update(agent_config={"slug": "sql-analyst"})
     many = queries_for_list()
     assert many == few, (few, many)
-    # session + user + roles, then COUNT and one page with launched_by joined in
-    with django_assert_max_num_queries(5):
+    # session + user + roles + teams, then COUNT and one page with launched_by joined in
+    with django_assert_max_num_queries(6):
         response = client.get("/api/runs?limit=100")
     assert response.json()["count"] == 32 and len(response.json()["items"]) == 32
 

@@ -229,7 +229,7 @@ async def test_group_streams_send_summaries_as_json_on_request(viewer, operator,
     assert connected
     run = await sync_to_async(make_run)(operator)
     message = json.loads(await communicator.receive_from(timeout=5))
-    assert message == {"run_id": str(run.pk), "seq": 1, "kind": "status"}
+    assert message == {"run_id": str(run.pk), "seq": 1, "kind": "status", "agent": run.agent}
     await communicator.disconnect()
 
 

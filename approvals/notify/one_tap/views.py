@@ -35,6 +35,9 @@ def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
     approval = link.approval
     if not request.user.can_view:
         return _refused(request, one_tap.LinkRefused(403, "Your account cannot see approvals."))
+    if not Approval.objects.visible_to(request.user).filter(pk=approval.pk).exists():
+        # Sent before the user left the team that owns the agent: the link dies with it.
+        return _refused(request, one_tap.LinkRefused(403, "Your teams do not see this approval."))
     if request.method == "GET":
         return _page(request, approval)
 

@@ -32,6 +32,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
+from accounts import teams
 from agentkit import storable
 from runs.models import args_hash
 
@@ -123,6 +124,12 @@ def decided_blocks(approval: Approval) -> list[dict]:
     ]
 
 
+def channel_for(approval: Approval) -> str:
+    """The first owning team's own channel (by team name), else the installation's."""
+    owners = teams.teams_owning(approval.run.agent).exclude(slack_channel="")
+    return next((t.slack_channel for t in owners), "") or _cfg("SLACK_CHANNEL")
+
+
 def post_request(approval_id: str) -> str:
     """Post the approval to the channel once; returns the message's ts ("" when not posted).
     A SlackApiError is raised for the task to retry."""
@@ -131,7 +138,7 @@ def post_request(approval_id: str) -> str:
     if posted is not None or approval.status != Approval.Status.PENDING:
         return posted.ts if posted else ""
     response = client().chat_postMessage(
-        channel=_cfg("SLACK_CHANNEL"),
+        channel=channel_for(approval),
         text=headline(approval),
         blocks=request_blocks(approval),
     )

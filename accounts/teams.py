@@ -1,0 +1,162 @@
+"""Which agents a user reaches, and for what: the one rule behind every per-agent check.
+
+A team owns agents (TeamAgent) and has members (TeamMember). For an agent:
+
+- a global admin (the admin role, or a superuser) reaches it for everything;
+- an agent owned by no team is reached through the global roles alone, as before teams
+  existed (viewers view, operators launch, approvers decide; only admins administer);
+- an agent owned by one or more teams is reached only through a membership of one of them:
+  membership views, `launch` / `decide` add those, each still needing the global role that
+  does it anywhere (operator, approver): a team narrows what a role reaches, never widens it.
+  `administer` (the agent's gate rules: learned rules, overrides) is the team's own grant,
+  given by an admin to a member who holds any role.
+
+`scope(user, power)` answers it as an `AgentScope`, which filters a queryset (`.q("agent")`,
+`.q("run__agent")`) or answers for one agent (`.allows(slug)`). Runs, approvals and the rest
+build their `visible_to` / `decidable_by` querysets on it, so the rule lives here alone.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from django.db.models import FilteredRelation, Q, TextChoices
+
+from agentkit.agents import CATALOGUE
+
+from .models import Role, Team, TeamAgent, TeamMember
+
+# Apps that know agents the code catalogue does not (gateway/: external agents) add a source
+# of their names here at start-up; the Teams page offers them.
+AGENT_SOURCES: list[Callable[[], Iterable[str]]] = []
+
+
+class Power(TextChoices):
+    VIEW = "view", "view runs and approvals"
+    LAUNCH = "launch", "launch and cancel runs"
+    DECIDE = "decide", "decide approvals"
+    ADMINISTER = "administer", "administer gate rules"
+
+
+# The global role each power also needs (a User property); administer needs only a role.
+ROLE_FOR = {
+    Power.VIEW: "can_view",
+    Power.LAUNCH: "can_operate",
+    Power.DECIDE: "can_approve",
+    Power.ADMINISTER: "can_view",
+}
+
+
+@dataclass(frozen=True)
+class AgentScope:
+    everything: bool = False
+    granted: frozenset[str] = frozenset()  # owned agents a membership grants
+    unowned_too: bool = False  # and every agent no team owns
+    owned: frozenset[str] = frozenset()
+
+    def allows(self, agent: str) -> bool:
+        if self.everything or agent in self.granted:
+            return True
+        return self.unowned_too and agent not in self.owned
+
+    def q(self, field: str = "agent") -> Q:
+        """The queryset condition: `Run.objects.filter(scope.q())`."""
+        if self.everything or (self.unowned_too and not self.owned):
+            # No team owns anything (a fresh install): no condition, no join.
+            return Q()
+        condition = Q(**{f"{field}__in": sorted(self.granted)})
+        if self.unowned_too:
+            condition |= ~Q(**{f"{field}__in": sorted(self.owned)})
+        return condition
+
+    @property
+    def nothing(self) -> bool:
+        return not (self.everything or self.granted or self.unowned_too)
+
+
+NOTHING = AgentScope()
+EVERYTHING = AgentScope(everything=True)
+
+
+def _teams_of(user) -> tuple[frozenset[str], dict[str, set[str]]]:
+    """(agents owned by any team, power -> the owned agents the user's memberships grant it),
+    in one query, once per user object: a page asks many times."""
+    cache = getattr(user, "_teams_cache", None)
+    if cache is None:
+        rows = TeamAgent.objects.annotate(
+            mine=FilteredRelation("team__members", condition=Q(team__members__user_id=user.pk))
+        ).values_list("agent", "mine__id", "mine__launch", "mine__decide", "mine__administer")
+        owned: set[str] = set()
+        granted: dict[str, set[str]] = {power: set() for power in Power.values}
+        for agent, member, launch, decide, administer in rows:
+            owned.add(agent)
+            if member is None:
+                continue
+            granted[Power.VIEW].add(agent)
+            for power, flag in ((Power.LAUNCH, launch), (Power.DECIDE, decide)):
+                if flag:
+                    granted[power].add(agent)
+            if administer:
+                granted[Power.ADMINISTER].add(agent)
+        cache = user._teams_cache = (frozenset(owned), granted)
+    return cache
+
+
+def forget(user) -> None:
+    """Drop what `scope` read for this user object (after its memberships changed)."""
+    if hasattr(user, "_teams_cache"):
+        del user._teams_cache
+
+
+def scope(user, power: str) -> AgentScope:
+    """The agents `user` reaches with `power` (see the module's docstring)."""
+    power = Power(power)
+    # A template rendered for no one (a socket push) passes "" as its user.
+    if not getattr(user, "is_authenticated", False) or not user.is_active:
+        return NOTHING
+    if user.is_admin:
+        return EVERYTHING
+    if not getattr(user, ROLE_FOR[power]):
+        return NOTHING
+    owned, granted = _teams_of(user)
+    return AgentScope(
+        granted=frozenset(granted[power]),
+        unowned_too=power != Power.ADMINISTER,
+        owned=owned,
+    )
+
+
+def may(user, power: str, agent: str) -> bool:
+    return scope(user, power).allows(agent)
+
+
+# --- who is told: the same rule, from the agent's side -------------------------------------------
+def owned(agent: str) -> bool:
+    return TeamAgent.objects.filter(agent=agent).exists()
+
+
+def members_reaching(users, power: str, agent: str):
+    """Of the `users` queryset, those whose teams reach `agent` with `power`: everyone for an
+    agent no team owns (their roles decide, as before), else global admins and the members of
+    an owning team that grants it. The role each power also needs is the caller's filter."""
+    power = Power(power)
+    if not owned(agent):
+        return users if power != Power.ADMINISTER else users.filter(_ADMINS)
+    flag = {} if power == Power.VIEW else {power.value: True}
+    members = TeamMember.objects.filter(team__agents__agent=agent, **flag).values("user_id")
+    return users.filter(_ADMINS | Q(pk__in=members)).distinct()
+
+
+_ADMINS = Q(is_superuser=True) | Q(groups__name=Role.ADMIN)
+
+
+def teams_owning(agent: str):
+    return Team.objects.filter(agents__agent=agent).order_by("name")
+
+
+def known_agents() -> list[str]:
+    """Every agent name a team could own: the catalogue's, other apps' (external agents), and
+    any a team already names (an agent removed from the code stays removable)."""
+    names = set(CATALOGUE) | set(TeamAgent.objects.values_list("agent", flat=True))
+    for source in AGENT_SOURCES:
+        names |= set(source())
+    return sorted(names)
