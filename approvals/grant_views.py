@@ -59,9 +59,12 @@ def grants_page(request: HttpRequest) -> HttpResponse:
     if not request.user.can_approve:
         raise PermissionDenied
     now = timezone.now()
-    active = list(grants.active(now).select_related("run", "from_approval"))
+    active = list(
+        grants.visible_to(request.user, grants.active(now)).select_related("run", "from_approval")
+    )
     ended = (
-        Grant.objects.exclude(pk__in=[g.pk for g in active])
+        grants.visible_to(request.user)
+        .exclude(pk__in=[g.pk for g in active])
         .select_related("run")
         .order_by("-granted_at")[:50]
     )

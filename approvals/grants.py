@@ -30,6 +30,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from accounts import teams
+
 from . import decisions, declared_policy, permissions
 from .evidence import pii_findings
 from .models import Approval, Grant
@@ -193,6 +195,13 @@ def _usable(now: datetime) -> Q:
     )
 
 
+def visible_to(user, found=None):
+    """The grants of the agents whose approvals `user` may decide (accounts/teams.py): what
+    the grants page and API list and what they may revoke."""
+    found = Grant.objects.all() if found is None else found
+    return found.filter(teams.scope(user, teams.Power.DECIDE).q("agent"))
+
+
 def active(now: datetime | None = None):
     """Grants that can still let a call through."""
     return Grant.objects.filter(_usable(now or timezone.now()))
@@ -347,8 +356,8 @@ def revoke(grant_id: int, *, user) -> Grant:
     ended by revocation."""
     if not permissions.can_decide(user):
         raise GrantRefused(permissions.ONLY_APPROVERS, status=403)
-    found = Grant.objects.filter(pk=grant_id).first()
-    if found is None:
+    found = visible_to(user).filter(pk=grant_id).first()
+    if found is None:  # another team's grant is not there for this user
         raise Grant.DoesNotExist(f"no grant {grant_id}")
     now = timezone.now()
     if not Grant.objects.filter(pk=grant_id, revoked_at__isnull=True).update(

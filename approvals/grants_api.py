@@ -108,7 +108,7 @@ def list_grants(request: HttpRequest, active: bool = True, limit: int = 50):
     """Active grants (`active=false`: every grant), newest first; `limit` 1 to 200."""
     if not 1 <= limit <= MAX_PAGE:
         return _error(422, "invalid filters", errors={"limit": [f"between 1 and {MAX_PAGE}"]})
-    found = grants.active() if active else Grant.objects.all()
+    found = grants.visible_to(request.auth, grants.active() if active else None)
     rows = list(found.order_by("-granted_at", "-id")[:limit])
     return {"items": [_out(g) for g in rows], "count": len(rows)}
 
