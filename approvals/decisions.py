@@ -32,6 +32,7 @@ from django.db.models import OuterRef, Subquery
 from django.dispatch import Signal
 from django.utils import timezone
 
+from accounts import teams
 from agentkit import metrics, previews
 from agentkit.tools import Blast, Tool, ToolArgsError
 from runs import events
@@ -780,6 +781,11 @@ def resume_halted(run_id, *, user) -> Run:
         raise DecisionForbidden("only operators and approvers can resume a halted run")
     with transaction.atomic():
         run = Run.locked(run_id)
+        if not (
+            teams.may(user, teams.Power.LAUNCH, run.agent)
+            or teams.may(user, teams.Power.DECIDE, run.agent)
+        ):
+            raise DecisionForbidden(f"your teams may not resume runs of {run.agent}")
         if not is_halted(run):
             raise DecisionConflict(
                 f"the run is not halted (it is {run.status}"

@@ -32,7 +32,9 @@ class GrantIn(Schema):
 
     scope: Literal["run", "agent"]
     envelope: list[Condition] = []
-    expires_in_seconds: int | None = Field(None, ge=1)
+    # A bound the date cannot overflow (a 500 otherwise); the grant's rules then say that
+    # more than grants.MAX_DURATION is too long.
+    expires_in_seconds: int | None = Field(None, ge=1, le=10**9)
     max_uses: int | None = None
     note: str = Field("", max_length=500)
     # The `arguments_hash` of the call shown to the user: a grant from any other call is 409.

@@ -13,6 +13,7 @@ from django.conf import settings
 from slack_sdk.errors import SlackApiError
 
 from accounts import teams
+from runs.models import BudgetCrossing
 
 from . import decisions, evidence_export
 from .learning import rules as learning
@@ -168,7 +169,12 @@ def budget_crossed(crossing_id: int) -> None:
 @shared_task(ignore_result=True)
 def notify_budget_crossed(crossing_id: int) -> int:
     queued = 0
-    if settings.AGENTOPS["NOTIFY_EMAIL"] and budget.recipients():
+    agent = (
+        BudgetCrossing.objects.filter(pk=crossing_id)
+        .values_list("budget__agent", flat=True)
+        .first()
+    )
+    if settings.AGENTOPS["NOTIFY_EMAIL"] and agent and budget.recipients(agent):
         send_budget_email.delay(crossing_id)
         queued += 1
     for url in settings.AGENTOPS["WEBHOOK_URLS"]:

@@ -5,13 +5,14 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Literal
 
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import Field, Router, Schema, Status
 from ninja.errors import ValidationError
 from pydantic import ConfigDict
 
+from accounts import teams
 from accounts.auth import api_auth
 
 from . import budgets
@@ -85,12 +86,15 @@ def _saved(request: HttpRequest, payload: BudgetIn, instance: Budget | None) -> 
 
 @router.get("/budgets", response=list[BudgetOut], summary="Budgets with their current spend")
 def list_budgets(request: HttpRequest) -> list[dict]:
-    return [_out(s) for s in budgets.states()]
+    return [_out(s) for s in budgets.states(viewer=request.auth)]
 
 
 @router.get("/budgets/{budget_id}", response={200: BudgetOut, 404: Message}, summary="One budget")
 def get_budget(request: HttpRequest, budget_id: int) -> dict:
-    return _out(budgets.state_of(get_object_or_404(Budget, pk=budget_id)))
+    found = get_object_or_404(Budget, pk=budget_id)
+    if not teams.may(request.auth, teams.Power.VIEW, found.agent):
+        raise Http404("no such budget")  # another team's, as unseen runs are
+    return _out(budgets.state_of(found))
 
 
 @router.post(

@@ -94,6 +94,14 @@ class RecoveryIn(Schema):
     text: str = Field("", max_length=Instruction.MAX_CHARS, description="instruct: what instead.")
 
 
+def _operable_run(request: HttpRequest, run_id: UUID) -> Run:
+    """The run, if the caller's teams let them operate it (as cancel_run): 404 unseen, 403."""
+    run = _get_run(request, run_id)
+    if not Run.objects.operable_by(request.auth).filter(pk=run.pk).exists():
+        raise HttpError(403, f"your teams may not steer runs of {run.agent}")
+    return run
+
+
 def _username(user) -> str | None:
     return user.get_username() if user is not None else None
 
@@ -174,7 +182,7 @@ def get_steering(request: HttpRequest, run_id: UUID) -> dict:
     summary="Pause a run at its next step boundary (again: nothing more)",
 )
 def pause_run(request: HttpRequest, run_id: UUID) -> dict:
-    run = _get_run(request, run_id)
+    run = _operable_run(request, run_id)
     _served(steering.request_pause, run, by=request.auth)
     return _state(run)
 
@@ -186,7 +194,7 @@ def pause_run(request: HttpRequest, run_id: UUID) -> dict:
     summary="Resume a paused run, or withdraw a pause it has not taken yet",
 )
 def resume_run(request: HttpRequest, run_id: UUID) -> dict:
-    run = _get_run(request, run_id)
+    run = _operable_run(request, run_id)
     _served(steering.resume, run, by=request.auth)
     return _state(run)
 
@@ -198,7 +206,7 @@ def resume_run(request: HttpRequest, run_id: UUID) -> dict:
     summary="Send the agent an instruction for its next model turn",
 )
 def post_instruction(request: HttpRequest, run_id: UUID, payload: InstructionIn) -> Status:
-    run = _get_run(request, run_id)
+    run = _operable_run(request, run_id)
     # Without a key every POST is an instruction of its own.
     key = payload.idempotency_key or request.headers.get("Idempotency-Key") or uuid4().hex
     _, new = _served(steering.instruct, run, text=payload.text, key=key, by=request.auth)
@@ -212,7 +220,7 @@ def post_instruction(request: HttpRequest, run_id: UUID, payload: InstructionIn)
     summary="Choose what becomes of the failed step: retry, skip or instruct",
 )
 def post_recovery(request: HttpRequest, run_id: UUID, payload: RecoveryIn) -> dict:
-    run = _get_run(request, run_id)
+    run = _operable_run(request, run_id)
     choice = steering.Choice(
         payload.choice, args=payload.arguments, note=payload.note, text=payload.text
     )
@@ -227,7 +235,7 @@ def post_recovery(request: HttpRequest, run_id: UUID, payload: RecoveryIn) -> di
     summary="Resume a failed run from here: retry, skip or instruct (409 says why not)",
 )
 def reopen_run(request: HttpRequest, run_id: UUID, payload: RecoveryIn) -> dict:
-    run = _get_run(request, run_id)
+    run = _operable_run(request, run_id)
     choice = steering.Choice(
         payload.choice, args=payload.arguments, note=payload.note, text=payload.text
     )

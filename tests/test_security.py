@@ -551,11 +551,13 @@ def test_another_team_s_api_objects_are_refused(role, method, path, status, brav
 def test_another_team_s_objects_are_left_out_of_api_lists(role, bravo, world):
     token = ApiToken.issue(bravo[role], "matrix")[1]
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-    for path in ("/api/runs", "/api/approvals?status=all", "/api/agents", "/api/costs"):
+    paths = ("/api/runs", "/api/approvals?status=all", "/api/agents", "/api/costs", "/api/budgets")
+    for path in paths:
         response = client.get(path)
         assert response.status_code == 200, path
         text = response.content.decode()
         assert str(world["run"].pk) not in text and "sql-analyst" not in text, path
+    assert client.get(f"/api/budgets/{world['budget'].pk}").status_code == 404
     approval = world["approval"]
     item = {"id": str(approval.pk), "args_hash": args_hash(approval.tool, approval.args)}
     body = {"decision": "reject", "reason": "no", "items": [item]}
@@ -574,5 +576,17 @@ def test_a_team_member_who_may_only_view_cannot_operate_or_decide(users, world):
         assert client.get(url_of("approvals:detail", world)).status_code == 200
         response = client.post(url_of(name, world), {"decision": "reject", "reason": "x"})
         assert response.status_code == 403, name
+    # The same over the API: steering a run, resuming one an expiry halted.
+    run, approval = world["run"].pk, world["approval"].pk
+    for role, path in (
+        ("operator", f"/api/runs/{run}/pause"),
+        ("operator", f"/api/approvals/{approval}/resume-halted"),
+        ("approver", f"/api/approvals/{approval}/resume-halted"),
+    ):
+        token = ApiToken.issue(users[role], "matrix")[1]
+        client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+        response = client.post(path, {}, content_type="application/json")
+        assert response.status_code == 403, (role, path, response.content)
+    assert not Run.objects.get(pk=run).pause_requested_at
     assert Run.objects.get(pk=world["run"].pk).status == Run.Status.WAITING
     assert Approval.objects.get(pk=world["approval"].pk).status == Approval.Status.PENDING

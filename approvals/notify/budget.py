@@ -15,6 +15,7 @@ from django.core.mail import EmailMessage
 from django.db.models import Q
 from django.urls import reverse
 
+from accounts import teams
 from accounts.models import Role
 from agentkit import signing
 from runs.models import BudgetCrossing
@@ -57,19 +58,22 @@ def payload(crossing: BudgetCrossing) -> dict:
     }
 
 
-def recipients() -> list[str]:
+def recipients(agent: str) -> list[str]:
+    """The approvers and admins whose teams reach `agent` (accounts/teams.py): those who
+    would decide its budget's approval."""
     users = (
         get_user_model()
         .objects.filter(is_active=True)
         .exclude(email="")
         .filter(Q(groups__name__in=[Role.APPROVER, Role.ADMIN]) | Q(is_superuser=True))
     )
+    users = teams.members_reaching(users, teams.Power.DECIDE, agent)
     return sorted(set(users.values_list("email", flat=True)))
 
 
 def send_email(crossing_id: int) -> int:
     crossing = BudgetCrossing.objects.select_related("budget").get(pk=crossing_id)
-    to = recipients()
+    to = recipients(crossing.budget.agent)
     if not to:
         return 0
     data = payload(crossing)

@@ -80,6 +80,7 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
             key=key,
             effect=effect,
             duration_ms=duration_ms,
+            cost_usd=cost,
         )
     record_tool_result(
         work,

@@ -11,6 +11,7 @@ agent gets each exactly once; the conversation rebuilt from the timeline has the
 """
 
 import time
+from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -113,9 +114,11 @@ def hold_failure(
     key: str,
     effect: SideEffect | None,
     duration_ms: int,
+    cost_usd: Decimal = Decimal(0),
 ) -> None:
     """Record a failed call as a `held` tool step (the agent does not see it), open its
-    Recovery and park the run until an operator chooses. Never returns (Stop)."""
+    Recovery and park the run until an operator chooses. Never returns (Stop). What the
+    failed attempts cost (a paid API bills them) is charged here, once."""
     counters = error_counters(work.run)
     data = tool_step(
         counters,
@@ -125,11 +128,16 @@ def hold_failure(
         key=key if effect else "",
         duration_ms=duration_ms,
         args=args,
+        cost_usd=cost_usd,
     )
     data["held"] = True
     with transaction.atomic():
         run = owned.locked(work)
-        step = run.append_step(Step.Kind.TOOL, data, update=counters, latency_ms=duration_ms)
+        if cost_usd:
+            counters["cost_usd"] = run.cost_usd + cost_usd
+        step = run.append_step(
+            Step.Kind.TOOL, data, update=counters, latency_ms=duration_ms, cost_usd=cost_usd
+        )
         if effect is not None:
             SideEffect.objects.filter(pk=effect.pk).update(
                 status=SideEffect.Status.FAILED, result={"error": error}

@@ -107,6 +107,7 @@ def test_bounds_out_of_range_are_422_with_the_field(bea, credit, body, field):
         {"scope": "forever"},
         {"scope": "run", "envelope": [{"arg": "amount", "op": "gt", "value": 1}]},
         {"scope": "run", "expires_in_seconds": -5},
+        {"scope": "agent", "expires_in_seconds": 10**12},  # past any date: not a 500
         {"scope": "run", "max_uses": "lots"},
         {},
     ],

@@ -102,3 +102,23 @@ def test_a_cost_that_is_not_an_amount_is_refused(bad):
         Charged(None, cost_usd=bad)
     with pytest.raises(ValueError, match="cost must be"):
         tool(reversible=True, blast=Blast.NONE, name="t_never", cost_usd=bad)
+
+
+def test_a_failed_call_held_for_an_operator_is_charged_once(test_agent, no_enqueue, script):
+    # on_failure="ask" holds the failed call for an operator (runs/engine/steering.py): the
+    # paid API billed the attempt all the same, so the run and the agent's spend count it.
+    agent = register(
+        dataclasses.replace(
+            test_agent, tools=(*test_agent.tools, "t_paid_lookup"), on_failure="ask"
+        )
+    )
+    script([[tool_use("t_paid_lookup", q="missing")], [text("never asked")]])
+    run = engine.launch(agent=agent, input={"task": "pay", "script": ""})
+    drive(run)
+    run.refresh_from_db()
+    (held,) = run.steps.filter(kind=Step.Kind.TOOL)
+    assert held.data["held"] is True and held.cost_usd == Decimal("0.05")
+    model = sum(s.cost_usd for s in run.steps.filter(kind=Step.Kind.LLM))
+    assert run.cost_usd == model + Decimal("0.05")
+    spent = costs.cost_by_agent(agent=run.agent).total
+    assert (spent.cost_usd, spent.tool_cost_usd) == (run.cost_usd, Decimal("0.05"))
