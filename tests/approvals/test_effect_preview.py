@@ -37,28 +37,28 @@ def _credit_preview(args: dict) -> Change:
     reversible=False,
     blast=Blast.MEDIUM,
     accepts_idempotency_key=True,
-    name="test_credit",
+    name="test_preview_credit",
     preview=_credit_preview,
 )
 def credit(account: str, amount: int) -> dict:
     """Credit an account."""
-    EXECUTED.append(("test_credit", {"account": account, "amount": amount}))
+    EXECUTED.append(("test_preview_credit", {"account": account, "amount": amount}))
     BALANCES[account] += amount
     return {"balance": BALANCES[account]}
 
 
-if "test-crediter" not in CATALOGUE:
+if "test-previewer" not in CATALOGUE:
     register(
         Agent(
-            slug="test-crediter",
-            title="test-crediter",
+            slug="test-previewer",
+            title="test-previewer",
             description="test agent",
             model="claude-sonnet-4-6",
             system_prompt="You are a test agent.",
-            tools=("test_credit",),
+            tools=("test_preview_credit",),
             input_form=AskInput,
             prompt=lambda d: f"Credit: {d}",
-            script=lambda d: [[tool_use("test_credit", account="acme", amount=50)], [text("ok")]],
+            script=lambda d: [[tool_use("test_preview_credit", account="acme", amount=50)], [text("ok")]],
             gates=GateRules(),
         )
     )
@@ -72,7 +72,7 @@ def _balances():
 def test_the_preview_is_computed_when_the_gate_opens_and_kept_with_the_approval(
     operator, no_enqueue
 ):
-    run, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    run, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     assert approval.preview["changes"] == [
         {"subject": "account acme", "before": {"balance": 100}, "after": {"balance": 150}}
     ]
@@ -83,7 +83,7 @@ def test_the_preview_is_computed_when_the_gate_opens_and_kept_with_the_approval(
 def test_unchanged_data_approves_and_the_decision_names_the_preview_shown(
     operator, approver, no_enqueue
 ):
-    run, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    run, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     decisions.decide(
         approval.pk,
         user=approver,
@@ -91,7 +91,7 @@ def test_unchanged_data_approves_and_the_decision_names_the_preview_shown(
         shown_preview_hash=approval.preview["hash"],
     )
     assert drive(run) == Run.Status.SUCCEEDED
-    assert EXECUTED == [("test_credit", {"account": "acme", "amount": 50})]
+    assert EXECUTED == [("test_preview_credit", {"account": "acme", "amount": 50})]
     step = run.steps.get(kind=Step.Kind.DECISION)
     assert step.data["preview_hash"] == approval.preview["hash"]
 
@@ -99,7 +99,7 @@ def test_unchanged_data_approves_and_the_decision_names_the_preview_shown(
 def test_data_changed_since_the_gate_refuses_the_approval_with_the_fresh_preview(
     operator, approver, no_enqueue
 ):
-    run, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    run, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     shown = approval.preview["hash"]
     BALANCES["acme"] = 20  # someone spent from the account meanwhile
 
@@ -120,13 +120,13 @@ def test_data_changed_since_the_gate_refuses_the_approval_with_the_fresh_preview
         approval.pk, user=approver, decision="approve", shown_preview_hash=fresh["hash"]
     )
     assert drive(run) == Run.Status.SUCCEEDED
-    assert EXECUTED == [("test_credit", {"account": "acme", "amount": 50})]
+    assert EXECUTED == [("test_preview_credit", {"account": "acme", "amount": 50})]
 
 
 def test_an_approval_of_an_old_preview_is_refused_after_someone_else_saw_the_new_one(
     operator, approver, admin_user, no_enqueue
 ):
-    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    _, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     old = approval.preview["hash"]
     BALANCES["acme"] = 20
     with pytest.raises(decisions.PreviewChanged):
@@ -138,7 +138,7 @@ def test_an_approval_of_an_old_preview_is_refused_after_someone_else_saw_the_new
 
 
 def test_without_a_shown_hash_the_stored_preview_is_what_was_shown(operator, approver, no_enqueue):
-    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    _, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     BALANCES["acme"] = 20
     with pytest.raises(decisions.PreviewChanged):
         decisions.decide(approval.pk, user=approver, decision="approve")
@@ -147,7 +147,7 @@ def test_without_a_shown_hash_the_stored_preview_is_what_was_shown(operator, app
 
 
 def test_a_rejection_needs_no_fresh_preview(operator, approver, no_enqueue):
-    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    _, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     BALANCES["acme"] = 20
     decided = decisions.decide(approval.pk, user=approver, decision="reject", reason="no")
     assert decided.status == Approval.Status.REJECTED
@@ -156,7 +156,7 @@ def test_a_rejection_needs_no_fresh_preview(operator, approver, no_enqueue):
 def test_the_card_shows_the_diff_escaped_and_a_changed_preview_on_approve(
     client, operator, approver, no_enqueue
 ):
-    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    _, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     client.force_login(approver)
     page = client.get(f"/approvals/{approval.pk}/").content.decode()
     assert 'id="effect-preview"' in page and "account acme" in page
@@ -183,7 +183,7 @@ def test_the_card_shows_the_diff_escaped_and_a_changed_preview_on_approve(
 
 
 def test_the_api_answers_409_with_the_fresh_preview(client, operator, approver, no_enqueue):
-    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    _, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     client.force_login(approver)
     detail = client.get(f"/api/approvals/{approval.pk}").json()
     assert detail["preview"]["hash"] == approval.preview["hash"]
@@ -200,7 +200,7 @@ def test_the_api_answers_409_with_the_fresh_preview(client, operator, approver, 
 def test_the_one_tap_page_shows_the_diff_and_refuses_a_changed_preview(
     operator, approver, no_enqueue
 ):
-    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    _, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     token = one_tap.token_for(approval, approver)
     client = Client()
     client.force_login(approver)
@@ -239,7 +239,7 @@ def test_the_one_tap_page_shows_the_diff_and_refuses_a_changed_preview(
 
 
 def test_the_slack_message_shows_what_the_call_would_change_escaped(operator, no_enqueue):
-    _, approval = gated("test-crediter", {"topic": "t"}, by=operator)
+    _, approval = gated("test-previewer", {"topic": "t"}, by=operator)
     BALANCES["acme"] = 20
     approval.preview = {
         "changes": [
