@@ -58,7 +58,10 @@ if "test-previewer" not in CATALOGUE:
             tools=("test_preview_credit",),
             input_form=AskInput,
             prompt=lambda d: f"Credit: {d}",
-            script=lambda d: [[tool_use("test_preview_credit", account="acme", amount=50)], [text("ok")]],
+            script=lambda d: [
+                [tool_use("test_preview_credit", account="acme", amount=50)],
+                [text("ok")],
+            ],
             gates=GateRules(),
         )
     )
