@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from celery._state import _set_task_join_will_block
 from celery.worker import state
 from django.test import Client
 from opentelemetry.trace import SpanKind
@@ -31,6 +32,10 @@ def worker():
     thread.join(10)
     state.should_stop = None
     assert not thread.is_alive()
+    # A worker started in this process tells Celery that joining a result would block (a
+    # global flag): undone, as celery.contrib.testing's worker does, or a later test's
+    # `.apply().get()` in this process raises "Never call result.get() within a task!".
+    _set_task_join_will_block(False)
 
 
 def _wait_for(run_id, status: str, seconds: float = 60) -> Run:
