@@ -390,7 +390,10 @@ def test_an_agent_without_checks_pays_nothing_for_them(launch, script, monkeypat
     run = launch()
     with CaptureQueriesContext(connection) as queries:
         assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
-    assert len(queries.captured_queries) == PLAIN_RUN_STATEMENTS[connection.vendor]
+    # One read more when a step took over a second (owned.RECHECK_AFTER_SECONDS: the worker
+    # looks again at its run), as on a loaded machine; never more than that.
+    expected = PLAIN_RUN_STATEMENTS[connection.vendor]
+    assert expected <= len(queries.captured_queries) <= expected + 1
     # The final answer and the run's end are still written together.
     ended, answer = run.steps.order_by("-seq")[:2]
     assert answer.kind == Step.Kind.LLM and ended.data["event"] == "terminated"
