@@ -21,7 +21,6 @@ from approvals.models import Approval
 from history.fork import fork
 from history.replay import replay
 from runs import engine
-from runs.engine import owned
 from runs.models import Run, SideEffect, Step
 
 from .. import harness
@@ -382,10 +381,7 @@ def test_a_side_effect_whose_result_breaks_its_schema_stays_committed(agent_with
 PLAIN_RUN_STATEMENTS = {"sqlite": 20, "postgresql": 7}
 
 
-def test_an_agent_without_checks_pays_nothing_for_them(launch, script, monkeypatch):
-    # The reads a worker makes when its last look is over a second old (the run's owner, a
-    # steering read) depend on how loaded the machine is: none here, so the count is exact.
-    monkeypatch.setattr(owned, "RECHECK_AFTER_SECONDS", 3600)
+def test_an_agent_without_checks_pays_nothing_for_them(launch, script):
     script([[tool_use("t_echo", text="x")], [text("done")]])
     run = launch()
     with CaptureQueriesContext(connection) as queries:
