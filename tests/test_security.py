@@ -4,6 +4,8 @@ The views and their own tests check their rules one by one; this module walks th
 map, so a page added without its checks fails here.
 """
 
+import json
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -294,6 +296,18 @@ def test_every_page_sends_the_security_headers(name, users, world):
     assert not any("unsafe" in v for values in csp.values() for v in values)
     assert response["X-Frame-Options"] == "DENY"
     assert response["X-Content-Type-Options"] == "nosniff"
+
+
+def test_htmx_is_configured_for_the_strict_policy(users, world):
+    """htmx must not need what the policy refuses: no eval, no inline <script>, no indicator
+    <style>, and no `style` attribute copied while it settles a swap (a textarea the browser
+    gave an empty style had it set again by setAttribute, which `style-src 'self'` blocks and
+    reports: found by the browser suite)."""
+    html = client_for(users, "operator").get(url_of("runs:detail", world)).content.decode()
+    config = json.loads(re.search(r"<meta name=\"htmx-config\" content='([^']*)'>", html)[1])
+    assert config["allowEval"] is False and config["allowScriptTags"] is False
+    assert config["includeIndicatorStyles"] is False
+    assert "style" not in config["attributesToSettle"]
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (m, _) in PAGES.items() if m == "GET"))

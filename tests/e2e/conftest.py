@@ -249,6 +249,17 @@ def drop_postgres_database(url: str) -> None:
         )
 
 
+def redis_of_the_server(url: str) -> str:
+    """A Redis database of the live server's own, eight numbers from this worker's. On the
+    worker's database the server's in-process Celery worker would take the tasks of the
+    service tests this worker runs while the server lives (a real worker's run, found
+    nowhere in the server's database, dropped: the test's run stays queued), and their
+    workers the server's."""
+    parts = urlsplit(url)
+    number = (int(parts.path.strip("/") or 0) + 8) % 16
+    return parts._replace(path=f"/{number}").geturl()
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Iterator[LiveServer]:
     """One live agentops for the suite, in the topology of this test session.
@@ -271,7 +282,7 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
             AGENTOPS_DEMO_PASSWORD=PASSWORD,
             AGENTOPS_GATE_SAMPLING_SEED=SAMPLING_SEED,
             DATABASE_URL=database,
-            REDIS_URL=services[1],
+            REDIS_URL=redis_of_the_server(services[1]),
         )
         live = LiveServer(up=up, postgres_url=database)
     else:

@@ -102,10 +102,17 @@ def decide(
         page.fill(f"[name=arg_{name}]", value)
     if reason:
         page.fill("textarea[name=reason]", reason)
-    page.click(f"button#{button}")
+    # The answer to this press, not what an earlier one left on screen (navigate=False).
+    with page.expect_response(_decision_post) as answer:
+        page.click(f"button#{button}")
     expect(page.locator("#decision-result")).not_to_be_empty()
-    if button == "approve" and page.locator("#confirm-approve").count():
+    if button == "approve" and 'id="confirm-approve"' in answer.value.text():
         # A high-risk or irreversible call: the second press confirms the effect shown.
-        page.click("#confirm-approve")
+        with page.expect_response(_decision_post):
+            page.click("#confirm-approve")
         expect(page.locator("#confirm-approve")).to_have_count(0)
         expect(page.locator("#decision-result")).not_to_be_empty()
+
+
+def _decision_post(response) -> bool:
+    return response.request.method == "POST" and response.url.endswith("/decide/")
