@@ -224,6 +224,10 @@ if SSO_ENABLED:
 # --- broker, channel layer ----------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
 EMBEDDED = not REDIS_URL  # one process: in-memory transport, in-process worker and sweeps
+# Each web process hears every external call's decision on one channel of its own
+# (gateway/waits.py, prefix gateway.wakeups.HUB_CHANNEL_PREFIX): room for a burst of them,
+# where the default capacity (100 in memory, 1 500 here) would drop the rest silently.
+GATEWAY_HUB_CAPACITY = {"gateway-hub.*": 100_000}
 
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -234,6 +238,7 @@ if REDIS_URL:
                 # (django/channels_redis#422).
                 "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
                 "capacity": 1500,
+                "channel_capacity": GATEWAY_HUB_CAPACITY,
                 "expiry": 60,
             },
         }
@@ -244,7 +249,12 @@ if REDIS_URL:
         # Not for rediss://: given a transport, kombu no longer applies its TLS default.
         CELERY_BROKER_TRANSPORT = "agentops.broker:Transport"
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "agentops.channel_layers.InMemoryChannelLayer",
+            "CONFIG": {"channel_capacity": GATEWAY_HUB_CAPACITY},
+        }
+    }
     CELERY_BROKER_URL = "memory://localhost/"  # a host, or kombu warns on every connection
 
 CELERY_TASK_ACKS_LATE = True

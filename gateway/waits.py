@@ -53,7 +53,7 @@ from runs.models import Run, Step
 
 from . import sessions
 from .models import ExternalAgent, ExternalCall
-from .wakeups import DECISIONS_GROUP, call_topic, session_topic
+from .wakeups import DECISIONS_GROUP, HUB_CHANNEL_PREFIX, call_topic, numbering, session_topic
 
 log = logging.getLogger("agentops.gateway")
 
@@ -61,10 +61,17 @@ MAX_WAIT_SECONDS = 30
 # A waiter re-reads the database this often even if no message came (one was lost).
 RECHECK_SECONDS = 60.0
 # A call read pending, with no message about it since, is known pending this long: an agent
-# asking again within it is answered without a read. A missed message (Redis away) forgets
-# everything at once; one lost otherwise (a channel over capacity) delays a decision by this.
+# asking again within it is answered without a read. A missed message forgets everything at
+# once: Redis away, or a message number that never came (_Gaps).
 KNOWN_PENDING_SECONDS = 300.0
 KEEPALIVE_SECONDS = 15.0  # an SSE comment line: proxies do not cut a quiet stream
+# A number a publisher skipped (gateway/wakeups.py numbers its messages) and that has not come
+# within this long was lost, not late: one process's sends may pass each other by a little.
+GAP_GRACE_SECONDS = 2.0
+# After a loss every waiter reads again, spread over up to this long (a millisecond a
+# waiter): 10 000 reads at once would queue behind each other for the pool.
+RECHECK_SPREAD_SECONDS = 10.0
+RECHECK = "gateway.recheck"
 
 CALL_PATH = re.compile(r"^/api/external/calls/(?P<id>[0-9a-fA-F-]{32,36})$")
 EVENTS_PATH = re.compile(r"^/api/external/sessions/(?P<id>[0-9a-fA-F-]{32,36})/events$")
@@ -128,6 +135,38 @@ def read_session_events(token: str, session_id: str, after: int) -> Answer:
 
 
 # --- waiting -------------------------------------------------------------------------------
+class _Gaps:
+    """The numbers (gateway/wakeups.py numbers every decision message) above the counter's
+    value when this process joined that have not reached it: a message dropped on the way
+    (a full channel, an outbox that gave up while Redis was away, an expiry) shows as a
+    number that never comes."""
+
+    def __init__(self) -> None:
+        self.high: int | None = None  # None: the counter was unreadable, nothing is judged
+        self.missing: dict[int, float] = {}  # number -> noticed missing at
+
+    def start(self, base: int | None) -> None:
+        self.high, self.missing = base, {}
+
+    def saw(self, number: int, now: float) -> None:
+        if self.high is None:
+            return
+        if number > self.high:
+            # Bounded: a huge jump is as lost as a small one; one entry stands for the rest.
+            for skipped in range(self.high + 1, min(number, self.high + 1 + 1_000)):
+                self.missing[skipped] = now
+            self.high = number
+        else:
+            self.missing.pop(number, None)  # late, not lost
+
+    def overdue(self, now: float) -> int:
+        """How many skipped numbers are past their grace (each reported once)."""
+        lost = [n for n, noticed in self.missing.items() if now - noticed >= GAP_GRACE_SECONDS]
+        for number in lost:
+            del self.missing[number]
+        return len(lost)
+
+
 class _Hub:
     """Every wait of a process (of an event loop) listens through one channel: the process
     joins DECISIONS_GROUP once and a single receive loop, never cancelled, hands each
@@ -150,6 +189,7 @@ class _Hub:
         self.pending: dict[str, tuple[bytes, float, dict]] = {}
         self.joined = False
         self.epoch = 0  # changes whenever a message may have been missed
+        self.gaps = _Gaps()
 
     def known_pending(self, topic: str, token: str) -> dict | None:
         """The call's pending answer, if this process knows nothing changed since it read it
@@ -176,6 +216,24 @@ class _Hub:
         self.epoch += 1
         self.pending.clear()
 
+    def missed(self, lost: int) -> None:
+        """Messages were lost: nothing is known any more, and every waiter reads again now,
+        not when its safety timer or its agent's next ask comes (minutes, for a call this
+        process knew pending)."""
+        waiting = sum(len(inboxes) for inboxes in self.waiters.values())
+        log.warning(
+            "gateway: %d decision message(s) lost on the way; %d waiting calls read again",
+            lost,
+            waiting,
+        )
+        self.doubt()
+        loop = asyncio.get_running_loop()
+        spread = min(RECHECK_SPREAD_SECONDS, waiting / 1000)
+        for topic, inboxes in self.waiters.items():
+            message = {"type": RECHECK, "topics": [topic]}
+            for inbox in inboxes:
+                loop.call_later(random.uniform(0, spread), inbox.put_nowait, message)
+
     async def join(self, topic: str) -> asyncio.Queue:
         if self.listening is None:
             self.listening = asyncio.get_running_loop().create_future()
@@ -199,11 +257,12 @@ class _Hub:
 
     async def _listen(self) -> None:
         try:
-            self.channel = await self.layer.new_channel()
+            self.channel = await self.layer.new_channel(prefix=HUB_CHANNEL_PREFIX)
             joined = await self._join_group()
         finally:
             self.listening.set_result(None)  # never leave the first waiters hanging
         self.tasks.add(asyncio.ensure_future(self._keep_joined(joined)))
+        self.tasks.add(asyncio.ensure_future(self._watch_gaps()))
         while True:
             try:
                 message = await self.layer.receive(self.channel)
@@ -216,10 +275,19 @@ class _Hub:
                 await asyncio.sleep(1.0)
                 await self._join_group()  # a Redis that restarted empty forgot us
                 continue
+            if "n" in message:
+                self.gaps.saw(message["n"], asyncio.get_running_loop().time())
             for topic in message.get("topics", ()):
                 self.pending.pop(topic, None)
                 for inbox in self.waiters.get(topic, ()):
                     inbox.put_nowait(message)
+
+    async def _watch_gaps(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(GAP_GRACE_SECONDS / 2)
+            if self.gaps.missing and (lost := self.gaps.overdue(loop.time())):
+                self.missed(lost)
 
     async def _join_group(self) -> bool:
         try:
@@ -229,6 +297,10 @@ class _Hub:
             self.joined = False
             self.doubt()
             return False
+        if not self.joined:
+            # Every message numbered from now on is ours to receive.
+            base = await asyncio.get_running_loop().run_in_executor(None, numbering.current)
+            self.gaps.start(base)
         self.joined = True
         return True
 

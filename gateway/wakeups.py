@@ -10,8 +10,12 @@ process receiving every one costs little; a membership per waiter cost a Redis r
 each time an agent asked again (hundreds a second with 10 000 waiting calls).
 """
 
+import logging
+import threading
 from uuid import UUID
 
+import redis
+from django.conf import settings
 from django.db import transaction
 
 from approvals.models import Approval
@@ -22,6 +26,64 @@ from .models import ExternalAgent, ExternalCall
 
 DECIDED = "gateway.decided"
 DECISIONS_GROUP = "gateway.decisions"
+# The prefix of each web process's listening channel, whose capacity the settings raise
+# (CHANNEL_LAYERS' channel_capacity): a burst of decisions must not overflow it.
+HUB_CHANNEL_PREFIX = "gateway-hub"
+
+log = logging.getLogger("agentops.gateway")
+
+
+class _Numbering:
+    """Messages to DECISIONS_GROUP are numbered 1, 2, 3… across the installation (a Redis
+    counter; this process's own when embedded, where it is the only one). A listening process
+    notes the counter when it joins: a later number that never reaches it (a message dropped
+    by a full channel, by the outbox while Redis was away, or expired) was lost, and its
+    waiters read again, instead of learning the decision minutes late (gateway/waits.py)."""
+
+    KEY = "agentops:gateway:decision-number"
+    TIMEOUT_SECONDS = 1.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._issued = 0  # embedded
+        self._client: redis.Redis | None = None
+
+    def stamp(self, message: dict) -> dict:
+        number = self._next()
+        return message if number is None else {**message, "n": number}
+
+    def current(self) -> int | None:
+        """The last number issued, or None if the counter cannot be read."""
+        if not settings.REDIS_URL:
+            return self._issued
+        try:
+            return int(self._redis().get(self.KEY) or 0)
+        except redis.RedisError as error:
+            log.warning("gateway: the decisions counter is unreadable: %s", error)
+            return None
+
+    def _next(self) -> int | None:
+        if not settings.REDIS_URL:
+            with self._lock:
+                self._issued += 1
+                return self._issued
+        try:
+            return int(self._redis().incr(self.KEY))
+        except redis.RedisError as error:  # the message goes unnumbered: nothing waits on it
+            log.warning("gateway: the decisions counter is unreachable: %s", error)
+            return None
+
+    def _redis(self) -> redis.Redis:
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                settings.REDIS_URL,
+                socket_timeout=self.TIMEOUT_SECONDS,
+                socket_connect_timeout=self.TIMEOUT_SECONDS,
+            )
+        return self._client
+
+
+numbering = _Numbering()
 
 
 def call_topic(call_id) -> str:
@@ -57,7 +119,8 @@ def publish_decided_on_commit(call_id, run_id) -> None:
 def publish_decided(call_id, run_id) -> None:
     """Wake whoever waits on this call or its session (after commit; never raises)."""
     topics = [call_topic(call_id), session_topic(run_id)]
-    events.send(DECISIONS_GROUP, {"type": DECIDED, "topics": topics, "call": str(call_id)})
+    message = {"type": DECIDED, "topics": topics, "call": str(call_id)}
+    events.send(DECISIONS_GROUP, numbering.stamp(message))
 
 
 def publish_cancelled_on_commit(approval_ids, run_id) -> None:
@@ -72,7 +135,7 @@ def publish_cancelled_on_commit(approval_ids, run_id) -> None:
 def publish_session_ended_on_commit(run_id) -> None:
     """The session ended: its event streams say so and end."""
     message = {"type": DECIDED, "topics": [session_topic(run_id)], "call": None}
-    transaction.on_commit(lambda: events.send(DECISIONS_GROUP, message))
+    transaction.on_commit(lambda: events.send(DECISIONS_GROUP, numbering.stamp(message)))
 
 
 def on_run_cancelled(sender, run: Run, **kwargs) -> None:

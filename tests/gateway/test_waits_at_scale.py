@@ -183,3 +183,64 @@ async def test_an_operator_cancelling_the_session_wakes_its_waiting_calls():
     # Long before its 25 s wait ends, and not by a safety read (switched off here).
     status, body = await asyncio.wait_for(waiting, ANSWER_WITHIN)
     assert (status, body["status"]) == (200, "cancelled")
+
+
+@pytest.mark.services  # the Redis layer's capacities, and its decisions counter, too
+def test_the_listening_channel_holds_a_burst_of_decisions():
+    # The layer's default (100 in memory, 1 500 on Redis) dropped the rest of a burst
+    # silently; the hub's channel has room for far more.
+    layer = get_channel_layer()
+
+    async def channel() -> str:
+        return await layer.new_channel(prefix=wakeups.HUB_CHANNEL_PREFIX)
+
+    assert layer.get_capacity(asyncio.run(channel())) >= 10_000
+
+
+@pytest.mark.services
+async def test_a_lost_decision_message_makes_every_waiter_read_again(reads, monkeypatch):
+    monkeypatch.setattr(waits, "GAP_GRACE_SECONDS", 0.2)
+    token, _, (lost, noticed, other) = await _db(_setup)(3)
+    real_send, dropped = wakeups.events.send, []
+
+    def send(group, message, **kwargs):
+        if group == wakeups.DECISIONS_GROUP and not dropped:
+            dropped.append(message)  # lost on the way (a full channel, say)
+            return
+        real_send(group, message, **kwargs)
+
+    monkeypatch.setattr(wakeups.events, "send", send)
+    waiting = {
+        c["call"]: asyncio.ensure_future(waits.call_state(token, c["call"], 25))
+        for c in (lost, noticed, other)
+    }
+    await _until(lambda: len(reads) == 3)
+    await _db(_decide)(lost["approval"])
+    assert dropped and dropped[0]["call"] == lost["call"]
+    await asyncio.sleep(0.5)
+    assert not waiting[lost["call"]].done()  # nothing told it (the safety timer is off)
+    # The next decision's message shows a number skipped: every waiter reads again.
+    await _db(_decide)(noticed["approval"])
+    status, body = await asyncio.wait_for(waiting[lost["call"]], ANSWER_WITHIN)
+    assert (status, body["status"]) == (200, "approved")
+    assert (await waiting[noticed["call"]])[1]["status"] == "approved"
+    await _until(lambda: reads[other["call"]] == 2)  # read again, still pending
+    assert not waiting[other["call"]].done()
+    waiting[other["call"]].cancel()
+    await asyncio.gather(waiting[other["call"]], return_exceptions=True)
+
+
+def test_numbers_that_come_late_are_not_lost_and_a_skipped_one_is():
+    gaps = waits._Gaps()
+    gaps.start(10)  # the counter when the process joined
+    for number in (9, 12, 11, 13):  # 9: numbered before it joined; 12 passed 11 on the way
+        gaps.saw(number, now=0.0)
+    assert gaps.overdue(now=10.0) == 0
+    gaps.saw(15, now=10.0)  # 14 skipped
+    assert gaps.overdue(now=10.0 + waits.GAP_GRACE_SECONDS / 2) == 0  # may still come
+    assert gaps.overdue(now=10.0 + waits.GAP_GRACE_SECONDS) == 1
+    assert gaps.overdue(now=20.0) == 0  # reported once
+    unread = waits._Gaps()
+    unread.start(None)  # the counter could not be read: nothing is judged
+    unread.saw(50, now=0.0)
+    assert unread.overdue(now=10.0) == 0
