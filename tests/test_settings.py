@@ -89,7 +89,8 @@ def test_nothing_set_means_embedded(tmp_path):
     assert s["broker"].startswith("memory://")
     # The embedded worker must not wait a second per enqueue.
     assert s["transport_options"]["polling_interval"] < 0.5
-    assert s["channel_layers"]["default"]["BACKEND"] == "agentops.channel_layers.InMemoryChannelLayer"
+    layer = s["channel_layers"]["default"]["BACKEND"]
+    assert layer == "agentops.channel_layers.InMemoryChannelLayer"
     assert s["debug"] is True
     # Local addresses only: the test client's "testserver" is added by the test session.
     assert s["allowed_hosts"] == ["127.0.0.1", "localhost", "[::1]"]
