@@ -1248,6 +1248,12 @@ class Instruction(models.Model):
     def __str__(self) -> str:
         return f"{self.run_id} instruction {self.key}"
 
+    @property
+    def shown_text(self) -> str:
+        """The text as pages and the API show it: under the agent's PII policy, masked as the
+        timeline keeps it (the agent gets it as typed, as it gets the run's input)."""
+        return self.run.masked(self.text)
+
 
 class Recovery(models.Model):
     """A failed tool call of an agent declared on_failure="ask", held from the agent until an

@@ -151,7 +151,7 @@ def _recovery_out(recovery: Recovery) -> dict:
 def _instruction_out(instruction: Instruction) -> dict:
     return {
         "id": instruction.pk,
-        "text": instruction.text,
+        "text": instruction.shown_text,
         "key": instruction.key,
         "by": _username(instruction.by),
         "source": instruction.source,

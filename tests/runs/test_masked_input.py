@@ -87,3 +87,24 @@ def test_the_output_in_the_run_api_is_masked_like_the_export(launch, viewer, cli
     assert client.get(f"/api/runs/{run.pk}").json()["output"] == f"Charged {MASKED}."
     exported = json.loads(body(client.get(f"/runs/{run.pk}/export.json")))
     assert exported["run"]["output"] == f"Charged {MASKED}."
+
+
+def test_an_operators_instruction_is_masked_where_it_is_shown(launch, operator, client):
+    run = launch(PiiPolicy(on_tool_args="gate"))
+    client.force_login(operator)
+    typed = f"Refund to the card {CARD} instead"
+    response = client.post(
+        f"/runs/{run.pk}/instructions/",
+        {"text": typed, "key": "pii-1"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="run-steer",
+    )
+    assert response.status_code == 200
+    assert run.instructions.get().text == typed  # the agent gets it as typed
+    for name, shown in {
+        "the instruct answer": body(response),
+        "run page": body(client.get(f"/runs/{run.pk}/")),
+        "steer API": json.dumps(client.get(f"/api/runs/{run.pk}/steer").json()),
+    }.items():
+        assert CARD not in shown, name
+        assert f"Refund to the card {MASKED} instead" in shown, name
