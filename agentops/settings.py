@@ -302,6 +302,11 @@ AGENTOPS = {
     "LLM_TIMEOUT_SECONDS": env.float("AGENTOPS_LLM_TIMEOUT_SECONDS", default=60.0),
     "LLM_MAX_RETRIES": env.int("AGENTOPS_LLM_MAX_RETRIES", default=3),
     "RUN_MAX_RETRIES": env.int("AGENTOPS_RUN_MAX_RETRIES", default=10),
+    # After a model failed over to an agent's fallback_model, its calls go to the fallback
+    # first for this long (0: each call asks the agent's model again).
+    "LLM_FALLBACK_COOLDOWN_SECONDS": env.float(
+        "AGENTOPS_LLM_FALLBACK_COOLDOWN_SECONDS", default=60.0
+    ),
     # Read-only tool calls of one model turn run at once, at most this many (an agent may
     # declare its own: Agent.max_parallel_tools); 1 runs them one after another.
     "MAX_PARALLEL_TOOLS": env.int("AGENTOPS_MAX_PARALLEL_TOOLS", default=4),

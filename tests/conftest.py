@@ -163,8 +163,10 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, t
 @pytest.fixture(autouse=True)
 def _isolated(settings, tmp_path_factory):
     from agentkit.tools import breaker
+    from runs.engine.model import models_resting
 
     breaker.reset()
+    models_resting.reset()
     shop_dir = tmp_path_factory.getbasetemp() / "shop"
     shop_dir.mkdir(exist_ok=True)
     settings.AGENTOPS = {

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from agentkit import llm, tracing
+from agentkit.circuit import CircuitBreaker
 from agentkit.llm import pricing
 from agentkit.verification import checks_final_answer
 
@@ -84,17 +85,40 @@ def ask(work: Work) -> None:
     _record_response(work, response, trimmed)
 
 
+class _ModelsResting(CircuitBreaker):
+    """Models an agent's calls left for its fallback: one failure opens (the switch itself
+    was the verdict), for the configured cooldown; shared by the workers through Redis."""
+
+    def __init__(self) -> None:
+        super().__init__(threshold=1, cooldown=0.0)
+
+    def record(self, name: str, *, ok: bool) -> None:
+        self.cooldown = cfg("LLM_FALLBACK_COOLDOWN_SECONDS")
+        if ok or self.cooldown > 0:
+            super().record(f"model:{name}", ok=ok)
+
+    def allow(self, name: str) -> bool:
+        return super().allow(f"model:{name}")
+
+
+models_resting = _ModelsResting()
+
+
 def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
     """The model's response, infrastructure errors retried (each failed attempt a step).
 
     With the agent's `fallback_model`, a call its model cannot answer (overloaded, 529, or
     still failing after LLM_MAX_RETRIES) goes to the fallback at once, with retries of its
-    own; the response then says so (extra["fallback_from"]). Each call starts with the
-    agent's model again. A request the API refuses (4xx) is not sent to another model: it
-    would refuse it too."""
+    own; the response then says so (extra["fallback_from"]). For LLM_FALLBACK_COOLDOWN_SECONDS
+    after that, every worker's calls of that model go to the fallback first (a model known
+    overloaded is not asked again by each call, each paying a failed attempt); then calls
+    start with the agent's model again. A request the API refuses (4xx) is not sent to
+    another model: it would refuse it too."""
     max_retries = cfg("LLM_MAX_RETRIES")
     fallback = work.agent_config.get("fallback_model") or ""
     asked = request.model
+    if fallback and asked != fallback and not models_resting.allow(asked):
+        request = dataclasses.replace(request, model=fallback)
     attempt = 0
     while True:
         attempt += 1
@@ -133,6 +157,7 @@ def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
                 terminator.terminate(work, Run.Termination.LLM_ERROR, detail)
             if switch:
                 # Another model's capacity: no backoff, and retries of its own.
+                models_resting.record(request.model, ok=False)
                 request = dataclasses.replace(request, model=fallback)
                 attempt = 0
                 continue
@@ -142,6 +167,8 @@ def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
             response = dataclasses.replace(
                 response, extra={**response.extra, "fallback_from": asked}
             )
+        elif fallback:
+            models_resting.record(asked, ok=True)
         return response
 
 

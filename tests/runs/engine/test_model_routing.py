@@ -3,6 +3,7 @@
 each step saying which model it was."""
 
 import dataclasses
+import time
 from decimal import Decimal
 
 import pytest
@@ -57,7 +58,11 @@ def models(run: Run, kind: str = Step.Kind.LLM) -> list[str]:
     return [s.data["model"] for s in run.steps.filter(kind=kind).order_by("seq")]
 
 
-def test_an_overloaded_model_hands_the_call_to_the_fallback_at_once(routed, script, sleeps):
+def test_an_overloaded_model_hands_the_call_to_the_fallback_at_once(
+    routed, script, sleeps, settings
+):
+    # No cooldown: each call asks the agent's model again.
+    settings.AGENTOPS = {**settings.AGENTOPS, "LLM_FALLBACK_COOLDOWN_SECONDS": 0}
     provider = script(
         [[text("Echo."), tool_use("t_echo", text="a")], [text("Done.")]], errors=[overloaded()]
     )
@@ -78,6 +83,35 @@ def test_an_overloaded_model_hands_the_call_to_the_fallback_at_once(routed, scri
     # The timeline says so.
     assert dict(step_view(first).facts)["model"] == f"{FALLBACK} (fallback from {PRIMARY})"
     assert dict(step_view(error).facts)["then"] == f"fallback to {FALLBACK}"
+
+
+def test_after_a_failover_calls_go_to_the_fallback_first_until_the_cooldown_ends(
+    routed, script, settings
+):
+    settings.AGENTOPS = {**settings.AGENTOPS, "LLM_FALLBACK_COOLDOWN_SECONDS": 0.5}
+    provider = script(
+        [[text("Echo."), tool_use("t_echo", text="a")], [text("Done.")]], errors=[overloaded()]
+    )
+    run = routed()
+    drive(run)
+    assert run.status == Run.Status.SUCCEEDED
+    # The second turn did not ask the overloaded model again: no failed attempt to pay.
+    assert [r.model for r in provider.requests] == [PRIMARY, FALLBACK, FALLBACK]
+    second = run.steps.filter(kind=Step.Kind.LLM).order_by("seq").last()
+    assert second.data["model"] == FALLBACK and second.data["fallback_from"] == PRIMARY
+    assert run.steps.filter(kind=Step.Kind.LLM_ERROR).count() == 1
+    # Another run of the agent meanwhile: the fallback first too.
+    provider = script([[text("Done.")]])
+    other = routed()
+    drive(other)
+    assert [r.model for r in provider.requests] == [FALLBACK]
+    # After the cooldown, the agent's model again (and it answers: the rest is over).
+    time.sleep(0.6)
+    provider = script([[text("Done.")]])
+    later = routed()
+    drive(later)
+    assert [r.model for r in provider.requests] == [PRIMARY]
+    assert models(later) == [PRIMARY]
 
 
 def test_a_failing_model_goes_to_the_fallback_after_its_retries(routed, script, settings):
