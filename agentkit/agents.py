@@ -275,6 +275,10 @@ class Agent:
     # A cheaper model for some of the run's model calls: "summary" (context summaries) and
     # "verify" (a verifier's review, unless the verifier names its own model).
     step_models: dict[str, str] = field(default_factory=dict)
+    # How long the prompt cache keeps the run's prefix: "5m" (writes cost 1.25x an input
+    # token) or "1h" (2x), for agents whose runs wait on people longer than five minutes and
+    # would otherwise write the whole conversation again when they resume.
+    prompt_cache_ttl: str = "5m"
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -393,6 +397,8 @@ class Agent:
             snapshot["fallback_model"] = self.fallback_model
         if self.step_models:
             snapshot["step_models"] = dict(self.step_models)
+        if self.prompt_cache_ttl != "5m":
+            snapshot["prompt_cache_ttl"] = self.prompt_cache_ttl
         if self.output_schema is not None:
             snapshot["output_schema"] = json_schema(self.output_schema)
             snapshot["output_attempts"] = self.output_attempts
@@ -436,6 +442,8 @@ def register(agent: Agent) -> Agent:
         )
     if agent.fallback_model == agent.model:
         raise ValueError(f"agent {agent.slug}: its fallback_model is its model")
+    if agent.prompt_cache_ttl not in ("5m", "1h"):
+        raise ValueError(f"agent {agent.slug}: prompt_cache_ttl must be 5m or 1h")
     if agent.max_parallel_tools is not None and agent.max_parallel_tools < 1:
         raise ValueError(f"agent {agent.slug}: max_parallel_tools must be at least 1")
     if agent.context_budget_tokens < 0:

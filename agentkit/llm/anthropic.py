@@ -122,7 +122,7 @@ class AnthropicProvider:
             params["tools"] = request.tools
         if self.caching and not request.metadata.get("purpose"):
             # Not a summary's or a verifier's call: made once, a write would only cost more.
-            params = cache_breakpoints(params)
+            params = cache_breakpoints(params, ttl=request.metadata.get("cache_ttl", "5m"))
         started = time.monotonic()
         if on_text is not None:
             return self._stream(client, params, on_text, started)
@@ -293,6 +293,8 @@ def _response(message: Any, request_id: str, latency_ms: int) -> LLMResponse:
         u.get("cache_creation_input_tokens"),
         u.get("cache_read_input_tokens"),
     ]
+    creation = u.get("cache_creation")
+    counts.append(creation.get("ephemeral_1h_input_tokens") if isinstance(creation, dict) else 0)
     if not all(c is None or (type(c) is int and c >= 0) for c in counts):
         raise _malformed("token counts are not counts")
     usage = Usage(*(c or 0 for c in counts))
@@ -351,10 +353,13 @@ def api_messages(messages: list[dict]) -> list[dict]:
 
 # The API takes at most 4 cache_control blocks in a request.
 MAX_BREAKPOINTS = 4
-EPHEMERAL = {"type": "ephemeral"}  # the 5-minute cache
+CACHE_CONTROL = {
+    "5m": {"type": "ephemeral"},  # the API's default time to live
+    "1h": {"type": "ephemeral", "ttl": "1h"},
+}
 
 
-def cache_breakpoints(params: dict) -> dict:
+def cache_breakpoints(params: dict, ttl: str = "5m") -> dict:
     """The request with cache_control on its stable prefix, which the API caches in the
     order tools, system, messages (each breakpoint caches everything before it too):
 
@@ -367,24 +372,26 @@ def cache_breakpoints(params: dict) -> dict:
     - the last message: written now, read by the next call.
 
     A prefix shorter than the model's minimum (1024 tokens for most) is simply not cached.
+    Every breakpoint has the agent's `ttl` (the API wants a longer one never after a shorter).
     The caller's lists and dicts are left as they were (the engine keeps them)."""
+    control = CACHE_CONTROL[ttl]
     out = dict(params)
     if out.get("tools"):
-        out["tools"] = [*out["tools"][:-1], {**out["tools"][-1], "cache_control": EPHEMERAL}]
+        out["tools"] = [*out["tools"][:-1], {**out["tools"][-1], "cache_control": control}]
     if out.get("system"):
-        out["system"] = [{"type": "text", "text": out["system"], "cache_control": EPHEMERAL}]
+        out["system"] = [{"type": "text", "text": out["system"], "cache_control": control}]
     messages = list(out["messages"])
     marks = [len(messages) - 1]
     if len(messages) >= 3 and messages[-3].get("role") == "user":
         marks.insert(0, len(messages) - 3)
     used = bool(out.get("tools")) + bool(out.get("system"))
     for i in marks[-(MAX_BREAKPOINTS - used) :]:
-        messages[i] = _marked(messages[i])
+        messages[i] = _marked(messages[i], control)
     out["messages"] = messages
     return out
 
 
-def _marked(message: dict) -> dict:
+def _marked(message: dict, control: dict) -> dict:
     """The message with cache_control on its last block (text content becomes a block)."""
     content = message["content"]
     if isinstance(content, str):
@@ -394,7 +401,7 @@ def _marked(message: dict) -> dict:
     # thinking blocks cannot carry cache_control; a breakpoint on the block before serves.
     for j in range(len(content) - 1, -1, -1):
         if content[j].get("type") not in ("thinking", "redacted_thinking"):
-            content = [*content[:j], {**content[j], "cache_control": EPHEMERAL}, *content[j + 1 :]]
+            content = [*content[:j], {**content[j], "cache_control": control}, *content[j + 1 :]]
             break
     return {**message, "content": content}
 

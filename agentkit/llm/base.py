@@ -16,6 +16,8 @@ class Usage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    # Of the cache writes, those kept an hour (priced 2x an input token, not 1.25x).
+    cache_creation_1h_input_tokens: int = 0
 
     @property
     def total_input_tokens(self) -> int:
@@ -29,7 +31,11 @@ class Usage:
             "output_tokens": self.output_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
-        }
+        } | (
+            {"cache_creation_1h_input_tokens": self.cache_creation_1h_input_tokens}
+            if self.cache_creation_1h_input_tokens
+            else {}
+        )
 
 
 @dataclass(frozen=True)

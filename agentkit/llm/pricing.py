@@ -1,8 +1,9 @@
 """USD per million tokens. Unknown models are priced like the most expensive known one, so
 cost limits err on the side of stopping early.
 
-Prompt caching (5-minute entries): a token written to the cache costs 1.25x an input token, a
-token read from it 0.1x (the Anthropic price list); `cache_savings` is what that saved.
+Prompt caching: a token written to the cache costs 1.25x an input token (kept 5 minutes) or 2x
+(kept an hour), a token read from it 0.1x (the Anthropic price list); `cache_savings` is what
+that saved.
 """
 
 from decimal import Decimal
@@ -30,12 +31,17 @@ def prices_for(model: str) -> tuple[Decimal, Decimal, Decimal, Decimal]:
     return FALLBACK
 
 
+HOUR_WRITE_FACTOR = 2  # an hour's cache write, in input tokens
+
+
 def cost(model: str, usage: Usage) -> Decimal:
     inp, out, cache_w, cache_r = prices_for(model)
+    hour = usage.cache_creation_1h_input_tokens
     total = (
         usage.input_tokens * inp
         + usage.output_tokens * out
-        + usage.cache_creation_input_tokens * cache_w
+        + (usage.cache_creation_input_tokens - hour) * cache_w
+        + hour * inp * HOUR_WRITE_FACTOR
         + usage.cache_read_input_tokens * cache_r
     ) / M
     return total.quantize(Decimal("0.000001"))
@@ -46,9 +52,11 @@ def cache_savings(model: str, usage: Usage) -> Decimal:
     what they cost, less the writes' premium over the input rate (negative for a call that
     only wrote: the saving comes on the calls that read it)."""
     inp, _, cache_w, cache_r = prices_for(model)
+    hour = usage.cache_creation_1h_input_tokens
     saved = (
         usage.cache_read_input_tokens * (inp - cache_r)
-        - usage.cache_creation_input_tokens * (cache_w - inp)
+        - (usage.cache_creation_input_tokens - hour) * (cache_w - inp)
+        - hour * inp * (HOUR_WRITE_FACTOR - 1)
     ) / M
     return saved.quantize(Decimal("0.000001"))
 

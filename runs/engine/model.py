@@ -79,6 +79,7 @@ def ask(work: Work) -> None:
             "run_id": str(work.run.pk),
             # The untrimmed request's size, which the engine keeps anyway (Work).
             "input_chars": terminator.request_chars(work),
+            "cache_ttl": config.get("prompt_cache_ttl", "5m"),
         },
     )
     response = call_with_retries(work, request)

@@ -3,6 +3,7 @@
 step and per agent and day."""
 
 import copy
+import time
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -118,6 +119,62 @@ def test_without_caching_nothing_is_marked(fake_api, settings):
     ask(provider, conversation(1), "Be brief.")
     [request] = fake_api.messages_requests()
     assert request.body["system"] == "Be brief." and marks(request.body) == []
+
+
+def ask_for_an_hour(provider: AnthropicProvider, messages: list[dict], system: str) -> Usage:
+    request = LLMRequest(
+        model="claude-sonnet-4-6",
+        system=system,
+        messages=messages,
+        tools=TOOLS,
+        max_tokens=64,
+        metadata={"cache_ttl": "1h"},
+    )
+    return provider.complete(request).usage
+
+
+def test_an_agent_may_keep_its_prefix_an_hour_priced_as_such(fake_api):
+    # Runs that wait on people for longer than five minutes would write the whole
+    # conversation again when they resume; an hour's entry is still there.
+    fake_api.cache_min_tokens = 100
+    provider = AnthropicProvider.from_settings()
+    system = "You look up orders. " * 60
+    first = ask_for_an_hour(provider, conversation(0), system)
+    [request] = fake_api.messages_requests()
+    assert request.body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert first.cache_creation_1h_input_tokens == first.cache_creation_input_tokens > 300
+    assert min(fake_api.cache.values()) > time.monotonic() + 3000  # kept an hour, not 5 min
+    # Priced 2x an input token, not 1.25x; what caching saved counts that premium.
+    model = "claude-sonnet-4-6"
+    inp, _, write_5m, _ = pricing.prices_for(model)
+    written = first.cache_creation_input_tokens
+    five_minutes = Usage(first.input_tokens, first.output_tokens, written, 0)
+    assert pricing.cost(model, first) - pricing.cost(model, five_minutes) == (
+        written * (2 * inp - write_5m) / pricing.M
+    ).quantize(Decimal("0.000001"))
+    assert pricing.cache_savings(model, first) == (-written * inp / pricing.M).quantize(
+        Decimal("0.000001")
+    )
+    second = ask_for_an_hour(provider, conversation(1), system)
+    assert second.cache_read_input_tokens == written
+    assert first.as_dict()["cache_creation_1h_input_tokens"] == written
+    assert "cache_creation_1h_input_tokens" not in five_minutes.as_dict()  # the usual shape
+
+
+def test_an_hours_breakpoint_after_a_five_minutes_one_is_refused_as_the_api_does(fake_api):
+    import anthropic
+
+    client = AnthropicProvider.from_settings().client
+    content = [
+        {"type": "text", "text": "a", "cache_control": EPHEMERAL},
+        {"type": "text", "text": "b", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+    ]
+    with pytest.raises(anthropic.BadRequestError, match="must not come after"):
+        client.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=10,
+            messages=[{"role": "user", "content": content}],
+        )
 
 
 def test_more_than_four_breakpoints_are_refused_as_the_api_does(fake_api):

@@ -46,7 +46,9 @@ request is read as one list of blocks in the order tools, system, messages; at e
 with `cache_control` (at most 4, else 400) the prefix up to it is looked up (there, and at the
 20 blocks before it, the API's lookback), for this model and key. The longest prefix found is
 read from the cache (`cache_read_input_tokens`); from there to the last breakpoint is written
-(`cache_creation_input_tokens`) and kept `cache_ttl` seconds (5 minutes, renewed by a read);
+(`cache_creation_input_tokens`) and kept `cache_ttl` seconds (5 minutes, renewed by a read),
+or an hour for a breakpoint with `"ttl": "1h"` (each written span counted under its breakpoint's
+time to live in `cache_creation`; a 1h breakpoint after a 5m one is a 400, as there);
 the rest is `input_tokens`. A prefix under `cache_min_tokens` (1024, as for most models) is
 neither written nor read. Tokens are estimated at about 4 bytes of JSON each; `server.cache`
 holds the entries, `server.cache.clear()` empties it.
@@ -377,12 +379,16 @@ class FakeMessagesServer:
         if cut:
             stop = "max_tokens"
         # Roughly 4 bytes per token, like English text and JSON.
-        read, written = self._cached(body)
+        read, written, written_1h = self._cached(body)
         usage = {
             "input_tokens": max(1, len(raw) // 4 - read - written),
             "output_tokens": min(max(1, _tokens(content)), int(body["max_tokens"])),
             "cache_creation_input_tokens": written,
             "cache_read_input_tokens": read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": written - written_1h,
+                "ephemeral_1h_input_tokens": written_1h,
+            },
             "service_tier": "standard",
             **answer.usage,
         }
@@ -397,13 +403,13 @@ class FakeMessagesServer:
             "usage": usage,
         }
 
-    def _cached(self, body: dict) -> tuple[int, int]:
-        """(tokens read from the cache, tokens written to it) for this request, the cache
-        updated (see the module's docstring)."""
+    def _cached(self, body: dict) -> tuple[int, int, int]:
+        """(tokens read from the cache, tokens written to it, of which kept an hour) for this
+        request, the cache updated (see the module's docstring)."""
         blocks = _prefix_blocks(body)
         marks = [i for i, (_, marked) in enumerate(blocks) if marked]
         if not marks:
-            return 0, 0
+            return 0, 0, 0
         sizes, hashes = [], []
         running = hashlib.sha256(f"{body['model']}".encode())
         for block, _ in blocks:
@@ -423,13 +429,17 @@ class FakeMessagesServer:
             read = sizes[hit] if hit >= 0 else 0
             if hit >= 0:
                 self.cache[hashes[hit]] = now + self.cache_ttl
-            written = 0
+            written = written_1h = 0
             if sizes[last] >= self.cache_min_tokens and last > hit:
                 written = sizes[last] - read
+                start = read
                 for mark in marks:
                     if mark > hit and sizes[mark] >= self.cache_min_tokens:
-                        self.cache[hashes[mark]] = now + self.cache_ttl
-        return read, written
+                        hour = blocks[mark][1] == "1h"
+                        self.cache[hashes[mark]] = now + (3600.0 if hour else self.cache_ttl)
+                        written_1h += sizes[mark] - start if hour else 0
+                        start = sizes[mark]
+        return read, written, written_1h
 
     def _events(self, message: dict, answer: Reply) -> Iterator[bytes]:
         """The message as the API streams it, with the Reply's fault if it has one."""
@@ -526,14 +536,17 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 MAX_CACHE_BREAKPOINTS = 4
 
 
-def _prefix_blocks(body: dict) -> list[tuple[str, bool]]:
+def _prefix_blocks(body: dict) -> list[tuple[str, str]]:
     """The request as the cache sees it: each tool, system block and message block in that
-    order, as JSON without its cache_control, and whether it carries one."""
-    out: list[tuple[str, bool]] = []
+    order, as JSON without its cache_control, and the time to live of the one it carries
+    ("5m", "1h"; "" for none)."""
+    out: list[tuple[str, str]] = []
 
     def add(kind: str, block: Any) -> None:
-        marked = isinstance(block, dict) and "cache_control" in block
-        if marked:
+        marked = ""
+        if isinstance(block, dict) and "cache_control" in block:
+            control = block["cache_control"]
+            marked = control.get("ttl", "5m") if isinstance(control, dict) else "5m"
             block = {k: v for k, v in block.items() if k != "cache_control"}
         out.append((f"{kind}:{json.dumps(block, sort_keys=True)}\n", marked))
 
@@ -643,12 +656,16 @@ def validate_messages_request(body: Any) -> str:
                         f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
                         "corresponding `tool_use` block in the previous message."
                     )
-    marks = sum(marked for _, marked in _prefix_blocks(body))
-    if marks > MAX_CACHE_BREAKPOINTS:
+    ttls = [marked for _, marked in _prefix_blocks(body) if marked]
+    if len(ttls) > MAX_CACHE_BREAKPOINTS:
         return (
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
-            f"Found {marks}."
+            f"Found {len(ttls)}."
         )
+    if any(t not in ("5m", "1h") for t in ttls):
+        return "cache_control.ttl: Input should be '5m' or '1h'"
+    if "1h" in ttls and "5m" in ttls[: len(ttls) - ttls[::-1].index("1h")]:
+        return "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
     return ""
 
 

@@ -210,3 +210,12 @@ def engine_work(run: Run) -> Work:
     return Work(
         run=run, agent_config=run.agent_config, state={}, messages=[], worker="w", provider=None
     )
+
+
+def test_an_agents_prompt_cache_ttl_reaches_its_model_requests(routed, script, test_agent):
+    assert "prompt_cache_ttl" not in test_agent.snapshot()  # 5 minutes: nothing to say
+    provider = script([[text("Done.")]])
+    drive(routed(prompt_cache_ttl="1h"))
+    assert [r.metadata["cache_ttl"] for r in provider.requests] == ["1h"]
+    with pytest.raises(ValueError, match="prompt_cache_ttl must be 5m or 1h"):
+        register(dataclasses.replace(test_agent, prompt_cache_ttl="24h"))
