@@ -20,9 +20,9 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from accounts import teams
-from agentkit import pii
+from agentkit import pii, tracing
 
-from . import queue, sql
+from . import queue, sql, trace_links
 
 
 def canonical_json(value: Any) -> str:
@@ -425,6 +425,16 @@ class Run(models.Model):
     @property
     def is_scripted(self) -> bool:
         return self.provider == "scripted"
+
+    @property
+    def trace_id(self) -> str:
+        """The run's OpenTelemetry trace id (32 hex digits), "" when launched untraced."""
+        return tracing.trace_id_of(self.traceparent)
+
+    @property
+    def trace_url(self) -> str:
+        """The trace's page in the tracing back end (AGENTOPS_TRACE_URL), or ""."""
+        return trace_links.url_for(self.trace_id)
 
     @property
     def elapsed_seconds(self) -> float:
