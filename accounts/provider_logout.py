@@ -6,24 +6,43 @@ here then sends the browser on to that endpoint with `id_token_hint`, `client_id
 `post_logout_redirect_uri` (our sign-in page, which the provider must have registered for the
 client), so the provider's session ends too and the next "Sign in with …" asks who it is. A
 person who signed in with a password, or through a provider that offers no such endpoint, is
-signed out here only.
+signed out here only; so is one whose provider's endpoint is not on the issuer's origin: the
+sign-out form's redirect is held to the policy's form-action, which lets that origin alone
+through (agentops/settings.py), and the browser would refuse the redirect.
 
 No allauth import: the sign-out view loads this with single sign-on off too.
 """
 
+import logging
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.http import HttpRequest
 
 SESSION_KEY = "agentops_provider_logout"
+log = logging.getLogger("agentops.security")
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return ""
+    return f"{parts.scheme}://{parts.netloc}".lower()
 
 
 def remember(session, *, endpoint: str, id_token: str, client_id: str) -> bool:
     """Keep what sign-out needs in the new session; False (nothing kept) when the provider
     offers no usable endpoint."""
-    parts = urlsplit(endpoint or "")
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    origin = _origin(endpoint)
+    if origin and origin != _origin(settings.OIDC_ISSUER):
+        log.warning(
+            "the identity provider's end_session_endpoint %r is not on the issuer's origin: "
+            "sign-out ends the session here only",
+            endpoint[:200],
+            extra={"security_event": "sso_logout_endpoint"},
+        )
+        origin = ""
+    if not origin:
         session.pop(SESSION_KEY, None)
         return False
     session[SESSION_KEY] = {"endpoint": endpoint, "id_token": id_token, "client_id": client_id}

@@ -457,7 +457,8 @@ CONTENT_SECURITY_POLICY = {
 if SSO_ENABLED:
     # The sign-in button posts to us and is redirected to the provider's authorize page:
     # browsers hold that redirect to form-action too. The provider's authorization endpoint
-    # is on the issuer's origin (Keycloak, Okta, Entra, Google all do so).
+    # is on the issuer's origin (Keycloak, Okta, Entra, Google all do so), as is the end-session
+    # endpoint sign-out is redirected to (accounts/provider_logout.py keeps no other).
     _issuer = urlsplit(OIDC_ISSUER)
     CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
         f"{_issuer.scheme}://{_issuer.netloc}"

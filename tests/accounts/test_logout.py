@@ -13,7 +13,13 @@ from accounts import provider_logout
 
 pytestmark = pytest.mark.django_db
 
-ENDPOINT = "https://idp.example/realms/test/protocol/openid-connect/logout"
+ISSUER = "https://idp.example/realms/test"
+ENDPOINT = ISSUER + "/protocol/openid-connect/logout"
+
+
+@pytest.fixture(autouse=True)
+def issuer(settings):
+    settings.OIDC_ISSUER = ISSUER
 
 
 def _signed_in(user, **kept) -> Client:
@@ -68,7 +74,17 @@ def test_sign_out_is_a_post_with_the_csrf_token(operator):
 
 
 @pytest.mark.parametrize(
-    "endpoint", ["", "javascript:alert(1)", "//idp.example/logout", "ftp://idp.example/logout"]
+    "endpoint",
+    [
+        "",
+        "javascript:alert(1)",
+        "//idp.example/logout",
+        "ftp://idp.example/logout",
+        # Another origin than the issuer's: the browser would refuse the redirect (CSP
+        # form-action lets the issuer's origin alone through).
+        "https://logout.elsewhere.example/end",
+        "http://idp.example/realms/test/logout",
+    ],
 )
 def test_only_an_http_endpoint_is_kept(endpoint):
     session = SessionBase()
