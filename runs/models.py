@@ -69,7 +69,8 @@ def args_hash(tool: str, args: dict) -> str:
     return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
 
 
-# Sent inside the transaction that cancels a run, with the run locked (sender=Run, run=...):
+# Sent inside the transaction that cancels a run, with the run locked (sender=Run, run=...,
+# by=the username of whoever cancelled it, or None):
 # what waits on the run ends with it (approvals/apps.py cancels its pending approvals).
 run_cancelled = Signal()
 # Sent for every step appended, inside its transaction (sender=Step, step=...): runs/events.py
@@ -655,7 +656,7 @@ class Run(models.Model):
                     "by": by.get_username() if by else None,
                 },
             )
-            run_cancelled.send(sender=Run, run=run)
+            run_cancelled.send(sender=Run, run=run, by=by.get_username() if by else None)
         self.refresh_from_db()
         return True
 
