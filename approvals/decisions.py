@@ -671,21 +671,14 @@ def on_run_cancelled(sender, run: Run, by: str | None = None, **kwargs) -> int:
     withdrawn approval's wait ends in the trace, cancelled, by whoever cancelled the run.
     Returns how many were cancelled."""
     now = timezone.now()
-    withdrawn = list(Approval.objects.pending().filter(run=run))
-    Approval.objects.filter(
-        pk__in=[a.pk for a in withdrawn], status=Approval.Status.PENDING
-    ).update(status=Approval.Status.CANCELLED, decided_at=now)
-    for approval in withdrawn:
-        events.publish_approvals_changed(approval.pk)
-        wait_traces.record_on_commit(
-            approval,
-            run,
-            status=Approval.Status.CANCELLED,
-            by=by or "",
-            at=now,
-            cause="run cancelled",
-        )
-    return len(withdrawn)
+    ids = list(Approval.objects.pending().filter(run=run).values_list("pk", flat=True))
+    Approval.objects.filter(pk__in=ids, status=Approval.Status.PENDING).update(
+        status=Approval.Status.CANCELLED, decided_at=now
+    )
+    for approval_id in ids:
+        events.publish_approvals_changed(approval_id)
+    wait_traces.record_withdrawn_on_commit(ids, run, by=by or "", at=now, cause="run cancelled")
+    return len(ids)
 
 
 # --- expiry ----------------------------------------------------------------------------------

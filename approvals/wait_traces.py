@@ -5,6 +5,7 @@ recorded once decided, after commit, with the approval's request time as its sta
 its run's cancellation withdrew ends the same way, `cancelled`, with the cause.
 """
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import transaction
@@ -42,3 +43,15 @@ def record_on_commit(
             attributes=attributes,
         )
     )
+
+
+def record_withdrawn_on_commit(
+    approval_ids: Iterable, run: Run, *, by: str, at: datetime, cause: str
+) -> None:
+    """The waits of approvals withdrawn undecided (their run cancelled or ended, the external
+    agent withdrew the call), ended `cancelled` with the cause. Reads them only when tracing
+    is on."""
+    if not tracing.enabled() or not run.traceparent:
+        return
+    for approval in Approval.objects.filter(pk__in=list(approval_ids)):
+        record_on_commit(approval, run, status=Approval.Status.CANCELLED, by=by, at=at, cause=cause)
