@@ -2,9 +2,11 @@
 teams' agents' records only, admins may narrow to a team, and a team filter that names no team
 the person may pick is a clear 400 / 422."""
 
+import io
 import json
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -153,6 +155,16 @@ def test_a_member_who_does_not_administer_gets_neither(two_teams):
     assert _token(member).get(STATS_API).status_code == 403
     audit = _browser(member).get(reverse("runs:audit")).content.decode()
     assert EXPORT not in audit and STATS not in audit
+
+
+def test_the_export_command_takes_a_team(two_teams):
+    out = io.StringIO()
+    call_command("export_decisions", **_today(), team="bravo", stdout=out)
+    lines = [json.loads(line) for line in out.getvalue().split("\n") if line]
+    assert _agents(lines) == {"test-wiper"}
+    assert (lines[0]["team"], lines[0]["agents"]) == ("bravo", ["test-wiper"])
+    with pytest.raises(CommandError, match="no team has the slug 'nope'"):
+        call_command("export_decisions", **_today(), team="nope", stdout=io.StringIO())
 
 
 # --- approver statistics -----------------------------------------------------------------------
