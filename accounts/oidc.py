@@ -4,17 +4,24 @@ set: settings name these adapters, and allauth is installed only then).
 Roles and team memberships are refreshed from the provider's claims before the session is
 granted, at every sign-in: for a known person in `pre_social_login`, for a new one once allauth
 has saved them.
+
+The callback is allauth's, with an adapter that also keeps the ID token as issued and the
+provider's `end_session_endpoint` (allauth keeps neither), for sign-out at the provider
+(accounts/provider_logout.py); the session gets them once the person is signed in.
 """
 
 import logging
 
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
-from allauth.socialaccount.models import SocialLogin
-from django.http import HttpRequest, HttpResponse
+from allauth.socialaccount.models import SocialApp, SocialLogin
+from allauth.socialaccount.providers.oauth2.views import OAuth2CallbackView
+from allauth.socialaccount.providers.openid_connect.views import OpenIDConnectOAuth2Adapter
+from django.contrib.auth.decorators import login_not_required
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from . import sso
+from . import provider_logout, sso
 from .models import User
 
 log = logging.getLogger("agentops.security")
@@ -44,6 +51,36 @@ def refresh_roles(user: User, sociallogin: SocialLogin) -> None:
         )
 
 
+# What the callback request learnt for sign-out, until the person is signed in.
+_PENDING_LOGOUT = "_agentops_provider_logout"
+
+
+class _LogoutAwareAdapter(OpenIDConnectOAuth2Adapter):
+    def parse_token(self, data):
+        token = super().parse_token(data)
+        # On the request, not the token: allauth may serialise the login between here and
+        # the session (then sign-out is local only, as with a provider offering none).
+        setattr(
+            self.request,
+            _PENDING_LOGOUT,
+            {
+                "endpoint": str(self.openid_config.get("end_session_endpoint") or ""),
+                "id_token": str(data.get("id_token") or ""),
+                "client_id": self.get_provider().app.client_id,
+            },
+        )
+        return token
+
+
+@login_not_required
+def callback(request: HttpRequest, provider_id: str) -> HttpResponse:
+    """allauth's OpenID Connect callback (its `callback` view), with the adapter above."""
+    try:
+        return OAuth2CallbackView.adapter_view(_LogoutAwareAdapter(request, provider_id))(request)
+    except SocialApp.DoesNotExist:
+        raise Http404 from None
+
+
 class AccountAdapter(DefaultAccountAdapter):
     def is_open_for_signup(self, request: HttpRequest) -> bool:
         # No local sign-up page: accounts come from the provider (or an admin).
@@ -62,6 +99,18 @@ class AccountAdapter(DefaultAccountAdapter):
         # Recorded in the session, so the sockets' re-check (runs/access.py) knows it.
         user.backend = BACKEND
         super().login(request, user)
+
+    def post_login(self, request: HttpRequest, user: User, **kwargs) -> HttpResponse:
+        # The session is the signed-in one now (its key rotated at login): keep what
+        # sign-out at the provider needs, or forget a previous sign-in's.
+        pending = getattr(request, _PENDING_LOGOUT, None) or {}
+        provider_logout.remember(
+            request.session,
+            endpoint=pending.get("endpoint", ""),
+            id_token=pending.get("id_token", ""),
+            client_id=pending.get("client_id", ""),
+        )
+        return super().post_login(request, user, **kwargs)
 
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):

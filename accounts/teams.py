@@ -72,6 +72,15 @@ class AgentScope:
     def nothing(self) -> bool:
         return not (self.everything or self.granted or self.unowned_too)
 
+    def listed(self) -> list[str] | None:
+        """The agents as a list for an `__in` filter, None for every agent. Only for a scope
+        that leaves the unowned agents out (`administer`, or one narrowed to a team)."""
+        if self.everything:
+            return None
+        if self.unowned_too:
+            raise ValueError("a scope with the unowned agents has no list: use .q()")
+        return sorted(self.granted)
+
 
 NOTHING = AgentScope()
 EVERYTHING = AgentScope(everything=True)
@@ -127,6 +136,42 @@ def scope(user, power: str) -> AgentScope:
 
 def may(user, power: str, agent: str) -> bool:
     return scope(user, power).allows(agent)
+
+
+# --- a page narrowed to one team -----------------------------------------------------------------
+class NoSuchTeam(ValueError):
+    """A team filter naming no team the user may pick; its message says so (a 400 / form
+    error), the same for a team that does not exist and one that is not theirs."""
+
+
+def team_choices(user, power: str):
+    """The teams `user` may narrow a page of `power` to: every team for an admin, else the
+    teams whose membership grants them `power` (none without the role it needs)."""
+    power = Power(power)
+    reach = scope(user, power)
+    if reach.everything:
+        return Team.objects.all()
+    if reach is NOTHING:  # signed out, inactive, or without the role `power` needs
+        return Team.objects.none()
+    flag = {} if power == Power.VIEW else {f"members__{power.value}": True}
+    return Team.objects.filter(members__user=user, **flag).distinct()
+
+
+def narrowed(user, power: str, team: str) -> AgentScope:
+    """`scope(user, power)` narrowed to the agents the team with slug `team` owns ("" narrows
+    nothing). NoSuchTeam when `team` is not one of `team_choices(user, power)`."""
+    reach = scope(user, power)
+    slug = (team or "").strip()
+    if not slug:
+        return reach
+    chosen = team_choices(user, power).filter(slug=slug[:50]).first() if len(slug) <= 50 else None
+    if chosen is None:
+        shown = repr(slug[:64])
+        if reach.everything:
+            raise NoSuchTeam(f"no team has the slug {shown}")
+        raise NoSuchTeam(f"no team {shown} among the teams where you may {Power(power).label}")
+    agents = chosen.agents.values_list("agent", flat=True)
+    return AgentScope(granted=frozenset(a for a in agents if reach.allows(a)))
 
 
 # --- who is told: the same rule, from the agent's side -------------------------------------------

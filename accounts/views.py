@@ -1,13 +1,23 @@
 """The sign-in page: the password form (unless turned off) and, with single sign-on on, the
 button that starts it (a POST, so it carries the CSRF token, to allauth's OpenID Connect
-login view)."""
+login view); and sign-out, which for a single sign-on session ends the provider's too."""
+
+import logging
 
 from django.conf import settings
+from django.contrib.auth import logout as auth_logout
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_protect
+from django.views.decorators.http import require_POST
+
+from . import provider_logout
+
+log = logging.getLogger("agentops.security")
 
 
 def sso_context(request: HttpRequest) -> dict:
@@ -33,3 +43,23 @@ def login(request: HttpRequest) -> HttpResponse:
         context["refused"] = "Password sign-in is turned off here: use single sign-on."
         return render(request, "registration/login.html", context, status=403)
     return auth_views.LoginView.as_view(extra_context=context)(request)
+
+
+@require_POST
+@csrf_protect
+@never_cache
+def logout(request: HttpRequest) -> HttpResponse:
+    """Sign out here (a POST with the CSRF token, as django.contrib.auth's LogoutView), then,
+    for a person who signed in through a provider offering RP-initiated logout, on to the
+    provider to end its session too (accounts/provider_logout.py)."""
+    at_provider = provider_logout.end_session_url(request)  # before the session is flushed
+    who = request.user.get_username() if request.user.is_authenticated else ""
+    auth_logout(request)
+    if at_provider:
+        log.info(
+            "%r signed out, and is sent to the identity provider to sign out there too",
+            who,
+            extra={"security_event": "sso_logout", "username": who},
+        )
+        return redirect(at_provider)
+    return redirect(settings.LOGOUT_REDIRECT_URL or settings.LOGIN_URL)

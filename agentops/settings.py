@@ -424,6 +424,17 @@ AGENTOPS_OTEL = env.bool("AGENTOPS_OTEL", default=bool(_otlp_endpoint)) and not 
     "OTEL_SDK_DISABLED", default=False
 )
 OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="agentops")
+# The run page links its trace id here (runs/trace_links.py): an http(s) URL template with
+# {trace_id}, e.g. https://tempo.example/trace/{trace_id}; unset, the id is shown unlinked.
+AGENTOPS["TRACE_URL"] = env.str("AGENTOPS_TRACE_URL", default="").strip()
+if AGENTOPS["TRACE_URL"] and (
+    not AGENTOPS["TRACE_URL"].lower().startswith(("http://", "https://"))
+    or "{trace_id}" not in AGENTOPS["TRACE_URL"]
+):
+    raise environ.ImproperlyConfigured(
+        "AGENTOPS_TRACE_URL must be an http(s) URL with {trace_id} in it, e.g. "
+        "https://tempo.example/trace/{trace_id}"
+    )
 
 # --- monitoring (agentops/monitoring.py, agentkit/metrics.py) -----------------------------------
 # /metrics answers only with this bearer token; unset, it does not exist (404).
@@ -461,7 +472,8 @@ CONTENT_SECURITY_POLICY = {
 if SSO_ENABLED:
     # The sign-in button posts to us and is redirected to the provider's authorize page:
     # browsers hold that redirect to form-action too. The provider's authorization endpoint
-    # is on the issuer's origin (Keycloak, Okta, Entra, Google all do so).
+    # is on the issuer's origin (Keycloak, Okta, Entra, Google all do so), as is the end-session
+    # endpoint sign-out is redirected to (accounts/provider_logout.py keeps no other).
     _issuer = urlsplit(OIDC_ISSUER)
     CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
         f"{_issuer.scheme}://{_issuer.netloc}"

@@ -12,6 +12,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # Before django.contrib.auth's own: the same view, plus single sign-on.
     path("accounts/login/", accounts_views.login, name="login"),
+    # And sign-out, which ends a single sign-on session at the provider too.
+    path("accounts/logout/", accounts_views.logout, name="logout"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", api.urls),
     path("healthz", health.healthz, name="healthz"),
@@ -38,7 +40,16 @@ if settings.SSO_ENABLED:
     # allauth's OpenID Connect login and callback (/accounts/oidc/<provider>/login/…), its
     # cancelled and error pages, and the sign-up form it falls back to when a first sign-in
     # cannot complete on its own; not its local sign-up, password, e-mail or connections pages.
+    from accounts import oidc
+
     urlpatterns += [
+        # Before allauth's own callback at the same path: the same view, keeping what
+        # sign-out at the provider needs (accounts/provider_logout.py).
+        path(
+            "accounts/oidc/<str:provider_id>/login/callback/",
+            oidc.callback,
+            name="openid_connect_callback",
+        ),
         path("accounts/", include("allauth.socialaccount.providers.openid_connect.urls")),
         path(
             "accounts/social/login/cancelled/",

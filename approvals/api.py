@@ -1,8 +1,9 @@
 """The approvals API: the queue, one approval with its context, decisions, approver statistics.
 
 Reading needs any role; deciding goes through approvals.decisions (which checks who may
-decide); statistics are for admins. Errors are JSON `{"detail": ..., ...}` with 403, 404, 409
-or 422, never a 500.
+decide); statistics and the decisions export are for admins and teams' administrators
+(approvals/oversight_reach.py). Errors are JSON `{"detail": ..., ...}` with 403, 404, 409 or
+422, never a 500.
 """
 
 from datetime import timedelta
@@ -14,13 +15,20 @@ from django.utils import timezone
 from ninja import Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
-from accounts.auth import api_auth
 from agentkit.agents import get_agent
 from agentkit.tools import get_tool
 from runs.api import MAX_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 
-from . import batch, decisions, evidence, evidence_export, export_views, permissions
+from . import (
+    batch,
+    decisions,
+    evidence,
+    evidence_export,
+    export_views,
+    oversight_reach,
+    permissions,
+)
 from .learning import stats
 from .models import Approval, ApprovalView
 
@@ -148,28 +156,46 @@ def _why_not(approval: Approval, user) -> str:
 
 # --- statistics (the uuid converter keeps /stats apart from /{id}) ------------------------------
 @router.get("/stats")
-def approver_stats(request: HttpRequest, days: int = 30):
-    """Rubber-stamp guard figures (admins only)."""
+def approver_stats(request: HttpRequest, days: int = 30, team: str = ""):
+    """Rubber-stamp guard figures: every agent's for admins (or one team's, `team`), their
+    teams' agents' for a team's administrators."""
     user = _user(request)
-    if not user.is_admin:
-        return _error(403, "approver statistics are for admins")
+    if not oversight_reach.may_oversee(user):
+        return _error(403, "approver statistics are for admins and teams' administrators")
     if not 1 <= days <= 3650:
         return _error(422, "invalid filters", errors={"days": ["between 1 and 3650"]})
-    return stats.approver_stats(since=timezone.now() - timedelta(days=days))
+    try:
+        agents = oversight_reach.agents_for(user, team=team)
+    except oversight_reach.OutOfReach as exc:
+        return _error(422, "invalid filters", errors={"team": [str(exc)]})
+    return stats.approver_stats(since=timezone.now() - timedelta(days=days), agents=agents)
 
 
 # --- compliance evidence -------------------------------------------------------------------------
-@router.get("/export", auth=api_auth("is_admin"))
+@router.get("/export")
 def decisions_export(
-    request: HttpRequest, since: str = "", until: str = "", format: str = "jsonl", agent: str = ""
+    request: HttpRequest,
+    since: str = "",
+    until: str = "",
+    format: str = "jsonl",
+    agent: str = "",
+    team: str = "",
 ):
-    """The signed decisions export of a period (admins only), streamed as CSV or JSON Lines;
-    see README "Compliance evidence". Bad dates, format or agent are 400 with the reason."""
+    """The signed decisions export of a period, streamed as CSV or JSON Lines: every agent's
+    for admins (`team` narrows it to one team's), their teams' agents' for a team's
+    administrators; see README "Compliance evidence". Bad dates, format, agent or team are 400
+    with the reason."""
+    user = _user(request)
+    if not oversight_reach.may_oversee(user):
+        return _error(403, "the decisions export is for admins and teams' administrators")
     try:
         start, end, fmt, agent = evidence_export.checked_request(since, until, format, agent)
-    except evidence_export.ExportError as exc:
+        agents = oversight_reach.agents_for(user, team=team, agent=agent)
+    except (evidence_export.ExportError, oversight_reach.OutOfReach) as exc:
         return _error(400, str(exc))
-    return export_views.download(request, since=start, until=end, fmt=fmt, agent=agent)
+    return export_views.download(
+        request, since=start, until=end, fmt=fmt, agent=agent, agents=agents, team=team.strip()
+    )
 
 
 # --- one approval --------------------------------------------------------------------------------

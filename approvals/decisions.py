@@ -665,9 +665,10 @@ def _number(value: Any) -> Decimal | None:
 
 
 # --- a cancelled run ---------------------------------------------------------------------------
-def on_run_cancelled(sender, run: Run, **kwargs) -> int:
+def on_run_cancelled(sender, run: Run, by: str | None = None, **kwargs) -> int:
     """Its run was cancelled: nothing it waited for can be decided any more (the
-    runs.models.run_cancelled signal, inside the cancel's transaction, the run locked).
+    runs.models.run_cancelled signal, inside the cancel's transaction, the run locked). Each
+    withdrawn approval's wait ends in the trace, cancelled, by whoever cancelled the run.
     Returns how many were cancelled."""
     now = timezone.now()
     ids = list(Approval.objects.pending().filter(run=run).values_list("pk", flat=True))
@@ -676,6 +677,7 @@ def on_run_cancelled(sender, run: Run, **kwargs) -> int:
     )
     for approval_id in ids:
         events.publish_approvals_changed(approval_id)
+    wait_traces.record_withdrawn_on_commit(ids, run, by=by or "", at=now, cause="run cancelled")
     return len(ids)
 
 

@@ -126,6 +126,9 @@ class Header:
     agent: str = ""
     created_at: datetime | None = None
     export_id: str = ""
+    team: str = ""
+    # The agents the export was limited to (a team's, the exporter's teams'); None: all.
+    agents: tuple[str, ...] | None = None
 
     def as_dict(self, fmt: str) -> dict:
         return {
@@ -135,6 +138,8 @@ class Header:
             "since": self.since.isoformat(),
             "until": self.until.isoformat(),
             "agent": self.agent,
+            "team": self.team,
+            "agents": list(self.agents) if self.agents is not None else None,
             "created_at": (self.created_at or datetime.now().astimezone()).isoformat(),
             "fields": list(FIELDS),
         }

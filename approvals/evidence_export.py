@@ -6,7 +6,8 @@ In the approvals core because everything a record says is the core's: the Approv
 the permissions that let each person decide (named approvers, escalation tiers, delegation,
 quorum), the rule that approved a call; `history/` is about runs (fork, replay, transfer).
 
-Teams (issue 31) narrow an export to their agents: `records(agents=…)` is that seam.
+Teams narrow an export to their agents (`records(agents=…)`; approvals/oversight_reach.py says
+whose): the file's header names the team and the agents it covers.
 """
 
 from collections import defaultdict
@@ -90,19 +91,34 @@ def checked_request(
 
 
 def export_lines(
-    *, since: datetime, until: datetime, fmt: str, agent: str = "", agents=None
+    *,
+    since: datetime,
+    until: datetime,
+    fmt: str,
+    agent: str = "",
+    agents: Iterable[str] | None = None,
+    team: str = "",
 ) -> Iterator[str]:
-    """The signed export of the period, line by line."""
+    """The signed export of the period, line by line; `agents` (None: all) limits it, `team`
+    is the team that limit came from, named in the header."""
+    agents = tuple(sorted(agents)) if agents is not None else None
     return signed_lines(
         records(since=since, until=until, agent=agent, agents=agents),
         fmt=fmt,
-        header=Header(since=since, until=until, agent=agent, created_at=timezone.now()),
+        header=Header(
+            since=since,
+            until=until,
+            agent=agent,
+            created_at=timezone.now(),
+            team=team,
+            agents=agents,
+        ),
         key=signing_key(),
     )
 
 
-def filename(since: datetime, until: datetime, fmt: str, agent: str = "") -> str:
-    who = f"-{agent}" if agent else ""
+def filename(since: datetime, until: datetime, fmt: str, agent: str = "", team: str = "") -> str:
+    who = "".join(f"-{part}" for part in (team, agent) if part)
     return f"decisions{who}-{since:%Y%m%dT%H%M%S}-{until:%Y%m%dT%H%M%S}.{fmt}"
 
 

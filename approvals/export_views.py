@@ -1,5 +1,7 @@
-"""The compliance export for admins: a page linked from the audit area, whose form downloads
-the signed file (approvals/evidence_export.py). A download is a read: GET, no CSRF needed."""
+"""The compliance export: a page linked from the audit area, whose form downloads the signed
+file (approvals/evidence_export.py). Admins export every agent's decisions or one team's; a
+team's administrators their teams' (approvals/oversight_reach.py). A download is a read: GET,
+no CSRF needed."""
 
 import itertools
 import logging
@@ -17,7 +19,7 @@ from django.views.decorators.http import require_GET
 
 from agentkit.agents import CATALOGUE
 
-from . import evidence_export
+from . import evidence_export, oversight_reach
 from .evidence_export import ExportError
 
 TEMPLATE = "approvals/decisions_export.html"
@@ -27,7 +29,8 @@ log = logging.getLogger("agentops.approvals")
 @require_GET
 @login_required
 def decisions_export(request: HttpRequest) -> HttpResponse:
-    if not request.user.is_admin:
+    user = request.user
+    if not oversight_reach.may_oversee(user):
         raise PermissionDenied
     query = request.GET
     today = timezone.now().date()
@@ -36,36 +39,54 @@ def decisions_export(request: HttpRequest) -> HttpResponse:
         "until": query.get("until", today.isoformat()),
         "format": query.get("format", "csv"),
         "agent": query.get("agent", ""),
+        "team": query.get("team", ""),
     }
-    context = {"form": form, "agents": sorted(CATALOGUE), "error": ""}
+    context = {
+        "form": form,
+        "agents": oversight_reach.agent_choices(user, sorted(CATALOGUE)),
+        "teams": oversight_reach.team_slugs(user),
+        "all_agents": user.is_admin,
+        "error": "",
+    }
     if "download" not in query:
         return render(request, TEMPLATE, context)
     try:
         since, until, fmt, agent = evidence_export.checked_request(
             form["since"], form["until"], form["format"], form["agent"]
         )
-    except ExportError as exc:
+        agents = oversight_reach.agents_for(user, team=form["team"], agent=agent)
+    except (ExportError, oversight_reach.OutOfReach) as exc:
         return render(request, TEMPLATE, {**context, "error": str(exc)}, status=400)
-    return download(request, since=since, until=until, fmt=fmt, agent=agent)
+    team = form["team"].strip()
+    return download(
+        request, since=since, until=until, fmt=fmt, agent=agent, agents=agents, team=team
+    )
 
 
-def download(request, *, since, until, fmt: str, agent: str) -> StreamingHttpResponse:
-    """The export as a streamed attachment (the API's endpoint answers with it too)."""
-    lines = evidence_export.export_lines(since=since, until=until, fmt=fmt, agent=agent)
+def download(
+    request, *, since, until, fmt: str, agent: str, agents: list[str] | None, team: str = ""
+) -> StreamingHttpResponse:
+    """The export as a streamed attachment (the API's endpoint answers with it too), of
+    `agents` only (None: every agent; oversight_reach.agents_for says which)."""
+    lines = evidence_export.export_lines(
+        since=since, until=until, fmt=fmt, agent=agent, agents=agents, team=team
+    )
     # Who took evidence out, and which: the log says it even when the file leaves no trace.
     log.info(
-        "decisions export by %s: %s to %s, %s, agent %s",
+        "decisions export by %s: %s to %s, %s, agent %s, team %s, agents %s",
         request.user.get_username(),
         since.isoformat(),
         until.isoformat(),
         fmt,
         agent or "all",
+        team or "any",
+        "all" if agents is None else ",".join(agents) or "none",
     )
     response = StreamingHttpResponse(
         _batches(lines) if isinstance(request, ASGIRequest) else lines,
         content_type=evidence_export.CONTENT_TYPES[fmt],
     )
-    name = evidence_export.filename(since, until, fmt, agent)
+    name = evidence_export.filename(since, until, fmt, agent, team)
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     response["Cache-Control"] = "no-store"
     return response

@@ -1,9 +1,11 @@
 """An approval's wait as a span of its run's trace (agentkit/tracing.py): from the gate to the
 decision, with the decision as an attribute. The gate opened in a worker and the decision is
 made in a web request (or by the expiry sweep), so no process holds the wait open: it is
-recorded once decided, after commit, with the approval's request time as its start.
+recorded once decided, after commit, with the approval's request time as its start. A wait
+its run's cancellation withdrew ends the same way, `cancelled`, with the cause.
 """
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import transaction
@@ -14,7 +16,9 @@ from runs.models import Run
 from .models import Approval
 
 
-def record_on_commit(approval: Approval, run: Run, *, status: str, by: str, at: datetime) -> None:
+def record_on_commit(
+    approval: Approval, run: Run, *, status: str, by: str, at: datetime, cause: str = ""
+) -> None:
     if not tracing.enabled() or not run.traceparent:
         return
     attributes = {
@@ -28,6 +32,8 @@ def record_on_commit(approval: Approval, run: Run, *, status: str, by: str, at: 
     }
     if approval.tool:
         attributes["gen_ai.tool.name"] = approval.tool
+    if cause:
+        attributes["agentops.approval.ended_because"] = cause
     transaction.on_commit(
         lambda: tracing.record(
             f"approval {approval.kind}",
@@ -37,3 +43,15 @@ def record_on_commit(approval: Approval, run: Run, *, status: str, by: str, at: 
             attributes=attributes,
         )
     )
+
+
+def record_withdrawn_on_commit(
+    approval_ids: Iterable, run: Run, *, by: str, at: datetime, cause: str
+) -> None:
+    """The waits of approvals withdrawn undecided (their run cancelled or ended, the external
+    agent withdrew the call), ended `cancelled` with the cause. Reads them only when tracing
+    is on."""
+    if not tracing.enabled() or not run.traceparent:
+        return
+    for approval in Approval.objects.filter(pk__in=list(approval_ids)):
+        record_on_commit(approval, run, status=Approval.Status.CANCELLED, by=by, at=at, cause=cause)

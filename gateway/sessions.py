@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agentkit import tracing
 from agentkit.tools import MAX_CALL_COST_USD, ToolArgsError, call_cost
-from approvals import declared_policy, engine_gates, gate_config
+from approvals import declared_policy, engine_gates, gate_config, wait_traces
 from approvals.models import Approval
 from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
@@ -414,6 +414,9 @@ def withdraw(call: ExternalCall, *, reason: str = "") -> ExternalCall:
                     pk=fresh.approval_id, status=Approval.Status.PENDING
                 ).update(status=Approval.Status.CANCELLED, reason=why, decided_at=now)
                 events.publish_approvals_changed(fresh.approval_id)
+                wait_traces.record_withdrawn_on_commit(
+                    [fresh.approval_id], run, by="", at=now, cause=why
+                )
         ExternalCall.objects.filter(pk=fresh.pk).update(withdrawn_at=now)
         fresh.withdrawn_at = now
         step = {
@@ -460,11 +463,15 @@ def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -
             "pk", flat=True
         )
     )
+    now = timezone.now()
     Approval.objects.filter(pk__in=pending, status=Approval.Status.PENDING).update(
-        status=Approval.Status.CANCELLED, decided_at=timezone.now()
+        status=Approval.Status.CANCELLED, decided_at=now
     )
     for approval_id in pending:
         events.publish_approvals_changed(approval_id)
+    wait_traces.record_withdrawn_on_commit(
+        pending, run, by="", at=now, cause=f"session ended: {detail}"
+    )
     wakeups.publish_cancelled_on_commit(pending, run.pk)
     wakeups.publish_session_ended_on_commit(run.pk)
     if not run.terminate(status, reason, detail, output=output):

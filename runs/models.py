@@ -20,9 +20,9 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from accounts import teams
-from agentkit import pii
+from agentkit import pii, tracing
 
-from . import queue, sql
+from . import queue, sql, trace_links
 
 
 def canonical_json(value: Any) -> str:
@@ -69,7 +69,8 @@ def args_hash(tool: str, args: dict) -> str:
     return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
 
 
-# Sent inside the transaction that cancels a run, with the run locked (sender=Run, run=...):
+# Sent inside the transaction that cancels a run, with the run locked (sender=Run, run=...,
+# by=the username of whoever cancelled it, or None):
 # what waits on the run ends with it (approvals/apps.py cancels its pending approvals).
 run_cancelled = Signal()
 # Sent for every step appended, inside its transaction (sender=Step, step=...): runs/events.py
@@ -427,6 +428,16 @@ class Run(models.Model):
         return self.provider == "scripted"
 
     @property
+    def trace_id(self) -> str:
+        """The run's OpenTelemetry trace id (32 hex digits), "" when launched untraced."""
+        return tracing.trace_id_of(self.traceparent)
+
+    @property
+    def trace_url(self) -> str:
+        """The trace's page in the tracing back end (AGENTOPS_TRACE_URL), or ""."""
+        return trace_links.url_for(self.trace_id)
+
+    @property
     def elapsed_seconds(self) -> float:
         if not self.started_at:
             return 0.0
@@ -645,7 +656,7 @@ class Run(models.Model):
                     "by": by.get_username() if by else None,
                 },
             )
-            run_cancelled.send(sender=Run, run=run)
+            run_cancelled.send(sender=Run, run=run, by=by.get_username() if by else None)
         self.refresh_from_db()
         return True
 

@@ -208,6 +208,14 @@ class RunDetailOut(RunOut):
     input: dict[str, Any]
     output: str
     pending_approvals: int = Field(description="Approvals of this run waiting for a person.")
+    trace_id: str = Field(
+        description="The run's OpenTelemetry trace id (32 hex digits); empty when it was "
+        "launched with tracing off."
+    )
+    trace_url: str = Field(
+        description="The trace's page in the tracing back end (AGENTOPS_TRACE_URL); empty "
+        "when not configured or the run has no trace."
+    )
 
     @staticmethod
     def resolve_input(run: Run) -> dict:

@@ -136,8 +136,8 @@ PAGES = {
     "runs:recover": ("POST", "operate"),
     "runs:reopen": ("POST", "operate"),
     "approvals:queue": ("GET", "view"),
-    "approvals:stats": ("GET", "admin"),
-    "approvals:decisions_export": ("GET", "admin"),
+    "approvals:stats": ("GET", "administer"),
+    "approvals:decisions_export": ("GET", "administer"),
     "approvals:detail": ("GET", "view"),
     "approvals:opened": ("POST", "approve"),
     "approvals:decide": ("POST", "approve"),
@@ -174,6 +174,9 @@ ALLOWED = {
     "operate": {"operator", "admin"},
     "approve": {"approver", "admin"},
     "admin": {"admin"},
+    # Admins, and the members a team gives `administer` (in the world, Alpha gives it to the
+    # admin alone; team Bravo's people hold it in the team dimension below).
+    "administer": {"admin"},
     "link owner": {"admin"},
     "operate or approve": {"operator", "approver", "admin"},
 }
@@ -420,6 +423,9 @@ def test_api_session_posts_need_the_csrf_token_too(users, world):
         ("operator", "post", "/api/approvals/batch", 403),
         ("approver", "get", "/api/approvals/stats", 403),
         ("admin", "get", "/api/approvals/stats", 200),
+        ("norole", "get", "/api/approvals/export?since=2026-01-01&until=2026-01-02", 403),
+        ("approver", "get", "/api/approvals/export?since=2026-01-01&until=2026-01-02", 403),
+        ("admin", "get", "/api/approvals/export?since=2026-01-01&until=2026-01-02", 200),
     ],
 )
 def test_api_roles(role, method, path, status, users, world):
@@ -565,11 +571,21 @@ def test_another_team_s_api_objects_are_refused(role, method, path, status, brav
 def test_another_team_s_objects_are_left_out_of_api_lists(role, bravo, world):
     token = ApiToken.issue(bravo[role], "matrix")[1]
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-    paths = ("/api/runs", "/api/approvals?status=all", "/api/agents", "/api/costs", "/api/budgets")
+    paths = (
+        "/api/runs",
+        "/api/approvals?status=all",
+        "/api/agents",
+        "/api/costs",
+        "/api/budgets",
+        # Bravo's people administer their team: their statistics and export hold only its agents.
+        "/api/approvals/stats",
+        "/api/approvals/export?since=2000-01-01&until=2100-01-01",
+    )
     for path in paths:
         response = client.get(path)
         assert response.status_code == 200, path
-        text = response.content.decode()
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        text = body.decode()
         assert str(world["run"].pk) not in text and "sql-analyst" not in text, path
     assert client.get(f"/api/budgets/{world['budget'].pk}").status_code == 404
     approval = world["approval"]

@@ -15,6 +15,7 @@ RUBBER_STAMP_CEILING (with at least RUBBER_STAMP_MIN_DECISIONS high-risk decisio
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -117,12 +118,14 @@ class _Tally:
         )
 
 
-def contradicted_approvals(since: datetime) -> set[int]:
+def contradicted_approvals(since: datetime, agents: Iterable[str] | None = None) -> set[int]:
     """Ids of approve votes later contradicted: a reject in the same quorum, or evidence of a
     rule revoked because a person said such calls need a person."""
     votes = ApprovalVote.objects.filter(
         decided_at__gte=since, decision=ApprovalVote.Decision.APPROVE
     )
+    if agents is not None:
+        votes = votes.filter(approval__run__agent__in=list(agents))
     rejected_too = set(
         votes.filter(approval__votes__decision=ApprovalVote.Decision.REJECT).values_list(
             "pk", flat=True
@@ -146,9 +149,16 @@ def is_fast(vote: ApprovalVote, fast_seconds: float) -> bool:
     return vote.seconds_open is None or vote.seconds_open < fast_seconds
 
 
-def approver_stats(*, since: datetime | None = None, fast_seconds: float | None = None) -> dict:
-    """The figures for decisions made since `since` (default: the last 30 days)."""
+def approver_stats(
+    *,
+    since: datetime | None = None,
+    fast_seconds: float | None = None,
+    agents: Iterable[str] | None = None,
+) -> dict:
+    """The figures for decisions made since `since` (default: the last 30 days) on the calls of
+    `agents` (None: every agent; approvals/oversight_reach.py says whose a person sees)."""
     since = since or timezone.now() - timedelta(days=30)
+    mine = Q() if agents is None else Q(run__agent__in=list(agents))
     fast_seconds = fast_decision_seconds() if fast_seconds is None else fast_seconds
     by_user: dict[str, _Tally] = defaultdict(_Tally)
     by_tool: dict[str, _Tally] = defaultdict(_Tally)
@@ -158,7 +168,9 @@ def approver_stats(*, since: datetime | None = None, fast_seconds: float | None 
         .select_related("approval")
         .order_by("-decided_at")
     )
-    contradicted = contradicted_approvals(since)
+    if agents is not None:
+        votes = votes.filter(approval__run__agent__in=list(agents))
+    contradicted = contradicted_approvals(since, agents)
     for vote in votes.iterator():
         tool = vote.approval.tool or vote.approval.kind
         by_user[vote.username].add(vote, fast_seconds)
@@ -178,18 +190,18 @@ def approver_stats(*, since: datetime | None = None, fast_seconds: float | None 
                 }
             )
 
-    expired = Approval.objects.filter(status=Approval.Status.EXPIRED, decided_at__gte=since)
+    expired = Approval.objects.filter(mine, status=Approval.Status.EXPIRED, decided_at__gte=since)
     for tool, kind in expired.values_list("tool", "kind"):
         by_tool[tool or kind].expiries += 1
     # An approver's expiries: approvals they opened and then let run out.
-    opened_then_expired = ApprovalView.objects.filter(
-        approval__status=Approval.Status.EXPIRED, approval__decided_at__gte=since
-    ).values_list("user__username", flat=True)
+    opened_then_expired = ApprovalView.objects.filter(approval__in=expired).values_list(
+        "user__username", flat=True
+    )
     for username in opened_then_expired:
         by_user[username].expiries += 1
 
     sampled = (
-        Approval.objects.filter(sampled=True, requested_at__gte=since)
+        Approval.objects.filter(mine, sampled=True, requested_at__gte=since)
         .select_related("decided_by")
         .order_by("-requested_at")[:LIST_LIMIT]
     )

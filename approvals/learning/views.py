@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts import teams
 
+from .. import oversight_reach
 from . import review, stats
 from . import rules as learning
 from .models import AutoApproveRule, GateOverride, PostHocReview
@@ -192,11 +193,20 @@ def review_call(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @login_required
 def approver_stats(request: HttpRequest) -> HttpResponse:
-    if not request.user.is_admin:
+    """Every agent's figures for admins (or one team's), their teams' agents' for a team's
+    administrators (approvals/oversight_reach.py)."""
+    user = request.user
+    if not oversight_reach.may_oversee(user):
         raise PermissionDenied
     try:
         days = min(max(int(request.GET.get("days", 30)), 1), 365)
     except ValueError:
         days = 30
-    figures = stats.approver_stats(since=timezone.now() - timedelta(days=days))
-    return render(request, "approvals/stats.html", {"stats": figures, "days": days})
+    team = request.GET.get("team", "").strip()
+    context = {"days": days, "team": team, "teams": oversight_reach.team_slugs(user)}
+    try:
+        agents = oversight_reach.agents_for(user, team=team)
+    except oversight_reach.OutOfReach as exc:
+        return render(request, "approvals/stats.html", {**context, "error": str(exc)}, status=400)
+    figures = stats.approver_stats(since=timezone.now() - timedelta(days=days), agents=agents)
+    return render(request, "approvals/stats.html", {**context, "stats": figures})

@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from runs import charts
 from runs.models import Run, args_hash
 
-from .. import listing
+from .. import listing, oversight_reach
 from ..learning import stats
 from ..models import Approval
 
@@ -29,6 +29,12 @@ def dashboard_approval_list(context) -> dict:
     list (approvals/stream_messages.py) when one opens or is decided."""
     pending = Approval.objects.visible_to(context["user"]).pending()
     return {"pending": listing.oldest_riskiest(pending), "oob": False}
+
+
+@register.filter
+def may_oversee(user) -> bool:
+    """Approver statistics and the decisions export: admins, and teams' administrators."""
+    return oversight_reach.may_oversee(user)
 
 
 @register.simple_tag

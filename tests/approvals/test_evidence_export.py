@@ -414,7 +414,7 @@ def test_each_download_is_logged_with_who_and_which(admin_user, caplog, db):
     assert response.status_code == 200
     [message] = [r.getMessage() for r in caplog.records if "decisions export" in r.getMessage()]
     assert message.startswith("decisions export by ada: 2026-01-01T00:00:00+00:00")
-    assert message.endswith("jsonl, agent test-payer")
+    assert message.endswith("jsonl, agent test-payer, team any, agents all")
 
 
 @pytest.mark.parametrize("who", ["approver", "operator", "viewer"])

@@ -261,3 +261,60 @@ def test_a_provider_name_equal_to_a_local_account_does_not_take_it_over(
     )
     assert usernames.strip() not in ("", "operator")
     context.close()
+
+
+def sign_out(page: Page) -> None:
+    page.get_by_role("button", name="Sign out").click()
+
+
+def test_signing_out_ends_the_session_at_the_provider_too(sso_server, provider, browser):
+    provider.users["paula"] = {"groups": ["agentops-operators"]}
+    context = browser.new_context()
+    page = context.new_page()
+    sign_in_with_sso(page, sso_server, "paula")
+    before = len(provider.logouts)
+    sign_out(page)
+    # Through the provider's end-session endpoint (RP-initiated logout) and back to sign-in.
+    page.wait_for_url(sso_server.url + "/accounts/login/")
+    assert provider.logouts[before:] == [
+        {"sub": "sub-paula", "post_logout_redirect_uri": sso_server.url + "/accounts/login/"}
+    ]
+    assert "'paula' signed out, and is sent to the identity provider" in sso_server.output
+    assert page.goto(sso_server.url + "/runs/").url.startswith(sso_server.url + "/accounts/login/")
+    context.close()
+
+
+def test_a_password_session_signs_out_here_only(sso_server, provider, browser):
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(sso_server.url + "/accounts/login/?next=/runs/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    page.wait_for_url(f"{sso_server.url}/runs/")
+    before = len(provider.logouts)
+    sign_out(page)
+    page.wait_for_url(sso_server.url + "/accounts/login/")
+    assert provider.logouts[before:] == []
+    context.close()
+
+
+def test_a_provider_without_an_end_session_endpoint_means_a_local_sign_out(
+    sso_server, provider, browser
+):
+    provider.users["quinn"] = {"groups": ["agentops-operators"]}
+    provider.offers_logout = False
+    try:
+        context = browser.new_context()
+        page = context.new_page()
+        sign_in_with_sso(page, sso_server, "quinn")
+        before = len(provider.logouts)
+        sign_out(page)
+        page.wait_for_url(sso_server.url + "/accounts/login/")
+        assert provider.logouts[before:] == []
+        assert page.goto(sso_server.url + "/runs/").url.startswith(
+            sso_server.url + "/accounts/login/"
+        )
+        context.close()
+    finally:
+        provider.offers_logout = True

@@ -105,3 +105,36 @@ def test_without_tracing_no_traceparent_is_sent(
         )
     assert len(got) == 1
     assert "traceparent" not in {k.lower() for k in got[0][0]}
+
+
+def test_approvals_withdrawn_by_the_agent_or_a_failed_close_end_their_waits(
+    db, traces, eager, django_capture_on_commit_callbacks
+):
+    _, token = make_agent()
+    bot = _traced_bot(token)
+    session = bot.session(session="s-2")
+    run_span_id = tracing.parse(Run.objects.get(pk=session).traceparent).span_id
+    first = bot.call(session, "delete_branch", {"name": "dev"}).json()
+    second = bot.call(session, "delete_branch", {"name": "main"}).json()
+    with django_capture_on_commit_callbacks(execute=True):
+        withdrawn = bot.post(f"/calls/{first['call']}/withdraw", {"reason": "timed out"})
+        assert withdrawn.status_code == 200, withdrawn.content
+        closed = bot.post(f"/sessions/{session}/close", {"status": "failed", "detail": "crashed"})
+        assert closed.status_code == 200, closed.content
+
+    waits = {
+        s.attributes["agentops.approval.id"]: s
+        for s in traces.get_finished_spans()
+        if s.name == "approval action"
+    }
+    assert set(waits) == {first["approval"], second["approval"]}
+    for span in waits.values():
+        assert span.parent.span_id == run_span_id
+        assert f"{span.context.trace_id:032x}" == AGENT_TRACE
+        assert span.attributes["agentops.approval.decision"] == "cancelled"
+    assert waits[first["approval"]].attributes["agentops.approval.ended_because"] == (
+        "withdrawn by the agent: timed out"
+    )
+    assert waits[second["approval"]].attributes["agentops.approval.ended_because"] == (
+        "session ended: crashed"
+    )

@@ -121,6 +121,24 @@ def test_a_failed_tool_and_a_rejection_show_as_such(traces, operator, approver, 
     assert not [s for s in spans if s.name == "execute_tool email_report"]
 
 
+def test_an_approval_withdrawn_by_a_cancel_ends_its_wait(traces, operator, no_enqueue):
+    run = _launch(operator)
+    assert engine.advance(run.pk, time_slice=30) == Run.Status.WAITING
+    assert run.cancel(by=operator, reason="wrong report")
+    approval = Approval.objects.get(run=run)
+    assert approval.status == Approval.Status.CANCELLED
+    spans = traces.get_finished_spans()
+    (run_span,) = [s for s in spans if s.name == "invoke_agent sql-analyst"]
+    (wait,) = [s for s in spans if s.name == "approval action"]
+    assert wait.parent.span_id == run_span.context.span_id
+    assert wait.context.trace_id == tracing.parse(run.traceparent).trace_id
+    assert wait.attributes["agentops.approval.decision"] == "cancelled"
+    assert wait.attributes["agentops.approval.decided_by"] == operator.username
+    assert wait.attributes["agentops.approval.ended_because"] == "run cancelled"
+    assert wait.start_time == _nanos(approval.requested_at)
+    assert wait.end_time == _nanos(approval.decided_at)
+
+
 def test_off_a_run_has_no_trace_and_the_engine_makes_no_span(operator, no_enqueue):
     assert not tracing.enabled()
     run = _launch(operator)

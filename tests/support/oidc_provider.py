@@ -4,8 +4,11 @@ sign-in touches, on a local port.
 Discovery (/.well-known/openid-configuration), an authorize page where the person types who
 they are (no password: the test decides who exists), the token endpoint (authorization code
 + PKCE S256, client secret by POST or HTTP Basic) answering with an RS256-signed ID token,
-its JWKS, and userinfo. `users` maps a username to its claims; a test edits a user's
-`groups` between sign-ins, as an administrator would at the provider.
+its JWKS, userinfo, and RP-initiated logout (`end_session_endpoint`: checks the
+`id_token_hint` it issued and the client, records the logout in `logouts`, and sends the
+browser back to `post_logout_redirect_uri`). `users` maps a username to its claims; a test
+edits a user's `groups` between sign-ins, as an administrator would at the provider, and
+turns `offers_logout` off to be a provider without an end-session endpoint.
 """
 
 import base64
@@ -37,6 +40,8 @@ class OidcProvider:
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)  # access token -> username
     issuer: str = ""
+    offers_logout: bool = True
+    logouts: list[dict[str, Any]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
     def start(self) -> "OidcProvider":
@@ -78,6 +83,7 @@ class OidcProvider:
             ("POST", "/token"): self.token,
             ("GET", "/jwks"): self.jwks,
             ("GET", "/userinfo"): self.userinfo,
+            ("GET", "/logout"): self.end_session,
         }
         route = routes.get((method, path))
         if route is None:
@@ -86,9 +92,11 @@ class OidcProvider:
         self._send(req, status, body, headers)
 
     def discovery(self, req, params):
+        logout = {"end_session_endpoint": self.issuer + "/logout"} if self.offers_logout else {}
         return (
             200,
             {
+                **logout,
                 "issuer": self.issuer,
                 "authorization_endpoint": self.issuer + "/authorize",
                 "token_endpoint": self.issuer + "/token",
@@ -175,6 +183,29 @@ class OidcProvider:
             },
             {},
         )
+
+    def end_session(self, req, params):
+        if not self.offers_logout:
+            return 404, {"error": "not_found"}, {}
+        try:
+            # An expired ID token is still a valid hint (the spec says so); ours, for this client.
+            claims = jwt.decode(
+                params.get("id_token_hint", ""),
+                self.key.public_key(),
+                algorithms=["RS256"],
+                audience=self.client_id,
+                issuer=self.issuer,
+                options={"verify_exp": False},
+            )
+        except jwt.PyJWTError as exc:
+            return 400, {"error": "invalid_request", "error_description": str(exc)}, {}
+        if params.get("client_id", self.client_id) != self.client_id:
+            return 400, {"error": "invalid_request", "error_description": "client_id"}, {}
+        back = params.get("post_logout_redirect_uri", "")
+        self.logouts.append({"sub": claims["sub"], "post_logout_redirect_uri": back})
+        if not back:
+            return 200, "<!doctype html><title>Signed out</title><h1>Signed out</h1>", {}
+        return 302, "", {"Location": back}
 
     def jwks(self, req, params):
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))

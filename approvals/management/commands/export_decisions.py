@@ -1,10 +1,12 @@
-"""`manage.py export_decisions --since … --until … --format csv|jsonl`: the signed compliance
-export of the decisions of a period (approvals/evidence_export.py)."""
+"""`manage.py export_decisions --since … --until … --format csv|jsonl [--team slug]`: the signed
+compliance export of the decisions of a period (approvals/evidence_export.py), of every agent
+or one team's."""
 
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.models import Team
 from approvals.evidence_export import ExportError, checked_request, export_lines
 
 
@@ -21,14 +23,24 @@ class Command(BaseCommand):
         )
         parser.add_argument("--format", default="jsonl", help="csv or jsonl (default jsonl)")
         parser.add_argument("--agent", default="", help="only this agent's decisions")
+        parser.add_argument("--team", default="", help="only the decisions on this team's agents")
         parser.add_argument("--output", "-o", default="-", help="file to write; - is stdout")
 
-    def handle(self, *args, since: str, until: str, format: str, agent: str, output: str, **_):
+    def handle(
+        self, *args, since: str, until: str, format: str, agent: str, team: str, output: str, **_
+    ):
         try:
             start, end, fmt, agent = checked_request(since, until, format, agent)
         except ExportError as exc:
             raise CommandError(str(exc)) from None
-        lines = export_lines(since=start, until=end, fmt=fmt, agent=agent)
+        team = team.strip()
+        agents = None
+        if team:
+            chosen = Team.objects.filter(slug=team[:50]).first()
+            if chosen is None:
+                raise CommandError(f"no team has the slug {team[:64]!r}")
+            agents = list(chosen.agents.values_list("agent", flat=True))
+        lines = export_lines(since=start, until=end, fmt=fmt, agent=agent, agents=agents, team=team)
         if output == "-":
             for line in lines:
                 self.stdout.write(line, ending="")
