@@ -14,16 +14,20 @@ is only reported. The agent's owner says what a tool really is with `McpServer.r
 hint can still raise it) or lets it through with GateRules.never_gate. The gateway's MCP
 registration (gateway/mcp_tools.py) follows the same mapping.
 
-Each call opens its own session (a stdio server is started for it and stopped after): slow
-(a second or two for a Python server) but nothing outlives the call, on any worker.
+Each process keeps one session a server, opened at its first call or listing and used by
+all of them (_Connections): a call costs its round trip, not a stdio server's start and a
+handshake. A session that fails is dropped, and the next call opens another; one idle for
+`idle_seconds` is closed (its stdio server stops). A server's `notifications/tools/
+list_changed` on a kept session makes the next run start list its tools again.
 """
 
 import asyncio
-import concurrent.futures
 import copy
+import functools
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -34,7 +38,9 @@ import pydantic
 from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
 from mcp.client.stdio import get_default_environment
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from agentkit.tools import (
     REGISTRY,
@@ -94,6 +100,7 @@ class McpServer:
     risks: dict[str, tuple[bool, Blast]] = field(default_factory=dict)
     timeout_seconds: float = 30.0  # one call, a stdio server's start included
     relist_seconds: float = 60.0  # how old a listing may be when a run starts
+    idle_seconds: float = 300.0  # a kept session unused this long is closed
     # The `_meta` field in which the server reads an idempotency key, if it honours one:
     # then a call whose outcome was not recorded is retried with the same key.
     idempotency_meta: str = ""
@@ -127,7 +134,12 @@ class McpServer:
                 cwd=self.cwd,
             )
         # No response cache: the listing's freshness is this module's (relist_seconds).
-        return Client(target, read_timeout_seconds=self.timeout_seconds, cache=None)
+        return Client(
+            target,
+            read_timeout_seconds=self.timeout_seconds,
+            cache=None,
+            message_handler=functools.partial(_on_message, self.name),
+        )
 
     def as_dict(self) -> dict:
         return {
@@ -183,7 +195,9 @@ class McpTool(Tool):
             else None
         )
         timeout = max(0.1, min(self.timeout_seconds, ctx.seconds_left or self.timeout_seconds))
-        result = _run(self._call(args, meta), timeout)
+        result = connections.run(
+            self.server, lambda client: client.call_tool(self.remote_name, args, meta=meta), timeout
+        )
         if result.is_error:
             raise ToolError(_text(result) or f"{self.remote_name} reported an error")
         if result.structured_content is not None:
@@ -193,12 +207,6 @@ class McpTool(Tool):
             return json.loads(text)
         except ValueError:
             return text
-
-    async def _call(self, args: dict, meta: dict | None) -> mcp_types.CallToolResult:
-        async with self.server.client() as client:
-            # A 2026-07-28 server wants the tool listed on this connection before the call.
-            await client.list_tools()
-            return await client.call_tool(self.remote_name, args, meta=meta)
 
     def metadata(self) -> dict:
         return {
@@ -225,34 +233,165 @@ def _text(result: mcp_types.CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, mcp_types.TextContent))
 
 
-def _run(coro, timeout: float) -> Any:
-    """Run one MCP exchange to the end on an event loop of its own; transport failures are
-    infrastructure errors (retried per the tool's policy), a JSON-RPC error is the tool's."""
+class _Held:
+    """One server's kept session: a task of the connections' loop holds it open (the SDK's
+    task groups are entered and left by one task) until `done` or until it fails."""
 
-    async def bounded():
-        return await asyncio.wait_for(coro, timeout)
+    def __init__(self, server: McpServer):
+        self.server = server
+        self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.done = asyncio.Event()
+        self.broken = False
+        self.used = time.monotonic()
+        self.task = asyncio.ensure_future(self._hold())
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        runner = asyncio.run
-    else:  # called from async code (a test, a consumer): its loop must not be blocked on
+    async def _hold(self) -> None:
+        try:
+            async with self.server.client() as client:
+                # A 2026-07-28 server wants the tools listed on a connection before a call.
+                await client.list_tools()
+                self.ready.set_result(client)
+                listening = asyncio.ensure_future(self._listen(client))
+                try:
+                    await self.done.wait()
+                finally:
+                    listening.cancel()
+                    await asyncio.gather(listening, return_exceptions=True)
+        except BaseException as exc:
+            if not self.ready.done():
+                self.ready.set_exception(exc)
+            elif not isinstance(exc, asyncio.CancelledError):
+                log.warning("MCP server %s: the kept session ended: %s", self.server.name, exc)
+        finally:
+            self.broken = True
 
-        def runner(c):
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                return pool.submit(asyncio.run, c).result()
+    async def _listen(self, client: Client) -> None:
+        """Changes of the server's tools (a 2026-07-28 server's subscription stream; an
+        older one notifies through the client's message_handler, _on_message)."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _ in changes:
+                    _tools_changed(self.server.name)
+        except ListenNotSupportedError:
+            return
+        except (MCPError, SubscriptionLost, TimeoutError) as exc:
+            log.info("MCP server %s: no tool-change stream (%s)", self.server.name, exc)
 
-    try:
-        return runner(bounded())
-    except (MCPError, TimeoutError, OSError, ExceptionGroup, pydantic.ValidationError) as exc:
-        # The transport's task groups may wrap the error: its first leaf says what it was.
-        cause = _leaf(exc)
-        if isinstance(cause, MCPError):  # the server answered: the call's own error
-            raise ToolError(f"MCP error {cause.error.code}: {cause.error.message}") from exc
-        if isinstance(cause, TimeoutError):
-            raise ToolInfraError(f"the MCP server did not answer within {timeout:g}s") from exc
-        reason = f"{type(cause).__name__}: {cause}"[:300]
-        raise ToolInfraError(f"the MCP server could not be reached: {reason}") from exc
+
+class _Connections:
+    """The kept sessions of this process, on an event loop of their own (a daemon thread)
+    that any thread hands its MCP exchanges to. A forked child starts with none."""
+
+    REAP_SECONDS = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+        self.held: dict[str, _Held] = {}
+
+    def run(self, server: McpServer, exchange, timeout: float) -> Any:
+        """`await exchange(client)` on the server's kept session, within `timeout` seconds;
+        transport failures are infrastructure errors (retried per the tool's policy), a
+        JSON-RPC error is the tool's."""
+        future = asyncio.run_coroutine_threadsafe(self._run(server, exchange, timeout), self.loop)
+        try:
+            return future.result()
+        except (MCPError, TimeoutError, OSError, ExceptionGroup, pydantic.ValidationError) as exc:
+            raise _tool_error(exc, timeout) from exc
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                self._pid, self.held = os.getpid(), {}
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._loop.run_forever, name="mcp-sessions", daemon=True
+                ).start()
+                asyncio.run_coroutine_threadsafe(self._reap(), self._loop)
+            return self._loop
+
+    async def _run(self, server: McpServer, exchange, timeout: float) -> Any:
+        async def attempt():
+            held = self.held.get(server.name)
+            if held is not None and held.server != server:  # declared anew, otherwise
+                held.done.set()
+                held = None
+            if held is None or held.broken:
+                held = self.held[server.name] = _Held(server)
+            held.used = time.monotonic()
+            client = await asyncio.shield(held.ready)
+            try:
+                return await exchange(client)
+            except MCPError as exc:
+                if exc.error.code not in _TRANSPORT_CODES:
+                    raise  # the server answered: the session is sound
+                held.done.set()
+                raise
+            except BaseException:
+                held.done.set()  # in doubt: the next call opens another session
+                raise
+
+        return await asyncio.wait_for(attempt(), timeout)
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(self.REAP_SECONDS)
+            now = time.monotonic()
+            for name, held in list(self.held.items()):
+                if held.broken or now - held.used > held.server.idle_seconds:
+                    held.done.set()
+                    if self.held.get(name) is held:
+                        del self.held[name]
+
+    def close_all(self) -> None:
+        """Close every kept session (tests; a stdio server stops with its session)."""
+        if self._loop is None or self._pid != os.getpid():
+            return
+
+        async def close() -> None:
+            held, self.held = list(self.held.values()), {}
+            for h in held:
+                h.done.set()
+            await asyncio.gather(*(h.task for h in held), return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=30)
+
+
+connections = _Connections()
+
+
+async def _on_message(server_name: str, message: Any) -> None:
+    if getattr(message, "method", "") == "notifications/tools/list_changed":
+        _tools_changed(server_name)
+
+
+def _tools_changed(server_name: str) -> None:
+    """A server said its tools changed: the next run start lists them again."""
+    log.info("MCP server %s: its tools changed; listed again at the next run", server_name)
+    with _lock:
+        _listed.pop(server_name, None)
+
+
+# What the SDK raises as an MCPError when no answer came (the connection closed, the request
+# timed out): infrastructure, not the server's answer.
+_TRANSPORT_CODES = (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+
+
+def _tool_error(exc: BaseException, timeout: float) -> ToolError:
+    """What a failed MCP exchange is to the engine: the server's JSON-RPC error is the call's
+    own (ToolError); a transport failure or a timeout is infrastructure (ToolInfraError)."""
+    # The transport's task groups may wrap the error: its first leaf says what it was.
+    cause = _leaf(exc)
+    if isinstance(cause, MCPError) and cause.error.code in _TRANSPORT_CODES:
+        return ToolInfraError(f"the MCP server's connection failed: {cause.error.message}")
+    if isinstance(cause, MCPError):
+        return ToolError(f"MCP error {cause.error.code}: {cause.error.message}")
+    if isinstance(cause, TimeoutError):
+        return ToolInfraError(f"the MCP server did not answer within {timeout:g}s")
+    reason = f"{type(cause).__name__}: {cause}"[:300]
+    return ToolInfraError(f"the MCP server could not be reached: {reason}")
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -286,7 +425,7 @@ def tools_of(server: McpServer, *, max_age: float | None = None) -> list[McpTool
     if held is not None and time.monotonic() - held[0] < max_age:
         return held[1]
     try:
-        definitions = _run(_list(server), server.timeout_seconds)
+        definitions = _listing(server)
     except (ToolError, ToolInfraError) as exc:
         if held is not None:
             log.warning("MCP server %s: listing failed (%s); last listing kept", server.name, exc)
@@ -304,15 +443,18 @@ class McpUnavailable(Exception):
     """A server that could not be listed (and never was)."""
 
 
-async def _list(server: McpServer) -> list[dict]:
-    async with server.client() as client:
-        tools, cursor = [], None
-        for _ in range(100):  # a paginator that never ends must not hang a launch
-            page = await client.list_tools(cursor=cursor)
-            tools += page.tools
-            cursor = page.next_cursor
-            if not cursor:
-                break
+def _listing(server: McpServer) -> list[dict]:
+    return connections.run(server, _list, server.timeout_seconds)
+
+
+async def _list(client: Client) -> list[dict]:
+    tools, cursor = [], None
+    for _ in range(100):  # a paginator that never ends must not hang a launch
+        page = await client.list_tools(cursor=cursor)
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            break
     return [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
 
 
@@ -367,7 +509,8 @@ RESOLVERS.append(resolve)
 
 
 def forget() -> None:
-    """Drop every listing (tests)."""
+    """Drop every listing and close every kept session (tests)."""
+    connections.close_all()
     with _lock:
         for _, tools in _listed.values():
             for t in tools:

@@ -2,6 +2,8 @@
 its listing is cached, and what a call does when the server cannot be reached. End to end
 (run, gate, approve, the server runs the call once): tests/approvals/test_mcp_gate.py."""
 
+import os
+import signal
 import time
 
 import pytest
@@ -19,6 +21,7 @@ from agentkit.tools import (
     get_tool,
 )
 from approvals import declared_policy, gate_config
+from tests.support.mcp_servers import logged, stdio_server
 
 DEFINITIONS = [
     {
@@ -45,13 +48,13 @@ def listed(monkeypatch):
         count = 0
         fail = False
 
-    async def fake_list(server):
+    def fake_listing(server):
         Listing.count += 1
         if Listing.fail:
-            raise OSError("connection refused")
+            raise mcp._tool_error(OSError("connection refused"), 5)
         return DEFINITIONS
 
-    monkeypatch.setattr(mcp, "_list", fake_list)
+    monkeypatch.setattr(mcp, "_listing", fake_listing)
     yield Listing
     mcp.SERVERS.pop("srv", None)
     mcp.forget()
@@ -203,17 +206,12 @@ def test_gate_rules_naming_tools_of_a_server_that_is_down_are_not_called_unknown
 
 
 def test_a_json_rpc_error_is_the_calls_own_even_when_the_transport_wraps_it():
-    async def refused():
-        raise ExceptionGroup("task group", [MCPError(-32602, "unknown tool: nope")])
-
-    with pytest.raises(ToolError, match="MCP error -32602: unknown tool: nope"):
-        mcp._run(refused(), 5)
-
-    async def dropped():
-        raise ExceptionGroup("task group", [ConnectionResetError("peer closed")])
-
-    with pytest.raises(ToolInfraError, match="ConnectionResetError: peer closed"):
-        mcp._run(dropped(), 5)
+    refused = ExceptionGroup("task group", [MCPError(-32602, "unknown tool: nope")])
+    error = mcp._tool_error(refused, 5)
+    assert type(error) is ToolError and str(error) == "MCP error -32602: unknown tool: nope"
+    dropped = ExceptionGroup("task group", [ConnectionResetError("peer closed")])
+    error = mcp._tool_error(dropped, 5)
+    assert isinstance(error, ToolInfraError) and "ConnectionResetError: peer closed" in str(error)
 
 
 def test_a_server_schema_that_cannot_be_checked_refuses_the_call_not_the_run():
@@ -222,3 +220,77 @@ def test_a_server_schema_that_cannot_be_checked_refuses_the_call_not_the_run():
     )
     with pytest.raises(ToolArgsError, match="input schema cannot be checked"):
         tool.validate({"a": 1})
+
+
+# --- kept sessions (a real stdio server) ---------------------------------------------------
+@pytest.fixture
+def kept(tmp_path):
+    """A real stdio server, declared, listed, its kept session closed afterwards."""
+    log = tmp_path / "calls.jsonl"
+    declared = stdio_server("kept", log, idle_seconds=1.0)
+    mcp.declare(declared)
+    tools = {t.remote_name: t for t in mcp.tools_of(declared)}
+    yield tools, log
+    mcp.SERVERS.pop("kept", None)
+    mcp.forget()
+
+
+def _ctx() -> ToolContext:
+    return ToolContext(run_id="r", idempotency_key="k", deadline=time.monotonic() + 30)
+
+
+def _pids(log) -> list[int]:
+    return [c["pid"] for c in logged(log)]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_calls_share_the_processs_kept_session_and_a_dead_server_is_started_again(kept):
+    tools, log = kept
+    ctx = _ctx()
+    assert tools["stock_level"].call({"sku": "A-1"}, ctx) == {"sku": "A-1", "units": 12}
+    assert tools["stock_level"].call({"sku": "B-2"}, ctx) == {"sku": "B-2", "units": 0}
+    first, second = _pids(log)
+    assert first == second  # one server process for both: no start, no handshake per call
+    os.kill(first, signal.SIGKILL)
+    # The session is found dead (at once, or by the call that meets it: an infrastructure
+    # error, retried per the tool's policy), and the next call starts the server again.
+    answers = []
+    for _ in range(2):
+        try:
+            answers.append(tools["stock_level"].call({"sku": "A-1"}, ctx))
+            break
+        except ToolInfraError:
+            time.sleep(0.2)
+    assert answers == [{"sku": "A-1", "units": 12}]
+    assert _pids(log)[-1] != first
+
+
+def test_an_idle_session_is_closed_and_its_server_stops(kept, monkeypatch):
+    tools, log = kept
+    monkeypatch.setattr(mcp._Connections, "REAP_SECONDS", 0.2)
+    mcp.connections.close_all()  # the reaper starts afresh with the short period
+    tools["label_shelf"].call({"shelf": "S1", "text": "x"}, _ctx())
+    (pid,) = _pids(log)
+    deadline = time.monotonic() + 15
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid)  # idle_seconds 1: closed, and the stdio server with it
+
+
+def test_a_servers_tool_list_change_is_listed_at_the_next_run(kept):
+    tools, _ = kept
+    assert "shelves_C" not in tools
+    tools["open_aisle"].call({"aisle": "C"}, _ctx())
+    # Told on the kept session: the next run start lists again, not after relist_seconds.
+    server = mcp.SERVERS["kept"]
+    deadline = time.monotonic() + 5
+    while "shelves_C" not in {t.remote_name for t in mcp.tools_of(server)}:
+        assert time.monotonic() < deadline, "the listing was not renewed"
+        time.sleep(0.1)

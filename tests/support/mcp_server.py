@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
@@ -22,7 +22,7 @@ def _log(tool: str, args: dict) -> None:
     path = os.environ.get("MCP_CALL_LOG")
     if path:
         with open(path, "a") as f:
-            f.write(json.dumps({"tool": tool, "args": args}) + "\n")
+            f.write(json.dumps({"tool": tool, "args": args, "pid": os.getpid()}) + "\n")
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -46,6 +46,20 @@ def label_shelf(shelf: str, text: str) -> str:
     """Print a label for a shelf."""
     _log("label_shelf", {"shelf": shelf, "text": text})
     return f"labelled {shelf}"
+
+
+@server.tool()
+async def open_aisle(aisle: str, ctx: Context) -> str:
+    """Open an aisle: its shelves become a tool of their own, and clients are told."""
+    _log("open_aisle", {"aisle": aisle})
+
+    def shelves() -> list[str]:
+        """The shelves of the aisle just opened."""
+        return [f"{aisle}-1", f"{aisle}-2"]
+
+    server.add_tool(shelves, name=f"shelves_{aisle}")
+    await ctx.notify_tools_changed()
+    return f"opened {aisle}"
 
 
 if __name__ == "__main__":

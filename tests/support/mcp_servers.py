@@ -57,7 +57,13 @@ def http_server(call_log: Path, *, ready_within: float = 60) -> Iterator[str]:
             process.wait()
 
 
-def calls(call_log: Path) -> list[dict]:
+def logged(call_log: Path) -> list[dict]:
+    """Each call the server ran: tool, args and the server process's pid."""
     if not call_log.exists():
         return []
     return [json.loads(line) for line in call_log.read_text().splitlines() if line]
+
+
+def calls(call_log: Path) -> list[dict]:
+    """Each call the server ran: tool and args."""
+    return [{k: v for k, v in c.items() if k != "pid"} for c in logged(call_log)]
