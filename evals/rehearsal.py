@@ -169,9 +169,7 @@ class _RollBack(Exception):
     pass
 
 
-def rehearse(
-    case: Case, agent: Agent, provider_name: str, input: dict
-) -> tuple[Rehearsal, str]:
+def rehearse(case: Case, agent: Agent, provider_name: str, input: dict) -> tuple[Rehearsal, str]:
     """Replay `case` against `agent` (`input`: the case's, validated by it): (the rehearsal,
     with its proposals, and how the run ended). Writes nothing that stays."""
     stand_in = Run(agent=agent.slug, input=input, provider=provider_name)

@@ -21,9 +21,7 @@ BULK_LIMIT = 500  # decisions one bulk add takes
 
 
 def _dataset(request: HttpRequest, pk: int, *, write: bool = False) -> Dataset:
-    dataset = get_object_or_404(
-        Dataset.objects.reachable_by(request.user, teams.Power.VIEW), pk=pk
-    )
+    dataset = get_object_or_404(Dataset.objects.reachable_by(request.user, teams.Power.VIEW), pk=pk)
     if write and not teams.may(request.user, teams.Power.LAUNCH, dataset.agent):
         raise PermissionDenied
     return dataset
@@ -93,7 +91,7 @@ def add_decisions(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def add_approval(request: HttpRequest, approval: str) -> HttpResponse:
-    """"Add to dataset" on an approval card: this decided call, into a chosen dataset."""
+    """ "Add to dataset" on an approval card: this decided call, into a chosen dataset."""
     decided = get_object_or_404(cases.decisions_reaching(request.user), pk=approval)
     datasets = Dataset.objects.reachable_by(request.user, teams.Power.LAUNCH).filter(
         agent=decided.run.agent

@@ -33,7 +33,10 @@ def careful(monkeypatch):
             [
                 text("Refunding <b>100.00</b> only."),
                 tool_use(
-                    "issue_refund", order_id=data["order_id"], amount="100.00", reason=data["reason"]
+                    "issue_refund",
+                    order_id=data["order_id"],
+                    amount="100.00",
+                    reason=data["reason"],
                 ),
             ],
         ]
