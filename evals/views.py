@@ -21,6 +21,9 @@ BULK_LIMIT = 500  # decisions one bulk add takes
 
 
 def _dataset(request: HttpRequest, pk: int, *, write: bool = False) -> Dataset:
+    # The role first (403), then the team (404: another team's dataset is not there).
+    if not request.user.can_view or (write and not request.user.can_operate):
+        raise PermissionDenied
     dataset = get_object_or_404(Dataset.objects.reachable_by(request.user, teams.Power.VIEW), pk=pk)
     if write and not teams.may(request.user, teams.Power.LAUNCH, dataset.agent):
         raise PermissionDenied
@@ -35,7 +38,7 @@ def datasets(request: HttpRequest) -> HttpResponse:
         raise PermissionDenied
     form = None
     if request.user.can_operate:
-        form = DatasetForm(request.POST or None, user=request.user)
+        form = DatasetForm(request.POST if request.method == "POST" else None, user=request.user)
         if request.method == "POST" and form.is_valid():
             dataset = form.save(commit=False)
             dataset.created_by = request.user
@@ -91,7 +94,9 @@ def add_decisions(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def add_approval(request: HttpRequest, approval: str) -> HttpResponse:
-    """ "Add to dataset" on an approval card: this decided call, into a chosen dataset."""
+    """The approval card's "add to dataset": this decided call, into a chosen dataset."""
+    if not (request.user.can_view and request.user.can_operate):
+        raise PermissionDenied
     decided = get_object_or_404(cases.decisions_reaching(request.user), pk=approval)
     datasets = Dataset.objects.reachable_by(request.user, teams.Power.LAUNCH).filter(
         agent=decided.run.agent
@@ -136,6 +141,8 @@ def run_regression(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _regression_run(request: HttpRequest, pk: int) -> RegressionRun:
+    if not request.user.can_view:
+        raise PermissionDenied
     regression = get_object_or_404(RegressionRun.objects.select_related("dataset"), pk=pk)
     # Its dataset's agent and the agent replayed: both must be the user's to see.
     scope = teams.scope(request.user, teams.Power.VIEW)
