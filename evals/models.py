@@ -144,6 +144,9 @@ class CaseResult(models.Model):
             models.UniqueConstraint(fields=["regression_run", "case"], name="evals_result_once")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.outcome} (case {self.case_id})"
+
     @property
     def passed(self) -> bool:
         return self.outcome == self.Outcome.PASS

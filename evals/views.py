@@ -105,7 +105,7 @@ def add_approval(request: HttpRequest, approval: str) -> HttpResponse:
     if not form.is_valid():
         return HttpResponse("Choose one of the agent's datasets.", status=422)
     dataset = form.cleaned_data["dataset"]
-    added, skipped = cases.add(dataset, [decided], by=request.user)
+    _, skipped = cases.add(dataset, [decided], by=request.user)
     if skipped:
         return _dataset_page(request, dataset, status=409, skipped=skipped)
     return redirect("evals:dataset", pk=dataset.pk)
