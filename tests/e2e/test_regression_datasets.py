@@ -1,6 +1,8 @@
 """An approver edits a refund; an operator adds that decision to a regression dataset from the
 approval's page and runs the dataset against the agent: the case fails with the diff shown."""
 
+import uuid
+
 import pytest
 from playwright.sync_api import expect
 
@@ -14,13 +16,11 @@ def test_an_edited_refund_becomes_a_failing_regression_case(server, login):
     page = operator.page
     run = launch_refund(operator, order_id=13, amount="20.00", reason="Late")
     expect_status(page, "waiting")
-    (approval,) = server.query(
+    ((pending,),) = server.query(
         "SELECT id FROM approvals_approval WHERE run_id = ? AND status = 'pending'",
         server.key(run),
-    )[0]
-    approval = str(approval)
-    if len(approval) == 32:  # SQLite keeps a UUID as 32 hex digits
-        approval = f"{approval[:8]}-{approval[8:12]}-{approval[12:16]}-{approval[16:20]}-{approval[20:]}"
+    )
+    approval = str(uuid.UUID(str(pending)))  # SQLite keeps a UUID as 32 hex digits
 
     approver = login("approver")
     decide(approver, approval, "edit-approve", args={"amount": "5.00"}, reason="late by a day")
