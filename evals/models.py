@@ -105,6 +105,7 @@ class RegressionRun(models.Model):
     cases = models.PositiveIntegerField(default=0)
     passed = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
+    error = models.TextField(blank=True, help_text="Why the run itself failed, if it did.")
 
     objects = ScopedQuerySet.as_manager()
 

@@ -19,6 +19,7 @@ waiting for a commit (live events, the queue, notifications) happens. The propos
 compared with what the person wanted (`judge`).
 """
 
+import logging
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -38,6 +39,7 @@ from runs.models import Run, canonical_json
 from .models import Case, CaseResult, Dataset, RegressionRun
 from .versions import fingerprint, version_of
 
+log = logging.getLogger("agentops.evals")
 # Engine slices one case may take (read-only calls and model turns before the proposal).
 MAX_ADVANCES = 25
 PROVIDERS = ("scripted", "anthropic")
@@ -284,9 +286,12 @@ def judge(case: Case, proposals: list[Proposal], ended: str = "") -> Judgement:
 
 
 # --- the regression run -----------------------------------------------------------------------
-def start(dataset: Dataset, agent_slug: str = "", *, provider: str = "", by=None) -> RegressionRun:
-    """Replay every case of `dataset` against the current version of `agent_slug` (the
-    dataset's agent when empty) and record the results."""
+def prepare(
+    dataset: Dataset, agent_slug: str = "", *, provider: str = "", by=None
+) -> RegressionRun:
+    """A regression run of `dataset` against the current version of `agent_slug` (the
+    dataset's agent when empty), recorded and not yet run; RegressionError when it cannot
+    run."""
     slug = agent_slug or dataset.agent
     agent = get_agent(slug)
     if agent is None:
@@ -294,11 +299,10 @@ def start(dataset: Dataset, agent_slug: str = "", *, provider: str = "", by=None
     provider = provider or llm.default_provider_name()
     if provider not in PROVIDERS:
         raise RegressionError(f"unknown provider {provider!r}: one of {', '.join(PROVIDERS)}")
-    cases = list(dataset.cases.all())
-    if not cases:
+    if not dataset.cases.exists():
         raise RegressionError(f"dataset {dataset.name} has no cases")
     version = version_of(agent)
-    regression = RegressionRun.objects.create(
+    return RegressionRun.objects.create(
         dataset=dataset,
         agent=slug,
         provider=provider,
@@ -306,7 +310,25 @@ def start(dataset: Dataset, agent_slug: str = "", *, provider: str = "", by=None
         fingerprint=fingerprint(version),
         started_by=by,
     )
-    results = [_result(regression, case, agent, provider) for case in cases]
+
+
+def execute(regression: RegressionRun) -> RegressionRun:
+    """Replay every case and record the results, once: a finished run is left as it is (a
+    task delivered twice). A failure of the run itself (not of a case) is recorded on it."""
+    if regression.finished_at is not None:
+        return regression
+    agent = get_agent(regression.agent)
+    try:
+        if agent is None:
+            raise RegressionError(f"agent {regression.agent!r} left the catalogue")
+        cases = list(regression.dataset.cases.all())
+        results = [_result(regression, case, agent, regression.provider) for case in cases]
+    except Exception as exc:
+        log.exception("regression run %s failed", regression.pk)
+        regression.error = f"{type(exc).__name__}: {exc}"[:2000]
+        regression.finished_at = timezone.now()
+        regression.save(update_fields=["error", "finished_at"])
+        return regression
     with transaction.atomic():
         CaseResult.objects.bulk_create(results)
         regression.cases = len(results)
@@ -315,6 +337,11 @@ def start(dataset: Dataset, agent_slug: str = "", *, provider: str = "", by=None
         regression.finished_at = timezone.now()
         regression.save(update_fields=["cases", "passed", "cost_usd", "finished_at"])
     return regression
+
+
+def start(dataset: Dataset, agent_slug: str = "", *, provider: str = "", by=None) -> RegressionRun:
+    """Prepare and execute at once (the command line, CI)."""
+    return execute(prepare(dataset, agent_slug, provider=provider, by=by))
 
 
 def _result(regression: RegressionRun, case: Case, agent: Agent, provider: str) -> CaseResult:

@@ -4,6 +4,7 @@ dataset and running it, the launch power (accounts/teams.py); every form carries
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -11,11 +12,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounts import teams
 from agentkit import llm
 
-from . import cases
+from . import cases, tasks
 from .comparison import NotComparable, compare
 from .forms import AddApprovalForm, DatasetForm, DecisionFilterForm, RegressionForm
 from .models import Dataset, RegressionRun
-from .rehearsal import RegressionError, start
+from .rehearsal import RegressionError, prepare
 
 BULK_LIMIT = 500  # decisions one bulk add takes
 
@@ -122,21 +123,23 @@ def remove_case(request: HttpRequest, pk: int, case: int) -> HttpResponse:
 @require_POST
 @login_required
 def run_regression(request: HttpRequest, pk: int) -> HttpResponse:
-    """Replay the dataset now (synchronously: a case is a few model turns) and show it."""
+    """Start a regression run of the dataset (a task replays it) and show its page, which
+    follows it until it is finished."""
     dataset = _dataset(request, pk, write=True)
     form = RegressionForm(request.POST, user=request.user, dataset=dataset, provider="")
     if not form.is_valid():
         return _dataset_page(request, dataset, status=422, regression_form=form)
+    agent = form.cleaned_data["agent"]
+    if not teams.may(request.user, teams.Power.LAUNCH, agent):
+        raise PermissionDenied  # the agent replayed, too, must be the user's to launch
     try:
-        regression = start(
-            dataset,
-            form.cleaned_data["agent"],
-            provider=form.cleaned_data["provider"],
-            by=request.user,
+        regression = prepare(
+            dataset, agent, provider=form.cleaned_data["provider"], by=request.user
         )
     except RegressionError as exc:
         form.add_error(None, str(exc))
         return _dataset_page(request, dataset, status=422, regression_form=form)
+    transaction.on_commit(lambda: tasks.run_regression.delay(regression.pk))
     return redirect("evals:regression_run", pk=regression.pk)
 
 

@@ -5,6 +5,7 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Team, TeamAgent
+from evals import rehearsal
 from evals.models import Case, Dataset, RegressionRun
 from tests.evals.conftest import add
 from tests.evals.test_regression import careful  # noqa: F401 (a fixture)
@@ -54,7 +55,7 @@ def test_another_team_s_dataset_and_regression_runs_are_out_of_reach(
     run = client.post(
         reverse("evals:run_regression", args=[dataset.pk]),
         {"agent": "refund-desk", "provider": "scripted"},
-    )
+    )  # started, not run: the task is sent once the request's transaction commits
     regression = RegressionRun.objects.get()
     assert run.url == reverse("evals:regression_run", args=[regression.pk])
     # The refund desk now belongs to a team the operator is not in.
@@ -102,6 +103,53 @@ def test_a_decided_approval_is_added_from_its_card(client, operator, dataset, ed
     assert client.post(url, {"dataset": dataset.pk}).status_code == 409
 
 
+def test_a_started_run_is_followed_until_its_task_has_run(
+    client, operator, dataset, approved, eager, django_capture_on_commit_callbacks
+):
+    add(dataset, approved)
+    client.force_login(operator)
+    url = reverse("evals:run_regression", args=[dataset.pk])
+    with django_capture_on_commit_callbacks() as sent:
+        response = client.post(url, {"agent": "refund-desk", "provider": "scripted"})
+    regression = RegressionRun.objects.get()
+    page = client.get(response.url).content.decode()
+    assert 'data-finished="false"' in page and 'hx-trigger="every 2s"' in page
+    assert "Running: replaying 1 case(s)" in page
+    (send,) = sent
+    send()  # the task, run inline
+    regression.refresh_from_db()
+    assert regression.finished_at and (regression.passed, regression.cases) == (1, 1)
+    page = client.get(response.url).content.decode()
+    assert 'data-finished="true"' in page and "every 2s" not in page
+
+
+def test_a_run_that_fails_as_a_whole_says_why(dataset, approved, monkeypatch):
+    add(dataset, approved)
+    regression = rehearsal.prepare(dataset, provider="scripted")
+
+    def broken(*args):
+        raise RuntimeError("the model provider is misconfigured")
+
+    monkeypatch.setattr(rehearsal, "rehearse", broken)
+    rehearsal.execute(regression)
+    regression.refresh_from_db()
+    assert regression.finished_at and "misconfigured" in regression.error
+    assert not regression.results.exists()
+
+
+def test_the_agent_replayed_must_be_the_user_s_to_launch(client, operator, dataset, approved):
+    add(dataset, approved)
+    bravo = Team.objects.create(name="Bravo", slug="bravo")
+    TeamAgent.objects.create(team=bravo, agent="sql-analyst")
+    client.force_login(operator)
+    response = client.post(
+        reverse("evals:run_regression", args=[dataset.pk]),
+        {"agent": "sql-analyst", "provider": "scripted"},
+    )
+    assert response.status_code == 422  # not among the agents offered
+    assert not RegressionRun.objects.exists()
+
+
 def test_the_regression_page_shows_the_diff_and_escapes_the_model_s_text(
     client,
     operator,
@@ -109,12 +157,15 @@ def test_the_regression_page_shows_the_diff_and_escapes_the_model_s_text(
     approved,
     edited,
     careful,  # noqa: F811
+    eager,
+    django_capture_on_commit_callbacks,
 ):
     add(dataset, approved, edited)
     client.force_login(operator)
     url = reverse("evals:run_regression", args=[dataset.pk])
-    client.post(url, {"agent": "refund-desk", "provider": "scripted"})
-    client.post(url, {"agent": careful.slug, "provider": "scripted"})
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url, {"agent": "refund-desk", "provider": "scripted"})
+        client.post(url, {"agent": careful.slug, "provider": "scripted"})
     before, after = RegressionRun.objects.order_by("pk")
     page = client.get(reverse("evals:regression_run", args=[after.pk])).content.decode()
     assert "&lt;b&gt;100.00&lt;/b&gt;" in page and "<b>100.00</b>" not in page

@@ -51,6 +51,8 @@ class Command(BaseCommand):
             regression = start(dataset, options["agent"], provider=options["provider"])
         except RegressionError as exc:
             raise CommandError(str(exc), returncode=2) from None
+        if regression.error:
+            raise CommandError(f"the regression run failed: {regression.error}", returncode=2)
         results = list(regression.results.select_related("case"))
         if options["json"]:
             self.stdout.write(json.dumps(_as_dict(regression, results), indent=2))
