@@ -351,7 +351,13 @@ def _result(regression: RegressionRun, case: Case, agent: Agent, provider: str) 
         result.outcome = CaseResult.Outcome.ERROR
         result.detail = f"the case's input is not valid for {agent.slug}: {errors}"
         return result
-    rehearsal, ended = rehearse(case, agent, provider, cleaned)
+    try:
+        rehearsal, ended = rehearse(case, agent, provider, cleaned)
+    except Exception as exc:  # one case's failure (the model's, say) is that case's result
+        log.exception("regression run %s: case %s failed", regression.pk, case.pk)
+        result.outcome = CaseResult.Outcome.ERROR
+        result.detail = f"the case could not be replayed: {type(exc).__name__}: {exc}"[:2000]
+        return result
     verdict = judge(case, rehearsal.proposals, ended)
     result.outcome = verdict.outcome
     result.diff = verdict.diff

@@ -123,18 +123,27 @@ def test_a_started_run_is_followed_until_its_task_has_run(
     assert 'data-finished="true"' in page and "every 2s" not in page
 
 
-def test_a_run_that_fails_as_a_whole_says_why(dataset, approved, monkeypatch):
+def test_a_case_that_cannot_be_replayed_is_an_error_and_a_lost_agent_fails_the_run(
+    dataset, approved, monkeypatch
+):
     add(dataset, approved)
-    regression = rehearsal.prepare(dataset, provider="scripted")
 
     def broken(*args):
         raise RuntimeError("the model provider is misconfigured")
 
     monkeypatch.setattr(rehearsal, "rehearse", broken)
-    rehearsal.execute(regression)
-    regression.refresh_from_db()
-    assert regression.finished_at and "misconfigured" in regression.error
-    assert not regression.results.exists()
+    regression = rehearsal.start(dataset, provider="scripted")
+    (result,) = regression.results.all()
+    assert result.outcome == "error" and "misconfigured" in result.detail
+    assert (regression.passed, regression.cases, regression.error) == (0, 1, "")
+
+    gone = rehearsal.prepare(dataset, provider="scripted")
+    RegressionRun.objects.filter(pk=gone.pk).update(agent="retired-agent")
+    gone.refresh_from_db()
+    rehearsal.execute(gone)
+    gone.refresh_from_db()
+    assert gone.finished_at and "retired-agent" in gone.error
+    assert not gone.results.exists()
 
 
 def test_the_agent_replayed_must_be_the_user_s_to_launch(client, operator, dataset, approved):
