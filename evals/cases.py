@@ -9,6 +9,7 @@ engine's state there. The person's verdict is the expected outcome: the call as 
 import copy
 from dataclasses import dataclass
 from datetime import date, datetime, time
+from uuid import UUID
 
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
@@ -57,8 +58,11 @@ class DecisionFilter:
     tool: str = ""
     since: date | None = None
     until: date | None = None
+    run: UUID | None = None  # the decisions of one run (its page's "add to a dataset")
 
-    def apply(self, approvals: QuerySet) -> QuerySet:
+    def apply(self, approvals: QuerySet) -> list[Approval]:
+        if self.run:
+            approvals = approvals.filter(run_id=self.run)
         if self.verdict == Case.Verdict.REJECTED:
             approvals = approvals.filter(status=Approval.Status.REJECTED)
         elif self.verdict == Case.Verdict.APPROVED:

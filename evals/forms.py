@@ -33,6 +33,7 @@ class DecisionFilterForm(forms.Form):
     tool = forms.CharField(max_length=64, required=False)
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    run = forms.UUIDField(required=False, label="Run id", help_text="only this run's decisions")
 
     def clean(self):
         data = super().clean()

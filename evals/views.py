@@ -2,6 +2,8 @@
 results, two runs compared. Reading needs the view power on the dataset's agent; building a
 dataset and running it, the launch power (accounts/teams.py); every form carries CSRF."""
 
+from uuid import UUID
+
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -48,9 +50,24 @@ def datasets(request: HttpRequest) -> HttpResponse:
     elif request.method == "POST":
         raise PermissionDenied
     rows = Dataset.objects.reachable_by(request.user, teams.Power.VIEW).order_by("name")
-    context = {"datasets": rows, "form": form}
+    context = {"datasets": rows, "form": form, **_from_run(request)}
     status = 422 if form is not None and form.errors else 200
     return render(request, "evals/datasets.html", context, status=status)
+
+
+def _from_run(request: HttpRequest) -> dict:
+    """?run=<id> (the run page's "add decisions to a dataset"): that run's decisions, and the
+    datasets of its agent they can go to."""
+    try:
+        run_id = UUID(request.GET.get("run", ""))
+    except ValueError:
+        return {}
+    decided = cases.decisions_reaching(request.user).filter(run_id=run_id)
+    if not decided.exists():
+        return {"from_run": run_id, "run_decisions": []}
+    agent = decided.first().run.agent
+    targets = Dataset.objects.reachable_by(request.user, teams.Power.LAUNCH).filter(agent=agent)
+    return {"from_run": run_id, "run_decisions": list(decided), "run_targets": targets}
 
 
 def _dataset_page(request, dataset, *, status=200, **context) -> HttpResponse:

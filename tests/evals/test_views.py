@@ -186,3 +186,20 @@ def test_the_regression_page_shows_the_diff_and_escapes_the_model_s_text(
     assert client.get(reverse("evals:compare", args=[after.pk]), {"before": "x"}).status_code == 400
     bad = client.post(url, {"agent": "refund-desk", "provider": "openai"})
     assert bad.status_code == 422 and RegressionRun.objects.count() == 2
+
+
+def test_a_run_s_decisions_are_added_from_its_page(client, operator, dataset, edited, rejected):
+    client.force_login(operator)
+    run_page = client.get(reverse("runs:detail", args=[edited.run_id])).content.decode()
+    link = f"{reverse('evals:datasets')}?run={edited.run_id}"
+    assert f'href="{link}"' in run_page
+    page = client.get(link).content.decode()
+    assert 'id="from-run"' in page and 'data-dataset="refunds"' in page
+    response = client.post(
+        reverse("evals:add_decisions", args=[dataset.pk]), {"run": str(edited.run_id)}
+    )
+    assert "1 case(s) added from 1 decision(s)" in response.content.decode()
+    assert dataset.cases.get().source_approval == edited  # not the other run's rejection
+    assert (
+        "from-run" not in client.get(reverse("evals:datasets") + "?run=nonsense").content.decode()
+    )
