@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "runs",
     "approvals",
     "history",
+    "evals",
     "triggers",
     "gateway",
     "demo",

@@ -22,6 +22,7 @@ urlpatterns = [
     path("metrics/state", monitoring.state_metrics_view, name="metrics-state"),
     path("approvals/", include("approvals.urls")),
     path("teams/", include("accounts.urls")),
+    path("datasets/", include("evals.urls")),
     path("slack/actions", slack_actions, name="slack_actions"),
     path("", include("history.urls")),
     path("", include("triggers.urls")),

@@ -16,6 +16,7 @@ PACKAGES = (
     "runs",
     "approvals",
     "history",
+    "evals",
     "agentops",
     "agentkit",
     "accounts",
@@ -24,7 +25,7 @@ PACKAGES = (
     "gateway",
 )
 # The apps: everything but the project's wiring (agentops) and the library (agentkit).
-APPS = ("runs", "approvals", "history", "accounts", "demo", "triggers", "gateway")
+APPS = ("runs", "approvals", "history", "evals", "accounts", "demo", "triggers", "gateway")
 
 # Imports inside functions that are not there to break a cycle, and why.
 DEFERRED_IMPORTS = {
@@ -157,6 +158,20 @@ def test_nothing_below_imports_history():
         if name.startswith(("runs", "approvals", "accounts"))
         for imported, _ in _imports(name, path)
         if imported.startswith("history")
+    }
+    assert not upward
+
+
+def test_nothing_below_imports_evals():
+    """Regression datasets and runs (evals) stand above runs and approvals: they read
+    decisions and drive the engine through its replay hook; neither knows of them."""
+    modules = _modules()
+    upward = {
+        (name, imported)
+        for name, path in modules.items()
+        if name.startswith(("runs", "approvals", "accounts", "history", "agentkit"))
+        for imported, _ in _imports(name, path)
+        if imported.startswith("evals")
     }
     assert not upward
 

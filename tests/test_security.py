@@ -18,6 +18,7 @@ from django.utils import timezone
 from accounts.models import ApiToken, Team, TeamAgent, TeamMember
 from approvals.models import Approval, ApprovalView, Delegation, Grant
 from approvals.notify.one_tap import links as one_tap
+from evals.models import Case, Dataset, RegressionRun
 from runs.models import Budget, PendingOperation, Run, args_hash
 from tests.approvals.learning.test_views import learning_objects
 from tests.approvals.test_views import gated_run
@@ -84,7 +85,42 @@ def world(users, no_enqueue):
         "budget": Budget.objects.create(agent="sql-analyst", amount_usd=Decimal("100")),
         "team": team,
         **learning_objects(run),
+        **regression_objects(run, approval, users["approver"]),
     }
+
+
+def regression_objects(run: Run, approval: Approval, approver) -> dict:
+    """A dataset of the run's agent with a case, a regression run of it, and a decided call
+    the approval card may add."""
+    dataset = Dataset.objects.create(name="matrix", agent=run.agent)
+    case = Case.objects.create(
+        dataset=dataset,
+        input=run.input,
+        context=[{"role": "user", "content": "Revenue?"}],
+        state={"pending": [], "recent_calls": []},
+        tool=approval.tool,
+        proposed_args=approval.args,
+        expected_args=approval.args,
+        verdict=Case.Verdict.APPROVED,
+    )
+    decided = Approval.objects.create(
+        run=run,
+        gate_seq=approval.gate_seq,
+        llm_seq=approval.llm_seq,
+        tool_use_id="decided-in-the-matrix",
+        tool=approval.tool,
+        args=approval.args,
+        explanation="matrix",
+        status=Approval.Status.REJECTED,
+        reason="matrix",
+        decided_at=timezone.now(),
+        decided_by=approver,
+        expires_at=approval.expires_at,
+    )
+    regression = RegressionRun.objects.create(
+        dataset=dataset, agent=run.agent, provider="scripted", fingerprint="f" * 12
+    )
+    return {"dataset": dataset, "case": case, "decided": decided, "regression": regression}
 
 
 def client_for(users, role: str, *, csrf: bool = False) -> Client:
@@ -94,7 +130,7 @@ def client_for(users, role: str, *, csrf: bool = False) -> Client:
     return client
 
 
-HTML_APPS = ("runs", "approvals", "triggers", "teams")
+HTML_APPS = ("runs", "approvals", "triggers", "teams", "evals")
 
 
 def _html_url_names() -> set[str]:
@@ -168,6 +204,14 @@ PAGES = {
     "teams:new": ("GET", "admin"),
     "teams:edit": ("GET", "admin"),
     "teams:delete": ("POST", "admin"),
+    "evals:datasets": ("GET", "view"),
+    "evals:dataset": ("GET", "view"),
+    "evals:add_decisions": ("POST", "operate"),
+    "evals:remove_case": ("POST", "operate"),
+    "evals:run_regression": ("POST", "operate"),
+    "evals:add_approval": ("POST", "operate"),
+    "evals:regression_run": ("GET", "view"),
+    "evals:compare": ("GET", "view"),
 }
 ALLOWED = {
     "view": {"viewer", "operator", "approver", "admin"},
@@ -220,8 +264,17 @@ def url_of(name: str, world) -> str:
         "runs:budget_delete": [world["budget"].pk],
         "teams:edit": [world["team"].pk],
         "teams:delete": [world["team"].pk],
+        "evals:dataset": [world["dataset"].pk],
+        "evals:add_decisions": [world["dataset"].pk],
+        "evals:remove_case": [world["dataset"].pk, world["case"].pk],
+        "evals:run_regression": [world["dataset"].pk],
+        "evals:add_approval": [world["decided"].pk],
+        "evals:regression_run": [world["regression"].pk],
+        "evals:compare": [world["regression"].pk],
     }.get(name, [])
     url = reverse(name, args=args)
+    if name == "evals:compare":
+        return f"{url}?before={world['regression'].pk}"
     return url + "?before=99" if name == "runs:steps" else url
 
 
@@ -253,6 +306,8 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         "runs:instruct": {"text": "matrix", "key": "matrix"},
         "runs:recover": {"choice": "skip"},
         "runs:reopen": {"choice": "retry"},
+        "evals:run_regression": {"agent": world["run"].agent, "provider": "scripted"},
+        "evals:add_approval": {"dataset": world["dataset"].pk},
     }.get(name, {})
     response = client.post(url, data) if method == "POST" else client.get(url)
     if role == "anonymous":
@@ -317,9 +372,10 @@ def test_htmx_is_configured_for_the_strict_policy(users, world):
 def test_read_only_pages_refuse_unsafe_methods(name, users, world):
     client = client_for(users, "admin")
     url = url_of(name, world)
-    # The launch, budget and team pages' forms post to themselves; every other page is
-    # read-only.
+    # The launch, budget, team and dataset pages' forms post to themselves; every other page
+    # is read-only.
     forms = (
+        "evals:datasets",
         "runs:new",
         "approvals:delegations",
         "approvals:one_tap",
@@ -365,6 +421,8 @@ POSTS = {
     "approvals:revoke_grant": {},
     "teams:new": {"name": "Bravo", "slug": "bravo", **MEMBER_FORMS},
     "teams:delete": {},
+    "evals:add_decisions": {"verdict": ""},
+    "evals:remove_case": {},
     "logout": {},
 }
 

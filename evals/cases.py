@@ -1,0 +1,142 @@
+"""Cases from people's decisions: one decided approval of a proposed call becomes a case.
+
+A case is built from what the run's timeline recorded when the model proposed the call: the
+conversation before that model turn (engine.conversation up to the step before it) and the
+engine's state there. The person's verdict is the expected outcome: the call as proposed
+(approved), the call with their arguments (edited), or not that call (rejected).
+"""
+
+import copy
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from uuid import UUID
+
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from accounts import teams
+from approvals.models import Approval
+from runs import engine
+
+from .models import Case, Dataset
+
+DECIDED = (Approval.Status.APPROVED, Approval.Status.REJECTED)
+
+
+class CaseError(ValueError):
+    """Why this approval cannot become a case, in words for the operator."""
+
+
+def decisions_reaching(user) -> QuerySet:
+    """The decided calls `user` may turn into cases: people's decisions (not a rule's or a
+    grant's), of calls a model proposed, on agents the user may launch."""
+    agents = teams.scope(user, teams.Power.LAUNCH)
+    if agents.nothing:
+        return Approval.objects.none()
+    return Approval.objects.filter(
+        agents.q("run__agent"),
+        kind=Approval.Kind.ACTION,
+        status__in=DECIDED,
+        decided_by__isnull=False,
+        llm_seq__gt=0,
+    )
+
+
+def verdict_of(approval: Approval) -> str:
+    if approval.status == Approval.Status.REJECTED:
+        return Case.Verdict.REJECTED
+    edited = approval.edited_args is not None and approval.edited_args != approval.args
+    return Case.Verdict.EDITED if edited else Case.Verdict.APPROVED
+
+
+@dataclass
+class DecisionFilter:
+    """A filtered list of decisions (the bulk "add to dataset"); empty fields filter nothing."""
+
+    verdict: str = ""  # one of Case.Verdict, or "" for every decision
+    tool: str = ""
+    since: date | None = None
+    until: date | None = None
+    run: UUID | None = None  # the decisions of one run (its page's "add to a dataset")
+
+    def apply(self, approvals: QuerySet) -> list[Approval]:
+        if self.run:
+            approvals = approvals.filter(run_id=self.run)
+        if self.verdict == Case.Verdict.REJECTED:
+            approvals = approvals.filter(status=Approval.Status.REJECTED)
+        elif self.verdict == Case.Verdict.APPROVED:
+            approvals = approvals.filter(status=Approval.Status.APPROVED)
+        if self.tool:
+            approvals = approvals.filter(tool=self.tool)
+        zone = timezone.get_current_timezone()
+        if self.since:
+            approvals = approvals.filter(
+                decided_at__gte=datetime.combine(self.since, time.min, tzinfo=zone)
+            )
+        if self.until:
+            approvals = approvals.filter(
+                decided_at__lte=datetime.combine(self.until, time.max, tzinfo=zone)
+            )
+        approvals = approvals.select_related("run", "decided_by").order_by("decided_at", "pk")
+        if self.verdict in (Case.Verdict.EDITED, Case.Verdict.APPROVED):
+            # Edited or not is a comparison of two JSON values: decided here, not in SQL.
+            return [a for a in approvals if verdict_of(a) == self.verdict]
+        return list(approvals)
+
+
+def build_case(dataset: Dataset, approval: Approval, *, by=None) -> Case:
+    """The case `approval` makes for `dataset` (not saved)."""
+    run = approval.run
+    if run.agent != dataset.agent:
+        raise CaseError(f"the call was made by {run.agent}; the dataset is {dataset.agent}'s")
+    if approval.kind != Approval.Kind.ACTION or approval.status not in DECIDED:
+        raise CaseError("only an approved or rejected call can become a case")
+    if not approval.llm_seq:
+        raise CaseError("no model turn proposed this call")
+    before = approval.llm_seq - 1
+    checkpoint = run.checkpoints.filter(seq__lte=before).order_by("-seq").first()
+    if checkpoint is None:
+        raise CaseError(f"run {run.pk} has no checkpoint before step #{approval.llm_seq}")
+    state = copy.deepcopy(checkpoint.state)
+    # The model is about to be asked: nothing pending or being checked at that point.
+    state["pending"] = []
+    state.pop("checking", None)
+    verdict = verdict_of(approval)
+    return Case(
+        dataset=dataset,
+        source_run=run,
+        source_approval=approval,
+        input=run.input,
+        context=engine.conversation(run, upto_seq=before),
+        state=state,
+        tool=approval.tool,
+        proposed_args=approval.args,
+        verdict=verdict,
+        expected_args=approval.final_args if verdict != Case.Verdict.REJECTED else approval.args,
+        reason=approval.reason,
+        decided_by=approval.decided_by.get_username() if approval.decided_by else "",
+        decided_at=approval.decided_at,
+        added_by=by,
+    )
+
+
+def add(dataset: Dataset, approvals, *, by=None) -> tuple[list[Case], list[str]]:
+    """Add each approval as a case: (cases added, why others were not). An approval already
+    in the dataset is skipped, not an error (a bulk add of an overlapping filter)."""
+    added, skipped = [], []
+    for approval in approvals:
+        if dataset.cases.filter(source_approval=approval).exists():
+            skipped.append(f"{approval.tool} of run {approval.run_id}: already in {dataset.name}")
+            continue
+        try:
+            case = build_case(dataset, approval, by=by)
+            with transaction.atomic():
+                case.save()
+        except CaseError as exc:
+            skipped.append(f"{approval.tool} of run {approval.run_id}: {exc}")
+        except IntegrityError:
+            skipped.append(f"{approval.tool} of run {approval.run_id}: already in {dataset.name}")
+        else:
+            added.append(case)
+    return added, skipped
