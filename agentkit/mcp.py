@@ -22,6 +22,7 @@ list_changed` on a kept session makes the next run start list its tools again.
 """
 
 import asyncio
+import atexit
 import copy
 import functools
 import hashlib
@@ -356,10 +357,15 @@ class _Connections:
                 h.done.set()
             await asyncio.gather(*(h.task for h in held), return_exceptions=True)
 
-        asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=30)
+        try:
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
+        except (TimeoutError, RuntimeError) as exc:  # a server that will not stop
+            log.warning("MCP sessions not all closed: %s", exc)
 
 
 connections = _Connections()
+# Closed on the way out: a stdio server whose pipe just broke would print its traceback.
+atexit.register(connections.close_all)
 
 
 async def _on_message(server_name: str, message: Any) -> None:
