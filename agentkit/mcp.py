@@ -243,7 +243,8 @@ class _Held:
         self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self.done = asyncio.Event()
         self.broken = False
-        self.used = time.monotonic()
+        self.used = time.monotonic()  # when its last exchange began or ended
+        self.busy = 0  # exchanges under way: never idle meanwhile
         self.task = asyncio.ensure_future(self._hold())
 
     async def _hold(self) -> None:
@@ -321,9 +322,9 @@ class _Connections:
                 held = None
             if held is None or held.broken:
                 held = self.held[server.name] = _Held(server)
-            held.used = time.monotonic()
-            client = await asyncio.shield(held.ready)
+            held.used, held.busy = time.monotonic(), held.busy + 1
             try:
+                client = await asyncio.shield(held.ready)
                 return await exchange(client)
             except MCPError as exc:
                 if exc.error.code not in _TRANSPORT_CODES:
@@ -333,18 +334,25 @@ class _Connections:
             except BaseException:
                 held.done.set()  # in doubt: the next call opens another session
                 raise
+            finally:
+                held.used, held.busy = time.monotonic(), held.busy - 1
 
         return await asyncio.wait_for(attempt(), timeout)
 
     async def _reap(self) -> None:
         while True:
             await asyncio.sleep(self.REAP_SECONDS)
-            now = time.monotonic()
-            for name, held in list(self.held.items()):
-                if held.broken or now - held.used > held.server.idle_seconds:
-                    held.done.set()
-                    if self.held.get(name) is held:
-                        del self.held[name]
+            self.reap_idle()
+
+    def reap_idle(self) -> None:
+        """Close the sessions idle for their server's idle_seconds (on the loop)."""
+        now = time.monotonic()
+        for name, held in list(self.held.items()):
+            idle = not held.busy and now - held.used > held.server.idle_seconds
+            if held.broken or idle:
+                held.done.set()
+                if self.held.get(name) is held:
+                    del self.held[name]
 
     def close_all(self) -> None:
         """Close every kept session (tests; a stdio server stops with its session)."""

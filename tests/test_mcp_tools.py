@@ -4,6 +4,7 @@ its listing is cached, and what a call does when the server cannot be reached. E
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -272,16 +273,44 @@ def test_calls_share_the_processs_kept_session_and_a_dead_server_is_started_agai
     assert _pids(log)[-1] != first
 
 
-def test_an_idle_session_is_closed_and_its_server_stops(kept, monkeypatch):
+def _reap_now() -> None:
+    """What the reaper does every few seconds, now (on the sessions' loop)."""
+    done = threading.Event()
+
+    def reap() -> None:
+        mcp.connections.reap_idle()
+        done.set()
+
+    mcp.connections.loop.call_soon_threadsafe(reap)
+    assert done.wait(5)
+
+
+def test_an_idle_session_is_closed_and_its_server_stops(kept):
     tools, log = kept
-    monkeypatch.setattr(mcp._Connections, "REAP_SECONDS", 0.2)
-    mcp.connections.close_all()  # the reaper starts afresh with the short period
     tools["label_shelf"].call({"shelf": "S1", "text": "x"}, _ctx())
     (pid,) = _pids(log)
+    _reap_now()
+    assert not _gone(pid)  # used just now
+    time.sleep(1.2)  # idle_seconds 1
+    _reap_now()
     deadline = time.monotonic() + 15
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _gone(pid)  # idle_seconds 1: closed, and the stdio server with it
+    assert _gone(pid)  # closed, and the stdio server with it
+
+
+def test_a_session_is_not_idle_while_a_call_is_under_way(kept):
+    tools, _ = kept
+    slow = tools["count_aisle"]
+    answers = []
+    calling = threading.Thread(
+        target=lambda: answers.append(slow.call({"aisle": "D", "seconds": 2.0}, _ctx()))
+    )
+    calling.start()
+    time.sleep(1.5)  # the call is under way, begun more than idle_seconds (1) ago
+    _reap_now()
+    calling.join(30)
+    assert answers == [{"result": "counted D"}]
 
 
 def test_a_servers_tool_list_change_is_listed_at_the_next_run(kept):

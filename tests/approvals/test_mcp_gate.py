@@ -94,7 +94,13 @@ def test_a_gated_mcp_tool_runs_once_after_approval_over_stdio(
     agent = declare(stdio_server("wh", log))
     run = launch(SLUG, {"topic": "order 7"}, by=operator)
     tools = {t["name"]: t for t in run.agent_config["tools"]}
-    assert set(tools) == {"wh_stock_level", "wh_reserve_stock", "wh_label_shelf", "wh_open_aisle"}
+    assert set(tools) == {
+        "wh_stock_level",
+        "wh_reserve_stock",
+        "wh_label_shelf",
+        "wh_open_aisle",
+        "wh_count_aisle",
+    }
     assert tools["wh_stock_level"]["mcp"]["read_only_hint"] is True
     assert run.agent_config["mcp"] == [
         {**agent.mcp_servers[0].as_dict(), "tools": sorted(tools, key=list(tools).index)}

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -46,6 +47,14 @@ def label_shelf(shelf: str, text: str) -> str:
     """Print a label for a shelf."""
     _log("label_shelf", {"shelf": shelf, "text": text})
     return f"labelled {shelf}"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def count_aisle(aisle: str, seconds: float) -> str:
+    """Count an aisle's stock by hand: takes `seconds`."""
+    _log("count_aisle", {"aisle": aisle})
+    await anyio.sleep(seconds)
+    return f"counted {aisle}"
 
 
 @server.tool()
