@@ -52,6 +52,7 @@ from django.utils import timezone  # noqa: E402
 from approvals.models import Approval  # noqa: E402
 from bench.common import machine, percentile  # noqa: E402
 from runs.models import Run  # noqa: E402
+from runs.paging import Cursor  # noqa: E402
 
 RISKS = [Approval.Risk.LOW, Approval.Risk.MEDIUM, Approval.Risk.HIGH, Approval.Risk.CRITICAL]
 DECIDED = [Approval.Status.APPROVED, Approval.Status.REJECTED, Approval.Status.EXPIRED]
@@ -109,8 +110,10 @@ def seed_approvals(pending: int, decided: int) -> None:
 
 
 def pages() -> list[str]:
-    recent = Run.objects.order_by("-created_at").values_list("pk", flat=True)
-    some_run = recent[min(500, recent.count() - 1)]
+    recent = Run.objects.order_by("-created_at", "-id")
+    some_run = recent.values_list("pk", flat=True)[min(500, recent.count() - 1)]
+    # The 200th page of 50 (keyset paging: the page after the run before it).
+    deep = Cursor.of(recent.only("pk", "created_at")[min(9_949, recent.count() - 1)]).token
     return [
         "/",
         "/runs/",
@@ -118,7 +121,7 @@ def pages() -> list[str]:
         "/runs/?agent=refund-desk&trigger=api",
         "/runs/?q=bench+run+4242",
         "/runs/?q=bench",
-        "/runs/?page=200",
+        f"/runs/?after={deep}",
         f"/runs/{some_run}/",
         "/approvals/",
         "/approvals/?page=10",

@@ -233,7 +233,7 @@ class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
         meanwhile. Held steps that do not follow on mean the read ended before they were
         committed: read again (a few times; a gap left after that the feed fills)."""
         for _ in range(3):
-            async for batch in feeds.pages_after(self.run_id, self.last_seq):
+            async for batch in feeds.pages_after(self.run_id, self.last_seq, feed=self.feed):
                 for payload in batch:
                     await self._deliver(payload)
             first = min((p["seq"] for p in self.held if p["seq"] > self.last_seq), default=None)

@@ -43,6 +43,9 @@ CATCH_UP_POLL_SECONDS = 10.0
 # buffers (Twisted writes on the loop's next turn), so without a pause the first watcher's
 # bytes waited for the hundredth watcher's send.
 HAND_OUT_BATCH = 10
+# A catch-up read is shared with sockets that ask for the same steps this long after it began
+# (and before any step came): past that, a socket reads for itself.
+SHARE_READ_SECONDS = 2.0
 
 
 class Watcher(Protocol):
@@ -67,6 +70,8 @@ class RunFeed:
         # Live events and the poll both deliver; one at a time keeps seqs in order.
         self.delivering = asyncio.Lock()
         self.tasks: list[asyncio.Task] = []
+        # Catch-up reads the sockets share (shared_steps_after): after seq -> (read, begun).
+        self.reads: dict[int, tuple[asyncio.Future, float]] = {}
         self.started = asyncio.ensure_future(self._start())
 
     async def _start(self) -> None:
@@ -99,6 +104,8 @@ class RunFeed:
             kind = event.get("type")
             if kind not in ("run.step", "run.draft"):
                 continue
+            if kind == "run.step":
+                self.reads.clear()  # a step came: a read made before may not have it
             try:
                 async with self.delivering:
                     if kind == "run.step":
@@ -159,7 +166,30 @@ class RunFeed:
         async for batch in pages_after(self.run_id, after):
             await self._hand_out(batch)
 
+    async def shared_steps_after(self, seq: int) -> list[dict]:
+        """steps_after for a socket in this feed, shared with the other sockets that ask for
+        the steps after the same seq: a run's page opened by 100 people at once is one read,
+        not 100 one after another on the database thread while the first live step waits
+        for the last of them (each socket holds live steps until its read is done).
+
+        A socket may take a read begun before it joined only if no step has come to the feed
+        since the read began (a step that comes clears them): a step the read missed was
+        then committed after the read began, and its event, still to come, reaches this
+        socket too. A lost event is the feed's poll's to make up, as for any socket."""
+        now = asyncio.get_running_loop().time()
+        shared = self.reads.get(seq)
+        if shared is None or now - shared[1] > SHARE_READ_SECONDS:
+            shared = self.reads[seq] = (asyncio.ensure_future(steps_after(self.run_id, seq)), now)
+        read = shared[0]
+        try:
+            return await asyncio.shield(read)
+        except Exception:
+            if self.reads.get(seq, (None,))[0] is read:
+                del self.reads[seq]
+            raise
+
     async def _hand_out(self, payloads: list[dict]) -> None:
+        self.reads.clear()  # steps moved on (the poll's found some): read afresh
         if self.draft is not None and payloads and payloads[-1]["seq"] >= self.draft["seq"]:
             self.draft = None  # its step (or what took its seq) is here
         for i, socket in enumerate(list(self.sockets), 1):
@@ -208,10 +238,11 @@ async def leave(feed: RunFeed, socket: Watcher) -> None:
     await feed.stop()
 
 
-async def pages_after(run_id: str, seq: int):
-    """The run's steps after `seq` from the database as live payloads, a page at a time."""
+async def pages_after(run_id: str, seq: int, *, feed: RunFeed | None = None):
+    """The run's steps after `seq` from the database as live payloads, a page at a time
+    (for a socket in `feed`: reads shared with its other sockets)."""
     while True:
-        batch = await steps_after(run_id, seq)
+        batch = await (feed.shared_steps_after(seq) if feed else steps_after(run_id, seq))
         if batch:
             yield batch
             seq = batch[-1]["seq"]

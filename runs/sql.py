@@ -257,7 +257,12 @@ def insert_all(inserts: list[Insert]) -> None:
 
 @functools.cache
 def _select_sql(
-    model: type[Model], names: tuple, where: tuple, order_by: tuple, limit: int | None
+    model: type[Model],
+    names: tuple,
+    where: tuple,
+    order_by: tuple,
+    limit: int | None,
+    also: tuple = (),
 ) -> str:
     def condition(name: str, size: int | None) -> str:
         if size is None:
@@ -265,7 +270,7 @@ def _select_sql(
         return f"{_column(model, name)} IN ({', '.join(['%s'] * size)})"
 
     sql = (
-        f"SELECT {', '.join(_column(model, n) for n in names)} "
+        f"SELECT {', '.join([*(_column(model, n) for n in names), *also])} "
         f"FROM {connection.ops.quote_name(model._meta.db_table)} "
         f"WHERE {' AND '.join(condition(n, size) for n, size in where)}"
     )
@@ -286,9 +291,12 @@ def select(
     *,
     order_by: tuple[str, ...] = (),
     limit: int | None = None,
+    also: tuple[str, ...] = (),
 ) -> list[tuple]:
     """Rows of `names` fields WHERE each `where` field equals its value (a tuple: is one of
     them), values converted as the ORM converts them. `order_by`: names, "-name" descending.
+    `also`: SQL expressions (constant text, no parameters) read after the fields, as true or
+    false (each must be a condition, such as an EXISTS about the row).
     """
     shape, params = [], []
     for name, value in where.items():
@@ -298,7 +306,7 @@ def select(
         else:
             shape.append((name, None))
             params += _prep(model, {name: value})
-    sql = _select_sql(model, tuple(names), tuple(shape), tuple(order_by), limit)
+    sql = _select_sql(model, tuple(names), tuple(shape), tuple(order_by), limit, tuple(also))
     conn = connections[DEFAULT_DB_ALIAS]
     converters = []
     for field in _fields(model, tuple(names)):
@@ -310,18 +318,29 @@ def select(
     out = []
     for row in rows:
         values = []
-        for value, (col, funcs) in zip(row, converters, strict=True):
+        for value, (col, funcs) in zip(row, converters, strict=False):
             for func in funcs:
                 value = func(value, col, conn)
             values.append(value)
+        # SQLite has no boolean type: its conditions come back as 0 and 1.
+        values += [bool(v) for v in row[len(converters) :]]
         out.append(tuple(values))
     return out
 
 
 def get(model: type[Model], pk: Any) -> Model | None:
     """The instance with this primary key (every concrete field loaded), or None."""
+    found = get_with(model, pk, ())
+    return found[0] if found else None
+
+
+def get_with(model: type[Model], pk: Any, also: tuple[str, ...]) -> tuple[Model, tuple] | None:
+    """The instance with this primary key, and the `also` conditions (select's) about its row,
+    read in the same statement; None without such a row."""
     fields = model._meta.concrete_fields
-    rows = select(model, tuple(f.name for f in fields), {model._meta.pk.name: pk})
+    rows = select(model, tuple(f.name for f in fields), {model._meta.pk.name: pk}, also=also)
     if not rows:
         return None
-    return model.from_db(DEFAULT_DB_ALIAS, [f.attname for f in fields], rows[0])
+    row = rows[0]
+    instance = model.from_db(DEFAULT_DB_ALIAS, [f.attname for f in fields], row[: len(fields)])
+    return instance, row[len(fields) :]

@@ -7,11 +7,11 @@ role-checked; runs are fetched through `_get_run_for_user` only.
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, Exists, OuterRef, Q, Sum, TextField
 from django.db.models.functions import Cast, TruncHour
@@ -19,13 +19,12 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import get_object_or_404, redirect, render
 from django.templatetags.static import static
 from django.utils import timezone
-from django.utils.functional import cached_property
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agentkit import pii, storable
 from agentkit.agents import Agent
 
-from . import budgets, charts, costs, engine, pending, rendering
+from . import budgets, charts, costs, engine, paging, pending, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm, launchable_agents
 from .models import SEARCH_SORTS_AT_MOST, Checkpoint, PendingOperation, Run, Step
 from .schemas import RunExportOut, StepOut, with_pending_count
@@ -174,21 +173,16 @@ def filtered_runs(request: HttpRequest, form: RunFilterForm):
     return runs
 
 
-class CappedPaginator(Paginator):
-    """Counts at most `cap` rows: past that, an exact number costs more than it tells (the
-    COUNT(*) for a common word among 100 000 runs took 150 ms), so the pager says "5000+"
-    and offers the first `cap` rows' pages; narrower filters reach older runs."""
+@dataclass(frozen=True)
+class Counted:
+    """How many runs the filters match, counted up to `cap`: past that, an exact number
+    costs more than it tells (the COUNT(*) for a common word among 100 000 runs took
+    150 ms), so the pager says "5000+"; narrower filters reach the rest sooner."""
 
-    def __init__(self, object_list, per_page: int, cap: int):
-        super().__init__(object_list, per_page)
-        self.cap = cap
+    seen: int  # at most cap + 1 (one more than cap says there are more)
+    cap: int
 
-    @cached_property
-    def seen(self) -> int:
-        """Rows counted, at most cap + 1 (so one more than cap says there are more)."""
-        return self.object_list.order_by()[: self.cap + 1].count()
-
-    @cached_property
+    @property
     def count(self) -> int:
         return min(self.seen, self.cap)
 
@@ -197,33 +191,41 @@ class CappedPaginator(Paginator):
         return self.seen > self.cap
 
 
-def _filtered_page(request: HttpRequest) -> tuple[RunFilterForm, Page, str]:
+def _filtered_page(request: HttpRequest) -> tuple[RunFilterForm, paging.Page, Counted, str]:
     """The runs list and the audit search share filters and paging: the form, the page of
-    runs, and the query string without `page` for the pagination links."""
+    runs (keyset: runs/paging.py), how many match, and the query string without the page's
+    cursor for the pager's links."""
     form = RunFilterForm(request.GET)
     runs = filtered_runs(request, form)
-    paginator = CappedPaginator(runs, RUNS_PER_PAGE, cap=SEARCH_SORTS_AT_MOST)
+    cap = SEARCH_SORTS_AT_MOST
+    counted = Counted(seen=runs.order_by()[: cap + 1].count(), cap=cap)
     if form.is_valid() and form.cleaned_data["q"]:
         # Counted first: how many matched decides how the page is best read.
-        paginator.object_list = runs.newest_first_for_search(paginator.seen)
-    page = paginator.get_page(request.GET.get("page"))
+        runs = runs.newest_first_for_search(counted.seen)
+    else:
+        runs = runs.order_by("-created_at", "-id")
+    page = paging.page(
+        runs, after=request.GET.get("after"), before=request.GET.get("before"), size=RUNS_PER_PAGE
+    )
     query = request.GET.copy()
-    query.pop("page", None)
-    return form, page, query.urlencode()
+    for name in ("page", "after", "before"):
+        query.pop(name, None)
+    return form, page, counted, query.urlencode()
 
 
 @require_GET
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_view)
-    form, page, query = _filtered_page(request)
+    form, page, counted, query = _filtered_page(request)
     filtered = form.is_valid() and any(form.cleaned_data.values())
     context = {
         "form": form,
         "page": page,
+        "counted": counted,
         "query": query,
         # New runs are pushed into the table only where they belong: the unfiltered first page.
-        "live_insert": page.number == 1 and not filtered,
+        "live_insert": page.is_first and not filtered,
     }
     return render(request, _partial(request, rendering.RUN_LIST, {"run-table"}), context)
 
@@ -538,8 +540,9 @@ def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
 @login_required
 def audit(request: HttpRequest) -> HttpResponse:
     _require(request, request.user.can_view)
-    form, page, query = _filtered_page(request)
-    return render(request, "runs/audit.html", {"form": form, "page": page, "query": query})
+    form, page, counted, query = _filtered_page(request)
+    context = {"form": form, "page": page, "counted": counted, "query": query}
+    return render(request, "runs/audit.html", context)
 
 
 @require_GET

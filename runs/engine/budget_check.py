@@ -4,7 +4,9 @@ Before each model call and each pending tool call: a threshold crossed for the f
 the budget's period is a guard step on this run and a notification; past the approval
 threshold the run goes on only once a person answers "budget exceeded: continue?" (asked
 once per run and period; the run waits without a worker meanwhile); past the stop threshold
-the run ends, failed with reason `budget`. Agents without a budget pay a dictionary lookup.
+the run ends, failed with reason `budget`. Agents without a budget pay nothing: whether the
+agent has one is read with the run's row (owned.beside_run: at the claim, then at most once
+per RECHECK_AFTER_SECONDS), so a budget added meanwhile applies within about a second.
 """
 
 from django.db import transaction
@@ -18,7 +20,7 @@ from .terminator import terminate
 
 
 def at_boundary(work: Work) -> None:
-    if replaying.current() is not None:
+    if not work.has_budget or replaying.current() is not None:
         return  # a replay re-enacts a recorded run: it spends nothing new
     over = budgets.most_severe(work.run.agent)
     if not over:

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import transaction
 from django.db.models import F
@@ -33,14 +34,24 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:6]}"
 
 
-def claim(run_id, worker: str) -> Run | None:
+class Claimed(NamedTuple):
+    run: Run
+    beside: tuple  # owned.beside_run()'s conditions, read with the run
+    read_at: float  # when (monotonic) the run was read
+
+
+def claim(run_id, worker: str) -> Claimed | None:
     """Take the run's lease if it is queued, or running under an expired lease."""
     # A plain read, then a compare-and-set on what was read (status, version, lease holder
     # and expiry, timeline head): one statement with the started/resumed step, instead of a
     # transaction around a locked read. Another worker's claim, a cancel, a step or a lease
     # renewal in between changes one of those, and the set matches nothing.
     for _ in range(3):
-        run = sql.get(Run, run_id)
+        # With the run: what steering and the budget check need (owned.beside_run), so a
+        # claim reads them in the statement it makes anyway.
+        found = sql.get_with(Run, run_id, owned.beside_run())
+        read_at = time.monotonic()
+        run, beside = found or (None, ())
         if run is None or run.trigger == Run.Trigger.EXTERNAL:
             # An external session's agent runs elsewhere: no worker may take it over.
             return None
@@ -51,7 +62,7 @@ def claim(run_id, worker: str) -> Run | None:
         if run.status != Run.Status.QUEUED and not takeover:
             return None
         if _claimed(run, worker, now, takeover):
-            return run
+            return Claimed(run, beside, read_at)
     return None
 
 

@@ -157,14 +157,14 @@ def advance(run_id, *, worker: str | None = None, time_slice: float | None = Non
     """Work on a run for up to one time slice. Returns what happened, for logs and tests:
     "busy" (someone else has it or it is not runnable), "requeued", or the run's status."""
     worker = worker or lease.new_worker_id()
-    run = lease.claim(run_id, worker)
-    if run is None:
+    claimed = lease.claim(run_id, worker)
+    if claimed is None:
         return "busy"
     slice_seconds = time_slice if time_slice is not None else cfg("TIME_SLICE_SECONDS")
     slice_end = time.monotonic() + slice_seconds
     work = None
     try:
-        work = _load(run, worker)
+        work = _load(claimed.run, worker, claimed=claimed)
         while True:
             step(work)
             if time.monotonic() >= slice_end:
@@ -183,7 +183,7 @@ def advance(run_id, *, worker: str | None = None, time_slice: float | None = Non
         return lease.on_crash(run_id, worker, exc)
 
 
-def _load(run: Run, worker: str) -> Work:
+def _load(run: Run, worker: str, *, claimed: lease.Claimed | None = None) -> Work:
     latest = sql.select(Checkpoint, ("state",), {"run": run.pk}, order_by=("-seq",), limit=1)
     state = latest[0][0] if latest else initial_state()
     rows = sql.select(
@@ -197,7 +197,7 @@ def _load(run: Run, worker: str) -> Work:
     if chars is None:
         chars = len(canonical_json(conversation))
     recording = replaying.current()
-    return Work(
+    work = Work(
         run=run,
         agent_config=run.agent_config,
         state=state,
@@ -211,6 +211,11 @@ def _load(run: Run, worker: str) -> Work:
         confirmed_at=time.monotonic(),
         lease_until=run.lease_expires_at,
     )
+    if claimed is not None:
+        # A pause asked after the claim's read is seen at the first look (steering.py), as
+        # one asked just after any look is.
+        owned.saw(work, run.pause_requested_at, claimed.beside, claimed.read_at)
+    return work
 
 
 def step(work: Work) -> None:

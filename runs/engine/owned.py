@@ -7,6 +7,7 @@ counters and a renewed lease, and the checkpoint, in one statement on Postgres. 
 decides what to do next; it may not call the model or tools.
 """
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -14,12 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from .. import sql
-from ..models import CHECKPOINT_COLUMNS, Checkpoint, Run, Step, canonical_json
+from ..models import CHECKPOINT_COLUMNS, Budget, Checkpoint, Instruction, Run, Step, canonical_json
 from .conversation import insert_tool_result
 
 LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to record its result
@@ -82,6 +83,10 @@ class Work:
     # and whether instructions wait for the next model turn (steering.py).
     steer_read_at: float = float("-inf")
     instructions_waiting: bool = False
+    # What that read said: an operator asked for a pause; the agent has a budget (until a read
+    # says otherwise it is assumed to have one: budget_check.py then reads its budgets).
+    pause_asked: bool = False
+    has_budget: bool = True
 
     def add_message(self, message: dict) -> None:
         self.messages.append(message)
@@ -139,6 +144,58 @@ class Work:
             {"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]}
             for t in self.agent_config["tools"]
         ]
+
+
+@functools.cache
+def beside_run() -> tuple[str, str]:
+    """Conditions read with the run's row wherever a worker reads it (the claim, `look`), so
+    that they cost no statement of their own: whether an operator's instructions wait for
+    delivery (steering.py), and whether the run's agent has a budget (budget_check.py: an
+    agent without one then reads nothing at a step boundary)."""
+    q = connection.ops.quote_name
+    run = q(Run._meta.db_table)
+
+    def column(model, name: str) -> str:
+        return f"{q(model._meta.db_table)}.{q(model._meta.get_field(name).column)}"
+
+    instructions = (
+        f"EXISTS (SELECT 1 FROM {q(Instruction._meta.db_table)} "
+        f"WHERE {column(Instruction, 'run')} = {run}.{q('id')} "
+        f"AND {column(Instruction, 'delivered_seq')} IS NULL)"
+    )
+    budget = (
+        f"EXISTS (SELECT 1 FROM {q(Budget._meta.db_table)} "
+        f"WHERE {column(Budget, 'agent')} = {run}.{q('agent')})"
+    )
+    return instructions, budget
+
+
+def saw(work: Work, pause_requested_at: datetime | None, beside: tuple, at: float) -> None:
+    """Note what a read of the run's row (at `at`, monotonic) said for steering and budgets."""
+    instructions, budget = beside
+    work.steer_read_at = at
+    work.pause_asked = pause_requested_at is not None
+    work.instructions_waiting = work.instructions_waiting or instructions
+    work.has_budget = budget
+
+
+def look(work: Work) -> None:
+    """A look at the run's row (steering.py's once a second): Stop if it is no longer this
+    worker's; else what it says for steering and budgets, and ownership confirmed, so that
+    lease.still_mine need not read it again within RECHECK_AFTER_SECONDS."""
+    rows = sql.select(
+        Run,
+        ("status", "lease_owner", "lease_expires_at", "pause_requested_at"),
+        {"id": work.run.pk},
+        also=beside_run(),
+    )
+    now = time.monotonic()
+    if not rows or rows[0][:2] != (Run.Status.RUNNING, work.worker):
+        raise Stop
+    _, _, lease_until, pause_requested_at, *beside = rows[0]
+    saw(work, pause_requested_at, beside, now)
+    work.confirmed_at = now
+    work.lease_until = lease_until
 
 
 def renewal(*, model_call_next: bool) -> dict:

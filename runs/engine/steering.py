@@ -2,9 +2,11 @@
 requests): a pause taken at a step boundary, instructions delivered at the next model turn,
 and failed calls held for an operator's choice (agents declared on_failure="ask").
 
-At the top of each step the run's row is read for an asked pause and for instructions
-waiting, at most once per RECHECK_AFTER_SECONDS (the window in which a worker trusts its own
-last write, lease.still_mine), so steering costs a busy run one small read a second. A pause
+The claim reads an asked pause and whether instructions wait with the run's row (no
+statement of their own); at the top of each step the row is read again for them at most once
+per RECHECK_AFTER_SECONDS (the window in which a worker trusts its own last write,
+lease.still_mine), and that read confirms ownership too, so steering costs a busy run no
+read beyond the ownership check it already had. A pause
 parks the run like a gate does (its worker is freed). Instructions are written as `operator`
 steps just before the model call, each marking its row delivered in the same write, so the
 agent gets each exactly once; the conversation rebuilt from the timeline has them too.
@@ -15,12 +17,11 @@ from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agentkit.tools import Tool
 
-from ..models import Instruction, Recovery, Run, SideEffect, Step
+from ..models import Instruction, Recovery, SideEffect, Step
 from . import owned
 from .conversation import operator_block
 from .owned import StepAgain, Stop, Work, renewal
@@ -31,23 +32,11 @@ ASK = "ask"
 
 def at_boundary(work: Work) -> None:
     """A step boundary: park the run if an operator asked for a pause (Stop); note whether
-    instructions wait for the next model turn."""
-    now = time.monotonic()
-    if now - work.steer_read_at < owned.RECHECK_AFTER_SECONDS:
-        return
-    work.steer_read_at = now
-    waiting = Instruction.objects.filter(run=OuterRef("pk"), delivered_seq__isnull=True)
-    row = (
-        Run.objects.filter(pk=work.run.pk)
-        .annotate(instructions_waiting=Exists(waiting))
-        .values_list("pause_requested_at", "instructions_waiting")
-        .first()
-    )
-    if row is None:
-        raise Stop
-    asked, instructions = row
-    work.instructions_waiting = work.instructions_waiting or instructions
-    if asked is not None:
+    instructions wait for the next model turn. The claim read both with the run's row; after
+    it the row is looked at again at most once per RECHECK_AFTER_SECONDS (owned.look)."""
+    if time.monotonic() - work.steer_read_at >= owned.RECHECK_AFTER_SECONDS:
+        owned.look(work)
+    if work.pause_asked:
         _pause(work)
 
 
@@ -55,6 +44,7 @@ def _pause(work: Work) -> None:
     with transaction.atomic():
         run = owned.locked(work)
         if run.pause_requested_at is None:
+            work.pause_asked = False
             return  # resumed before it was taken
         by = _username(run.pause_requested_by_id)
         now = timezone.now()

@@ -118,6 +118,33 @@ async def test_a_socket_catching_up_while_steps_arrive_gets_each_once(run, viewe
     await communicator.disconnect()
 
 
+async def test_sockets_opening_a_run_at_once_share_one_catch_up_read(run, viewer, reads):
+    opened = await asyncio.gather(
+        *(connect(f"/ws/runs/{run.pk}/?after=3", viewer) for _ in range(5))
+    )
+    assert all(connected for _, connected in opened)
+    for socket, _ in opened:
+        assert await receive_through(socket, 5) == [4, 5]
+    assert reads == [3]  # one read for the five, not five one after another
+    await sync_to_async(add_steps)(run, 1)
+    for socket, _ in opened:
+        assert await receive_through(socket, 6) == [6]
+        await socket.disconnect()
+
+
+async def test_a_read_made_before_a_step_came_is_not_shared(run, viewer, reads):
+    first, connected = await connect(f"/ws/runs/{run.pk}/?after=3", viewer)
+    assert connected and await receive_through(first, 5) == [4, 5]
+    await sync_to_async(add_steps)(run, 1)
+    assert await receive_through(first, 6) == [6]
+    # Step 6 came after the first socket's read: a socket opening now reads for itself.
+    second, connected = await connect(f"/ws/runs/{run.pk}/?after=3", viewer)
+    assert connected and await receive_through(second, 6) == [4, 5, 6]
+    assert reads == [3, 3]
+    for socket in (first, second):
+        await socket.disconnect()
+
+
 async def test_a_socket_that_leaves_stops_getting_steps_and_the_others_go_on(run, viewer):
     staying, leaving = await watchers(run, viewer, 2)
     await leaving.disconnect()

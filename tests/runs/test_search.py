@@ -191,10 +191,10 @@ def test_past_the_cap_the_pager_says_more_and_counts_no_further(
     client.force_login(viewer)
     with CaptureQueriesContext(connection) as queries:
         html = client.get(reverse("runs:list")).content.decode()
-    assert "page 1 of 2+ · 3+ runs (narrow the filters to reach older ones)" in html
+    assert "3+ runs" in html and "after=" in html
     counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper() and "runs_run" in q["sql"]]
     assert counts and all("LIMIT 4" in sql for sql in counts), counts
     html = client.get(reverse("runs:list"), {"q": "churn"}).content.decode()
     assert "3+ runs" in html
     html = client.get(reverse("runs:list"), {"q": "churn 4"}).content.decode()
-    assert "page 1 of 1 · 1 runs" in html
+    assert "1 run<" in html and "after=" not in html

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
@@ -188,19 +189,79 @@ def test_run_list_bad_filter_is_a_form_error_not_a_500(client, viewer):
     assert "field-error" in response.content.decode()
 
 
-def test_run_list_paginates_with_constant_queries(
-    client, viewer, operator, no_enqueue, django_assert_max_num_queries
+def _rows(html: str) -> list[str]:
+    return re.findall(r'class="run-row" data-run-id="([^"]+)"', html)
+
+
+def _link(html: str, name: str) -> str | None:
+    """The pager's `name` (after / before) link's query, unescaped."""
+    found = re.search(rf'href="\?([^"]*{name}=[^"]+)"', html)
+    return found and found.group(1).replace("&amp;", "&")
+
+
+def test_run_list_pages_by_keyset_with_constant_queries(
+    client, viewer, operator, no_enqueue, django_assert_max_num_queries, monkeypatch
 ):
-    for _ in range(55):
-        make_run(operator)
+    from runs import views
+
+    monkeypatch.setattr(views, "RUNS_PER_PAGE", 10)
+    made = [str(make_run(operator).pk) for _ in range(25)][::-1]  # newest first
     client.force_login(viewer)
     with django_assert_max_num_queries(8):
-        html = client.get(reverse("runs:list")).content.decode()
-    assert html.count('class="run-row"') == 50
-    assert "page=2" in html
-    html = client.get(reverse("runs:list"), {"page": 2}).content.decode()
-    assert html.count('class="run-row"') == 5
-    assert client.get(reverse("runs:list"), {"page": "x"}).status_code == 200
+        first = client.get(reverse("runs:list")).content.decode()
+    assert _rows(first) == made[:10] and _link(first, "before") is None
+    assert "25 runs" in first and 'id="run-rows-live"' in first
+    with django_assert_max_num_queries(8):
+        second = client.get(f"{reverse('runs:list')}?{_link(first, 'after')}").content.decode()
+    assert _rows(second) == made[10:20]
+    assert 'id="run-rows-live"' not in second  # new runs are not pushed into a later page
+    third = client.get(f"{reverse('runs:list')}?{_link(second, 'after')}").content.decode()
+    assert _rows(third) == made[20:] and _link(third, "after") is None
+    back = client.get(f"{reverse('runs:list')}?{_link(third, 'before')}").content.decode()
+    assert _rows(back) == made[10:20]
+
+
+def test_run_list_pages_stay_put_when_runs_arrive_between_loads(
+    client, viewer, operator, no_enqueue, monkeypatch
+):
+    from runs import views
+
+    monkeypatch.setattr(views, "RUNS_PER_PAGE", 5)
+    made = [str(make_run(operator).pk) for _ in range(12)][::-1]
+    client.force_login(viewer)
+    first = client.get(reverse("runs:list")).content.decode()
+    arrived = [str(make_run(operator).pk) for _ in range(3)][::-1]
+    # The older page follows on from what the reader saw: no row twice, none skipped.
+    second = client.get(f"{reverse('runs:list')}?{_link(first, 'after')}").content.decode()
+    assert _rows(second) == made[5:10]
+    # Newer from there: the page the reader came from, and a link to the runs that arrived.
+    newer = client.get(f"{reverse('runs:list')}?{_link(second, 'before')}").content.decode()
+    assert _rows(newer) == made[:5]
+    top = client.get(f"{reverse('runs:list')}?{_link(newer, 'before')}").content.decode()
+    # Fewer than a page newer: the first page, filled up, new runs pushed into it live.
+    assert _rows(top) == [*arrived, *made[:2]] and 'id="run-rows-live"' in top
+
+
+def test_run_list_pager_keeps_the_filters_and_ignores_a_bad_cursor(
+    client, viewer, operator, no_enqueue, monkeypatch
+):
+    from runs import views
+
+    monkeypatch.setattr(views, "RUNS_PER_PAGE", 2)
+    failed = [str(make_run(operator, status=Run.Status.FAILED).pk) for _ in range(3)][::-1]
+    make_run(operator)
+    client.force_login(viewer)
+    first = client.get(reverse("runs:list"), {"status": "failed"}).content.decode()
+    assert _rows(first) == failed[:2] and "3 runs" in first
+    older = _link(first, "after")
+    assert "status=failed" in older
+    assert _rows(client.get(f"{reverse('runs:list')}?{older}").content.decode()) == failed[2:]
+    for bad in ("x", "1.2", "99999999999999999999.00", "1." + "z" * 32, ""):
+        response = client.get(reverse("runs:list"), {"after": bad, "before": bad})
+        assert response.status_code == 200
+        assert len(_rows(response.content.decode())) == 2
+    audit = client.get(reverse("runs:audit"), {"status": "failed"}).content.decode()
+    assert "after=" in audit
 
 
 # --- launch -----------------------------------------------------------------

@@ -375,10 +375,10 @@ def test_a_side_effect_whose_result_breaks_its_schema_stays_committed(agent_with
 
 # --- the plain path -----------------------------------------------------------------------------
 # An agent that declares no checks: what the advance below costs, in statements. Measured
-# before verification existed; a check on the plain path would add to it. One of them is the
-# read for an operator's pause or instructions (runs/engine/steering.py: once per claim, then
-# at most once a second).
-PLAIN_RUN_STATEMENTS = {"sqlite": 20, "postgresql": 7}
+# before verification existed; a check on the plain path would add to it. An operator's pause
+# or instructions and whether the agent has a budget are read with the run's row by the claim
+# (runs/engine/owned.beside_run): no statement of their own.
+PLAIN_RUN_STATEMENTS = {"sqlite": 19, "postgresql": 5}
 
 
 def test_an_agent_without_checks_pays_nothing_for_them(launch, script):

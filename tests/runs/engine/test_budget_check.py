@@ -7,6 +7,8 @@ import dataclasses
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agentkit.agents import register
 from agentkit.llm.scripted import text, tool_use
@@ -14,6 +16,7 @@ from agentkit.tools import Blast, tool
 from approvals import decisions
 from approvals.models import Approval
 from runs import budgets, engine
+from runs.engine import owned
 from runs.models import Budget, BudgetCrossing, Run, Step
 
 from ..harness import AGENT, drive
@@ -96,3 +99,33 @@ def test_each_threshold_is_noted_once_per_period_and_other_runs_ask_for_approval
     decisions.decide(asked.pk, user=approver, decision="answer", answer="stop")
     assert drive(second)[-1] == Run.Status.CANCELLED
     assert second.status_detail.startswith("stopped by arthur at the budget question")
+
+
+def test_an_agent_without_a_budget_reads_none_at_its_step_boundaries(
+    test_agent, no_enqueue, script
+):
+    script([[tool_use("t_echo", text="x")], [text("done")]])
+    run = engine.launch(agent=test_agent, input={"task": "t", "script": ""})
+    budgets._by_agent.clear()  # a read of the agent's budgets would not be hidden by the cache
+    with CaptureQueriesContext(connection) as queries:
+        assert engine.advance(run.pk, time_slice=30) == Run.Status.SUCCEEDED
+    statements = [q["sql"] for q in queries.captured_queries]
+    # Whether it has one came with the claim's read of the run, and no statement reads budgets.
+    assert "runs_budget" in statements[0] and "lease_owner" in statements[0]
+    assert not [s for s in statements[1:] if "runs_budget" in s]
+
+
+def test_a_budget_added_while_a_run_works_applies_at_its_next_look(spender, script, monkeypatch):
+    monkeypatch.setattr(owned, "RECHECK_AFTER_SECONDS", 0)  # the run is looked at every step
+    Budget.objects.all().delete()  # the claim finds no budget
+    added = []
+
+    def budget_after_the_first_call(request):
+        if not added:
+            added.append(Budget.objects.create(agent=AGENT, period="day", amount_usd=10))
+
+    script([[tool_use("t_spend_20", n=i)] for i in range(5)], on_call=budget_after_the_first_call)
+    run = spender()
+    assert drive(run)[-1] == Run.Status.FAILED
+    assert run.termination_reason == Run.Termination.BUDGET
+    assert run.step_count == 1  # the one call paid for, then stopped at the next boundary

@@ -107,7 +107,7 @@ def test_two_workers_taking_over_an_expired_lease_only_one_wins(launch, script):
     winners = [c for c in claims if c is not None]
     assert len(winners) == 1
     run.refresh_from_db()
-    assert run.lease_owner == winners[0].lease_owner
+    assert run.lease_owner == winners[0].run.lease_owner
     assert run.steps.filter(data__event="resumed").count() == 1
     assert_timeline_sound(run)
 
@@ -117,16 +117,16 @@ def test_a_takeover_loses_to_a_holder_that_renewed_after_it_looked(launch, scrip
     run = launch()
     assert engine.claim(run.pk, "slow") is not None
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    read = sql.get
+    read = sql.get_with
 
-    def holder_renews_right_after_the_read(model, pk):
-        seen = read(model, pk)  # expired, as far as the would-be taker can tell
+    def holder_renews_right_after_the_read(model, pk, also):
+        seen = read(model, pk, also)  # expired, as far as the would-be taker can tell
         Run.objects.filter(pk=pk, lease_owner="slow").update(
             lease_expires_at=timezone.now() + timedelta(seconds=60)
         )
         return seen
 
-    monkeypatch.setattr(sql, "get", holder_renews_right_after_the_read)
+    monkeypatch.setattr(sql, "get_with", holder_renews_right_after_the_read)
     assert engine.claim(run.pk, "taker") is None
     run.refresh_from_db()
     assert run.lease_owner == "slow"

@@ -65,6 +65,25 @@ def test_a_pause_is_taken_at_the_next_step_boundary_and_frees_the_worker(launch,
     assert_timeline_sound(run)
 
 
+def test_a_pause_asked_while_queued_is_taken_from_the_claim_s_own_read(
+    launch, script, operator, monkeypatch
+):
+    # No look within the claim: what the claim read with the run must be enough.
+    monkeypatch.setattr(owned, "RECHECK_AFTER_SECONDS", 3600)
+    provider = script([[text("done")]])
+    run = launch()
+    assert steering.request_pause(run, by=operator)
+    instruction, _ = steering.instruct(run, text="Be brief.", key="k1", by=operator)
+    assert drive(run) == [Run.Status.WAITING]
+    assert provider.calls == 0 and run.is_paused
+    assert steering.resume(run, by=operator) == "resumed"
+    assert drive(run)[-1] == Run.Status.SUCCEEDED
+    # The instruction waiting at the claim reached the model's first turn.
+    assert _user_texts(provider.requests[0])[-1].endswith("Be brief.")
+    instruction.refresh_from_db()
+    assert instruction.delivered_seq is not None
+
+
 def test_a_double_pause_pauses_once(launch, script, operator):
     script([[text("done")]])
     run = launch()
