@@ -108,9 +108,12 @@ def read_call(token: str, call_id: str) -> Answer:
     if call is None:
         return 404, {"detail": "no such call"}
     try:
-        return 200, sessions.state_of(call).as_dict()
+        body = sessions.state_of(call).as_dict()
     except sessions.SessionError as exc:
         return exc.status, {"detail": exc.message}
+    body["created_at"] = call.created_at.isoformat()
+    body["reported"] = sessions.reported(call)
+    return 200, body
 
 
 def read_session_events(token: str, session_id: str, after: int) -> Answer:
