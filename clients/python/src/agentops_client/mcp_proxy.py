@@ -99,9 +99,9 @@ def wants_tasks(ctx: Any, params: types.CallToolRequestParams) -> bool:
     """Whether this request's client accepts a task for an answer: it declares the Tasks
     extension in the request's own capabilities (2026-07-28; the spec forbids a task to any
     request that does not)."""
-    if ctx.connection.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         return False
-    capabilities = (params.meta or {}).get(CLIENT_CAPABILITIES_META_KEY) or {}
+    capabilities = (params.meta or ctx.meta or {}).get(CLIENT_CAPABILITIES_META_KEY) or {}
     extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
     return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
