@@ -12,14 +12,18 @@ from typing import Any, Literal
 
 import anyio
 import pytest
+from agentops_client.mcp_proxy import TASKS_EXTENSION
 from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from mcp_types import CallToolResult, Result
-from mcp_types import CancelTaskRequest, CancelTaskRequestParams, GetTaskRequest
-from mcp_types import GetTaskRequestParams
+from mcp_types import (
+    CallToolResult,
+    CancelTaskRequest,
+    CancelTaskRequestParams,
+    GetTaskRequest,
+    GetTaskRequestParams,
+    Result,
+)
 from pydantic import ConfigDict
-
-from agentops_client.mcp_proxy import TASKS_EXTENSION
 
 from .test_mcp_proxy import calls_log, decide_when_pending, proxy_over_stdio, received, text
 from .test_mcp_proxy import token as token  # the module's agent (fixture)
@@ -147,9 +151,7 @@ async def test_cancelling_a_task_withdraws_the_approval_and_nothing_runs(
     up, token, live_approver, calls_log
 ):
     async with Client(proxy_over_stdio(up, token, calls_log), extensions=[Tasks()]) as client:
-        created = await client.session.call_tool(
-            "delete_record", {"key": "c1"}, allow_claimed=True
-        )
+        created = await client.session.call_tool("delete_record", {"key": "c1"}, allow_claimed=True)
         assert isinstance(created, CreatedTask)
         request = CancelTaskRequest(params=CancelTaskRequestParams(task_id=created.task_id))
         await client.session.send_request(request, Result)
@@ -175,9 +177,7 @@ async def _no_pending(live_approver) -> bool:
 async def test_a_task_outlives_the_proxy_that_handed_it_out(up, token, live_approver, calls_log):
     params = proxy_over_stdio(up, token, calls_log)
     async with Client(params, extensions=[Tasks()]) as client:
-        created = await client.session.call_tool(
-            "delete_record", {"key": "d1"}, allow_claimed=True
-        )
+        created = await client.session.call_tool("delete_record", {"key": "d1"}, allow_claimed=True)
         assert isinstance(created, CreatedTask)
     # That proxy has stopped; its session stays open for the task, which a person approves.
     assert approval_of(up, created.task_id)["run_open"]
