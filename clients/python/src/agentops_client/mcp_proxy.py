@@ -395,7 +395,8 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         "--decision-timeout",
         type=float,
         default=3600,
-        help="seconds a gated call waits for a person before it fails (default 3600)",
+        help="seconds a gated call held for a client without the Tasks extension waits for a "
+        "person before it fails (default 3600); a task waits until the approval expires",
     )
     args = parser.parse_args(argv)
     if not args.agentops or not args.token:
