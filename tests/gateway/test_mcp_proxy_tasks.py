@@ -25,10 +25,17 @@ from mcp_types import (
 )
 from pydantic import ConfigDict
 
-from .test_mcp_proxy import calls_log, decide_when_pending, proxy_over_stdio, received, text
+from .test_mcp_proxy import (
+    calls_log,
+    decide_when_pending,
+    over_http,
+    proxy_over_stdio,
+    received,
+    text,
+)
 from .test_mcp_proxy import token as token  # the module's agent (fixture)
 
-__all__ = ["calls_log"]  # a fixture, imported for this module's tests
+__all__ = ["calls_log", "over_http"]  # fixtures, imported for this module's tests
 
 
 class CreatedTask(Result):
@@ -199,3 +206,19 @@ async def test_a_client_without_the_extension_is_held_until_the_decision(
         await anyio.to_thread.run_sync(person.join)
         assert decided and returned >= decided[0]
         assert isinstance(result, CallToolResult) and text(result) == "deleted o1"
+
+
+async def test_tasks_over_streamable_http(up, live_approver, calls_log, over_http):
+    url, _ = over_http
+    async with Client(url, extensions=[Tasks()]) as client:
+        created = await client.session.call_tool("delete_record", {"key": "h1"}, allow_claimed=True)
+        assert isinstance(created, CreatedTask) and created.status == "working"
+        person, _ = decide_when_pending(live_approver, "approve")
+        await anyio.to_thread.run_sync(person.join)
+        state = await until_done(client.session, created.task_id)
+        assert state.result["content"] == [{"type": "text", "text": "deleted h1"}]
+        person, _ = decide_when_pending(live_approver, "reject", reason="not h2")
+        result = await client.call_tool("delete_record", {"key": "h2"})
+        await anyio.to_thread.run_sync(person.join)
+        assert result.is_error and "not h2" in text(result)
+    assert received(calls_log) == [{"tool": "delete_record", "args": {"key": "h1", "reason": ""}}]
