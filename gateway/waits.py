@@ -112,6 +112,8 @@ def read_call(token: str, call_id: str) -> Answer:
     except sessions.SessionError as exc:
         return exc.status, {"detail": exc.message}
     body["created_at"] = call.created_at.isoformat()
+    # The agent's own id for the call, as it submitted it (its key is "<agent slug>:<id>").
+    body["call_id"] = call.client_key.partition(":")[2] or None
     body["reported"] = sessions.reported(call)
     return 200, body
 

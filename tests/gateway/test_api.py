@@ -340,7 +340,9 @@ def test_a_call_read_back_carries_what_was_reported(bot, approver):
     session = bot.session()
     allowed = bot.call(session, "read_file", {"path": "a"}).json()
     state = bot.get(f"/calls/{allowed['call']}").json()
-    assert state["reported"] is None and state["created_at"]
+    assert state["reported"] is None and state["created_at"] and state["call_id"] is None
+    mine = bot.call(session, "read_file", {"path": "b"}, call_id="tool-use:7").json()
+    assert bot.get(f"/calls/{mine['call']}").json()["call_id"] == "tool-use:7"
     bot.post(f"/calls/{allowed['call']}/result", {"result": {"bytes": 12}})
     state = bot.get(f"/calls/{allowed['call']}").json()
     assert state["reported"] == {"is_error": False, "result": {"bytes": 12}}

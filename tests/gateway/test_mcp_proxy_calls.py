@@ -174,6 +174,7 @@ class Agentops:
             "args": {"key": "a"},
             "reason": "",
             "created_at": "2026-11-27T10:00:00+00:00",
+            "call_id": "mcp-task:1",
             "decided_at": None,
             "reported": None,
         }
@@ -249,6 +250,21 @@ async def test_an_unknown_task_is_an_invalid_params_error():
 
     with pytest.raises(MCPError, match="no such task"):
         await tasks_proxy(Agentops(), Upstream()).task_state("c2")
+
+
+@pytest.mark.parametrize("call_id", [None, "tool-use:7"])
+async def test_another_clients_approved_call_of_the_agent_is_no_task(call_id):
+    """Same agent token, a call some other client submitted and was approved: polling its id
+    as a task must not run it on this MCP server."""
+    from mcp import MCPError
+
+    agentops, upstream = Agentops(), Upstream()
+    agentops.call["call_id"] = call_id
+    with pytest.raises(MCPError, match="no such task"):
+        await tasks_proxy(agentops, upstream).task_state("c1")
+    with pytest.raises(MCPError, match="no such task"):
+        await tasks_proxy(agentops, upstream).cancel_task("c1")
+    assert upstream.calls == []
 
 
 def test_only_a_request_declaring_the_extension_on_the_modern_protocol_gets_a_task():

@@ -36,6 +36,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
@@ -67,6 +68,9 @@ PRIVATE_ENV = ("AGENTOPS_TOKEN",)
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 # How often a client should ask about a task waiting for a person.
 TASK_POLL_MS = 2000
+# The call id (agentops' idempotency id) a task's call is submitted with: only such calls are
+# tasks, so tasks/get never runs another client's approved call of the same agent.
+TASK_CALL_PREFIX = "mcp-task:"
 
 
 def tool_definition(tool: types.Tool) -> dict:
@@ -254,8 +258,9 @@ class GatingProxy:
             return error_result(f"unknown tool {name!r}: the MCP server does not list it")
         summary = f"MCP tools/call {name} to {self.upstream_label}"
         try:
+            call_id = f"{TASK_CALL_PREFIX}{uuid.uuid4()}" if task else ""
             answer = await anyio.to_thread.run_sync(
-                lambda: session.submit(name, dict(args), summary=summary)
+                lambda: session.submit(name, dict(args), summary=summary, call_id=call_id)
             )
             if answer["status"] == "pending" and task:
                 # Submitted is durable (agentops holds the call): the task may be handed out.
@@ -300,14 +305,19 @@ class GatingProxy:
         return result
 
     async def _read_call(self, task_id: str) -> dict:
+        """The task's call in agentops; an MCP error when it is not a task of this proxy's."""
         try:
-            return await anyio.to_thread.run_sync(
+            call = await anyio.to_thread.run_sync(
                 lambda: self.agentops.request("GET", f"/api/external/calls/{task_id}")
             )
         except AgentopsError as exc:
-            if exc.status in (404, 422):
-                raise MCPError(code=INVALID_PARAMS, message=f"no such task: {task_id}") from None
-            raise MCPError(code=INTERNAL_ERROR, message=f"agentops: {exc.detail}") from None
+            if exc.status not in (404, 422):
+                raise MCPError(code=INTERNAL_ERROR, message=f"agentops: {exc.detail}") from None
+            call = None
+        mine = call is not None and str(call.get("call_id") or "").startswith(TASK_CALL_PREFIX)
+        if not mine or call["tool"] not in {t.name for t in self.tools}:
+            raise MCPError(code=INVALID_PARAMS, message=f"no such task: {task_id}")
+        return call
 
     async def task_state(self, task_id: str) -> dict:
         """tasks/get: the task as its agentops call stands. An approved call not yet run is
