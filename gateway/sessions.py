@@ -319,6 +319,22 @@ def state_of(call: ExternalCall) -> CallState:
     return CallState(call, approval.status, call.args, reason, by, approval.decided_at)
 
 
+def reported(call: ExternalCall) -> dict | None:
+    """What the agent reported the call did (its result or error), or None before it did:
+    a client that hands out calls to be fetched later (the MCP proxy's tasks) reads the
+    outcome back from here, so nothing of it lives only in the client's memory."""
+    if call.result_seq is None:
+        return None
+    data = (
+        Step.objects.filter(run_id=call.run_id, seq=call.result_seq)
+        .values_list("data", flat=True)
+        .first()
+    ) or {}
+    if data.get("is_error"):
+        return {"is_error": True, "error": data.get("error", "")}
+    return {"is_error": False, "result": data.get("result")}
+
+
 def report_result(
     call: ExternalCall,
     *,

@@ -108,9 +108,14 @@ def read_call(token: str, call_id: str) -> Answer:
     if call is None:
         return 404, {"detail": "no such call"}
     try:
-        return 200, sessions.state_of(call).as_dict()
+        body = sessions.state_of(call).as_dict()
     except sessions.SessionError as exc:
         return exc.status, {"detail": exc.message}
+    body["created_at"] = call.created_at.isoformat()
+    # The agent's own id for the call, as it submitted it (its key is "<agent slug>:<id>").
+    body["call_id"] = call.client_key.partition(":")[2] or None
+    body["reported"] = sessions.reported(call)
+    return 200, body
 
 
 def read_session_events(token: str, session_id: str, after: int) -> Answer:

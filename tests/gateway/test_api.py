@@ -334,6 +334,25 @@ def test_results_are_the_runs_tool_steps_and_close_ends_it(bot, approver):
     assert bot.call(session, "read_file", {"path": "b"}).status_code == 409
 
 
+def test_a_call_read_back_carries_what_was_reported(bot, approver):
+    """A client that fetches a call's outcome later (the MCP proxy's tasks, maybe after a
+    restart) reads the reported result from the call itself."""
+    session = bot.session()
+    allowed = bot.call(session, "read_file", {"path": "a"}).json()
+    state = bot.get(f"/calls/{allowed['call']}").json()
+    assert state["reported"] is None and state["created_at"] and state["call_id"] is None
+    mine = bot.call(session, "read_file", {"path": "b"}, call_id="tool-use:7").json()
+    assert bot.get(f"/calls/{mine['call']}").json()["call_id"] == "tool-use:7"
+    bot.post(f"/calls/{allowed['call']}/result", {"result": {"bytes": 12}})
+    state = bot.get(f"/calls/{allowed['call']}").json()
+    assert state["reported"] == {"is_error": False, "result": {"bytes": 12}}
+    gated = bot.call(session, "pay_invoice", INVOICE).json()
+    _decide(gated["approval"], approver)
+    bot.post(f"/calls/{gated['call']}/result", {"error": "bank down"})
+    state = bot.get(f"/calls/{gated['call']}").json()
+    assert state["reported"] == {"is_error": True, "error": "bank down"}
+
+
 def test_a_failed_close_cancels_what_still_waits(bot):
     session = bot.session()
     gated = bot.call(session, "delete_branch", {"name": "x"}).json()

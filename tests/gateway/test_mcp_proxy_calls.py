@@ -157,3 +157,138 @@ async def test_a_call_undecided_past_the_decision_timeout_is_withdrawn():
     result = await proxy(session, upstream).call("delete_record", {"key": "a"})
     assert result.is_error and upstream.calls == []
     assert session.withdrawn == [("c1", "no decision within the proxy's 5 s")]
+
+
+# Tasks mode (the client declared the Tasks extension): the task is the agentops call.
+
+
+class Agentops:
+    """agentops' GET /api/external/calls/<id>, for one call, and its reported result."""
+
+    def __init__(self, status="approved"):
+        self.call = {
+            "call": "c1",
+            "tool": "delete_record",
+            "status": status,
+            "approved": status in ("allowed", "approved"),
+            "args": {"key": "a"},
+            "reason": "",
+            "created_at": "2026-11-27T10:00:00+00:00",
+            "call_id": "mcp-task:1",
+            "decided_at": None,
+            "reported": None,
+        }
+
+    def request(self, method, path):
+        if not path.endswith("/c1"):
+            raise AgentopsError(404, "no such call")
+        return dict(self.call)
+
+
+class ReportingSession(FakeSession):
+    def __init__(self, agentops):
+        super().__init__(None)
+        self.agentops = agentops
+
+    def report(self, decision, **kw):
+        super().report(decision, **kw)
+        self.agentops.call["reported"] = {"is_error": False, "result": kw["result"]}
+
+
+class SlowUpstream(Upstream):
+    async def call_tool(self, name, args):
+        import anyio
+
+        await anyio.sleep(0.2)
+        return await super().call_tool(name, args)
+
+
+def tasks_proxy(agentops, upstream):
+    p = proxy(ReportingSession(agentops), upstream)
+    p.agentops = agentops
+    return p
+
+
+async def test_two_polls_of_an_approved_task_run_it_once():
+    import anyio
+
+    agentops, upstream = Agentops(), SlowUpstream()
+    p, states = tasks_proxy(agentops, upstream), []
+    async with anyio.create_task_group() as polls:
+        for _ in range(2):
+            polls.start_soon(lambda: _append(states, p.task_state("c1")))
+    assert upstream.calls == [("delete_record", {"key": "a"})]
+    assert [s["status"] for s in states] == ["completed", "completed"]
+    assert states[0]["result"] == states[1]["result"]
+    assert states[0]["result"]["content"] == [{"type": "text", "text": "done"}]
+
+
+async def _append(into, state):
+    into.append(await state)
+
+
+@pytest.mark.parametrize(
+    ("status", "task", "says"),
+    [
+        ("pending", "working", None),
+        ("expired", "completed", "agentops: expired"),
+        ("rejected", "completed", "agentops: rejected"),
+        ("withdrawn", "cancelled", None),
+    ],
+)
+async def test_a_task_is_what_its_call_is_and_only_approval_runs_it(status, task, says):
+    agentops, upstream = Agentops(status), Upstream()
+    state = await tasks_proxy(agentops, upstream).task_state("c1")
+    assert state["status"] == task and state["taskId"] == "c1"
+    if says:
+        assert state["result"]["isError"] and says in state["result"]["content"][0]["text"]
+    assert upstream.calls == []
+
+
+async def test_an_unknown_task_is_an_invalid_params_error():
+    from mcp import MCPError
+
+    with pytest.raises(MCPError, match="no such task"):
+        await tasks_proxy(Agentops(), Upstream()).task_state("c2")
+
+
+@pytest.mark.parametrize("call_id", [None, "tool-use:7"])
+async def test_another_clients_approved_call_of_the_agent_is_no_task(call_id):
+    """Same agent token, a call some other client submitted and was approved: polling its id
+    as a task must not run it on this MCP server."""
+    from mcp import MCPError
+
+    agentops, upstream = Agentops(), Upstream()
+    agentops.call["call_id"] = call_id
+    with pytest.raises(MCPError, match="no such task"):
+        await tasks_proxy(agentops, upstream).task_state("c1")
+    with pytest.raises(MCPError, match="no such task"):
+        await tasks_proxy(agentops, upstream).cancel_task("c1")
+    assert upstream.calls == []
+
+
+def test_only_a_request_declaring_the_extension_on_the_modern_protocol_gets_a_task():
+    from types import SimpleNamespace
+
+    from agentops_client.mcp_proxy import TASKS_EXTENSION, wants_tasks
+
+    declared = {"io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+
+    def asks(version, meta):
+        params = types.CallToolRequestParams(name="t", _meta=meta)
+        return wants_tasks(SimpleNamespace(protocol_version=version, meta=None), params)
+
+    assert asks("2026-07-28", declared)
+    assert not asks("2025-11-25", declared)  # a legacy wire cannot carry a task result
+    assert not asks("2026-07-28", None)
+    assert not asks("2026-07-28", {"io.modelcontextprotocol/clientCapabilities": {}})
+
+
+async def test_a_proxy_stopped_with_open_tasks_leaves_its_session_open():
+    session = FakeSession(None)
+    session.id, session.closed = "s1", []
+    session.close = lambda *a, **kw: session.closed.append(a)
+    p = proxy(session, Upstream())
+    p.open_tasks.add("c1")
+    await p.stop()
+    assert session.closed == []
