@@ -169,12 +169,12 @@ def budget_crossed(crossing_id: int) -> None:
 @shared_task(ignore_result=True)
 def notify_budget_crossed(crossing_id: int) -> int:
     queued = 0
-    agent = (
-        BudgetCrossing.objects.filter(pk=crossing_id)
-        .values_list("budget__agent", flat=True)
-        .first()
-    )
-    if settings.AGENTOPS["NOTIFY_EMAIL"] and agent and budget.recipients(agent):
+    crossing = BudgetCrossing.objects.filter(pk=crossing_id).select_related("budget").first()
+    if (
+        settings.AGENTOPS["NOTIFY_EMAIL"]
+        and crossing is not None
+        and budget.recipients(crossing.budget)
+    ):
         send_budget_email.delay(crossing_id)
         queued += 1
     for url in settings.AGENTOPS["WEBHOOK_URLS"]:
