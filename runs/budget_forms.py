@@ -66,6 +66,8 @@ class BudgetForm(forms.ModelForm):
 
     def clean(self) -> dict:
         data = super().clean()
+        if "agent" not in self.fields and self.data.get("agent"):
+            raise forms.ValidationError("Only admins set an agent's budget; name your team.")
         agent, team = data.get("agent") or "", data.get("team")
         named = "agent" in self.fields and not ({"agent", "team"} & set(self.errors))
         if named and bool(agent) == bool(team):
