@@ -347,6 +347,9 @@ AGENTOPS = {
     # Set: which borderline calls are sampled is a function of this seed and the call, so a
     # test or a simulation sees the same sample every time. Unset: drawn from the OS.
     "GATE_SAMPLING_SEED": env.str("AGENTOPS_GATE_SAMPLING_SEED", default=""),
+    # Post-hoc review: calls per agent and day that ran without a person, sampled for a
+    # reviewer (an agent's GateRules.review_per_day overrides it; 0 turns sampling off).
+    "REVIEW_SAMPLE_PER_DAY": env.int("AGENTOPS_REVIEW_SAMPLE_PER_DAY", default=5),
     # Approver quality (approvals/learning/stats.py): rubber-stamping is flagged when the median
     # seconds to decide high-risk calls is below the floor and the approval rate above the
     # ceiling.
