@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agentkit import pii, storable
 from agentkit.agents import Agent
 
-from . import budgets, charts, costs, engine, pending, rendering
+from . import budgets, charts, costs, drift, engine, pending, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm, launchable_agents
 from .models import SEARCH_SORTS_AT_MOST, Checkpoint, PendingOperation, Run, Step
 from .schemas import RunExportOut, StepOut, with_pending_count
@@ -75,6 +75,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "dashboard-approvals",
             "dashboard-costs",
             "dashboard-budgets",
+            "dashboard-drift",
         },
     )
     # An htmx request (the stats refresh every 15 s) reads only what its fragment shows.
@@ -89,6 +90,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         context["costs"] = costs.cost_by_agent(viewer=request.user)
     if fragment in ("", "dashboard-budgets"):
         context["budget_states"] = budgets.states(viewer=request.user)
+    if fragment in ("", "dashboard-drift"):
+        context["drifts"] = drift.flags(Run.objects.visible_to(request.user))
+        context["drift_runs"] = drift.window_size()
     return render(request, template, context)
 
 
