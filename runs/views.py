@@ -229,7 +229,13 @@ def run_list(request: HttpRequest) -> HttpResponse:
         # New runs are pushed into the table only where they belong: the unfiltered first page.
         "live_insert": page.number == 1 and not filtered,
     }
-    return render(request, _partial(request, rendering.RUN_LIST, {"run-table"}), context)
+    template = _partial(request, rendering.RUN_LIST, {"run-table"})
+    agent = form.cleaned_data.get("agent") if form.is_valid() else ""
+    if agent and "#" not in template:
+        # One agent's runs: the page says whether they drifted (runs/drift.py).
+        context["drifts"] = drift.flags(Run.objects.visible_to(request.user).filter(agent=agent))
+        context["drift_runs"] = drift.window_size()
+    return render(request, template, context)
 
 
 # --- launch -----------------------------------------------------------------------------------

@@ -127,3 +127,16 @@ def test_the_dashboard_shows_the_flags_to_those_who_see_the_agent(
     TeamMember.objects.create(team=team, user=operator)
     page = client.get(reverse("runs:dashboard")).content.decode()
     assert "dashboard-drift" not in page
+
+
+def test_the_agents_run_list_shows_its_flags(client, operator, no_enqueue):
+    runs(operator, 4, start=100)
+    runs(operator, 4, start=50, step_count=1)
+    client.force_login(operator)
+    page = client.get(reverse("runs:list"), {"agent": "sql-analyst"}).content.decode()
+    assert "model calls per run 1.0, was 4.0 (-75%)" in page
+    assert 'id="dashboard-drift" class="card wide">' in page  # no refresh from the dashboard
+    assert (
+        "dashboard-drift"
+        not in client.get(reverse("runs:list"), {"agent": "refund-desk"}).content.decode()
+    )
