@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.models import Team, TeamAgent, TeamMember
 from runs import drift
 from runs.models import Run, Step
 
@@ -113,8 +114,6 @@ def test_it_reads_the_same_few_queries_for_one_agent_or_many(operator, no_enqueu
 def test_the_dashboard_shows_the_flags_to_those_who_see_the_agent(
     client, operator, viewer, no_enqueue
 ):
-    from accounts.models import Team, TeamAgent, TeamMember
-
     runs(operator, 4, start=100)
     runs(operator, 4, start=50, cost_usd=Decimal("0.05"))
     client.force_login(viewer)
