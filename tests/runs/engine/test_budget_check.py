@@ -14,7 +14,7 @@ from agentkit.llm.scripted import text, tool_use
 from agentkit.tools import Blast, tool
 from approvals import decisions
 from approvals.models import Approval
-from runs import budgets, engine
+from runs import budgets, engine, rendering
 from runs.models import Budget, BudgetCrossing, Run, Step
 
 from ..harness import AGENT, drive
@@ -141,6 +141,9 @@ def test_a_run_answers_to_its_teams_budget_summed_over_the_teams_agents(
     assert run.step_count == 2
     guard = run.steps.filter(kind=Step.Kind.GUARD).order_by("seq").last().data
     assert guard["team"] == "Ops" and guard["agents"] == [AGENT, "sql-analyst"]
+    shown = rendering.step_view(run.steps.filter(kind=Step.Kind.GUARD).order_by("seq").last())
+    assert shown.title == "budget spent: runs need approval: team Ops"
+    assert ("agents", f"{AGENT}, sql-analyst") in shown.facts
     TeamMember.objects.create(team=Team.objects.get(), user=approver, decide=True)
     question = Approval.objects.get(run=run, status=Approval.Status.PENDING)
     assert question.question.startswith(
