@@ -52,6 +52,9 @@ class BudgetForm(forms.ModelForm):
     def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
+        if self.instance.team_id:
+            # The choices are slugs (the API names teams so); the instance's initial is its key.
+            self.initial["team"] = self.instance.team.slug
         if user.is_admin:
             self.fields["agent"].choices = [("", "— (a team's budget)"), *agent_choices()]
             self.fields["team"].queryset = Team.objects.order_by("name")

@@ -94,6 +94,7 @@ def test_the_teams_administrator_sets_its_budget_on_the_page(client, ops, viewer
     budget = Budget.objects.get()
     assert (budget.team, budget.agent, budget.updated_by) == (ops, "", viewer)
     edit = reverse("runs:budget_edit", args=[budget.pk])
+    assert '<option value="ops" selected>Ops</option>' in client.get(edit).content.decode()
     assert client.post(edit, {**FORM, "amount_usd": "60"}).status_code == 302
     budget.refresh_from_db()
     assert budget.amount_usd == Decimal("60")
