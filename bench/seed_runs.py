@@ -34,7 +34,7 @@ INSERT INTO runs_run (
     step_count, error_count, consecutive_errors, retry_count, tokens_in, tokens_out, cost_usd,
     last_seq, last_hash, version, lease_owner, created_at, started_at, finished_at, updated_at,
     approved_count, edited_count, rejected_count, answered_count, expired_count,
-    tool_failed_count, input_summary, seconds_waited, source)
+    tool_failed_count, input_summary, seconds_waited, source, traceparent)
 SELECT
     gen_random_uuid(),
     (ARRAY['sql-analyst', 'refund-desk'])[1 + i %% 2],
@@ -58,7 +58,7 @@ SELECT
         THEN now() - make_interval(secs => i * 30 - 20) END,
     now() - make_interval(secs => i * 30),
     (i %% 3 = 0)::int, (i %% 11 = 0)::int, (i %% 7 = 0)::int, 0, (i %% 53 = 0)::int,
-    (i %% 17 = 0)::int, 'order ' || i || ' · bench run ' || i, 0, 'bench seed'
+    (i %% 17 = 0)::int, 'order ' || i || ' · bench run ' || i, 0, 'bench seed', ''
 FROM generate_series(%(start)s, %(stop)s) AS i
 CROSS JOIN LATERAL (SELECT CASE
     WHEN i %% 100 = 0 THEN 'running' WHEN i %% 100 = 1 THEN 'waiting'

@@ -24,7 +24,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from agentkit.tools import get_tool
+from agentkit.tools import REGISTRY, get_tool
 from runs.models import Step
 
 from . import rules as learning
@@ -68,8 +68,12 @@ def refresh_queue(now=None) -> int:
             "agent", "step__created_at"
         )
     )
+    # Calls of the registry's read-only tools are never reviewable: left in the database.
+    # (A tool only a resolver knows, an MCP server's, is judged below once it is found.)
+    read_only = sorted(name for name, tool in REGISTRY.items() if not tool.has_side_effects)
     steps = (
         Step.objects.filter(kind=Step.Kind.TOOL, created_at__gte=since)
+        .exclude(data__tool__in=read_only)
         .exclude(Exists(PostHocReview.objects.filter(step=OuterRef("pk"))))
         .order_by("-created_at")
         .values_list(
