@@ -109,3 +109,24 @@ def test_a_teams_crossing_goes_to_admins_and_the_teams_deciders(
     assert sorted(message.bcc) == ["ada@example.com", "arthur@example.com"]
     assert message.subject.startswith("[agentops] Budget of team Ops is overspent")
     assert payload(crossing)["team"] == "ops" and payload(crossing)["agent"] == ""
+
+
+def test_a_teams_crossing_is_posted_to_the_teams_own_webhook(
+    settings, hook, eager, operator, no_enqueue
+):
+    configure(settings, hook.url)
+    settings.AGENTOPS = {**settings.AGENTOPS, "WEBHOOK_URLS": []}
+    team = Team.objects.create(name="Ops", slug="ops", webhook_url=hook.url)
+    budget = Budget.objects.create(team=team, period="day", amount_usd=Decimal("10"))
+    crossing = BudgetCrossing.objects.create(
+        budget=budget,
+        period_start=timezone.now(),
+        threshold="warn",
+        spent_usd=Decimal("8.5"),
+        run=make_run(operator),
+    )
+    assert tasks.notify_budget_crossed(crossing.pk) == 1
+    (request,) = hook.requests
+    data = Webhook(SECRET.encode()).verify(request["body"], request["headers"])
+    assert (data["team"], data["agent"], data["threshold"]) == ("ops", "", "warn")
+    assert data["text"] == "Budget of team Ops is nearly spent (8.50 of 10.00 USD this day)"
