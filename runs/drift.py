@@ -10,8 +10,10 @@ For each agent, its last `DRIFT_RUNS` finished runs (the recent window) are comp
 - the tool mix: the share of each tool among the tool calls, moved by 0.3 or more in total
   (total variation distance; 5 calls at least on each side), naming the tools that moved most;
 
-and, needing no baseline, the last REPEATED runs that succeeded gave the very same output (a
-daily report re-sent unchanged: a stale source, not an error).
+and, needing no baseline, the last REPEATED runs that succeeded and that nobody launched by
+hand (a schedule, a webhook, a finished run: UNWATCHED) gave the very same output (a daily
+report re-sent unchanged: a stale source, not an error). Runs launched from the form or the
+API are someone's own, who sees the output; a replay repeats it by design.
 
 Computed when a page asks, in three queries whatever the number of agents: the runs of both
 windows (a window function numbers each agent's runs), their tool calls and their decisions.
@@ -39,6 +41,7 @@ RATE_RISE = 0.2
 MIN_DECISIONS = 3
 MIX_DISTANCE = 0.3
 MIN_TOOL_CALLS = 5
+UNWATCHED = (Run.Trigger.SCHEDULE, Run.Trigger.WEBHOOK, Run.Trigger.CHAINED)
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def flags(runs, now=None) -> list[Drift]:
             output_md5=MD5("output"),
         )
         .filter(place__lte=2 * n)
-        .values("id", "agent", "status", "cost_usd", "step_count", "output_md5", "place")
+        .values("id", "agent", "status", "trigger", "cost_usd", "step_count", "output_md5", "place")
         .order_by("agent", "place")
     )
     windows: dict[str, tuple[_Window, _Window]] = defaultdict(lambda: (_Window(), _Window()))
@@ -193,7 +196,9 @@ def _tool_mix(recent: Counter, base: Counter) -> list[Finding]:
 
 
 def _repeated(recent: _Window) -> list[Finding]:
-    last = [r for r in recent.runs if r["status"] == Run.Status.SUCCEEDED][:REPEATED]
+    last = [
+        r for r in recent.runs if r["status"] == Run.Status.SUCCEEDED and r["trigger"] in UNWATCHED
+    ][:REPEATED]
     outputs = {r["output_md5"] for r in last}
     empty = MD5_OF_EMPTY
     if len(last) < REPEATED or len(outputs) != 1 or outputs == {empty}:
@@ -203,7 +208,7 @@ def _repeated(recent: _Window) -> list[Finding]:
             "repeated_output",
             f"{REPEATED} runs",
             "",
-            f"the last {REPEATED} successful runs gave the very same output, verbatim",
+            f"the last {REPEATED} unattended successful runs gave the very same output, verbatim",
         )
     ]
 

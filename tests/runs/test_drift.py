@@ -86,15 +86,22 @@ def test_rejections_failures_and_the_tool_mix_are_flagged(operator, no_enqueue):
     }
 
 
-def test_the_same_output_three_times_running_is_flagged_without_a_baseline(operator, no_enqueue):
-    runs(operator, 1, start=10, output="Stock report: 12 items low")
-    runs(operator, 3, start=5, output="Stock report: 40 items low")
+def test_the_same_output_three_unattended_runs_running_is_flagged_without_a_baseline(
+    operator, no_enqueue
+):
+    runs(operator, 1, start=10, output="Stock report: 12 items low", trigger="schedule")
+    runs(operator, 3, start=5, output="Stock report: 40 items low", trigger="schedule")
     assert metrics(drift.flags(Run.objects.all())) == {
         "sql-analyst": {
-            "repeated_output": "the last 3 successful runs gave the very same output, verbatim"
+            "repeated_output": (
+                "the last 3 unattended successful runs gave the very same output, verbatim"
+            )
         }
     }
-    runs(operator, 1, start=1, output="Stock report: 41 items low")
+    runs(operator, 1, start=1, output="Stock report: 41 items low", trigger="schedule")
+    assert drift.flags(Run.objects.all()) == []
+    # Launched by hand, the same output is someone's own to see: not flagged.
+    runs(operator, 3, start=0, output="Revenue: 42", agent="refund-desk", trigger="form")
     assert drift.flags(Run.objects.all()) == []
 
 
