@@ -126,6 +126,10 @@ class GateRules:
     # tool -> share of its borderline calls sampled, overriding sample_rate for that tool
     sample_rates: dict[str, float] = field(default_factory=dict)
     learning: LearningRules | None = None  # earned auto-approval (off unless declared)
+    # Post-hoc review: how many of this agent's calls that ran without a person are sampled
+    # for a reviewer each day (approvals/learning/review.py); None is the installation's
+    # AGENTOPS_REVIEW_SAMPLE_PER_DAY, 0 turns it off for this agent.
+    review_per_day: int | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -151,6 +155,7 @@ class GateRules:
             "escalation": [tier.as_dict() for tier in self.escalation],
             "sample_rates": dict(self.sample_rates),
             "learning": self.learning.as_dict() if self.learning else None,
+            "review_per_day": self.review_per_day,
         }
 
 

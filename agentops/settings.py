@@ -363,6 +363,12 @@ AGENTOPS = {
     # Set: which borderline calls are sampled is a function of this seed and the call, so a
     # test or a simulation sees the same sample every time. Unset: drawn from the OS.
     "GATE_SAMPLING_SEED": env.str("AGENTOPS_GATE_SAMPLING_SEED", default=""),
+    # Post-hoc review: calls per agent and day that ran without a person, sampled for a
+    # reviewer (an agent's GateRules.review_per_day overrides it; 0 turns sampling off).
+    "REVIEW_SAMPLE_PER_DAY": env.int("AGENTOPS_REVIEW_SAMPLE_PER_DAY", default=5),
+    # Cross-run drift (runs/drift.py): an agent's last this many finished runs are compared
+    # with the as many before them.
+    "DRIFT_RUNS": env.int("AGENTOPS_DRIFT_RUNS", default=10),
     # Approver quality (approvals/learning/stats.py): rubber-stamping is flagged when the median
     # seconds to decide high-risk calls is below the floor and the approval rate above the
     # ceiling.

@@ -95,6 +95,11 @@ def problems(snapshot: dict, *, existing_users: set[str] | None = None) -> list[
         tool_named("sample_rates", tool)
         found += _rate(f"sample_rates[{tool!r}]", rate)
     found += _rate("sample_rate", gates.get("sample_rate", 0))
+    per_day = gates.get("review_per_day")
+    if per_day is not None and (
+        isinstance(per_day, bool) or not isinstance(per_day, int) or not 0 <= per_day <= 10_000
+    ):
+        found.append(f"review_per_day must be a whole number from 0 to 10000, not {per_day!r}")
     if gates.get("confidence_threshold") is not None:
         found += _rate("confidence_threshold", gates["confidence_threshold"])
     if gates.get("on_expiry", ON_EXPIRY) not in EXPIRY_OUTCOMES:

@@ -169,15 +169,21 @@ def budget_crossed(crossing_id: int) -> None:
 @shared_task(ignore_result=True)
 def notify_budget_crossed(crossing_id: int) -> int:
     queued = 0
-    agent = (
-        BudgetCrossing.objects.filter(pk=crossing_id)
-        .values_list("budget__agent", flat=True)
-        .first()
-    )
-    if settings.AGENTOPS["NOTIFY_EMAIL"] and agent and budget.recipients(agent):
+    crossing = BudgetCrossing.objects.filter(pk=crossing_id).select_related("budget__team").first()
+    if crossing is None:
+        return 0
+    if settings.AGENTOPS["NOTIFY_EMAIL"] and budget.recipients(crossing.budget):
         send_budget_email.delay(crossing_id)
         queued += 1
-    for url in settings.AGENTOPS["WEBHOOK_URLS"]:
+    # As for approvals: the installation's webhooks, and the team's own (a team's budget: its
+    # team's; an agent's: the teams owning the agent).
+    owners = (
+        [crossing.budget.team]
+        if crossing.budget.team_id
+        else teams.teams_owning(crossing.budget.agent)
+    )
+    team_urls = [t.webhook_url for t in owners if t.webhook_url]
+    for url in dict.fromkeys([*settings.AGENTOPS["WEBHOOK_URLS"], *team_urls]):
         deliver_budget_webhook.delay(crossing_id, url)
         queued += 1
     return queued

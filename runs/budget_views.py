@@ -1,5 +1,5 @@
-"""The Budgets page: every budget with its current period's spend; admins add, change and
-remove them (runs/budgets.py has the rules)."""
+"""The Budgets page: every budget the user sees with its current period's spend; admins add,
+change and remove any, a team's administrators their team's (runs/budgets.py has the rules)."""
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -18,29 +18,41 @@ def _require(allowed: bool) -> None:
         raise PermissionDenied
 
 
+def _sets_budgets(user) -> bool:
+    return user.is_admin or bool(budgets.administered_teams(user))
+
+
 @require_http_methods(["GET", "POST"])
 @login_required
 def budget_list(request: HttpRequest) -> HttpResponse:
     _require(request.user.can_view)
-    form = BudgetForm()
+    may_add = _sets_budgets(request.user)
+    form = BudgetForm(user=request.user) if may_add else None
     status = 200
     if request.method == "POST":
-        _require(request.user.is_admin)
-        form = BudgetForm(request.POST)
+        _require(may_add)
+        form = BudgetForm(request.POST, user=request.user)
         if form.is_valid():
             _save(form, request)
             return redirect("runs:budgets")
         status = 422
-    context = {"states": budgets.states(viewer=request.user), "form": form}
+    states = budgets.states(viewer=request.user)
+    editable = {s.budget.pk for s in states if budgets.may_edit(request.user, s.budget)}
+    context = {"states": states, "form": form, "editable": editable}
     return render(request, "runs/budgets.html", context, status=status)
+
+
+def _editable(request: HttpRequest, pk: int) -> Budget:
+    budget = get_object_or_404(Budget.objects.select_related("team"), pk=pk)
+    _require(budgets.may_edit(request.user, budget))
+    return budget
 
 
 @require_http_methods(["GET", "POST"])
 @login_required
 def budget_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    _require(request.user.is_admin)
-    budget = get_object_or_404(Budget, pk=pk)
-    form = BudgetForm(request.POST or None, instance=budget)
+    budget = _editable(request, pk)
+    form = BudgetForm(request.POST or None, instance=budget, user=request.user)
     if request.method == "POST":
         if form.is_valid():
             _save(form, request)
@@ -52,8 +64,7 @@ def budget_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def budget_delete(request: HttpRequest, pk: int) -> HttpResponse:
-    _require(request.user.is_admin)
-    get_object_or_404(Budget, pk=pk).delete()
+    _editable(request, pk).delete()
     return redirect("runs:budgets")
 
 

@@ -1,4 +1,5 @@
-"""Budgets: what an agent has spent in its budget's current period, and what that allows.
+"""Budgets: what an agent (or a team's agents together) has spent in its budget's current
+period, and what that allows.
 
 A period is a day, a week (Monday to Sunday) or a month of the calendar in the budget's time
 zone: it starts at local midnight, whatever the offset that day (DST changes make a day 23 or
@@ -11,10 +12,16 @@ agent's steps recorded in the period (model calls and tools), read the cheap way
   runs/migrations/0019 on Postgres); once that part is over it can no longer change, so its
   sum is kept in the cache for the rest of the period.
 
+A team's budget sums the spend of the agents the team owns when it is read (an agent owned by
+two teams counts in both). A run answers to its agent's budget and to those of every team owning
+the agent: the most severe level of them all applies (`most_severe`).
+
 Crossing a threshold is recorded once per budget, threshold and period (BudgetCrossing).
 """
 
+import hashlib
 import time as monotonic
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -22,12 +29,13 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
 from accounts import teams
+from accounts.models import TeamAgent, TeamMember
 
 from .models import AgentDaySpend, Budget, BudgetCrossing, Run, Step
 
@@ -60,31 +68,38 @@ def _midnight(day: date, tz: ZoneInfo) -> datetime:
     return datetime.combine(day, time.min, tz).astimezone(UTC)
 
 
-def spent(agent: str, start: datetime, now: datetime) -> Decimal:
-    """What the agent's steps recorded from `start` to `now` cost, in USD."""
+def spent(agents: str | Iterable[str], start: datetime, now: datetime) -> Decimal:
+    """What the steps of the agent (or agents, summed) recorded from `start` to `now` cost."""
+    agents = (agents,) if isinstance(agents, str) else tuple(sorted(set(agents)))
+    if not agents:
+        return Decimal(0).quantize(USD)
     first_midnight = datetime.combine(start.date(), time.min, UTC)
     if first_midnight < start:
         first_midnight += timedelta(days=1)
     total = Decimal(0)
     edge_end = min(first_midnight, now)
     if start < edge_end:
-        total += _steps_cost(agent, start, edge_end, settled=edge_end <= now - SETTLED_AFTER)
+        total += _steps_cost(agents, start, edge_end, settled=edge_end <= now - SETTLED_AFTER)
     if first_midnight <= now:
         days = AgentDaySpend.objects.filter(
-            agent=agent, day__gte=first_midnight.date(), day__lte=now.date()
+            agent__in=agents, day__gte=first_midnight.date(), day__lte=now.date()
         ).aggregate(cost=Sum("cost_usd"))
         total += Decimal(days["cost"] or 0)
     return total.quantize(USD)
 
 
-def _steps_cost(agent: str, start: datetime, end: datetime, *, settled: bool) -> Decimal:
-    key = f"budget-steps:{agent}:{start.isoformat()}:{end.isoformat()}"
+def _steps_cost(
+    agents: tuple[str, ...], start: datetime, end: datetime, *, settled: bool
+) -> Decimal:
+    # A team's agents make a long name: the key carries a digest of them.
+    who = agents[0] if len(agents) == 1 else hashlib.sha256("\0".join(agents).encode()).hexdigest()
+    key = f"budget-steps:{who}:{start.isoformat()}:{end.isoformat()}"
     if settled:
         cached = cache.get(key)
         if cached is not None:
             return Decimal(cached)
     cost = Step.objects.filter(
-        created_at__gte=start, created_at__lt=end, cost_usd__gt=0, run__agent=agent
+        created_at__gte=start, created_at__lt=end, cost_usd__gt=0, run__agent__in=agents
     ).aggregate(cost=Sum("cost_usd"))["cost"] or Decimal(0)
     if settled:
         cache.set(key, str(cost), timeout=32 * 86400)
@@ -97,6 +112,7 @@ class BudgetState:
     start: datetime
     end: datetime
     spent_usd: Decimal
+    agents: tuple[str, ...] = ()  # whose spend it sums (a team's: the agents it owns)
 
     @property
     def percent(self) -> Decimal:
@@ -117,8 +133,11 @@ class BudgetState:
 
     def describe(self) -> str:
         b = self.budget
+        who = b.agent
+        if b.team_id:
+            who = f"team {b.team.name} ({', '.join(self.agents) or 'no agents'})"
         return (
-            f"{b.agent} has spent {self.spent_usd:.2f} of its {b.amount_usd} USD {b.periodic} "
+            f"{who} has spent {self.spent_usd:.2f} of its {b.amount_usd} USD {b.periodic} "
             f"budget ({self.percent}%, period from {self.local_start:%Y-%m-%d %H:%M} "
             f"{b.time_zone})"
         )
@@ -144,23 +163,69 @@ def level_of(budget: Budget, spend: Decimal) -> str:
     return OK
 
 
+def agents_of(budget: Budget) -> tuple[str, ...]:
+    """Whose spend the budget sums: its agent, or the agents its team owns now (read from a
+    `prefetch_related("team__agents")` when the caller made one)."""
+    if not budget.team_id:
+        return (budget.agent,)
+    return tuple(sorted({a.agent for a in budget.team.agents.all()}))
+
+
 def state_of(budget: Budget, now: datetime | None = None) -> BudgetState:
     now = now or timezone.now()
     start, end = period_bounds(budget.period, budget.time_zone, now)
-    return BudgetState(budget, start, end, spent(budget.agent, start, now))
+    agents = agents_of(budget)
+    return BudgetState(budget, start, end, spent(agents, start, now), agents)
+
+
+def with_teams(budgets):
+    """Budgets with what `state_of` reads of their team, in two queries for them all."""
+    return budgets.select_related("team").prefetch_related("team__agents")
+
+
+def visible_to(viewer):
+    """The budgets `viewer` sees: an agent's where their teams let them see the agent; a
+    team's where they are an admin, or a member of the team with a role."""
+    agents = teams.scope(viewer, teams.Power.VIEW)
+    if agents.nothing:
+        return Budget.objects.none()
+    if agents.everything:
+        return Budget.objects.all()
+    mine = Q(team__isnull=True) & agents.q("agent")
+    member_of = TeamMember.objects.filter(user_id=viewer.pk).values("team_id")
+    return Budget.objects.filter(mine | Q(team__in=member_of))
+
+
+def may_edit(user, budget: Budget) -> bool:
+    """Admins edit every budget; a team's budget also its members who administer the team."""
+    if not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    if user.is_admin:
+        return True
+    return bool(budget.team_id) and budget.team_id in administered_teams(user)
+
+
+def administered_teams(user) -> set[int]:
+    """The teams whose budgets `user` may set besides admins: those they administer in."""
+    if not getattr(user, "is_authenticated", False) or not user.is_active or not user.can_view:
+        return set()
+    return set(
+        TeamMember.objects.filter(user_id=user.pk, administer=True).values_list(
+            "team_id", flat=True
+        )
+    )
 
 
 def states(now: datetime | None = None, viewer=None) -> list[BudgetState]:
     """Every budget with its current period's spend (the dashboard's gauges); with `viewer`,
-    only those of the agents that user's teams let them see."""
-    found = Budget.objects.all()
-    if viewer is not None:
-        found = found.filter(teams.scope(viewer, teams.Power.VIEW).q("agent"))
-    return [state_of(b, now) for b in found]
+    only those that user sees (`visible_to`)."""
+    found = Budget.objects.all() if viewer is None else visible_to(viewer)
+    return [state_of(b, now) for b in with_teams(found)]
 
 
 def most_severe(agent: str, now: datetime | None = None) -> list[BudgetState]:
-    """The agent's budgets past a threshold, most severe first (none: it may go on)."""
+    """The budgets a run of the agent answers to (its own, its teams') past a threshold, most
+    severe first (none: it may go on)."""
     found = [state_of(b, now) for b in budgets_of(agent)]
     found = [s for s in found if s.level != OK]
     return sorted(found, key=lambda s: -LEVELS.index(s.level))
@@ -205,13 +270,18 @@ def budgets_of(agent: str) -> list[Budget]:
     hit = _by_agent.get(agent)
     if hit is not None and now - hit[0] < CACHE_SECONDS:
         return hit[1]
-    found = list(Budget.objects.filter(agent=agent))
+    # Its own budget and those of the teams owning it; the teams' agents come along (the
+    # team's spend sums them all).
+    mine = Q(agent=agent, team__isnull=True) | Q(team__agents__agent=agent)
+    found = list(with_teams(Budget.objects.filter(mine).distinct()).order_by("pk"))
     _by_agent[agent] = (now, found)
     return found
 
 
 @receiver(post_save, sender=Budget)
 @receiver(post_delete, sender=Budget)
+@receiver(post_save, sender=TeamAgent)
+@receiver(post_delete, sender=TeamAgent)
 def _forget(sender, **kwargs) -> None:
     _by_agent.clear()
 

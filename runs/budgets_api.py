@@ -1,5 +1,6 @@
-"""Budgets in the JSON API: everyone who may see runs reads them with their current spend;
-admins add, replace and remove them (the Budgets page's rules: runs/budget_forms.py)."""
+"""Budgets in the JSON API: everyone who may see runs reads those they see with their current
+spend; admins add, replace and remove any, a team's administrators their team's (the Budgets
+page's rules: runs/budget_forms.py, runs/budgets.py `may_edit`)."""
 
 from datetime import datetime
 from decimal import Decimal
@@ -9,10 +10,9 @@ from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import Field, Router, Schema, Status
-from ninja.errors import ValidationError
+from ninja.errors import HttpError, ValidationError
 from pydantic import ConfigDict
 
-from accounts import teams
 from accounts.auth import api_auth
 
 from . import budgets
@@ -21,14 +21,16 @@ from .budget_forms import budget_errors
 from .models import Budget
 
 READERS = api_auth("can_view")
-ADMINS = api_auth("is_admin")
 router = Router(tags=["budgets"], auth=READERS)
 
 
 class BudgetIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    agent: str = Field(max_length=64, description="The agent's slug.")
+    agent: str = Field("", max_length=64, description="The agent's slug (an agent's budget).")
+    team: str | None = Field(
+        None, max_length=50, description="The team's slug (a team's budget: its agents summed)."
+    )
     period: Literal["day", "week", "month"] = "month"
     time_zone: str = Field("UTC", max_length=64, description="IANA name: the period's calendar.")
     amount_usd: Decimal = Field(description="Model calls and tools, per period.")
@@ -39,7 +41,9 @@ class BudgetIn(Schema):
 
 class BudgetOut(Schema):
     id: int
-    agent: str
+    agent: str = Field(description='"" for a team\'s budget.')
+    team: str | None = Field(description="The team's slug, for a team's budget.")
+    agents: list[str] = Field(description="Whose spend it sums.")
     period: str
     time_zone: str
     amount_usd: Decimal
@@ -57,7 +61,9 @@ class BudgetOut(Schema):
 def _out(state: budgets.BudgetState) -> dict:
     b = state.budget
     return {
-        **{f: getattr(b, f) for f in BudgetIn.model_fields},
+        **{f: getattr(b, f) for f in BudgetIn.model_fields if f != "team"},
+        "team": b.team.slug if b.team_id else None,
+        "agents": list(state.agents),
         "id": b.pk,
         "period_start": state.start,
         "period_end": state.end,
@@ -69,7 +75,9 @@ def _out(state: budgets.BudgetState) -> dict:
 
 
 def _saved(request: HttpRequest, payload: BudgetIn, instance: Budget | None) -> Budget:
-    budget, errors = budget_errors(payload.model_dump(), instance)
+    if not (request.auth.is_admin or budgets.administered_teams(request.auth)):
+        raise HttpError(403, "only admins and a team's administrators set budgets")
+    budget, errors = budget_errors(payload.model_dump(), instance, user=request.auth)
     if errors:
         raise ValidationError(
             [
@@ -84,6 +92,15 @@ def _saved(request: HttpRequest, payload: BudgetIn, instance: Budget | None) -> 
     return budget
 
 
+def _editable(request: HttpRequest, budget_id: int) -> Budget:
+    budget = get_object_or_404(budgets.with_teams(Budget.objects), pk=budget_id)
+    if budgets.may_edit(request.auth, budget):
+        return budget
+    if not budgets.visible_to(request.auth).filter(pk=budget.pk).exists():
+        raise Http404("no such budget")
+    raise HttpError(403, "only admins and the team's administrators change this budget")
+
+
 @router.get("/budgets", response=list[BudgetOut], summary="Budgets with their current spend")
 def list_budgets(request: HttpRequest) -> list[dict]:
     return [_out(s) for s in budgets.states(viewer=request.auth)]
@@ -91,17 +108,15 @@ def list_budgets(request: HttpRequest) -> list[dict]:
 
 @router.get("/budgets/{budget_id}", response={200: BudgetOut, 404: Message}, summary="One budget")
 def get_budget(request: HttpRequest, budget_id: int) -> dict:
-    found = get_object_or_404(Budget, pk=budget_id)
-    if not teams.may(request.auth, teams.Power.VIEW, found.agent):
-        raise Http404("no such budget")  # another team's, as unseen runs are
-    return _out(budgets.state_of(found))
+    # Another team's is a 404, as unseen runs are.
+    seen = budgets.with_teams(budgets.visible_to(request.auth))
+    return _out(budgets.state_of(get_object_or_404(seen, pk=budget_id)))
 
 
 @router.post(
     "/budgets",
     response={201: BudgetOut, 403: Message, 422: FieldErrors},
-    auth=ADMINS,
-    summary="Add a budget (admins)",
+    summary="Add a budget (admins; a team's administrators for their team)",
 )
 def create_budget(request: HttpRequest, payload: BudgetIn) -> Status:
     return Status(201, _out(budgets.state_of(_saved(request, payload, None))))
@@ -110,20 +125,18 @@ def create_budget(request: HttpRequest, payload: BudgetIn) -> Status:
 @router.put(
     "/budgets/{budget_id}",
     response={200: BudgetOut, 403: Message, 404: Message, 422: FieldErrors},
-    auth=ADMINS,
-    summary="Replace a budget (admins)",
+    summary="Replace a budget (admins; a team's administrators for their team)",
 )
 def replace_budget(request: HttpRequest, budget_id: int, payload: BudgetIn) -> dict:
-    budget = get_object_or_404(Budget, pk=budget_id)
+    budget = _editable(request, budget_id)
     return _out(budgets.state_of(_saved(request, payload, budget)))
 
 
 @router.delete(
     "/budgets/{budget_id}",
     response={204: None, 403: Message, 404: Message},
-    auth=ADMINS,
-    summary="Remove a budget (admins)",
+    summary="Remove a budget (admins; a team's administrators for their team)",
 )
 def delete_budget(request: HttpRequest, budget_id: int) -> Status:
-    get_object_or_404(Budget, pk=budget_id).delete()
+    _editable(request, budget_id).delete()
     return Status(204, None)

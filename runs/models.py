@@ -970,20 +970,25 @@ BUDGET_THRESHOLDS_RISE = "The thresholds must rise: warn below ask-approval belo
 
 
 class Budget(models.Model):
-    """What one agent may spend (model calls and tools, as its steps record them) in a period
-    of the calendar in a time zone, and what happens as the spend grows: past `warn_percent`
-    the approvers are told; past `approve_percent` a run of the agent goes on (or starts) only
-    when a person says so; past `stop_percent` its runs are stopped and new ones refused. The
-    rules are runs/budgets.py's; the engine applies them at each step boundary."""
+    """What one agent, or one team's agents together, may spend (model calls and tools, as
+    their steps record them) in a period of the calendar in a time zone, and what happens as
+    the spend grows: past `warn_percent` the approvers are told; past `approve_percent` a run
+    goes on (or starts) only when a person says so; past `stop_percent` runs are stopped and
+    new ones refused. A run answers to its agent's budget and to those of the teams owning its
+    agent; the most severe wins. The rules are runs/budgets.py's; the engine applies them at
+    each step boundary."""
 
     class Period(models.TextChoices):
         DAY = "day"
         WEEK = "week"  # Monday to Sunday
         MONTH = "month"
 
-    agent = models.CharField(max_length=64)
-    # A team's budget, shared by its agents: not yet; the column keeps room for it.
-    team = models.CharField(max_length=64, null=True, blank=True)
+    # Exactly one of the two: an agent's budget names the agent; a team's budget names the
+    # team (its agents are whichever it owns when the spend is read) and leaves `agent` "".
+    agent = models.CharField(max_length=64, blank=True)
+    team = models.ForeignKey(
+        "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="budgets"
+    )
     period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTH)
     time_zone = models.CharField(max_length=64, default="UTC")
     amount_usd = models.DecimalField(max_digits=12, decimal_places=2)
@@ -997,9 +1002,26 @@ class Budget(models.Model):
     )
 
     class Meta:
-        ordering = ["agent", "period"]
+        ordering = ["agent", "team__name", "period"]
         constraints = [
-            models.UniqueConstraint(fields=["agent", "period"], name="budget_one_per_agent_period"),
+            models.UniqueConstraint(
+                fields=["agent", "period"],
+                condition=Q(team__isnull=True),
+                name="budget_one_per_agent_period",
+                violation_error_message="This agent already has a budget for this period.",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "period"],
+                condition=Q(team__isnull=False),
+                name="budget_one_per_team_period",
+                violation_error_message="This team already has a budget for this period.",
+            ),
+            models.CheckConstraint(
+                condition=(Q(team__isnull=True) & ~Q(agent=""))
+                | (Q(team__isnull=False) & Q(agent="")),
+                name="budget_agent_or_team",
+                violation_error_message="A budget is either an agent's or a team's: name one.",
+            ),
             models.CheckConstraint(condition=Q(amount_usd__gt=0), name="budget_amount_positive"),
             models.CheckConstraint(
                 condition=Q(warn_percent__gt=0)
@@ -1011,7 +1033,12 @@ class Budget(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.agent}: {self.amount_usd} USD a {self.period}"
+        return f"{self.owner}: {self.amount_usd} USD a {self.period}"
+
+    @property
+    def owner(self) -> str:
+        """Whose budget, in words: the agent's slug, or "team <name>"."""
+        return f"team {self.team.name}" if self.team_id else self.agent
 
     @property
     def periodic(self) -> str:

@@ -486,9 +486,11 @@ BUDGET_TITLES = {
 def _budget_view(step: Step, d: dict) -> StepView:
     """A budget threshold crossed (runs/engine/budget_check.py), noticed on this run."""
     threshold = str(d.get("threshold") or "")
-    title = f"{BUDGET_TITLES.get(threshold, 'budget')}: {d.get('agent', '')}"
+    whose = f"team {d['team']}" if d.get("team") else d.get("agent", "")
+    title = f"{BUDGET_TITLES.get(threshold, 'budget')}: {whose}"
     view = StepView(step, title, error=threshold == "stop")
     view.facts = [
+        *([("agents", ", ".join(map(str, d.get("agents") or [])))] if d.get("team") else []),
         ("threshold", f"{d.get('percent', '')}%"),
         ("spent", f"{d.get('spent_usd', '')} of {d.get('amount_usd', '')} USD"),
         (

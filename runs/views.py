@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agentkit import pii, storable
 from agentkit.agents import Agent
 
-from . import budgets, charts, costs, engine, paging, pending, rendering
+from . import budgets, charts, costs, drift, engine, paging, pending, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm, launchable_agents
 from .models import SEARCH_SORTS_AT_MOST, Checkpoint, PendingOperation, Run, Step
 from .schemas import RunExportOut, StepOut, with_pending_count
@@ -74,6 +74,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "dashboard-approvals",
             "dashboard-costs",
             "dashboard-budgets",
+            "dashboard-drift",
         },
     )
     # An htmx request (the stats refresh every 15 s) reads only what its fragment shows.
@@ -88,6 +89,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         context["costs"] = costs.cost_by_agent(viewer=request.user)
     if fragment in ("", "dashboard-budgets"):
         context["budget_states"] = budgets.states(viewer=request.user)
+    if fragment in ("", "dashboard-drift"):
+        context["drifts"] = drift.flags(Run.objects.visible_to(request.user))
+        context["drift_runs"] = drift.window_size()
     return render(request, template, context)
 
 
@@ -227,7 +231,13 @@ def run_list(request: HttpRequest) -> HttpResponse:
         # New runs are pushed into the table only where they belong: the unfiltered first page.
         "live_insert": page.is_first and not filtered,
     }
-    return render(request, _partial(request, rendering.RUN_LIST, {"run-table"}), context)
+    template = _partial(request, rendering.RUN_LIST, {"run-table"})
+    agent = form.cleaned_data.get("agent") if form.is_valid() else ""
+    if agent and "#" not in template:
+        # One agent's runs: the page says whether they drifted (runs/drift.py).
+        context["drifts"] = drift.flags(Run.objects.visible_to(request.user).filter(agent=agent))
+        context["drift_runs"] = drift.window_size()
+    return render(request, template, context)
 
 
 # --- launch -----------------------------------------------------------------------------------

@@ -324,6 +324,32 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         assert response.status_code == 403
 
 
+# A team's budget: its edit and remove pages are the admins' and the team's administrators'.
+# In this world the viewer administers team Alpha; so does the user with no role, whom that
+# grant alone gives nothing (administering needs a role).
+TEAM_BUDGET_PAGES = {"runs:budget_edit": "GET", "runs:budget_delete": "POST"}
+TEAM_BUDGET_ALLOWED = {"viewer", "admin"}
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("name", sorted(TEAM_BUDGET_PAGES))
+def test_a_teams_budget_is_the_admins_and_its_administrators(name, role, users, world):
+    TeamMember.objects.filter(user__in=[users["viewer"], users["norole"]]).update(administer=True)
+    budget = Budget.objects.create(team=world["team"], amount_usd=Decimal("100"))
+    client = client_for(users, role)
+    url = reverse(name, args=[budget.pk])
+    response = client.post(url) if TEAM_BUDGET_PAGES[name] == "POST" else client.get(url)
+    if role == "anonymous":
+        assert response.status_code == 302
+    elif role in TEAM_BUDGET_ALLOWED:
+        assert response.status_code in (200, 302), response.status_code
+    else:
+        assert response.status_code == 403, response.status_code
+    # The agent's budget stays the admins' alone, whatever the teams say.
+    agents = client.get(url_of("runs:budget_edit", world))
+    assert agents.status_code == (200 if role == "admin" else 302 if role == "anonymous" else 403)
+
+
 # What each page's Content-Security-Policy must say: the directives that matter, exactly.
 CSP_MUST = {
     "default-src": {"'self'"},

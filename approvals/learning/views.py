@@ -4,6 +4,7 @@ ungated call fine or "should have been gated"; admins clear the overrides that l
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -21,6 +22,7 @@ from . import rules as learning
 from .models import AutoApproveRule, GateOverride, PostHocReview
 
 MAX_EXPIRY_DAYS = 365
+RATE_DAYS = 30  # the review page's override rates cover the calls sampled in this window
 MAX_HITS = 1_000_000
 
 
@@ -159,10 +161,17 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     review.refresh_queue()
     pending = visible.filter(verdict=PostHocReview.Verdict.PENDING)
     done = visible.exclude(verdict=PostHocReview.Verdict.PENDING).select_related("reviewer")
+    since = timezone.now() - timedelta(days=RATE_DAYS)
     return render(
         request,
         "approvals/review.html",
-        {"pending": pending.select_related("rule")[:200], "done": done[:50]},
+        {
+            "pending": pending.select_related("rule", "step")[:200],
+            "done": done[:50],
+            "rates": review.override_rates(visible, since),
+            "rate_days": RATE_DAYS,
+            "per_day": settings.AGENTOPS["REVIEW_SAMPLE_PER_DAY"],
+        },
     )
 
 

@@ -16,9 +16,9 @@ from django.db.models import Q
 from django.urls import reverse
 
 from accounts import teams
-from accounts.models import Role
+from accounts.models import Role, TeamMember
 from agentkit import signing
-from runs.models import BudgetCrossing
+from runs.models import Budget, BudgetCrossing
 
 from .delivery import DeliveryError, DeliveryRefused
 from .webhooks import _opener, signing_keys, target
@@ -33,7 +33,7 @@ WORDS = {
 def headline(crossing: BudgetCrossing) -> str:
     b = crossing.budget
     return (
-        f"Budget of {b.agent} {WORDS[crossing.threshold]} "
+        f"Budget of {b.owner} {WORDS[crossing.threshold]} "
         f"({crossing.spent_usd:.2f} of {b.amount_usd} USD this {b.period})"
     )
 
@@ -46,6 +46,7 @@ def payload(crossing: BudgetCrossing) -> dict:
         "crossing": crossing.pk,
         "threshold": crossing.threshold,
         "agent": b.agent,
+        "team": b.team.slug if b.team_id else None,
         "period": b.period,
         "time_zone": b.time_zone,
         "period_start": crossing.period_start.isoformat(),
@@ -58,22 +59,28 @@ def payload(crossing: BudgetCrossing) -> dict:
     }
 
 
-def recipients(agent: str) -> list[str]:
-    """The approvers and admins whose teams reach `agent` (accounts/teams.py): those who
-    would decide its budget's approval."""
+def recipients(budget: Budget) -> list[str]:
+    """The approvers and admins who would decide the budget's approval: for an agent's
+    budget those whose teams reach the agent (accounts/teams.py); for a team's budget the
+    admins and the team's members who decide."""
     users = (
         get_user_model()
         .objects.filter(is_active=True)
         .exclude(email="")
         .filter(Q(groups__name__in=[Role.APPROVER, Role.ADMIN]) | Q(is_superuser=True))
     )
-    users = teams.members_reaching(users, teams.Power.DECIDE, agent)
+    if budget.team_id:
+        deciders = TeamMember.objects.filter(team_id=budget.team_id, decide=True).values("user_id")
+        admins = Q(is_superuser=True) | Q(groups__name=Role.ADMIN)
+        users = users.filter(admins | Q(pk__in=deciders)).distinct()
+    else:
+        users = teams.members_reaching(users, teams.Power.DECIDE, budget.agent)
     return sorted(set(users.values_list("email", flat=True)))
 
 
 def send_email(crossing_id: int) -> int:
-    crossing = BudgetCrossing.objects.select_related("budget").get(pk=crossing_id)
-    to = recipients(crossing.budget.agent)
+    crossing = BudgetCrossing.objects.select_related("budget__team").get(pk=crossing_id)
+    to = recipients(crossing.budget)
     if not to:
         return 0
     data = payload(crossing)
@@ -97,7 +104,7 @@ def send_email(crossing_id: int) -> int:
 
 
 def deliver_webhook(crossing_id: int, url: str) -> int:
-    crossing = BudgetCrossing.objects.select_related("budget").get(pk=crossing_id)
+    crossing = BudgetCrossing.objects.select_related("budget__team").get(pk=crossing_id)
     post_to, slack = target(url)
     if urlsplit(post_to).scheme not in ("http", "https"):
         raise DeliveryRefused(f"webhook URL must be http(s): {post_to!r}")

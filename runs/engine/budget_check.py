@@ -1,4 +1,5 @@
-"""The agent's budgets at a step boundary (runs/budgets.py has the rules and the spend).
+"""The budgets a run answers to (its agent's, its agent's teams') at a step boundary
+(runs/budgets.py has the rules and the spend).
 
 Before each model call and each pending tool call: a threshold crossed for the first time in
 the budget's period is a guard step on this run and a notification; past the approval
@@ -67,6 +68,11 @@ def _note_crossing(work: Work, state: budgets.BudgetState, threshold: str) -> No
                 "percent": getattr(budget, f"{threshold}_percent"),
                 "budget": budget.pk,
                 "agent": budget.agent,
+                **(
+                    {"team": budget.team.name, "agents": list(state.agents)}
+                    if budget.team_id
+                    else {}
+                ),
                 "period": budget.period,
                 "time_zone": budget.time_zone,
                 "period_start": state.start.isoformat(),

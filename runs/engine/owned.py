@@ -19,6 +19,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts.models import TeamAgent
+
 from .. import sql
 from ..models import CHECKPOINT_COLUMNS, Budget, Checkpoint, Instruction, Run, Step, canonical_json
 from .conversation import insert_tool_result
@@ -163,9 +165,15 @@ def beside_run() -> tuple[str, str]:
         f"WHERE {column(Instruction, 'run')} = {run}.{q('id')} "
         f"AND {column(Instruction, 'delivered_seq')} IS NULL)"
     )
+    # Its own budget, or one of a team that owns it (runs/budgets.py).
+    owners = (
+        f"SELECT {column(TeamAgent, 'team')} FROM {q(TeamAgent._meta.db_table)} "
+        f"WHERE {column(TeamAgent, 'agent')} = {run}.{q('agent')}"
+    )
     budget = (
         f"EXISTS (SELECT 1 FROM {q(Budget._meta.db_table)} "
-        f"WHERE {column(Budget, 'agent')} = {run}.{q('agent')})"
+        f"WHERE {column(Budget, 'agent')} = {run}.{q('agent')} "
+        f"OR {column(Budget, 'team')} IN ({owners}))"
     )
     return instructions, budget
 

@@ -67,7 +67,7 @@ def test_a_second_budget_for_the_same_agent_and_period_is_a_form_error(client, a
     client.post(reverse("runs:budgets"), FORM)
     response = client.post(reverse("runs:budgets"), {**FORM, "amount_usd": "9"})
     assert response.status_code == 422
-    assert "already exists" in response.content.decode()
+    assert "This agent already has a budget for this period." in response.content.decode()
     assert Budget.objects.get().amount_usd == Decimal("50")
 
 

@@ -79,7 +79,7 @@ def test_a_duplicate_is_422(admin_user):
     api = bearer(admin_user)
     assert api.post("/api/budgets", BODY, content_type="application/json").status_code == 201
     again = api.post("/api/budgets", BODY, content_type="application/json")
-    assert again.status_code == 422 and "already exists" in again.content.decode()
+    assert again.status_code == 422 and "already has a budget" in again.content.decode()
 
 
 def test_only_admins_change_budgets(operator, approver):

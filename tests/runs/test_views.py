@@ -149,7 +149,8 @@ def test_dashboard_queries_do_not_grow_with_runs(
     for _ in range(20):
         make_run(operator, status=Run.Status.RUNNING)
         make_run(operator, status=Run.Status.FAILED)
-    with django_assert_max_num_queries(14):
+    # 14, and the drift flags' three (runs/drift.py).
+    with django_assert_max_num_queries(17):
         assert client.get(reverse("runs:dashboard")).status_code == 200
 
 

@@ -9,9 +9,12 @@ from django.core import mail
 from django.utils import timezone
 from standardwebhooks import Webhook
 
+from accounts.models import Team, TeamAgent, TeamMember
 from approvals import tasks
 from approvals.engine_gates import budget_crossed
+from approvals.notify.budget import payload
 from runs.models import Budget, BudgetCrossing
+from tests.conftest import make_user
 from tests.runs.factories import make_run
 
 from .test_notify import PUBLIC, SECRET, Endpoint, configure
@@ -79,3 +82,51 @@ def test_the_engine_queues_the_notifications_after_commit(
         budget_crossed(crossing.run, crossing.pk)
         assert queued == []
     assert queued == [crossing.pk]
+
+
+def test_a_teams_crossing_goes_to_admins_and_the_teams_deciders(
+    settings, operator, approver, admin_user, django_user_model, no_enqueue
+):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    team = Team.objects.create(name="Ops", slug="ops")
+    TeamAgent.objects.create(team=team, agent="sql-analyst")
+    outsider = make_user(django_user_model, "oscar", "approver")
+    for user, address in ((approver, "arthur"), (admin_user, "ada"), (outsider, "oscar")):
+        user.email = f"{address}@example.com"
+        user.save()
+    TeamMember.objects.create(team=team, user=approver, decide=True)
+    budget = Budget.objects.create(team=team, period="day", amount_usd=Decimal("10"))
+    crossing = BudgetCrossing.objects.create(
+        budget=budget,
+        period_start=timezone.now(),
+        threshold="stop",
+        spent_usd=Decimal("12.5"),
+        run=make_run(operator),
+    )
+    assert tasks.send_budget_email(crossing.pk) == 1
+    (message,) = mail.outbox
+    # The team's decider and the admin; an approver outside the team is not told.
+    assert sorted(message.bcc) == ["ada@example.com", "arthur@example.com"]
+    assert message.subject.startswith("[agentops] Budget of team Ops is overspent")
+    assert payload(crossing)["team"] == "ops" and payload(crossing)["agent"] == ""
+
+
+def test_a_teams_crossing_is_posted_to_the_teams_own_webhook(
+    settings, hook, eager, operator, no_enqueue
+):
+    configure(settings, hook.url)
+    settings.AGENTOPS = {**settings.AGENTOPS, "WEBHOOK_URLS": []}
+    team = Team.objects.create(name="Ops", slug="ops", webhook_url=hook.url)
+    budget = Budget.objects.create(team=team, period="day", amount_usd=Decimal("10"))
+    crossing = BudgetCrossing.objects.create(
+        budget=budget,
+        period_start=timezone.now(),
+        threshold="warn",
+        spent_usd=Decimal("8.5"),
+        run=make_run(operator),
+    )
+    assert tasks.notify_budget_crossed(crossing.pk) == 1
+    (request,) = hook.requests
+    data = Webhook(SECRET.encode()).verify(request["body"], request["headers"])
+    assert (data["team"], data["agent"], data["threshold"]) == ("ops", "", "warn")
+    assert data["text"] == "Budget of team Ops is nearly spent (8.50 of 10.00 USD this day)"
