@@ -26,35 +26,34 @@ log = logging.getLogger("agentops.security")
 
 class CodeForm(forms.Form):
     code = forms.RegexField(
-        regex=r"^\d{6}$",
+        regex=r"^[0-9]{6}$",
         max_length=6,
         strip=True,
-        error_messages={"invalid": "Enter the 6-digit code your app shows."},
+        error_messages={
+            "invalid": "Enter the 6-digit code your app shows.",
+            "required": "Enter the 6-digit code your app shows.",
+            "max_length": "Enter the 6-digit code your app shows.",
+        },
         widget=forms.TextInput(
             attrs={"autocomplete": "one-time-code", "inputmode": "numeric", "autofocus": True}
         ),
     )
 
 
-def _wrong_code(form: CodeForm, device: TOTPDevice) -> None:
-    allowed, why = device.verify_is_allowed()
-    if not allowed and why and why.get("locked_until"):
-        form.add_error("code", "Too many wrong codes: wait a few seconds, then try again.")
-    else:
-        form.add_error("code", "That code is not right (or was already used).")
-
-
-def _check(user, device: TOTPDevice, form: CodeForm) -> bool:
-    """The code against the device, locked while checked (django-otp's throttling counts)."""
+def _check(user, device: TOTPDevice, form: CodeForm) -> str:
+    """The code against the device, locked while checked (django-otp's throttling counts):
+    "ok", or why not ("malformed", "throttled", "wrong"), the form then carrying the error."""
     if not form.is_valid():
-        return False
+        return "malformed"
     device.refresh_from_db()
     allowed, _ = device.verify_is_allowed()
-    if allowed and verify_token(user, device.persistent_id, form.cleaned_data["code"]):
-        return True
-    device.refresh_from_db()
-    _wrong_code(form, device)
-    return False
+    if not allowed:
+        form.add_error("code", "Too many wrong codes: wait a few seconds, then try again.")
+        return "throttled"
+    if verify_token(user, device.persistent_id, form.cleaned_data["code"]):
+        return "ok"
+    form.add_error("code", "That code is not right (or was already used).")
+    return "wrong"
 
 
 def _unconfirmed(user) -> TOTPDevice | None:
@@ -107,7 +106,7 @@ def confirm(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Start the setup first.")
         return redirect("two_factor:setup")
     form = CodeForm(request.POST)
-    if not _check(request.user, device, form):
+    if _check(request.user, device, form) != "ok":
         return _setup_page(request, form, status=400)
     TOTPDevice.objects.filter(pk=device.pk).update(confirmed=True)
     device.confirmed = True
@@ -131,7 +130,7 @@ def remove(request: HttpRequest) -> HttpResponse:
     if device is None:
         return redirect("two_factor:setup")
     form = CodeForm(request.POST)
-    if not _check(request.user, device, form):
+    if _check(request.user, device, form) != "ok":
         return _setup_page(request, form, status=400)
     TOTPDevice.objects.filter(user=request.user).delete()
     log.warning(
@@ -158,7 +157,8 @@ def verify(request: HttpRequest) -> HttpResponse:
         if device is None:  # removed meanwhile (by an admin): the password alone will do
             two_factor.forget(request)
             return redirect("login")
-        if _check(waiting.user, device, form):
+        outcome = _check(waiting.user, device, form)
+        if outcome == "ok":
             two_factor.forget(request)
             waiting.user.backend = waiting.backend
             auth_login(request, waiting.user)
@@ -173,7 +173,7 @@ def verify(request: HttpRequest) -> HttpResponse:
             ):
                 return redirect(waiting.next_url)
             return redirect("runs:dashboard")
-        if form.is_valid():  # a well-formed code, but wrong (or refused while throttled)
+        if outcome != "malformed":  # a well-formed code, but wrong or refused while throttled
             log.warning(
                 "wrong one-time code for %r",
                 waiting.user.get_username(),
