@@ -42,6 +42,17 @@ def signed_in_by_password(request: HttpRequest) -> bool:
     return request.session.get(BACKEND_SESSION_KEY) != SSO_BACKEND
 
 
+def must_enrol(user: User, session) -> bool:
+    """AGENTOPS_MFA_REQUIRED covers this password-signed-in person, who has no device yet."""
+    return bool(
+        settings.MFA_REQUIRED
+        and user.is_authenticated
+        and session.get(BACKEND_SESSION_KEY) != SSO_BACKEND
+        and required_for(user)
+        and confirmed_device(user) is None
+    )
+
+
 def required_for(user: User) -> bool:
     """AGENTOPS_MFA_REQUIRED: "all", or a role name meaning that role and above."""
     scope = settings.MFA_REQUIRED
@@ -130,14 +141,11 @@ def require_enrolment(get_response):
     no confirmed device is sent to the enrolment page before any other page."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        user = request.user
         if (
             settings.MFA_REQUIRED
-            and user.is_authenticated
+            and request.user.is_authenticated
             and not _exempt(request)
-            and signed_in_by_password(request)
-            and required_for(user)
-            and confirmed_device(user) is None
+            and must_enrol(request.user, request.session)
         ):
             if request.path_info.startswith("/api/"):
                 return JsonResponse(

@@ -344,3 +344,29 @@ def test_single_sign_on_sessions_are_left_alone(settings, olivia, enrolled):
     # No device, in scope: the provider did the second factor, the page is served.
     assert client.get("/runs/").status_code == 200
     assert b"single sign-on" in client.get("/accounts/two-factor/").content
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("enrolled_first", [False, True])
+async def test_sockets_refuse_a_person_who_must_enrol_first(settings, olivia, enrolled_first):
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from agentops.asgi import application
+
+    settings.MFA_REQUIRED = "all"
+    if enrolled_first:
+        await TOTPDevice.objects.acreate(user=olivia, name="app", confirmed=True)
+
+    @sync_to_async
+    def cookie() -> bytes:
+        client = Client()
+        client.force_login(olivia)
+        return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+    headers = [(b"origin", b"http://testserver"), (b"cookie", await cookie())]
+    communicator = WebsocketCommunicator(application, "/ws/runs/", headers=headers)
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected is enrolled_first
+    await communicator.disconnect()
