@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, get_user_model
+from django.contrib.auth import BACKEND_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -76,8 +77,13 @@ class Pending:
 
 def start(request: HttpRequest, user: User, next_url: str) -> None:
     """Hold a password-checked sign-in until its code comes. The session key is rotated, as
-    login() does, so a session planted before the password cannot ride on it."""
-    request.session.cycle_key()
+    login() does, so a session planted before the password cannot ride on it; whoever was
+    signed in on it is not any more (as login() does for another user)."""
+    if SESSION_KEY in request.session:
+        request.session.flush()
+        request.user = AnonymousUser()
+    else:
+        request.session.cycle_key()
     request.session[PENDING_KEY] = {
         "user_id": user.pk,
         "backend": user.backend,

@@ -370,3 +370,30 @@ async def test_sockets_refuse_a_person_who_must_enrol_first(settings, olivia, en
     connected, _ = await communicator.connect(timeout=5)
     assert connected is enrolled_first
     await communicator.disconnect()
+
+
+def test_a_password_for_another_account_signs_the_previous_one_out(olivia, enrolled, admin_user):
+    client = Client()
+    client.force_login(admin_user)
+    sign_in(client)
+    # Waiting for olivia's code: the admin is no longer signed in on this browser.
+    assert "_auth_user_id" not in client.session
+    assert not signed_in(client)
+    assert client.post("/accounts/two-factor/verify/", {"code": code(enrolled)}).status_code == 302
+    assert client.session["_auth_user_id"] == str(olivia.pk)
+
+
+def test_an_admin_removes_a_lost_device_in_the_admin(olivia, enrolled, admin_user):
+    admin_user.is_staff = admin_user.is_superuser = True
+    admin_user.save()
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/admin/otp_totp/totpdevice/")
+    assert page.status_code == 200 and b"olivia" in page.content
+    detail = client.get(f"/admin/otp_totp/totpdevice/{enrolled.pk}/change/")
+    # The secret is not shown there.
+    assert detail.status_code == 200 and enrolled.key.encode() not in detail.content
+    response = client.post(f"/admin/otp_totp/totpdevice/{enrolled.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302 and not TOTPDevice.objects.exists()
+    # The password alone signs olivia in again (and she may set up a new device).
+    assert sign_in(Client())["Location"] == "/"
