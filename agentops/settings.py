@@ -141,8 +141,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-# Sign-in throttling (django-axes): the login page, the admin's and the one-tap password
-# prompt. After AXES_FAILURE_LIMIT failures for one username from one address, that pair is
+# Sign-in throttling (django-axes): the login page (the admin's sends there) and the one-tap
+# password prompt. After AXES_FAILURE_LIMIT failures for one username from one address, that pair is
 # locked for AXES_COOLOFF_MINUTES (each failure while locked starts the wait again); an
 # admin unlocks at once (Users: "Unlock sign-in", or delete its Access attempt).
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)

@@ -1,5 +1,6 @@
-"""Sign-in throttling (django-axes): the login page and the admin's lock a username out from
-an address after AXES_FAILURE_LIMIT failures, say so clearly, audit it, and an admin unlocks."""
+"""Sign-in throttling (django-axes): the login page (the admin's sign-in is it) locks a
+username out from an address after AXES_FAILURE_LIMIT failures, says so clearly, audits it,
+and an admin unlocks."""
 
 import pytest
 from axes.models import AccessAttempt, AccessFailureLog
