@@ -2,8 +2,9 @@
 every lockout leaves.
 
 Axes counts failures per (username, address) on every password check that goes through
-`django.contrib.auth.authenticate`: the login page, the admin's, and the one-tap page's
-password prompt (approvals/notify/one_tap/views.py). Settings: AXES_* in agentops/settings.py.
+`django.contrib.auth.authenticate`: the login page (where the admin's sign-in sends people),
+and the one-tap page's password prompt (approvals/notify/one_tap/views.py). Settings: AXES_*
+in agentops/settings.py.
 """
 
 import logging

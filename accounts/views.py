@@ -15,7 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
-from . import provider_logout
+from . import provider_logout, two_factor
 
 log = logging.getLogger("agentops.security")
 
@@ -42,7 +42,20 @@ def login(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and not context["password_login"]:
         context["refused"] = "Password sign-in is turned off here: use single sign-on."
         return render(request, "registration/login.html", context, status=403)
-    return auth_views.LoginView.as_view(extra_context=context)(request)
+    return PasswordThenCodeLoginView.as_view(extra_context=context)(request)
+
+
+class PasswordThenCodeLoginView(auth_views.LoginView):
+    """A correct password of a person with a two-factor device does not sign them in yet:
+    the sign-in waits in the session for a current code (accounts/two_factor.py)."""
+
+    def form_valid(self, form):
+        user = form.get_user()
+        if two_factor.confirmed_device(user) is None:
+            return super().form_valid(form)
+        # get_success_url() validates `next` (url_has_allowed_host_and_scheme).
+        two_factor.start(self.request, user, self.get_success_url())
+        return redirect("two_factor:verify")
 
 
 @require_POST

@@ -44,6 +44,9 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "axes",
+    # Two-factor sign-in (TOTP) for password sign-ins: accounts/two_factor.py.
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     # The agent library: an app only for its template filters (`{% load untrusted %}`).
     "agentkit",
     "accounts",
@@ -66,6 +69,10 @@ MIDDLEWARE = [
     "agentops.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # request.user.is_verified(): whether this session passed a one-time code.
+    "django_otp.middleware.OTPMiddleware",
+    # AGENTOPS_MFA_REQUIRED: people in scope enrol before anything else.
+    "accounts.two_factor.require_enrolment",
     "agentkit.logs.request_context",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -134,8 +141,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-# Sign-in throttling (django-axes): the login page, the admin's and the one-tap password
-# prompt. After AXES_FAILURE_LIMIT failures for one username from one address, that pair is
+# Sign-in throttling (django-axes): the login page (the admin's sends there) and the one-tap
+# password prompt. After AXES_FAILURE_LIMIT failures for one username from one address, that pair is
 # locked for AXES_COOLOFF_MINUTES (each failure while locked starts the wait again); an
 # admin unlocks at once (Users: "Unlock sign-in", or delete its Access attempt).
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
@@ -169,6 +176,18 @@ AGENTOPS_SSO = {
     # And which teams: "<value>:<team slug>[+launch][+decide][+administer],..." (accounts/sso.py).
     "TEAMS": env.str("AGENTOPS_OIDC_TEAMS", default=""),
 }
+# Two-factor sign-in (django-otp, TOTP) for password sign-ins; single sign-on leaves it to
+# the provider. Who must enrol: "" nobody (whoever enrols is still asked), "all", or a role
+# name meaning that role and above (viewer < operator < approver < admin).
+MFA_REQUIRED = env.str("AGENTOPS_MFA_REQUIRED", default="").strip().lower()
+if MFA_REQUIRED not in ("", "all", "viewer", "operator", "approver", "admin"):
+    raise environ.ImproperlyConfigured(
+        "AGENTOPS_MFA_REQUIRED must be empty, all, viewer, operator, approver or admin"
+    )
+# How long the wait between the password and the code may last.
+MFA_PENDING_SECONDS = env.int("AGENTOPS_MFA_PENDING_SECONDS", default=300)
+OTP_TOTP_ISSUER = "agentops"
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 if not PASSWORD_LOGIN and not SSO_ENABLED:
     raise environ.ImproperlyConfigured(
         "AGENTOPS_PASSWORD_LOGIN=false needs single sign-on (AGENTOPS_OIDC_ISSUER)"

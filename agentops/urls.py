@@ -14,6 +14,8 @@ urlpatterns = [
     path("accounts/login/", accounts_views.login, name="login"),
     # And sign-out, which ends a single sign-on session at the provider too.
     path("accounts/logout/", accounts_views.logout, name="logout"),
+    # Two-factor sign-in (TOTP) for password sign-ins.
+    path("accounts/two-factor/", include("accounts.two_factor_urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", api.urls),
     path("healthz", health.healthz, name="healthz"),
@@ -30,11 +32,11 @@ urlpatterns = [
     path("", include("runs.urls")),
 ]
 
-if not settings.PASSWORD_LOGIN:
-    # The admin's password form would only fail: it sends people to the sign-in page.
-    urlpatterns.insert(
-        0, path("admin/login/", RedirectView.as_view(url=settings.LOGIN_URL, query_string=True))
-    )
+# The admin's own password form would skip the two-factor step (and, with passwords off, only
+# fail): it sends people to the sign-in page, which also locks out (django-axes).
+urlpatterns.insert(
+    0, path("admin/login/", RedirectView.as_view(url=settings.LOGIN_URL, query_string=True))
+)
 if settings.SSO_ENABLED:
     from allauth.socialaccount import views as socialaccount_views  # installed only then
 

@@ -9,7 +9,7 @@ from collections.abc import Hashable
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from accounts import teams
+from accounts import teams, two_factor
 from agentkit import metrics
 
 from . import access, events, feeds, live
@@ -51,6 +51,12 @@ class WatchedAccess:
         """connect()'s access check; False once it has refused the socket."""
         user = self.scope.get("user")
         if not user or not user.is_authenticated:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return False
+        # Pages send such a person to enrol first (accounts/two_factor.py); sockets too.
+        if await database_sync_to_async(two_factor.must_enrol)(
+            user, self.scope.get("session") or {}
+        ):
             await self.close(code=CLOSE_FORBIDDEN)
             return False
         # Joined before the check: a revocation committed in between still reaches us.

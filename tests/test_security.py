@@ -14,6 +14,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from accounts.models import ApiToken, Team, TeamAgent, TeamMember
 from approvals.models import Approval, ApprovalView, Delegation, Grant
@@ -130,7 +131,7 @@ def client_for(users, role: str, *, csrf: bool = False) -> Client:
     return client
 
 
-HTML_APPS = ("runs", "approvals", "triggers", "teams", "evals")
+HTML_APPS = ("runs", "approvals", "triggers", "teams", "evals", "two_factor")
 
 
 def _html_url_names() -> set[str]:
@@ -212,6 +213,13 @@ PAGES = {
     "evals:add_approval": ("POST", "operate"),
     "evals:regression_run": ("GET", "view"),
     "evals:compare": ("GET", "view"),
+    # Anyone signed in, role or not, manages their own two-factor sign-in.
+    "two_factor:setup": ("GET", "signed in"),
+    "two_factor:start": ("POST", "signed in"),
+    "two_factor:confirm": ("POST", "signed in"),
+    "two_factor:remove": ("POST", "signed in"),
+    # The code step of a password sign-in: without one waiting (as here), back to sign-in.
+    "two_factor:verify": ("GET", "signed in"),
 }
 ALLOWED = {
     "view": {"viewer", "operator", "approver", "admin"},
@@ -223,6 +231,7 @@ ALLOWED = {
     "administer": {"admin"},
     "link owner": {"admin"},
     "operate or approve": {"operator", "approver", "admin"},
+    "signed in": {"norole", "viewer", "operator", "approver", "admin"},
 }
 # What an allowed role gets where it is not a success: refused for another reason than the role.
 ALLOWED_STATUS = {"approvals:resume_halted": 409}
@@ -372,7 +381,16 @@ def _csp(header: str) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("name", sorted(n for n, (m, _) in PAGES.items() if m == "GET"))
 def test_every_page_sends_the_security_headers(name, users, world):
-    response = client_for(users, "admin").get(url_of(name, world))
+    if name == "two_factor:verify":
+        # Shown only to a sign-in waiting for its code: a password given, a device confirmed.
+        client = Client()
+        users["admin"].set_password("pw")
+        users["admin"].save()
+        TOTPDevice.objects.create(user=users["admin"], confirmed=True)
+        client.post(reverse("login"), {"username": "adam", "password": "pw"})
+        response = client.get(url_of(name, world))
+    else:
+        response = client_for(users, "admin").get(url_of(name, world))
     assert response.status_code == 200, response.status_code
     csp = _csp(response["Content-Security-Policy"])
     for directive, values in CSP_MUST.items():
@@ -409,6 +427,7 @@ def test_read_only_pages_refuse_unsafe_methods(name, users, world):
         "runs:budget_edit",
         "teams:new",
         "teams:edit",
+        "two_factor:verify",
     )
     methods = ("put", "patch", "delete") + (() if name in forms else ("post",))
     for method in methods:
@@ -449,6 +468,7 @@ POSTS = {
     "teams:delete": {},
     "evals:add_decisions": {"verdict": ""},
     "evals:remove_case": {},
+    "two_factor:start": {},
     "logout": {},
 }
 

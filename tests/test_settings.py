@@ -24,6 +24,7 @@ CONTROLLED = (
     "AGENTOPS_OIDC_CLIENT_SECRET",
     "AGENTOPS_OIDC_ROLES",
     "AGENTOPS_PASSWORD_LOGIN",
+    "AGENTOPS_MFA_REQUIRED",
     "AGENTOPS_OTEL",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -62,6 +63,7 @@ print(json.dumps({
     "oidc_apps": getattr(s, "SOCIALACCOUNT_PROVIDERS", {}).get("openid_connect", {}).get("APPS"),
     "otel": s.AGENTOPS_OTEL,
     "metrics_port": s.METRICS_PORT,
+    "mfa_required": s.MFA_REQUIRED,
 }, default=str))
 """
 
@@ -220,6 +222,14 @@ def test_password_login_off_without_single_sign_on_refuses_to_start(tmp_path):
     proc = load(tmp_path, AGENTOPS_PASSWORD_LOGIN="false")
     assert proc.returncode != 0
     assert "AGENTOPS_PASSWORD_LOGIN=false needs single sign-on" in proc.stderr
+
+
+def test_two_factor_is_required_of_a_role_and_above_or_all(tmp_path):
+    assert settings_for(tmp_path)["mfa_required"] == ""
+    assert settings_for(tmp_path, AGENTOPS_MFA_REQUIRED=" Approver ")["mfa_required"] == "approver"
+    proc = load(tmp_path, AGENTOPS_MFA_REQUIRED="approvers")
+    assert proc.returncode != 0
+    assert "AGENTOPS_MFA_REQUIRED must be empty, all" in proc.stderr
 
 
 def test_an_oidc_issuer_without_its_client_refuses_to_start(tmp_path):
