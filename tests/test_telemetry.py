@@ -26,6 +26,11 @@ SQL = {"question": "Revenue by category?", "report_to": "boss@example.com"}
 
 @pytest.fixture
 def worker():
+    from agentops.celery import app
+
+    # The memory broker's queue lives as long as this process: messages earlier tests
+    # published and nobody consumed would come first, and the run's wait out its minute.
+    app.control.purge()
     worker, thread = embedded.start_worker(concurrency=2)
     yield worker
     state.should_stop = 0  # the worker's own warm shutdown, from its loop's thread
