@@ -5,8 +5,7 @@ and a plain form post with a redirect to the run page."""
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
-from django.template.loader import render_to_string
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from . import rendering, steering
@@ -23,23 +22,20 @@ def _answer(request: HttpRequest, run: Run, status: int = 200, **extra) -> HttpR
             )
         return redirect("runs:detail", pk=run.pk)
     run.refresh_from_db()
-    return _steer_fragment(request, run, status, **extra)
-
-
-def _steer_fragment(request: HttpRequest, run: Run, status: int = 200, **extra) -> HttpResponse:
-    """#run-steer, and the run's actions out of band: a reopened run offers Cancel again
-    (the socket pushed them without it when the run ended)."""
-    context = rendering.steer_context(run, **extra)
-    html = render_to_string(rendering.RUN_PAGE + "#run-steer", context, request)
-    html += render_to_string(rendering.RUN_PAGE + "#run-actions", {**context, "oob": True}, request)
-    return HttpResponse(html, status=status)
+    return render(
+        request,
+        rendering.RUN_PAGE + "#run-steer",
+        rendering.steer_context(run, **extra),
+        status=status,
+    )
 
 
 @require_GET
 @login_required
 def run_steer(request: HttpRequest, pk) -> HttpResponse:
     """The fragment alone: fetched by each viewer when a pushed step changes it."""
-    return _steer_fragment(request, _get_run_for_user(request, pk))
+    run = _get_run_for_user(request, pk)
+    return render(request, rendering.RUN_PAGE + "#run-steer", rendering.steer_context(run))
 
 
 @require_POST
