@@ -249,14 +249,14 @@ def drop_postgres_database(url: str) -> None:
         )
 
 
-def redis_of_the_server(url: str) -> str:
-    """A Redis database of the live server's own, eight numbers from this worker's. On the
+def redis_of_the_server(url: str, offset: int = 8) -> str:
+    """A Redis database of the live server's own, `offset` numbers from this worker's. On the
     worker's database the server's in-process Celery worker would take the tasks of the
     service tests this worker runs while the server lives (a real worker's run, found
     nowhere in the server's database, dropped: the test's run stays queued), and their
     workers the server's."""
     parts = urlsplit(url)
-    number = (int(parts.path.strip("/") or 0) + 8) % 16
+    number = (int(parts.path.strip("/") or 0) + offset) % 16
     return parts._replace(path=f"/{number}").geturl()
 
 

@@ -20,6 +20,7 @@ from .conftest import (
     Session,
     drop_postgres_database,
     fresh_postgres_database,
+    redis_of_the_server,
     screenshot,
     services_from_env,
 )
@@ -51,7 +52,7 @@ def claude_server(tmp_path_factory, fake_api) -> Iterator[LiveServer]:
     if services:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         database = fresh_postgres_database(services[0], f"_claude{worker and '_' + worker}")
-        env.update(DATABASE_URL=database, REDIS_URL=services[1])
+        env.update(DATABASE_URL=database, REDIS_URL=redis_of_the_server(services[1], 4))
         args.append("--with-worker")
     var_dir = tmp_path_factory.mktemp("claude-var")
     up = start_up(var_dir, *args, **env)
@@ -92,8 +93,8 @@ def test_the_model_that_answered_and_what_caching_saved_are_shown(claude_server,
                 ),
             ]
         ),
-        # Sonnet again, for the next turns: the second reads what the first wrote (the
-        # cache is per model: Haiku's entry is no use to Sonnet).
+        # Haiku again for the next turns (Sonnet rests for the fallback cooldown): each
+        # reads what the one before wrote.
         reply([tool_use("quote_shipping", carrier="postal", weight_kg="2", destination="Lyon")]),
         reply([text("Cheapest: postal.")]),
     )
@@ -106,9 +107,7 @@ def test_the_model_that_answered_and_what_caching_saved_are_shown(claude_server,
     expect_status(page, "succeeded")
 
     models = page.locator("#timeline .step[data-kind=llm] .step-model")
-    expect(models).to_have_text(
-        ["claude-haiku-4-5 (fallback from claude-sonnet-4-6)", *["claude-sonnet-4-6"] * 2]
-    )
+    expect(models).to_have_text(["claude-haiku-4-5 (fallback from claude-sonnet-4-6)"] * 3)
     failed = page.locator("#timeline .step[data-kind=llm_error]")
     expect(failed.locator(".step-model")).to_have_text("claude-sonnet-4-6")
     expect(failed.locator("dl.facts")).to_contain_text("fallback to claude-haiku-4-5")

@@ -19,6 +19,7 @@ from .conftest import (
     PASSWORD,
     drop_postgres_database,
     fresh_postgres_database,
+    redis_of_the_server,
     services_from_env,
 )
 
@@ -51,7 +52,7 @@ def serving(tmp_path_factory, provider: OidcProvider, name: str, **env: str) -> 
     if services:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         database = fresh_postgres_database(services[0], f"_{name}{worker and '_' + worker}")
-        env.update(DATABASE_URL=database, REDIS_URL=services[1])
+        env.update(DATABASE_URL=database, REDIS_URL=redis_of_the_server(services[1], 12))
         args.append("--with-worker")
     up = start_up(tmp_path_factory.mktemp(f"{name}-var"), *args, **env)
     try:
