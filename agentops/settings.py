@@ -245,9 +245,9 @@ if SSO_ENABLED:
 REDIS_URL = env.str("REDIS_URL", default="")
 EMBEDDED = not REDIS_URL  # one process: in-memory transport, in-process worker and sweeps
 # Each web process hears every external call's decision on one channel of its own
-# (gateway/waits.py, prefix gateway.wakeups.HUB_CHANNEL_PREFIX): room for a burst of them,
+# (gateway/waits.py, marked gateway.wakeups.HUB_CHANNEL_MARK): room for a burst of them,
 # where the default capacity (100 in memory, 1 500 here) would drop the rest silently.
-GATEWAY_HUB_CAPACITY = {"gateway-hub.*": 100_000}
+GATEWAY_HUB_CAPACITY = {"*!gateway-hub-*": 100_000}
 
 if REDIS_URL:
     CHANNEL_LAYERS = {

@@ -53,7 +53,7 @@ from runs.models import Run, Step
 
 from . import sessions
 from .models import ExternalAgent, ExternalCall
-from .wakeups import DECISIONS_GROUP, HUB_CHANNEL_PREFIX, call_topic, numbering, session_topic
+from .wakeups import DECISIONS_GROUP, call_topic, new_hub_channel, numbering, session_topic
 
 log = logging.getLogger("agentops.gateway")
 
@@ -262,7 +262,7 @@ class _Hub:
 
     async def _listen(self) -> None:
         try:
-            self.channel = await self.layer.new_channel(prefix=HUB_CHANNEL_PREFIX)
+            self.channel = await new_hub_channel(self.layer)
             joined = await self._join_group()
         finally:
             self.listening.set_result(None)  # never leave the first waiters hanging

@@ -26,9 +26,21 @@ from .models import ExternalAgent, ExternalCall
 
 DECIDED = "gateway.decided"
 DECISIONS_GROUP = "gateway.decisions"
-# The prefix of each web process's listening channel, whose capacity the settings raise
-# (CHANNEL_LAYERS' channel_capacity): a burst of decisions must not overflow it.
-HUB_CHANNEL_PREFIX = "gateway-hub"
+# What names each web process's listening channel (after its "!"), whose capacity the
+# settings raise (CHANNEL_LAYERS' channel_capacity): a burst of decisions must not overflow it.
+HUB_CHANNEL_MARK = "gateway-hub-"
+
+
+async def new_hub_channel(layer) -> str:
+    """A process-local channel like the live pages' (`specific.<process>!…`), marked.
+
+    channels_redis reads all of a process's "!" channels through one lock, and its holder
+    pops only the messages of its own prefix: a hub channel with a prefix of its own held
+    that lock up to 5 s at a time (its blocking pop's timeout) while every live page's
+    message waited in the other key: pushes came seconds late, or not within a test's
+    15 s, once an external agent had waited on the process."""
+    name = await layer.new_channel()
+    return name.replace("!", "!" + HUB_CHANNEL_MARK, 1)
 
 log = logging.getLogger("agentops.gateway")
 

@@ -191,10 +191,37 @@ def test_the_listening_channel_holds_a_burst_of_decisions():
     # silently; the hub's channel has room for far more.
     layer = get_channel_layer()
 
-    async def channel() -> str:
-        return await layer.new_channel(prefix=wakeups.HUB_CHANNEL_PREFIX)
+    async def channels() -> tuple[str, str]:
+        return await wakeups.new_hub_channel(layer), await layer.new_channel()
 
-    assert layer.get_capacity(asyncio.run(channel())) >= 10_000
+    hub, page = asyncio.run(channels())
+    assert layer.get_capacity(hub) >= 10_000
+    assert layer.get_capacity(page) < 10_000  # a live page's is the default
+
+
+@pytest.mark.services  # channels_redis's receiving of a process's channels
+async def test_a_waiting_agent_does_not_hold_up_the_live_pages_messages():
+    # The hub's channel had a prefix of its own: the layer's one receive lock per process
+    # then went to the hub's blocking pop (up to 5 s) between each of the pages' own.
+    token, _, (call,) = await _db(_setup)()
+    waiting = asyncio.ensure_future(waits.call_state(token, call["call"], 25))
+    await _until(lambda: waits.listeners(wakeups.call_topic(call["call"])) == 1)
+    layer = get_channel_layer()
+    page = await layer.new_channel()
+    await layer.group_add("test.live-page", page)
+    took = []
+    for _ in range(4):
+        receiving = asyncio.ensure_future(layer.receive(page))
+        await asyncio.sleep(0.2)  # the hub is listening meanwhile, as it always is
+        sent = time.monotonic()
+        await layer.group_send("test.live-page", {"type": "run.changed"})
+        await asyncio.wait_for(receiving, 5.5)
+        took.append(time.monotonic() - sent)
+    assert max(took) < 0.5, took
+    await layer.group_discard("test.live-page", page)
+    assert not waiting.done()  # the agent waited all along
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
 
 
 @pytest.mark.services
