@@ -673,6 +673,13 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
         html += render_to_string(RUN_PAGE + "#run-header", {**run_context(run), "oob": True})
         if run.is_terminal:
             html += render_to_string(RUN_PAGE + "#run-actions", {"run": run, "oob": True})
+        elif _reopens(step):
+            # Cancel again, for those who may: each viewer fetches their own controls.
+            url = reverse("runs:actions", args=[step.run_id])
+            html += (
+                f'<div id="run-actions" class="actions" hx-swap-oob="true" hx-get="{url}" '
+                'hx-trigger="load" hx-swap="outerHTML"></div>'
+            )
     return {"html": html}
 
 
@@ -689,6 +696,11 @@ def _changes_steering(step: Step) -> bool:
     if step.kind in (Step.Kind.STATUS, Step.Kind.OPERATOR):
         return True
     return step.kind == Step.Kind.TOOL and bool(step.data.get("held"))
+
+
+def _reopens(step: Step) -> bool:
+    """The status step of a failed run reopened in place (Run.reopen)."""
+    return step.kind == Step.Kind.STATUS and step.data.get("event") == "reopened"
 
 
 def _changes_operations(step: Step) -> bool:

@@ -11,6 +11,7 @@ urlpatterns = [
     path("runs/<uuid:pk>/steps/", views.run_steps, name="steps"),
     path("runs/<uuid:pk>/steps/<int:seq>/", views.run_step, name="step"),
     path("runs/<uuid:pk>/cancel/", views.run_cancel, name="cancel"),
+    path("runs/<uuid:pk>/actions/", views.run_actions, name="actions"),
     path("runs/<uuid:pk>/steer/", steering_views.run_steer, name="steer"),
     path("runs/<uuid:pk>/pause/", steering_views.run_pause, name="pause"),
     path("runs/<uuid:pk>/resume/", steering_views.run_resume, name="resume"),

@@ -400,6 +400,15 @@ def run_pending(request: HttpRequest, pk) -> HttpResponse:
     return render(request, rendering.RUN_PAGE + "#pending-ops", context)
 
 
+@require_GET
+@login_required
+def run_actions(request: HttpRequest, pk) -> HttpResponse:
+    """The run page's controls as this viewer may use them: fetched by each viewer when a
+    reopened run offers Cancel again (the push that ended it sent them without)."""
+    run = _get_run_for_user(request, pk)
+    return render(request, rendering.RUN_PAGE + "#run-actions", {"run": run})
+
+
 @require_POST
 @login_required
 def run_pending_finish(request: HttpRequest, pk, op_id: int) -> HttpResponse:

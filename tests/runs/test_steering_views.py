@@ -213,3 +213,24 @@ def test_a_failed_run_offers_resume_from_here_or_says_why_not(client, operator, 
     assert failed.steps.order_by("-seq").first().data["event"] == "reopened"
     page = client.get(reverse("runs:detail", args=[failed.pk])).content.decode()
     assert "reopened: failed → queued" in page and "model call failed" in page
+
+
+def test_a_reopened_run_offers_each_viewer_the_controls_they_may_use(
+    client, operator, viewer, no_enqueue
+):
+    failed = make_run(operator, status=Run.Status.FAILED, termination_reason="llm_error")
+    client.force_login(operator)
+    client.post(reverse("runs:reopen", args=[failed.pk]), {"choice": "retry"}, **HTMX)
+    # The push that ended the run took Cancel away; the reopened step's asks for it again,
+    # fetched by each viewer (the push is the same bytes for all).
+    reopened = failed.steps.order_by("-seq").first()
+    html = rendering.render_step_event(reopened)["html"]
+    url = reverse("runs:actions", args=[failed.pk])
+    assert f'id="run-actions" class="actions" hx-swap-oob="true" hx-get="{url}"' in html
+    assert 'id="cancel-run"' in client.get(url).content.decode()
+    client.force_login(viewer)
+    fetched = client.get(url).content.decode()
+    assert 'id="run-actions"' in fetched and 'id="cancel-run"' not in fetched
+    # Other steps of a running run leave the controls as they are.
+    other = rendering.render_step_event(failed.steps.order_by("seq").first())["html"]
+    assert url not in other
