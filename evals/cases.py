@@ -1,4 +1,6 @@
-"""Cases from people's decisions: one decided approval of a proposed call becomes a case.
+"""Cases from people's decisions: one decided approval of a proposed call becomes a case; and
+from verifier failures: a final answer the agent's verifier failed becomes a case whose
+expected outcome is an answer that passes it.
 
 A case is built from what the run's timeline recorded when the model proposed the call: the
 conversation before that model turn (engine.conversation up to the step before it) and the
@@ -18,6 +20,7 @@ from django.utils import timezone
 from accounts import teams
 from approvals.models import Approval
 from runs import engine
+from runs.models import Step
 
 from .models import Case, Dataset
 
@@ -43,6 +46,18 @@ def decisions_reaching(user) -> QuerySet:
     )
 
 
+def verifier_failures_reaching(user) -> QuerySet:
+    """The failed checks of a final answer (verify steps) `user` may turn into cases, on
+    agents the user may launch. A verifier that checks a tool call (`after_tools`) is left
+    out: its case would be a call, not an answer."""
+    agents = teams.scope(user, teams.Power.LAUNCH)
+    if agents.nothing:
+        return Step.objects.none()
+    return Step.objects.filter(
+        agents.q("run__agent"), kind=Step.Kind.VERIFY, data__passed=False
+    ).exclude(data__has_key="after")
+
+
 def verdict_of(approval: Approval) -> str:
     if approval.status == Approval.Status.REJECTED:
         return Case.Verdict.REJECTED
@@ -60,7 +75,29 @@ class DecisionFilter:
     until: date | None = None
     run: UUID | None = None  # the decisions of one run (its page's "add to a dataset")
 
+    def failures(self, steps: QuerySet) -> list[Step]:
+        """The verifier failures among `steps` the filter selects (`tool` names a verifier)."""
+        if self.verdict not in ("", Case.Verdict.VERIFIER_FAILED):
+            return []
+        if self.run:
+            steps = steps.filter(run_id=self.run)
+        if self.tool:
+            steps = steps.filter(data__verifier=self.tool)
+        steps = self._within(steps, "created_at")
+        return list(steps.select_related("run").order_by("created_at", "pk"))
+
+    def _within(self, rows: QuerySet, field: str) -> QuerySet:
+        """`rows` whose `field` falls between since and until (whole days, local time)."""
+        zone = timezone.get_current_timezone()
+        if self.since:
+            rows = rows.filter(**{f"{field}__gte": datetime.combine(self.since, time.min, zone)})
+        if self.until:
+            rows = rows.filter(**{f"{field}__lte": datetime.combine(self.until, time.max, zone)})
+        return rows
+
     def apply(self, approvals: QuerySet) -> list[Approval]:
+        if self.verdict == Case.Verdict.VERIFIER_FAILED:
+            return []
         if self.run:
             approvals = approvals.filter(run_id=self.run)
         if self.verdict == Case.Verdict.REJECTED:
@@ -69,15 +106,7 @@ class DecisionFilter:
             approvals = approvals.filter(status=Approval.Status.APPROVED)
         if self.tool:
             approvals = approvals.filter(tool=self.tool)
-        zone = timezone.get_current_timezone()
-        if self.since:
-            approvals = approvals.filter(
-                decided_at__gte=datetime.combine(self.since, time.min, tzinfo=zone)
-            )
-        if self.until:
-            approvals = approvals.filter(
-                decided_at__lte=datetime.combine(self.until, time.max, tzinfo=zone)
-            )
+        approvals = self._within(approvals, "decided_at")
         approvals = approvals.select_related("run", "decided_by").order_by("decided_at", "pk")
         if self.verdict in (Case.Verdict.EDITED, Case.Verdict.APPROVED):
             # Edited or not is a comparison of two JSON values: decided here, not in SQL.
@@ -119,6 +148,66 @@ def build_case(dataset: Dataset, approval: Approval, *, by=None) -> Case:
         decided_at=approval.decided_at,
         added_by=by,
     )
+
+
+def build_verifier_case(dataset: Dataset, failed: Step, *, by=None) -> Case:
+    """The case a failed check of a final answer makes for `dataset` (not saved): the
+    conversation before the model turn that gave the answer, and the answer."""
+    run = failed.run
+    if run.agent != dataset.agent:
+        raise CaseError(f"the answer was {run.agent}'s; the dataset is {dataset.agent}'s")
+    if failed.kind != Step.Kind.VERIFY or failed.data.get("passed") or "after" in failed.data:
+        raise CaseError("only a final answer its verifier failed can become a case")
+    answered = run.steps.filter(kind=Step.Kind.LLM, seq__lt=failed.seq).order_by("-seq").first()
+    if answered is None:
+        raise CaseError(f"no model turn gave the answer checked at step #{failed.seq}")
+    before = answered.seq - 1
+    checkpoint = run.checkpoints.filter(seq__lte=before).order_by("-seq").first()
+    if checkpoint is None:
+        raise CaseError(f"run {run.pk} has no checkpoint before step #{answered.seq}")
+    state = copy.deepcopy(checkpoint.state)
+    state["pending"] = []
+    state.pop("checking", None)
+    said = engine.conversation(run, upto_seq=answered.seq)[-1]["content"]
+    answer = "\n".join(
+        b.get("text", "") for b in said if isinstance(b, dict) and b.get("type") == "text"
+    )
+    return Case(
+        dataset=dataset,
+        source_run=run,
+        source_seq=failed.seq,
+        input=run.input,
+        context=engine.conversation(run, upto_seq=before),
+        state=state,
+        tool=failed.data.get("verifier", "")[:64],
+        proposed_args={"answer": answer},
+        verdict=Case.Verdict.VERIFIER_FAILED,
+        reason=failed.data.get("reason", ""),
+        decided_by="verifier",
+        decided_at=failed.created_at,
+        added_by=by,
+    )
+
+
+def add_failures(dataset: Dataset, failed_steps, *, by=None) -> tuple[list[Case], list[str]]:
+    """Add each verifier failure as a case, as `add` does decisions."""
+    added, skipped = [], []
+    for failed in failed_steps:
+        where = f"check #{failed.seq} of run {failed.run_id}"
+        if dataset.cases.filter(source_run_id=failed.run_id, source_seq=failed.seq).exists():
+            skipped.append(f"{where}: already in {dataset.name}")
+            continue
+        try:
+            case = build_verifier_case(dataset, failed, by=by)
+            with transaction.atomic():
+                case.save()
+        except CaseError as exc:
+            skipped.append(f"{where}: {exc}")
+        except IntegrityError:
+            skipped.append(f"{where}: already in {dataset.name}")
+        else:
+            added.append(case)
+    return added, skipped
 
 
 def add(dataset: Dataset, approvals, *, by=None) -> tuple[list[Case], list[str]]:

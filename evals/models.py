@@ -3,8 +3,11 @@
 A Dataset belongs to one agent (its team's, through accounts/teams.py). Each Case is one
 gated call a person decided: the run's input, the conversation the model had when it proposed
 the call (its context), the call it proposed, and what the person wanted: approved as is,
-approved with edited arguments, or rejected. A case copies all of it, so it outlives the run
-(retention, deletion) and a dataset can be replayed against any later version of the agent.
+approved with edited arguments, or rejected. Or one final answer the agent's verifier failed:
+the conversation before the answer, the answer (`proposed_args["answer"]`, `tool` names the
+verifier), and what is wanted: an answer that passes the verifier. A case copies all of it,
+so it outlives the run (retention, deletion) and a dataset can be replayed against any later
+version of the agent.
 
 A RegressionRun replays every case of a dataset against one agent version (evals/rehearsal.py)
 and keeps a CaseResult per case: pass or fail, with what the agent proposed and how it differs.
@@ -51,6 +54,7 @@ class Case(models.Model):
         APPROVED = "approved"  # the proposed call, as it was
         EDITED = "edited"  # the call with the approver's arguments
         REJECTED = "rejected"  # not this call
+        VERIFIER_FAILED = "verifier_failed", "verifier failed"  # an answer that passes it
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="cases")
     # Where it came from; the case keeps its own copy of everything it needs.
@@ -59,6 +63,9 @@ class Case(models.Model):
     )
     source_approval = models.ForeignKey(
         "approvals.Approval", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source_seq = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The failed verify step of a verifier's case."
     )
     input = models.JSONField(default=dict)
     context = models.JSONField(default=list, help_text="The conversation before the model turn.")
@@ -81,8 +88,15 @@ class Case(models.Model):
             models.UniqueConstraint(
                 fields=["dataset", "source_approval"], name="evals_case_once_per_dataset"
             ),
+            models.UniqueConstraint(
+                fields=["dataset", "source_run", "source_seq"],
+                condition=models.Q(source_seq__isnull=False),
+                name="evals_verifier_case_once_per_dataset",
+            ),
             models.CheckConstraint(
-                condition=models.Q(verdict__in=["approved", "edited", "rejected"]),
+                condition=models.Q(
+                    verdict__in=["approved", "edited", "rejected", "verifier_failed"]
+                ),
                 name="evals_case_verdict_known",
             ),
         ]

@@ -34,7 +34,7 @@ from agentkit.llm.base import LLMRequest, LLMResponse, OnText
 from agentkit.tools import ToolContext, ToolError, get_tool
 from runs import engine
 from runs.engine import gates, replaying
-from runs.models import Run, canonical_json
+from runs.models import Run, Step, canonical_json
 
 from .models import Case, CaseResult, Dataset, RegressionRun
 from .versions import fingerprint, version_of
@@ -149,6 +149,8 @@ class Rehearsal:
         self.gates = _RehearsalGates(self)
         self.proposals: list[Proposal] = []
         self.ended = ""
+        # The verifier's checks of the final answers, in order: (passed, reason).
+        self.checks: list[tuple[bool, str]] = []
 
     def tool_result(self, tool: str, args: dict) -> tuple[Any, str | None]:
         found = get_tool(tool)
@@ -211,6 +213,13 @@ def rehearse(case: Case, agent: Agent, provider_name: str, input: dict) -> tuple
                         break
                 else:
                     ended = f"no proposal after {MAX_ADVANCES} engine steps"
+            rehearsal.checks = [
+                (data.get("passed", False), data.get("reason", ""))
+                for data in copy.steps.filter(kind=Step.Kind.VERIFY)
+                .exclude(data__has_key="after")
+                .order_by("seq")
+                .values_list("data", flat=True)
+            ]
             raise _RollBack
     except _RollBack:
         pass
@@ -240,10 +249,15 @@ class Judgement:
     detail: str = ""
 
 
-def judge(case: Case, proposals: list[Proposal], ended: str = "") -> Judgement:
+def judge(
+    case: Case, proposals: list[Proposal], ended: str = "", checks: list | None = None
+) -> Judgement:
     """Whether the agent now proposes what the person wanted. Approved or edited: a call of
     the case's tool with the expected arguments is among the proposed; rejected: the rejected
-    call (tool and arguments) is not."""
+    call (tool and arguments) is not; a verifier's case: its first answer passes the verifier
+    (`checks`, in order)."""
+    if case.verdict == Case.Verdict.VERIFIER_FAILED:
+        return _judge_answer(case, proposals, ended, checks or [])
     same_tool = [p for p in proposals if p.tool == case.tool]
     closest = same_tool[0] if same_tool else (proposals[0] if proposals else None)
     if case.verdict == Case.Verdict.REJECTED:
@@ -282,6 +296,23 @@ def judge(case: Case, proposals: list[Proposal], ended: str = "") -> Judgement:
         closest,
         diff,
         f"proposes {case.tool} with other arguments than {wanted}",
+    )
+
+
+def _judge_answer(case: Case, proposals: list[Proposal], ended: str, checks: list) -> Judgement:
+    proposal = proposals[0] if proposals else None
+    if not checks:
+        what = f"proposes {proposal.tool}" if proposal else (ended or "no answer")
+        return Judgement(
+            CaseResult.Outcome.FAIL, proposal, detail=f"gives no answer to check: {what}"
+        )
+    passed, reason = checks[0]
+    if passed:
+        return Judgement(
+            CaseResult.Outcome.PASS, proposal, detail=f"its answer now passes {case.tool}"
+        )
+    return Judgement(
+        CaseResult.Outcome.FAIL, proposal, detail=f"its answer fails {case.tool} again: {reason}"
     )
 
 
@@ -358,7 +389,7 @@ def _result(regression: RegressionRun, case: Case, agent: Agent, provider: str) 
         result.outcome = CaseResult.Outcome.ERROR
         result.detail = f"the case could not be replayed: {type(exc).__name__}: {exc}"[:2000]
         return result
-    verdict = judge(case, rehearsal.proposals, ended)
+    verdict = judge(case, rehearsal.proposals, ended, rehearsal.checks)
     result.outcome = verdict.outcome
     result.diff = verdict.diff
     result.detail = verdict.detail[:2000]

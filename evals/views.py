@@ -62,12 +62,21 @@ def _from_run(request: HttpRequest) -> dict:
         run_id = UUID(request.GET.get("run", ""))
     except ValueError:
         return {}
-    decided = cases.decisions_reaching(request.user).filter(run_id=run_id)
-    if not decided.exists():
-        return {"from_run": run_id, "run_decisions": []}
-    agent = decided.first().run.agent
+    decided = list(cases.decisions_reaching(request.user).filter(run_id=run_id))
+    failed = list(
+        cases.verifier_failures_reaching(request.user).filter(run_id=run_id).order_by("seq")
+    )
+    if not (decided or failed):
+        return {"from_run": run_id, "run_decisions": [], "run_failures": []}
+    agent = (decided or failed)[0].run.agent
     targets = Dataset.objects.reachable_by(request.user, teams.Power.LAUNCH).filter(agent=agent)
-    return {"from_run": run_id, "run_decisions": list(decided), "run_targets": targets}
+    return {
+        "from_run": run_id,
+        "run_agent": agent,
+        "run_decisions": decided,
+        "run_failures": failed,
+        "run_targets": targets,
+    }
 
 
 def _dataset_page(request, dataset, *, status=200, **context) -> HttpResponse:
@@ -100,10 +109,17 @@ def add_decisions(request: HttpRequest, pk: int) -> HttpResponse:
     form = DecisionFilterForm(request.POST)
     if not form.is_valid():
         return _dataset_page(request, dataset, status=422, filter_form=form)
+    chosen = form.decision_filter()
     approvals = cases.decisions_reaching(request.user).filter(run__agent=dataset.agent)
-    selected = form.decision_filter().apply(approvals)
+    selected = chosen.apply(approvals)
+    failures = cases.verifier_failures_reaching(request.user).filter(run__agent=dataset.agent)
+    failed = chosen.failures(failures)[: max(0, BULK_LIMIT - len(selected))]
     added, skipped = cases.add(dataset, selected[:BULK_LIMIT], by=request.user)
+    added_failures, skipped_failures = cases.add_failures(dataset, failed, by=request.user)
+    added, skipped = added + added_failures, skipped + skipped_failures
     notice = f"{len(added)} case(s) added from {len(selected)} decision(s)"
+    if failed:
+        notice += f" and {len(failed)} verifier failure(s)"
     if len(selected) > BULK_LIMIT:
         notice += f"; only the first {BULK_LIMIT} were taken: narrow the filter"
     return _dataset_page(request, dataset, filter_form=form, notice=notice, skipped=skipped)
