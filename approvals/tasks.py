@@ -56,8 +56,10 @@ def approval_reminded(approval_id: str, key: str) -> None:
     try:
         if settings.AGENTOPS["NOTIFY_EMAIL"]:
             send_reminder_email.delay(approval_id, key)
-        for url in settings.AGENTOPS["WEBHOOK_URLS"]:
+        for url in webhook_urls(Approval.objects.select_related("run").get(pk=approval_id)):
             deliver_reminder_webhook.delay(approval_id, url, key)
+        if slack.enabled():
+            post_reminder_to_slack.delay(approval_id, key)
     except Exception:
         log.exception("approval %s: could not queue the reminder %s", approval_id, key)
 
@@ -81,6 +83,13 @@ def approval_requested(approval_id) -> None:
         log.exception("approval %s: could not queue notifications", approval_id)
 
 
+def webhook_urls(approval: Approval) -> list[str]:
+    """The installation's webhooks get every approval (and its reminders); a team's own, its
+    agents' approvals."""
+    team_urls = [t.webhook_url for t in teams.teams_owning(approval.run.agent) if t.webhook_url]
+    return list(dict.fromkeys([*settings.AGENTOPS["WEBHOOK_URLS"], *team_urls]))
+
+
 @shared_task(ignore_result=True)
 def notify_approval_requested(approval_id: str) -> int:
     """Queue one delivery task per channel; returns how many were queued."""
@@ -91,9 +100,7 @@ def notify_approval_requested(approval_id: str) -> int:
     if settings.AGENTOPS["NOTIFY_EMAIL"] and email.approver_emails(approval):
         send_approval_email.delay(str(approval.pk))
         queued += 1
-    # The installation's webhooks get every approval; a team's own, its agents' approvals.
-    team_urls = [t.webhook_url for t in teams.teams_owning(approval.run.agent) if t.webhook_url]
-    for url in dict.fromkeys([*settings.AGENTOPS["WEBHOOK_URLS"], *team_urls]):
+    for url in webhook_urls(approval):
         deliver_approval_webhook.delay(str(approval.pk), url)
         queued += 1
     if slack.enabled():
@@ -138,6 +145,11 @@ def send_escalation_email(approval_id: str, tier: int) -> int:
 @shared_task(**{**RETRIED_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
 def post_approval_to_slack(approval_id: str) -> str:
     return slack.post_request(approval_id)
+
+
+@shared_task(**{**RETRIED_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
+def post_reminder_to_slack(approval_id: str, key: str) -> str:
+    return slack.post_reminder(approval_id, key)
 
 
 def slack_on_decided(sender, approval_id, **kwargs) -> None:

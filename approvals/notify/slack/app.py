@@ -3,7 +3,8 @@
 Off unless SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET and SLACK_CHANNEL are set. Then:
 
 - a new approval is posted to the channel (chat.postMessage, from the notification tasks);
-  its buttons carry the approval id and the hash of the call the message shows;
+  its buttons carry the approval id and the hash of the call the message shows; its
+  reminders (before expiry, before escalation) are replies in its thread, shown in the channel;
 - Slack POSTs each button press to /slack/actions. The request is authenticated by Slack's
   signature (HMAC-SHA256 of "v0:<timestamp>:<body>" with the signing secret, timestamps
   older than five minutes refused: slack_sdk's SignatureVerifier), never by a cookie;
@@ -39,6 +40,7 @@ from runs.models import args_hash
 from ... import decisions
 from ...models import Approval, SlackMessage, SlackUser
 from ..message import headline, links, slack_escape, slack_payload
+from ..reminders import describe
 
 log = logging.getLogger("agentops.slack")
 
@@ -146,6 +148,23 @@ def post_request(approval_id: str) -> str:
         approval=approval, defaults={"channel": response["channel"], "ts": response["ts"]}
     )
     return message.ts
+
+
+def post_reminder(approval_id: str, key: str) -> str:
+    """A reminder (approvals/notify/reminders.py) as a reply in the request's thread, shown in
+    the channel too: those who decide in Slack are reminded where they would decide. Nothing
+    for a request never posted or decided since. Returns the reply's ts ("" when none)."""
+    approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
+    message = SlackMessage.objects.filter(approval_id=approval_id).first()
+    if approval is None or message is None or approval.status != Approval.Status.PENDING:
+        return ""
+    response = client().chat_postMessage(
+        channel=message.channel,
+        thread_ts=message.ts,
+        reply_broadcast=True,
+        text=f"Reminder: {slack_escape(describe(approval, key))}",
+    )
+    return response["ts"]
 
 
 def refresh_request(approval: Approval) -> None:

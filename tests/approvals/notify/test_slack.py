@@ -520,3 +520,27 @@ def test_a_stale_card_is_told_nothing_was_decided(fake, operator, approver, no_e
     assert reply.startswith("Nothing was decided: the call you were shown is not the call")
     assert "Already decided" not in reply
     assert_pending(run, approval, seq)
+
+
+@pytest.mark.django_db
+def test_a_reminder_is_a_reply_in_the_request_s_thread_shown_in_the_channel(
+    fake, operator, approver, no_enqueue, monkeypatch
+):
+    _, approval = report(operator)
+    key = "expiry:0.1"
+    assert slack.post_reminder(str(approval.pk), key) == ""  # never posted: nothing to remind
+    ts = slack.post_request(str(approval.pk))
+    # The sweep's reminder reaches Slack's queue beside the e-mail and the webhooks.
+    queued = []
+    monkeypatch.setattr(tasks.post_reminder_to_slack, "delay", lambda *a: queued.append(a))
+    monkeypatch.setattr(tasks.send_reminder_email, "delay", lambda *a: None)
+    tasks.approval_reminded(str(approval.pk), key)
+    assert queued == [(str(approval.pk), key)]
+    tasks.post_reminder_to_slack(str(approval.pk), key)
+    request, reminder = fake.called("/api/chat.postMessage")
+    assert reminder["thread_ts"] == ts and reminder["channel"] == request["channel"]
+    assert reminder["reply_broadcast"] is True
+    assert reminder["text"].startswith("Reminder: Nobody has decided this yet; it expires at")
+    decisions.decide(approval.pk, user=approver, decision="reject", reason="no")
+    assert slack.post_reminder(str(approval.pk), key) == ""  # decided: no reminder
+    assert len(fake.called("/api/chat.postMessage")) == 2

@@ -8,6 +8,7 @@ import pytest
 from django.core import mail
 
 from accounts.models import Team, TeamAgent, TeamMember
+from approvals import tasks
 from approvals.models import Approval
 from approvals.notify import escalation
 from approvals.notify.slack import app as slack
@@ -83,6 +84,10 @@ def test_a_team_s_own_webhook_gets_its_agents_approvals_only(
     assert len(mine.requests) == 1 and b'"sql-analyst"' in mine.requests[0]["body"]
     assert theirs.requests == []
     assert str(approval.pk).encode() in mine.requests[0]["body"]
+    # Its reminders go where the request went.
+    tasks.approval_reminded(str(approval.pk), "expiry:0.5")
+    assert len(mine.requests) == 2 and b'"approval.reminder"' in mine.requests[1]["body"]
+    assert theirs.requests == []
 
 
 @pytest.mark.django_db
