@@ -264,8 +264,8 @@ def gate_rules_from_json(data: Any) -> dict:
                 raise ValueError(f"{name} must be one of {', '.join(BLAST_LABELS)} or empty")
             kwargs[name] = data[name]
     if "on_expiry" in data:
-        if data["on_expiry"] not in ("reject", "fail"):
-            raise ValueError("on_expiry must be reject or fail")
+        if data["on_expiry"] not in ("reject", "fail", "halt"):
+            raise ValueError("on_expiry must be reject, fail or halt")
         kwargs["on_expiry"] = data["on_expiry"]
     if "approval_timeout_seconds" in data:
         seconds = data["approval_timeout_seconds"]

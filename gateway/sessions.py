@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from agentkit import tracing
 from agentkit.tools import MAX_CALL_COST_USD, ToolArgsError, call_cost
-from approvals import declared_policy, engine_gates, gate_config, wait_traces
+from approvals import decisions, declared_policy, engine_gates, gate_config, wait_traces
+from approvals.decisions import HALTED
 from approvals.models import Approval
 from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
@@ -302,7 +303,11 @@ def state_of(call: ExternalCall) -> CallState:
         )
     if call.approval_id is None:
         return CallState(call, ALLOWED, call.args)
-    approval = Approval.objects.select_related("decided_by").get(pk=call.approval_id)
+    approval = Approval.objects.select_related("decided_by", "run").get(pk=call.approval_id)
+    if approval.status == Approval.Status.EXPIRED and approval.on_expiry == "halt":
+        halted = _halted(call, approval)
+        if halted is not None:
+            return halted
     by = approval.decided_by.get_username() if approval.decided_by else None
     if approval.status == Approval.Status.APPROVED:
         # The approval binds the arguments: only those whose hash was approved are handed
@@ -317,6 +322,19 @@ def state_of(call: ExternalCall) -> CallState:
     elif approval.status == Approval.Status.CANCELLED:
         reason = reason or "the session was cancelled"
     return CallState(call, approval.status, call.args, reason, by, approval.decided_at)
+
+
+def _halted(call: ExternalCall, approval: Approval) -> CallState | None:
+    """A call whose expiry halted its session: it waits (pending, the status line says why)
+    until an operator resumes the session (then it expired: the agent is told it was not
+    executed, None here) or cancels it (cancelled)."""
+    run = approval.run
+    if run.status == Run.Status.CANCELLED:
+        reason = "the session was cancelled while halted: nobody decided in time"
+        return CallState(call, Approval.Status.CANCELLED, call.args, reason, None, run.finished_at)
+    if decisions.is_halted(run):
+        return CallState(call, PENDING, call.args, run.status_detail.removeprefix(HALTED))
+    return None
 
 
 def reported(call: ExternalCall) -> dict | None:

@@ -17,6 +17,7 @@ from uuid import UUID
 import redis
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
 from approvals.models import Approval
 from runs import events
@@ -41,6 +42,7 @@ async def new_hub_channel(layer) -> str:
     15 s, once an external agent had waited on the process."""
     name = await layer.new_channel()
     return name.replace("!", "!" + HUB_CHANNEL_MARK, 1)
+
 
 log = logging.getLogger("agentops.gateway")
 
@@ -110,8 +112,20 @@ def session_topic(run_id) -> str:
 # --- pushing -----------------------------------------------------------------------------
 def on_step_appended(sender, step: Step, **kwargs) -> None:
     """runs.models.step_appended: a final decision on an external call wakes its waiters,
-    once committed. Other steps cost nothing here (no query)."""
-    if step.kind != Step.Kind.DECISION or step.run.trigger != Run.Trigger.EXTERNAL:
+    once committed; so does a session resumed after an expiry halted it. Other steps cost
+    nothing here (no query)."""
+    if step.kind not in (Step.Kind.DECISION, Step.Kind.STATUS):
+        return
+    if step.run.trigger != Run.Trigger.EXTERNAL:
+        return
+    if step.kind == Step.Kind.STATUS:
+        if step.data.get("event") != "resumed":
+            return
+        # The calls whose expiry halted the session are told now that it expired.
+        halted = Approval.objects.filter(
+            run_id=step.run_id, status=Approval.Status.EXPIRED, on_expiry="halt"
+        ).values_list("pk", flat=True)
+        publish_cancelled_on_commit(halted, step.run_id)
         return
     if step.data.get("status") in (None, "pending") or not step.data.get("approval"):
         return  # one vote of a quorum: nothing decided yet
@@ -136,7 +150,8 @@ def publish_decided(call_id, run_id) -> None:
 
 
 def publish_cancelled_on_commit(approval_ids, run_id) -> None:
-    """The calls of these approvals were cancelled with their session (one query)."""
+    """The calls of these approvals changed with their session (cancelled, or resumed after
+    a halt): their waiters read again (one query)."""
     calls = ExternalCall.objects.filter(approval_id__in=list(approval_ids)).values_list(
         "pk", flat=True
     )
@@ -156,7 +171,9 @@ def on_run_cancelled(sender, run: Run, **kwargs) -> None:
     if run.trigger != Run.Trigger.EXTERNAL:
         return
     approvals = Approval.objects.filter(
-        run=run, status__in=[Approval.Status.PENDING, Approval.Status.CANCELLED]
+        Q(status__in=[Approval.Status.PENDING, Approval.Status.CANCELLED])
+        | Q(status=Approval.Status.EXPIRED, on_expiry="halt"),  # a halted call waits too
+        run=run,
     ).values_list("pk", flat=True)
     publish_cancelled_on_commit(approvals, run.pk)
     publish_session_ended_on_commit(run.pk)
