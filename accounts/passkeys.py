@@ -25,7 +25,7 @@ from webauthn import (
     verify_registration_response,
 )
 from webauthn.helpers import bytes_to_base64url
-from webauthn.helpers.exceptions import InvalidAuthenticationResponse, InvalidRegistrationResponse
+from webauthn.helpers.exceptions import WebAuthnException
 from webauthn.helpers.structs import (
     AuthenticatorSelectionCriteria,
     AuthenticatorTransport,
@@ -146,7 +146,7 @@ def register(request: HttpRequest, user: User) -> WebAuthnCredential:
             expected_rp_id=rp_id(request),
             expected_origin=origin(request),
         )
-    except (InvalidRegistrationResponse, KeyError, TypeError, ValueError) as error:
+    except (WebAuthnException, KeyError, TypeError, ValueError) as error:
         log.warning(
             "security key registration refused for %r: %s",
             user.get_username(),
@@ -211,7 +211,7 @@ def authenticate(request: HttpRequest, user: User) -> WebAuthnCredential:
                 credential_public_key=bytes(key.public_key),
                 credential_current_sign_count=key.sign_count,
             )
-        except (InvalidAuthenticationResponse, KeyError, TypeError, ValueError) as error:
+        except (WebAuthnException, KeyError, TypeError, ValueError) as error:
             log.warning(
                 "security key refused for %r: %s",
                 user.get_username(),
