@@ -9,6 +9,7 @@ address can never be a relying party id).
 """
 
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -67,7 +68,7 @@ def test_a_person_adds_a_passkey_and_signs_in_with_it(server, browser):
     assert re.fullmatch(r"[a-z2-7]{4}-[a-z2-7]{4}", first_code)
     with page.expect_download() as download:
         page.click("#recovery-codes-download")
-    saved = open(download.value.path()).read()
+    saved = Path(download.value.path()).read_text()
     assert first_code in saved and saved.count("\n") >= 10
     expect(page.locator("#security-key-list")).to_contain_text("Virtual key")
     credentials = cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator})
@@ -85,9 +86,8 @@ def test_a_person_adds_a_passkey_and_signs_in_with_it(server, browser):
         "SELECT sign_count, last_used_at FROM accounts_webauthncredential"
     )
     assert last_used is not None
-    assert sign_count == cdp.send(
-        "WebAuthn.getCredentials", {"authenticatorId": authenticator}
-    )["credentials"][0]["signCount"]
+    stored = cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator})
+    assert sign_count == stored["credentials"][0]["signCount"]
 
     # The key not at hand: a recovery code instead, once.
     page.click("form.signout button")
