@@ -102,9 +102,12 @@ def _take(request: HttpRequest, key: str, user: User) -> bytes:
     return _b64decode(state["challenge"])
 
 
-def _parse(body: bytes) -> dict:
+def _parse(request: HttpRequest) -> dict:
+    # Only JSON: a form post's body may already have been read (by the CSRF check) and gone.
+    if request.content_type != "application/json":
+        raise CeremonyError("The browser's answer could not be read.")
     try:
-        data = json.loads(body or b"{}")
+        data = json.loads(request.body or b"{}")
     except (ValueError, UnicodeDecodeError):
         raise CeremonyError("The browser's answer could not be read.") from None
     if not isinstance(data, dict) or not isinstance(data.get("credential"), dict):
@@ -136,7 +139,7 @@ def registration_options(request: HttpRequest, user: User) -> str:
 def register(request: HttpRequest, user: User) -> WebAuthnCredential:
     """Check the browser's answer to navigator.credentials.create() (the request's JSON body:
     {"name": ..., "credential": ...}) and keep the new key."""
-    data = _parse(request.body)
+    data = _parse(request)
     challenge = _take(request, REGISTER_KEY, user)
     name = str(data.get("name") or "").strip()[:NAME_MAX] or "Security key"
     try:
@@ -193,7 +196,7 @@ def authentication_options(request: HttpRequest, user: User) -> str:
 def authenticate(request: HttpRequest, user: User) -> WebAuthnCredential:
     """Check the browser's answer to navigator.credentials.get() (JSON body {"credential": ...})
     against this person's keys; the key's use counter and last use are updated."""
-    data = _parse(request.body)
+    data = _parse(request)
     challenge = _take(request, AUTHENTICATE_KEY, user)
     credential_id = data["credential"].get("id")
     key = credentials(user).filter(credential_id=str(credential_id)).first()

@@ -145,6 +145,15 @@ def test_garbage_is_a_clear_400(olivia, body):
     assert response.status_code == 400 and response.json()["error"]
 
 
+def test_a_form_post_instead_of_json_is_a_clear_400(olivia):
+    client = Client()
+    client.force_login(olivia)
+    post_json(client, "/accounts/two-factor/keys/options/")
+    for data in ({"credential": "x"}, {"file": ("a.txt", b"x")}):
+        response = client.post("/accounts/two-factor/keys/", data)
+        assert response.status_code == 400 and "could not be read" in response.json()["error"]
+
+
 def test_the_ceremony_needs_sign_in_post_and_csrf(olivia):
     for url in ("/accounts/two-factor/keys/options/", "/accounts/two-factor/keys/"):
         assert Client().post(url)["Location"].startswith("/accounts/login/")
