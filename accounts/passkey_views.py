@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from . import passkeys, recovery_codes, two_factor
 from .models import WebAuthnCredential
+from .two_factor_views import setup_url
 
 log = logging.getLogger("agentops.security")
 
@@ -47,7 +48,7 @@ def register(request: HttpRequest) -> JsonResponse:
     messages.success(request, f"Security key “{key.name}” added.")
     # A first second factor comes with recovery codes, which the security page then shows.
     recovery_codes.offer_first(request, request.user)
-    return JsonResponse({"redirect": reverse("two_factor:setup")})
+    return JsonResponse({"redirect": setup_url(request, request.GET.get("next", ""))})
 
 
 @require_POST

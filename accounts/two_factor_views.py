@@ -42,14 +42,20 @@ def _check(user, device: TOTPDevice, form: CodeForm) -> str:
     return "wrong"
 
 
-def show_fresh(request: HttpRequest, next_url: str = "") -> HttpResponse:
-    """To the security page, which shows the codes just made once (then a link on to `next`)."""
+def setup_url(request: HttpRequest, next_url: str = "") -> str:
+    """The security page, carrying on a `next` of this site (where a person sent to enrol was
+    going)."""
     url = reverse("two_factor:setup")
     if next_url and url_has_allowed_host_and_scheme(
         next_url, {request.get_host()}, request.is_secure()
     ):
         url += "?" + urlencode({"next": next_url})
-    return redirect(url)
+    return url
+
+
+def show_fresh(request: HttpRequest, next_url: str = "") -> HttpResponse:
+    """To the security page, which shows the codes just made once (then a link on to `next`)."""
+    return redirect(setup_url(request, next_url))
 
 
 def _unconfirmed(user) -> TOTPDevice | None:

@@ -293,10 +293,23 @@ def test_failed_key_tries_end_the_waiting_sign_in(olivia, key, authenticator):
     assert two_factor.PENDING_KEY not in client.session
 
 
-def test_a_key_satisfies_the_enrolment_policy(settings, olivia, key):
+def test_a_key_satisfies_the_enrolment_policy(settings, olivia, authenticator):
     settings.MFA_REQUIRED = "all"
     client = Client()
     client.force_login(olivia)
+    page = client.get("/runs/?page=2")
+    assert page["Location"] == "/accounts/two-factor/?next=%2Fruns%2F%3Fpage%3D2"
+    form = client.get(page["Location"]).content.decode()
+    assert 'action="/accounts/two-factor/keys/?next=/runs/%3Fpage%3D2"' in form
+    options = post_json(client, "/accounts/two-factor/keys/options/").json()
+    response = client.post(
+        "/accounts/two-factor/keys/?next=/runs/%3Fpage%3D2",
+        json.dumps({"name": "k", "credential": authenticator.register(options)}),
+        content_type="application/json",
+    )
+    # On to the recovery codes, which lead where the person was going.
+    assert response.json()["redirect"] == "/accounts/two-factor/?next=%2Fruns%2F%3Fpage%3D2"
+    assert 'href="/runs/?page=2"' in client.get(response.json()["redirect"]).content.decode()
     assert client.get("/runs/").status_code == 200
 
 
