@@ -16,6 +16,7 @@ from base64 import urlsafe_b64decode
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
+from django.http.request import split_domain_port
 from django.utils import timezone
 from webauthn import (
     generate_authentication_options,
@@ -52,7 +53,7 @@ class CeremonyError(Exception):
 
 
 def rp_id(request: HttpRequest) -> str:
-    return settings.WEBAUTHN_RP_ID or request.get_host().rsplit(":", 1)[0].strip("[]")
+    return settings.WEBAUTHN_RP_ID or split_domain_port(request.get_host())[0]
 
 
 def origin(request: HttpRequest) -> str:
