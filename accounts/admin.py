@@ -3,16 +3,42 @@ import logging
 from axes.utils import reset as reset_sign_in_failures
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
-from django.db import models
+from django.db import models, transaction
+from django_otp import devices_for_user
 
-from .models import ApiToken, Team, TeamAgent, TeamMember, User
+from .models import ApiToken, Team, TeamAgent, TeamMember, User, WebAuthnCredential
 
 log = logging.getLogger("agentops.security")
 
 
 @admin.register(User)
 class AgentopsUserAdmin(UserAdmin):
-    actions = ["unlock_sign_in"]
+    actions = ["unlock_sign_in", "reset_two_factor"]
+
+    @admin.action(description="Reset two-factor sign-in (remove app, keys, recovery codes)")
+    def reset_two_factor(self, request, queryset) -> None:
+        """For someone who lost their phone or key and their recovery codes: every second
+        factor of theirs goes, so their password alone signs them in (and, where
+        AGENTOPS_MFA_REQUIRED covers them, they must enrol again at once). Who did it is kept
+        twice: the security log and the user's admin history."""
+        for user in queryset:
+            with transaction.atomic():
+                removed = [device.delete() for device in devices_for_user(user, confirmed=None)]
+            log.warning(
+                "two-factor sign-in reset: username %r by %s (%d device(s) removed)",
+                user.get_username(),
+                request.user.get_username(),
+                len(removed),
+                extra={"security_event": "mfa_reset", "username": user.get_username()},
+            )
+            self.log_change(
+                request, user, f"Reset two-factor sign-in ({len(removed)} device(s) removed)"
+            )
+        self.message_user(
+            request,
+            f"Reset two-factor sign-in of {queryset.count()} account(s).",
+            messages.SUCCESS,
+        )
 
     @admin.action(description="Unlock sign-in (forget failed attempts)")
     def unlock_sign_in(self, request, queryset) -> None:
@@ -34,6 +60,19 @@ class AgentopsUserAdmin(UserAdmin):
             f"Unlocked {queryset.count()} account(s) ({removed} attempt record(s) removed).",
             messages.SUCCESS,
         )
+
+
+@admin.register(WebAuthnCredential)
+class WebAuthnCredentialAdmin(admin.ModelAdmin):
+    """Security keys: listed and removable (a lost one); added only by their owner's browser."""
+
+    list_display = ["name", "user", "created_at", "last_used_at", "sign_count"]
+    search_fields = ["user__username", "name"]
+    readonly_fields = ["credential_id", "sign_count", "transports", "created_at", "last_used_at"]
+    exclude = ["public_key"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
 
 
 @admin.register(ApiToken)

@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.utils import timezone
+from django_otp.models import Device, TimestampMixin
 
 # How exactly a token's last use is kept (its owner sees it in the admin).
 LAST_USED_PRECISION = timedelta(minutes=1)
@@ -167,3 +168,24 @@ class TeamMember(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team}"
+
+
+class WebAuthnCredential(TimestampMixin, Device):
+    """A security key or passkey registered as a second factor (accounts/passkeys.py).
+
+    A django-otp device, so a sign-in with it is a verified session (`django_otp.login`) like
+    one with a code, and the admin's reset removes it with the others; it has no token to type,
+    so `verify_token` always says no and only the WebAuthn ceremony signs in with it."""
+
+    # base64url of the authenticator's credential id (at most 1023 bytes).
+    credential_id = models.CharField(max_length=1400, unique=True)
+    public_key = models.BinaryField()
+    # The authenticator's use counter: one that goes backwards betrays a cloned key.
+    sign_count = models.PositiveBigIntegerField(default=0)
+    transports = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        verbose_name = "security key"
+
+    def verify_token(self, token) -> bool:
+        return False

@@ -1,5 +1,7 @@
-"""Two-factor sign-in for password sign-ins: TOTP devices (django-otp), the sign-in that
-waits between the password and the code, and the policy that makes people enrol.
+"""Two-factor sign-in for password sign-ins: the second factors (a TOTP app, django-otp's;
+security keys and passkeys, accounts/passkeys.py; recovery codes as their fallback,
+accounts/recovery_codes.py), the sign-in that waits between the password and the second
+factor, and the policy that makes people enrol.
 
 A password sign-in of a person with a confirmed device does not sign them in: the session
 keeps who they are (server side, never an id sent back by the browser), when the wait
@@ -16,14 +18,16 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.auth import login as auth_login
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.utils.http import urlencode
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django_otp import login as otp_login
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from .models import Role, User
+from .models import Role, User, WebAuthnCredential
 
 log = logging.getLogger("agentops.security")
 
@@ -39,6 +43,14 @@ def confirmed_device(user: User) -> TOTPDevice | None:
     return TOTPDevice.objects.devices_for_user(user, confirmed=True).first()
 
 
+def has_second_factor(user: User) -> bool:
+    """An authenticator app or a security key; recovery codes alone are only their fallback."""
+    return (
+        confirmed_device(user) is not None
+        or WebAuthnCredential.objects.filter(user=user, confirmed=True).exists()
+    )
+
+
 def signed_in_by_password(request: HttpRequest) -> bool:
     return request.session.get(BACKEND_SESSION_KEY) != SSO_BACKEND
 
@@ -50,7 +62,7 @@ def must_enrol(user: User, session) -> bool:
         and user.is_authenticated
         and session.get(BACKEND_SESSION_KEY) != SSO_BACKEND
         and required_for(user)
-        and confirmed_device(user) is None
+        and not has_second_factor(user)
     )
 
 
@@ -127,6 +139,24 @@ def count_failure(request: HttpRequest) -> bool:
 
 def forget(request: HttpRequest) -> None:
     request.session.pop(PENDING_KEY, None)
+
+
+def finish(request: HttpRequest, waiting: Pending, device, *, how: str, event: str) -> str:
+    """The second factor passed: sign the waiting person in, their session verified with
+    `device` (django_otp.login), and say so in the security log. Returns where to go next."""
+    forget(request)
+    waiting.user.backend = waiting.backend
+    auth_login(request, waiting.user)
+    otp_login(request, device)
+    log.info(
+        "%r signed in with a password and %s",
+        waiting.user.get_username(),
+        how,
+        extra={"security_event": event, "username": waiting.user.get_username()},
+    )
+    if url_has_allowed_host_and_scheme(waiting.next_url, {request.get_host()}, request.is_secure()):
+        return waiting.next_url
+    return reverse("runs:dashboard")
 
 
 # The policy.

@@ -1,43 +1,29 @@
-"""The two-factor pages: enrolment (add a TOTP device, confirm it with a code, remove it with
-a code) for a signed-in person, and the second step of a password sign-in (accounts/views.py
-starts it; accounts/two_factor.py keeps its state)."""
+"""The two-factor pages: the security page (an authenticator app: add it, confirm it with a
+code, remove it with a code; the security keys and recovery codes it also shows have views of
+their own, accounts/passkey_views.py and accounts/recovery_code_views.py) for a signed-in
+person, and the code form at the second step of a password sign-in (accounts/views.py starts
+it; accounts/two_factor.py keeps its state)."""
 
 import logging
 from base64 import b32encode
 
-from django import forms
 from django.contrib import messages
-from django.contrib.auth import login as auth_login
 from django.contrib.auth.decorators import login_not_required, login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_otp import login as otp_login
 from django_otp import verify_token
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from . import two_factor
+from . import passkeys, recovery_codes, two_factor
+from .two_factor_forms import CodeForm, RecoveryCodeForm
 
 log = logging.getLogger("agentops.security")
-
-
-class CodeForm(forms.Form):
-    code = forms.RegexField(
-        regex=r"^[0-9]{6}$",
-        max_length=6,
-        strip=True,
-        error_messages={
-            "invalid": "Enter the 6-digit code your app shows.",
-            "required": "Enter the 6-digit code your app shows.",
-            "max_length": "Enter the 6-digit code your app shows.",
-        },
-        widget=forms.TextInput(
-            attrs={"autocomplete": "one-time-code", "inputmode": "numeric", "autofocus": True}
-        ),
-    )
 
 
 def _check(user, device: TOTPDevice, form: CodeForm) -> str:
@@ -56,6 +42,22 @@ def _check(user, device: TOTPDevice, form: CodeForm) -> str:
     return "wrong"
 
 
+def setup_url(request: HttpRequest, next_url: str = "") -> str:
+    """The security page, carrying on a `next` of this site (where a person sent to enrol was
+    going)."""
+    url = reverse("two_factor:setup")
+    if next_url and url_has_allowed_host_and_scheme(
+        next_url, {request.get_host()}, request.is_secure()
+    ):
+        url += "?" + urlencode({"next": next_url})
+    return url
+
+
+def show_fresh(request: HttpRequest, next_url: str = "") -> HttpResponse:
+    """To the security page, which shows the codes just made once (then a link on to `next`)."""
+    return redirect(setup_url(request, next_url))
+
+
 def _unconfirmed(user) -> TOTPDevice | None:
     return TOTPDevice.objects.devices_for_user(user, confirmed=False).first()
 
@@ -68,6 +70,12 @@ def _setup_page(request: HttpRequest, form: CodeForm | None = None, status=200) 
     if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}):
         next_url = ""
     context = {
+        "has_second_factor": two_factor.has_second_factor(user),
+        "keys": passkeys.credentials(user),
+        "recovery_codes_left": recovery_codes.remaining(user),
+        "has_recovery_codes": recovery_codes.device(user) is not None,
+        # Codes just made: shown on this response only (the session forgets them now).
+        "fresh_codes": request.session.pop(recovery_codes.FRESH_KEY, None),
         "confirmed": confirmed,
         "new": new,
         "key": b32encode(new.bin_key).decode() if new else "",
@@ -81,6 +89,7 @@ def _setup_page(request: HttpRequest, form: CodeForm | None = None, status=200) 
 
 @require_GET
 @login_required
+@never_cache
 def setup(request: HttpRequest) -> HttpResponse:
     return _setup_page(request)
 
@@ -118,6 +127,8 @@ def confirm(request: HttpRequest) -> HttpResponse:
     )
     messages.success(request, "Two-factor sign-in is on: the next password sign-in asks a code.")
     next_url = request.POST.get("next", "")
+    if recovery_codes.offer_first(request, request.user):
+        return show_fresh(request, next_url)
     if url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
         return redirect(next_url)
     return redirect("two_factor:setup")
@@ -142,6 +153,37 @@ def remove(request: HttpRequest) -> HttpResponse:
     return redirect("two_factor:setup")
 
 
+def verify_page(
+    request: HttpRequest, waiting: two_factor.Pending, status: int = 200, **forms
+) -> HttpResponse:
+    """The second step's page: the code form for an app, the button for a security key, and
+    the recovery code form, for whichever this person has."""
+    user = waiting.user
+    context = {
+        "form": forms.get("form") or CodeForm(),
+        "recovery_form": forms.get("recovery_form") or RecoveryCodeForm(),
+        "has_app": two_factor.confirmed_device(user) is not None,
+        "has_keys": passkeys.credentials(user).exists(),
+        "has_recovery_codes": recovery_codes.remaining(user) > 0,
+    }
+    return render(request, "registration/two_factor_verify.html", context, status=status)
+
+
+def refuse(request: HttpRequest, waiting: two_factor.Pending, what: str) -> HttpResponse | None:
+    """A wrong second factor: logged, counted against the waiting sign-in; once it has used
+    all its tries, the redirect that makes the person give the password again."""
+    log.warning(
+        "wrong %s for %r",
+        what,
+        waiting.user.get_username(),
+        extra={"security_event": "mfa_failure", "username": waiting.user.get_username()},
+    )
+    if not two_factor.count_failure(request):
+        messages.error(request, "Too many wrong codes: sign in again.")
+        return redirect("login")
+    return None
+
+
 @login_not_required
 @require_http_methods(["GET", "POST"])
 @never_cache
@@ -151,36 +193,24 @@ def verify(request: HttpRequest) -> HttpResponse:
     if waiting is None:
         messages.error(request, "Your sign-in expired or was not started: sign in again.")
         return redirect("login")
-    form = CodeForm(request.POST if request.method == "POST" else None)
-    if request.method == "POST":
-        device = two_factor.confirmed_device(waiting.user)
-        if device is None:  # removed meanwhile (by an admin): the password alone will do
-            two_factor.forget(request)
-            return redirect("login")
-        outcome = _check(waiting.user, device, form)
-        if outcome == "ok":
-            two_factor.forget(request)
-            waiting.user.backend = waiting.backend
-            auth_login(request, waiting.user)
-            otp_login(request, device)
-            log.info(
-                "%r signed in with a password and a one-time code",
-                waiting.user.get_username(),
-                extra={"security_event": "mfa_verified", "username": waiting.user.get_username()},
-            )
-            if url_has_allowed_host_and_scheme(
-                waiting.next_url, {request.get_host()}, request.is_secure()
-            ):
-                return redirect(waiting.next_url)
-            return redirect("runs:dashboard")
-        if outcome != "malformed":  # a well-formed code, but wrong or refused while throttled
-            log.warning(
-                "wrong one-time code for %r",
-                waiting.user.get_username(),
-                extra={"security_event": "mfa_failure", "username": waiting.user.get_username()},
-            )
-            if not two_factor.count_failure(request):
-                messages.error(request, "Too many wrong codes: sign in again.")
-                return redirect("login")
-        return render(request, "registration/two_factor_verify.html", {"form": form}, status=400)
-    return render(request, "registration/two_factor_verify.html", {"form": form})
+    if request.method == "GET":
+        return verify_page(request, waiting)
+    if not two_factor.has_second_factor(waiting.user):
+        # Removed meanwhile (by an admin): the password alone will do, given again.
+        two_factor.forget(request)
+        return redirect("login")
+    form = CodeForm(request.POST)
+    device = two_factor.confirmed_device(waiting.user)
+    if device is None:
+        form.is_valid()
+        form.add_error("code", "No authenticator app is set up for this account.")
+        return verify_page(request, waiting, status=400, form=form)
+    outcome = _check(waiting.user, device, form)
+    if outcome == "ok":
+        return redirect(
+            two_factor.finish(request, waiting, device, how="a one-time code", event="mfa_verified")
+        )
+    # A well-formed code, but wrong or refused while throttled, counts against the sign-in.
+    if outcome != "malformed" and (gone := refuse(request, waiting, "one-time code")):
+        return gone
+    return verify_page(request, waiting, status=400, form=form)

@@ -46,12 +46,12 @@ def login(request: HttpRequest) -> HttpResponse:
 
 
 class PasswordThenCodeLoginView(auth_views.LoginView):
-    """A correct password of a person with a two-factor device does not sign them in yet:
-    the sign-in waits in the session for a current code (accounts/two_factor.py)."""
+    """A correct password of a person with a second factor (an app or a security key) does not
+    sign them in yet: the sign-in waits in the session for it (accounts/two_factor.py)."""
 
     def form_valid(self, form):
         user = form.get_user()
-        if two_factor.confirmed_device(user) is None:
+        if not two_factor.has_second_factor(user):
             return super().form_valid(form)
         # get_success_url() validates `next` (url_has_allowed_host_and_scheme).
         two_factor.start(self.request, user, self.get_success_url())

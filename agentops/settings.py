@@ -47,6 +47,8 @@ INSTALLED_APPS = [
     # Two-factor sign-in (TOTP) for password sign-ins: accounts/two_factor.py.
     "django_otp",
     "django_otp.plugins.otp_totp",
+    # Single-use recovery codes, for when the app or the security key is not at hand.
+    "django_otp.plugins.otp_static",
     # The agent library: an app only for its template filters (`{% load untrusted %}`).
     "agentkit",
     "accounts",
@@ -187,6 +189,15 @@ if MFA_REQUIRED not in ("", "all", "viewer", "operator", "approver", "admin"):
 # How long the wait between the password and the code may last.
 MFA_PENDING_SECONDS = env.int("AGENTOPS_MFA_PENDING_SECONDS", default=300)
 OTP_TOTP_ISSUER = "agentops"
+# Security keys and passkeys (WebAuthn, accounts/passkeys.py): the relying party id they are
+# bound to. Empty: the host the page is served at (one of ALLOWED_HOSTS, which Django checks),
+# so a key works on that host only. Set it to a registrable parent domain (example.com for
+# ops.example.com) to share keys across its subdomains. Never an IP address: browsers refuse.
+WEBAUTHN_RP_ID = env.str("AGENTOPS_WEBAUTHN_RP_ID", default="").strip().lower()
+if WEBAUTHN_RP_ID and (":" in WEBAUTHN_RP_ID or "/" in WEBAUTHN_RP_ID):
+    raise environ.ImproperlyConfigured(
+        "AGENTOPS_WEBAUTHN_RP_ID is a domain name (example.com), without scheme or port"
+    )
 OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 if not PASSWORD_LOGIN and not SSO_ENABLED:
     raise environ.ImproperlyConfigured(

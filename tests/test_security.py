@@ -221,7 +221,18 @@ PAGES = {
     "two_factor:remove": ("POST", "signed in"),
     # The code step of a password sign-in: without one waiting (as here), back to sign-in.
     "two_factor:verify": ("GET", "signed in"),
+    "two_factor:recovery_codes": ("POST", "signed in"),
+    "two_factor:verify_recovery_code": ("POST", "signed in"),
+    "two_factor:key_options": ("POST", "signed in"),
+    "two_factor:key_register": ("POST", "signed in"),
+    "two_factor:key_remove": ("POST", "signed in"),
+    # The security key step of a password sign-in (JSON for static/js/passkeys.js): without
+    # one waiting, a 400 saying so, for anyone.
+    "two_factor:verify_key_options": ("POST", "signed in"),
+    "two_factor:verify_key": ("POST", "signed in"),
 }
+# JSON answers to anonymous callers too: no sign-in waiting (a 400 leading to the sign-in page).
+SIGN_IN_STEPS_JSON = {"two_factor:verify_key_options", "two_factor:verify_key"}
 ALLOWED = {
     "view": {"viewer", "operator", "approver", "admin"},
     "operate": {"operator", "admin"},
@@ -235,7 +246,14 @@ ALLOWED = {
     "signed in": {"norole", "viewer", "operator", "approver", "admin"},
 }
 # What an allowed role gets where it is not a success: refused for another reason than the role.
-ALLOWED_STATUS = {"approvals:resume_halted": 409}
+ALLOWED_STATUS = {
+    "approvals:resume_halted": 409,
+    # A key registration without the browser's answer; someone else's (or no) key.
+    "two_factor:key_register": 400,
+    "two_factor:key_remove": 404,
+    "two_factor:verify_key_options": 400,
+    "two_factor:verify_key": 400,
+}
 
 
 def url_of(name: str, world) -> str:
@@ -282,6 +300,7 @@ def url_of(name: str, world) -> str:
         "evals:add_approval": [world["decided"].pk],
         "evals:regression_run": [world["regression"].pk],
         "evals:compare": [world["regression"].pk],
+        "two_factor:key_remove": [999_999],
     }.get(name, [])
     url = reverse(name, args=args)
     if name == "evals:compare":
@@ -321,7 +340,9 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         "evals:add_approval": {"dataset": world["dataset"].pk},
     }.get(name, {})
     response = client.post(url, data) if method == "POST" else client.get(url)
-    if role == "anonymous":
+    if name in SIGN_IN_STEPS_JSON:
+        assert response.status_code == 400 and "sign in again" in response.json()["error"]
+    elif role == "anonymous":
         assert response.status_code == 302
         assert response["Location"].startswith("/accounts/login/")
     elif role in ALLOWED[need] and name in REFUSED_ON_THEIR_MERITS:
@@ -471,6 +492,8 @@ POSTS = {
     "evals:add_decisions": {"verdict": ""},
     "evals:remove_case": {},
     "two_factor:start": {},
+    "two_factor:recovery_codes": {},
+    "two_factor:key_options": {},
     "logout": {},
 }
 

@@ -280,3 +280,11 @@ def test_traces_are_on_only_when_configured(tmp_path, env, on):
 def test_a_worker_serves_metrics_only_with_a_port(tmp_path):
     assert settings_for(tmp_path)["metrics_port"] == 0
     assert settings_for(tmp_path, METRICS_PORT="9100")["metrics_port"] == 9100
+
+
+def test_the_webauthn_rp_id_is_a_bare_domain(tmp_path):
+    for bad in ("https://example.com", "example.com:8443"):
+        proc = load(tmp_path, AGENTOPS_WEBAUTHN_RP_ID=bad)
+        assert proc.returncode != 0
+        assert "AGENTOPS_WEBAUTHN_RP_ID is a domain name" in proc.stderr
+    assert load(tmp_path, AGENTOPS_WEBAUTHN_RP_ID="Example.com").returncode == 0

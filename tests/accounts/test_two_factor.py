@@ -314,7 +314,10 @@ def test_enrolling_lets_a_person_in_scope_go_on(settings, olivia):
     response = client.post(
         "/accounts/two-factor/confirm/", {"code": code(device), "next": "/runs/?page=2"}
     )
-    assert response["Location"] == "/runs/?page=2"
+    # First to the recovery codes made with the first factor (shown once), which lead on.
+    assert response["Location"] == "/accounts/two-factor/?next=%2Fruns%2F%3Fpage%3D2"
+    page = client.get(response["Location"]).content.decode()
+    assert 'id="recovery-codes-continue"' in page and 'href="/runs/?page=2"' in page
     assert client.get("/runs/").status_code == 200
 
 
