@@ -12,6 +12,8 @@ from agentops_client import AgentopsClient, AgentopsError, ApprovalTimeout
 from agentops_client.claude import can_use_tool
 from agentops_client.openai_agents import gated
 
+from tests.support.droppable_proxy import DroppableProxy
+
 from .live_agentops import external_agent
 
 
@@ -87,6 +89,29 @@ def test_timeouts_and_refusals_are_clear_errors(up, live_approver, client):
     # Leave nothing pending for the next test's person.
     for approval in live_approver.pending():
         live_approver.decide(approval, "reject", reason="cleanup")
+
+
+def test_a_wait_outlives_a_dropped_network(up, live_approver):
+    # Between the agent and agentops, a relay that can cut every connection (a restart, a
+    # proxy's idle cut): the waiting agent asks again, and gets the decision made meanwhile.
+    relay = DroppableProxy(int(up.url.rsplit(":", 1)[1]))
+    try:
+        session = AgentopsClient(relay.url, external_agent(up, "dropped-bot")).session("dropped")
+        call = session.submit("pay_invoice", {"vendor": "acme", "amount": 900})
+        assert call["status"] == "pending"
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(session.wait_for, call["call"], timeout=60, poll=5)
+            time.sleep(0.5)
+            relay.down()  # the open long-poll is cut; new connections are refused
+            time.sleep(2.0)
+            assert relay.dropped and not waiting.done()
+            (approval,) = live_approver.pending("dropped-bot")
+            live_approver.decide(approval, "approve")  # while the agent cannot reach agentops
+            relay.up()
+            decision = waiting.result(timeout=30)
+        assert decision.approved and decision.args == {"vendor": "acme", "amount": 900}
+    finally:
+        relay.close()
 
 
 def run_coroutine(coroutine):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import random
 import time
 import urllib.error
 import urllib.parse
@@ -23,6 +24,13 @@ from typing import Any
 
 # The server holds a long poll for at most this long; the client asks again.
 MAX_WAIT_SECONDS = 30
+# A long poll that failed on the way (agentops restarting, a proxy cutting a connection, a
+# moment of overload) is asked again: it is a read. The pause between tries doubles from
+# RETRY_FIRST_SECONDS to RETRY_MAX_SECONDS (with jitter, so thousands of waiting agents do not
+# come back at once); only the caller's own timeout ends the wait.
+RETRY_FIRST_SECONDS = 0.5
+RETRY_MAX_SECONDS = 10.0
+RETRIED_STATUSES = frozenset({0, 502, 503, 504})  # unreachable, or a proxy before agentops
 
 
 class AgentopsError(Exception):
@@ -232,16 +240,27 @@ class Session:
     ) -> Decision:
         """Block until the call is decided (ApprovalTimeout after `timeout` seconds). Each
         long-poll lasts at most `poll` seconds: a thread running this can be told to stop
-        (see `wait_all`, and the adapters' cancellation) no later than that."""
+        (see `wait_all`, and the adapters' cancellation) no later than that. A long-poll that
+        fails on the way (agentops unreachable, a 502/503/504) is tried again until then."""
         deadline = time.monotonic() + timeout
+        failures = 0
         while True:
             left = deadline - time.monotonic()
             wait = max(0.0, min(poll, MAX_WAIT_SECONDS, left))
-            answer = self.client.request(
-                "GET",
-                f"/api/external/calls/{call_id}?wait={wait:.1f}",
-                timeout=wait + self.client.request_timeout,
-            )
+            try:
+                answer = self.client.request(
+                    "GET",
+                    f"/api/external/calls/{call_id}?wait={wait:.1f}",
+                    timeout=wait + self.client.request_timeout,
+                )
+            except AgentopsError as exc:
+                if exc.status not in RETRIED_STATUSES or time.monotonic() >= deadline:
+                    raise
+                failures += 1
+                pause = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (failures - 1))
+                time.sleep(min(pause * random.uniform(0.5, 1.0), poll, left))
+                continue
+            failures = 0
             if answer["status"] != "pending":
                 return Decision.from_json(answer)
             if time.monotonic() >= deadline:
