@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.utils import timezone
 
+from accounts.models import Team
 from runs.models import Step
 
 from . import evidence_chain
@@ -346,20 +347,31 @@ def previous_period(now: datetime, period: str) -> tuple[datetime, datetime]:
     return today - timedelta(days=1), today
 
 
-def write_scheduled(now: datetime | None = None) -> Path | None:
-    """The previous period's export written to AGENTOPS_DECISIONS_EXPORT_DIR (atomically:
-    a reader never sees half a file). None when no directory is configured."""
+def write_scheduled(now: datetime | None = None) -> list[Path]:
+    """The previous period's export written to AGENTOPS_DECISIONS_EXPORT_DIR, and each team's
+    (its agents' decisions, its name in the header) to a folder of its own, <dir>/<team slug>/:
+    what a team's own auditors may be given without the rest. Every file atomically (a
+    reader never sees half of one). Empty when no directory is configured; the installation's
+    file first."""
     config = settings.AGENTOPS
     directory = config.get("DECISIONS_EXPORT_DIR") or ""
     if not directory:
-        return None
+        return []
     fmt = config.get("DECISIONS_EXPORT_FORMAT") or "jsonl"
     since, until = previous_period(now or timezone.now(), config.get("DECISIONS_EXPORT_PERIOD"))
     target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    path = target / filename(since, until, fmt)
+    written = [_write(target / filename(since, until, fmt), since, until, fmt)]
+    for team in Team.objects.prefetch_related("agents"):
+        agents = [owned.agent for owned in team.agents.all()]
+        path = target / team.slug / filename(since, until, fmt, team=team.slug)
+        written.append(_write(path, since, until, fmt, agents=agents, team=team.slug))
+    return written
+
+
+def _write(path: Path, since: datetime, until: datetime, fmt: str, **which) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     with partial.open("w", encoding="utf-8", newline="") as out:
-        out.writelines(export_lines(since=since, until=until, fmt=fmt))
+        out.writelines(export_lines(since=since, until=until, fmt=fmt, **which))
     partial.replace(path)
     return path

@@ -35,12 +35,12 @@ def expire_approvals() -> int:
 @shared_task(ignore_result=True)
 def export_decisions() -> str:
     """The scheduled compliance export of the previous period (AGENTOPS_DECISIONS_EXPORT_CRON)."""
-    path = evidence_export.write_scheduled()
-    if path is None:
+    written = evidence_export.write_scheduled()
+    if not written:
         log.warning("decisions export scheduled but AGENTOPS_DECISIONS_EXPORT_DIR is not set")
         return ""
-    log.info("decisions export written to %s", path)
-    return str(path)
+    log.info("decisions export written to %s (and %d team file(s))", written[0], len(written) - 1)
+    return str(written[0])
 
 
 @shared_task(ignore_result=True)

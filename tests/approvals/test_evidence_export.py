@@ -19,7 +19,7 @@ from django.test import AsyncClient, Client
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts.models import ApiToken
+from accounts.models import ApiToken, Team, TeamAgent
 from approvals import batch, decisions, evidence_chain, evidence_export, tasks
 from approvals.learning import rules as learning
 from approvals.models import Approval, AutoApproveRule, Escalation
@@ -468,16 +468,39 @@ def test_the_scheduled_export_writes_the_previous_day(approver, no_enqueue, sett
         "DECISIONS_EXPORT_FORMAT": "csv",
         "DECISIONS_EXPORT_PERIOD": "day",
     }
-    path = evidence_export.write_scheduled(now=timezone.now() + timedelta(days=1))
-    assert path is not None and path.parent == tmp_path and path.suffix == ".csv"
+    (path,) = evidence_export.write_scheduled(now=timezone.now() + timedelta(days=1))
+    assert path.parent == tmp_path and path.suffix == ".csv"
     assert list(tmp_path.iterdir()) == [path]  # no partial file left behind
     result = evidence_chain.verify_file(path, key=key())
     assert result.ok and result.records == 1
 
 
+def test_each_team_gets_its_own_scheduled_file_of_its_agents(
+    approver, no_enqueue, settings, tmp_path
+):
+    _run, approval = gated("test-payer", TRANSFER)
+    decisions.decide(approval.pk, user=approver, decision="reject", reason="no")
+    payments = Team.objects.create(name="Payments", slug="payments")
+    TeamAgent.objects.create(team=payments, agent="test-payer")
+    Team.objects.create(name="Research", slug="research")  # owns nothing decided
+    settings.AGENTOPS = {**settings.AGENTOPS, "DECISIONS_EXPORT_DIR": str(tmp_path)}
+    everything, *teams = evidence_export.write_scheduled(now=timezone.now() + timedelta(days=1))
+    assert everything.parent == tmp_path
+    by_team = {path.parent.name: path for path in teams}
+    assert set(by_team) == {"payments", "research"}
+    assert by_team["payments"].name.startswith("decisions-payments-")
+    ours = evidence_chain.verify_file(by_team["payments"], key=key())
+    assert ours.ok and ours.records == 1
+    header = json.loads(by_team["payments"].read_text().splitlines()[0])
+    assert (header["team"], header["agents"]) == ("payments", ["test-payer"])
+    theirs = evidence_chain.verify_file(by_team["research"], key=key())
+    assert theirs.ok and theirs.records == 0  # signed, and empty: nothing of another team
+    assert not list(tmp_path.rglob("*.partial"))
+
+
 def test_the_scheduled_export_does_nothing_without_a_directory(settings):
     settings.AGENTOPS = {**settings.AGENTOPS, "DECISIONS_EXPORT_DIR": ""}
-    assert evidence_export.write_scheduled() is None
+    assert evidence_export.write_scheduled() == []
 
 
 @pytest.mark.parametrize(
