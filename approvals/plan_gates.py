@@ -210,7 +210,7 @@ def _approve_by_plan(
     return approval
 
 
-def own_approval(run: Run, step: dict) -> str:
+def not_covered_step(run: Run, step: dict) -> str:
     """Why a call of this step will still need its own approval inside the plan ("" when the
     plan covers it): its tool's base risk, and the agent's four-eyes and quorum rules."""
     tool = get_tool(step.get("tool") or "")
