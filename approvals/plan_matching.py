@@ -125,7 +125,12 @@ def same(a: Any, b: Any) -> bool:
 
 
 def _shown(value: Any) -> str:
-    return "missing" if value is None else repr(value) if isinstance(value, str) else str(value)
+    """A value as a reader takes it: words quoted, amounts ("40.00") as numbers."""
+    if value is None:
+        return "missing"
+    if isinstance(value, str) and declared_policy._number(value) is None:
+        return repr(value)
+    return str(value)
 
 
 def describe(step: dict) -> str:
