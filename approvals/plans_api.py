@@ -43,8 +43,8 @@ class PlanDecisionIn(Schema):
     shown_args_hash: str | None = None
 
 
-def _error(status: int, detail: str, **extra) -> JsonResponse:
-    return JsonResponse({"detail": detail, **extra}, status=status)
+def _error(http_status: int, detail: str, **extra) -> JsonResponse:
+    return JsonResponse({"detail": detail, **extra}, status=http_status)
 
 
 def _plan_for(user, plan_id: int) -> Plan | None:

@@ -83,7 +83,7 @@ def test_any_call_after_the_last_step_is_more_calls_than_planned():
 def test_bounds_read_as_words():
     assert plan_matching.describe(STEPS[0]) == "order_id = 13"
     assert plan_matching.describe(STEPS[1]) == "order_id = 13, amount <= 40.00"
-    assert "to one of 'a@example.com', 'b@example.com'" == plan_matching.describe(STEPS[2])
+    assert plan_matching.describe(STEPS[2]) == "to one of 'a@example.com', 'b@example.com'"
     assert plan_matching.describe({"tool": "x"}) == "any arguments"
 
 
