@@ -16,12 +16,14 @@ from django.utils import timezone
 
 from agentkit.plan_tool import SUBMIT_PLAN
 from agentkit.tools import Blast, Tool, get_tool
+from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, args_hash
 
 from . import grants, permissions, plan_matching, plans
 from .models import Approval, Plan
 
-QUESTIONS = ("ask_operator",)
+# Not calls a plan speaks of: questions, a new plan, and the final answer the PII guard holds.
+NOT_PLANNED = ("ask_operator", SUBMIT_PLAN, FINAL_ANSWER)
 
 
 def plan_gate(item: dict, response) -> dict:
@@ -43,7 +45,7 @@ def in_plan(run: Run, item: dict, tool: Tool, gate: dict | None) -> dict | None:
     """Inside an approved plan every call is checked against it when its gate opens: the gate
     to open instead of `gate` (the policy's, or None). Questions and new plans stay as they
     are; without an approved plan, so does everything."""
-    if tool.name in (*QUESTIONS, SUBMIT_PLAN):
+    if tool.name in NOT_PLANNED:
         return gate
     if gate is not None and gate.get("kind") != Approval.Kind.ACTION:
         return gate
