@@ -3,13 +3,18 @@ submits its plan, an approver decides it once, the calls that follow it run with
 gate (the high-risk refund still gets its own), the call it did not plan is gated again and
 says why, and the audit has the plan, the decision and each match or deviation."""
 
-import pytest
+from dataclasses import replace
 
+import pytest
+from django import forms
+
+from agentkit.agents import CATALOGUE, register
+from agentkit.llm.scripted import tool_use
 from approvals import decisions, plans
 from approvals.models import Approval, Plan
 from runs.models import Run, Step
 
-from .conftest import drive, launch
+from .conftest import EXECUTED, _agent, _report, drive, launch
 
 pytestmark = pytest.mark.django_db
 
@@ -161,3 +166,54 @@ def test_a_plan_naming_a_tool_the_agent_lacks_shows_the_problem(no_enqueue):
     assert found[0] == "step 1: 'delete_everything' is not a tool this agent can plan"
     assert found[1].startswith("step 2: invalid arguments for lookup_order")
     assert found[2] == "step 3: issue_refund takes no argument 'sum'"
+
+
+# --- calls of one model turn are matched one after the other ----------------------------------
+class RegionInput(forms.Form):
+    order = forms.ChoiceField(choices=[("planned", "planned"), ("reversed", "reversed")])
+
+
+def region_script(data: dict) -> list:
+    calls = [tool_use("test_use_region", region="eu"), tool_use("test_notify", to="ops")]
+    plan = [
+        {"tool": "test_use_region", "envelope": [{"arg": "region", "op": "in", "value": ["eu"]}]},
+        {"tool": "test_notify", "args": {"to": "ops"}},
+    ]
+    return [
+        [tool_use("submit_plan", goal="pick a region, tell ops", steps=plan)],
+        calls if data["order"] == "planned" else calls[::-1],
+        _report,
+    ]
+
+
+if "test-planner" not in CATALOGUE:
+    register(
+        replace(
+            _agent("test-planner", region_script, ("test_use_region", "test_notify")),
+            input_form=RegionInput,
+            plans=True,
+        )
+    )
+
+
+def test_calls_of_one_turn_take_the_plan_s_steps_in_order(bea, no_enqueue):
+    run = launch("test-planner", {"order": "planned"})
+    assert drive(run) == Run.Status.WAITING
+    decisions.decide(pending(run).pk, user=bea, decision="approve")
+    assert drive(run) == Run.Status.SUCCEEDED
+    assert [name for name, _ in EXECUTED] == ["test_use_region", "test_notify"]
+    assert statuses(run) == ["done", "done"]
+
+
+def test_a_later_step_first_in_one_turn_is_gated_and_the_next_still_matches(bea, no_enqueue):
+    run = launch("test-planner", {"order": "reversed"})
+    assert drive(run) == Run.Status.WAITING
+    decisions.decide(pending(run).pk, user=bea, decision="approve")
+    assert drive(run) == Run.Status.WAITING
+    notify = pending(run)
+    assert notify.tool == "test_notify" and "out of order: test_notify is step 2" in (
+        notify.explanation
+    )
+    region = Approval.objects.get(run=run, tool="test_use_region")
+    assert region.status == Approval.Status.APPROVED and "step 1" in region.reason
+    assert EXECUTED == []  # nothing of the turn runs before every call of it is decided
