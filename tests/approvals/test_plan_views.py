@@ -131,6 +131,9 @@ def test_the_api_lists_a_runs_plans_and_decides_one_with_edited_steps(bea, plan)
     client = token_client(bea)
     listed = client.get(f"/api/runs/{plan.run_id}/plans").json()
     assert len(listed) == 1 and listed[0]["state"] == "proposed"
+    # The approval's own detail leads to the plan.
+    detail = client.get(f"/api/approvals/{plan.pk}").json()
+    assert detail["kind"] == "plan" and detail["plan_id"] == listed[0]["id"]
     assert [s["status"] for s in listed[0]["steps"]] == ["pending"] * 3
     assert listed[0]["steps"][1]["needs_own_approval"].startswith("a high-risk call")
     plan_id = listed[0]["id"]
