@@ -16,13 +16,11 @@ says so beforehand.
 
 from dataclasses import dataclass, field
 
-from agentkit.tools import get_tool
+from agentkit.tools import ToolArgsError, get_tool
 from runs.models import Run, Step
 
 from . import plan_matching
 from .models import Approval, Plan
-
-MAX_EDIT_VALUE = 200  # characters of one edited envelope value
 
 
 def declared(run: Run) -> bool:
@@ -54,9 +52,9 @@ def problems(run: Run, steps: list[dict]) -> list[str]:
         if step.get("args") is not None:
             try:
                 tool.validate(step["args"])
-            except Exception as exc:  # ToolArgsError: the words are the tool's
+            except ToolArgsError as exc:
                 found.append(f"step {number}: {exc}")
-        for arg in {c.get("arg") for c in step.get("envelope") or []}:
+        for arg in dict.fromkeys(c.get("arg") for c in step.get("envelope") or []):
             if arg not in (tool.input_schema().get("properties") or {}):
                 found.append(f"step {number}: {name} takes no argument {arg!r}")
     return found
