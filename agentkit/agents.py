@@ -18,6 +18,7 @@ from agentkit import mcp
 from agentkit.llm.base import Provider
 from agentkit.llm.scripted import ScriptedProvider, Turn
 from agentkit.pii import PiiPolicy
+from agentkit.plan_tool import SUBMIT_PLAN
 from agentkit.tools import REGISTRY, RateLimit, Tool
 from agentkit.verification import Verifier, json_schema
 
@@ -284,6 +285,9 @@ class Agent:
     # token) or "1h" (2x), for agents whose runs wait on people longer than five minutes and
     # would otherwise write the whole conversation again when they resume.
     prompt_cache_ttl: str = "5m"
+    # The agent may submit a plan for approval before acting (agentkit/plan_tool.py): it is
+    # offered `submit_plan`, and calls that follow an approved plan need no new gate.
+    plans: bool = False
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -416,6 +420,8 @@ class Agent:
             snapshot["stream_text"] = True
         if self.on_failure != "end":
             snapshot["on_failure"] = self.on_failure
+        if self.plans:
+            snapshot["plans"] = True
         if self.max_parallel_tools is not None:
             snapshot["max_parallel_tools"] = self.max_parallel_tools
         if self.follow_ups:
@@ -431,6 +437,10 @@ CATALOGUE: dict[str, Agent] = {}
 
 
 def register(agent: Agent) -> Agent:
+    if SUBMIT_PLAN in agent.tools and not agent.plans:
+        raise ValueError(f"agent {agent.slug}: offer submit_plan by declaring plans=True")
+    if agent.plans and SUBMIT_PLAN not in agent.tools:
+        agent = replace(agent, tools=(*agent.tools, SUBMIT_PLAN))
     missing = [t for t in agent.tools if t not in REGISTRY]
     if missing:
         raise LookupError(f"agent {agent.slug} uses unknown tools: {missing}")

@@ -20,6 +20,7 @@ from accounts.auth import api_auth
 from agentops.middleware import database_unavailable
 from approvals.api import router as approvals_router
 from approvals.grants_api import router as grants_router
+from approvals.plans_api import router as plans_router
 from gateway.api import router as gateway_router
 from history.api import router as history_router
 from runs.api import router as runs_router
@@ -43,6 +44,8 @@ api.add_router("/", budgets_router)
 api.add_router("/approvals", approvals_router)
 # /api/grants and /api/approvals/{id}/grant: standing grants.
 api.add_router("/", grants_router)
+# /api/runs/{id}/plans and /api/plans/{id}: plans approved once, and their decisions.
+api.add_router("/", plans_router)
 api.add_router("/", history_router)
 api.add_router("/", schedules_router)
 # POST /api/hooks/<agent>: authenticated by its signature, not by a user (auth=None there).

@@ -30,7 +30,7 @@ from . import (
     permissions,
 )
 from .learning import stats
-from .models import Approval, ApprovalView
+from .models import Approval, ApprovalView, Plan
 
 router = Router(tags=["approvals"])
 
@@ -320,6 +320,8 @@ def _detail(approval: Approval, user, *, opened_at=None) -> dict:
         "votes_needed": permissions.votes_needed(approval, rules),
         "votes": _votes(approval),
         "tool_info": _tool_info(run, approval.tool),
+        # A plan (kind "plan"): its id for GET /api/plans/{id} and its decision endpoint.
+        "plan_id": _plan_id(approval),
         "run_context": {
             "id": run.pk,
             "agent": run.agent,
@@ -336,6 +338,12 @@ def _detail(approval: Approval, user, *, opened_at=None) -> dict:
         },
         "recent_steps": [_step(s) for s in reversed(steps)],
     }
+
+
+def _plan_id(approval: Approval) -> int | None:
+    if approval.kind != Approval.Kind.PLAN:
+        return None
+    return Plan.objects.filter(approval=approval).values_list("pk", flat=True).first()
 
 
 def _tool_info(run: Run, name: str) -> dict | None:

@@ -38,7 +38,7 @@ from agentkit.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import declared_policy, permissions, wait_traces
+from . import declared_policy, permissions, plan_edits, wait_traces
 from .models import Approval, ApprovalView, ApprovalVote
 from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
 
@@ -585,6 +585,12 @@ def validated_edit(approval: Approval, arguments: Any, rules: dict) -> dict:
         raise DecisionInvalid(str(exc), errors or {"arguments": [str(exc)]}) from None
     if args_hash(tool.name, edited) == args_hash(tool.name, current):
         return current
+    if approval.kind == Approval.Kind.PLAN:
+        problems = plan_edits.check_edit(current, edited)
+        if problems:
+            raise DecisionInvalid(
+                "edit refused: " + "; ".join(m for ms in problems.values() for m in ms), problems
+            )
     if votes_needed(approval, rules) > 1:
         # Every voter must approve the call they were shown; an edit midway would have the
         # others approve something they never saw.

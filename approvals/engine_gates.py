@@ -16,13 +16,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentkit import previews
+from agentkit.plan_tool import SUBMIT_PLAN
 from agentkit.tools import Blast, Tool, ToolError, get_tool, tool
 from runs import events
 from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, Decision
 from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
-from . import declared_policy, gate_config, grants, tasks
+from . import declared_policy, gate_config, grants, plan_gates, plans, tasks
 from .learning import rules as learning
 from .models import Approval, RuleHit
 
@@ -75,7 +76,11 @@ def gate_for_call(
     looked up) gates the call, and the approval says why.
     """
     try:
-        return _gate_for_call(run, item, tool, response, rng)
+        if tool.name == SUBMIT_PLAN and plans.declared(run):
+            return plan_gates.plan_gate(item, response)
+        gate = _gate_for_call(run, item, tool, response, rng)
+        # Inside an approved plan, the plan has its say on every call (approvals/plans.py).
+        return plan_gates.in_plan(run, item, tool, gate) if plans.declared(run) else gate
     except Exception as exc:
         log.exception("run %s: the gate policy failed on %s; a person decides", run.pk, tool.name)
         return {
@@ -205,6 +210,10 @@ def open_gate(run: Run, item: dict, gate: dict) -> str:
     gate step says "approved by rule #N"), so the engine runs it as it runs any approved
     call and nobody is asked; if the rule was revoked meanwhile, a person is asked."""
     gate = dict(gate)
+    if gate["kind"] == Approval.Kind.PLAN:
+        return plan_gates.open_plan(run, item, gate, open_=_open)
+    if gate.get("plan") is not None:
+        return plan_gates.open_in_plan(run, item, gate, open_=_open, step=_gate_step)
     rule_id = gate.pop("rule", None)
     check_id = gate.pop("rule_check", None)
     if rule_id is not None:
@@ -495,6 +504,7 @@ def _open(
     side_effect: SideEffect | None = None,
     suffix: str = "",
     findings: list | None = None,
+    step_extra: dict | None = None,
 ) -> Approval:
     timeout, on_expiry = _deadline(run)
     now = timezone.now()
@@ -536,6 +546,8 @@ def _open(
         **({"findings": findings} if findings else {}),
         # Which preview the approver is shown (the preview itself is the approval's).
         **({"preview_hash": preview["hash"]} if preview else {}),
+        # What a plan said of the call, or that it is a plan (approvals/plan_gates.py).
+        **(step_extra or {}),
     )
     events.publish_approvals_changed(approval.pk)
     transaction.on_commit(lambda: tasks.approval_requested(approval.pk))

@@ -40,6 +40,7 @@ class Approval(models.Model):
     class Kind(models.TextChoices):
         ACTION = "action"  # a proposed tool call
         QUESTION = "question"  # the agent (or the engine) asks the operator
+        PLAN = "plan"  # the agent's plan, approved once as a whole (approvals/plans.py)
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -147,7 +148,7 @@ class Approval(models.Model):
                 name="approval_status_valid",
             ),
             models.CheckConstraint(
-                condition=Q(kind__in=["action", "question"]), name="approval_kind_valid"
+                condition=Q(kind__in=["action", "question", "plan"]), name="approval_kind_valid"
             ),
             # One approval per proposed call: a re-run of the gate step cannot duplicate it.
             models.UniqueConstraint(
@@ -500,6 +501,35 @@ class Grant(models.Model):
 
     def __str__(self) -> str:
         return f"grant #{self.pk} {self.tool} for {self.get_scope_display()}"
+
+
+class Plan(models.Model):
+    """An agent's plan (agentkit/plan_tool.py) and how far the run got through it: one per
+    `submit_plan` call, decided through its approval (kind "plan"). Once approved, the run's
+    calls are matched against its steps in order (approvals/plans.py); `progress` holds, per
+    approved step, the call that took it. The steps themselves are the approval's final
+    arguments: what the operator approved, edits included."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="plans")
+    approval = models.OneToOneField(Approval, on_delete=models.CASCADE, related_name="plan")
+    goal = models.TextField()
+    # Per approved step, once a call took it: {"tool_use_id", "approval", "seq"}; else {}.
+    progress = models.JSONField(default=list, blank=True)
+    next_step = models.PositiveSmallIntegerField(default=0)
+    # Calls that deviated: {"tool", "kind", "reason", "approval", "tool_use_id", "seq"}.
+    deviations = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"plan #{self.pk} of run {self.run_id}"
+
+    @property
+    def steps(self) -> list[dict]:
+        """The steps as approved (the operator's edit, if any), else as proposed."""
+        return list(self.approval.final_args.get("steps") or [])
 
 
 class ApprovalReminder(models.Model):

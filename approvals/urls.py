@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import batch_views, delegation_views, export_views, grant_views, views
+from . import batch_views, delegation_views, export_views, grant_views, plan_views, views
 from .learning import views as learning_views
 from .notify.one_tap import views as one_tap_views
 
@@ -22,6 +22,9 @@ urlpatterns = [
     path("review/", learning_views.review_queue, name="review"),
     path("review/<int:pk>/", learning_views.review_call, name="review_call"),
     path("<uuid:pk>/", views.detail, name="detail"),
+    path("<uuid:pk>/plan/", plan_views.plan_screen, name="plan"),
+    path("<uuid:pk>/plan/decide/", plan_views.decide_plan, name="decide_plan"),
+    path("runs/<uuid:pk>/plan/", plan_views.run_plan, name="run_plan"),
     path("<uuid:pk>/opened/", views.opened, name="opened"),
     path("<uuid:pk>/decide/", views.decide, name="decide"),
     path("<uuid:pk>/claim/", views.claim, name="claim"),

@@ -12,7 +12,7 @@ from django.core import signing
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -218,6 +218,9 @@ def detail(request: HttpRequest, pk) -> HttpResponse:
     # Opening the screen writes nothing (GET is safe): the time it was opened travels, signed,
     # with the decision and is recorded then.
     approval = _get_approval_for_user(request, pk)
+    if approval.kind == Approval.Kind.PLAN:
+        # A plan is decided as a whole on its own screen (approvals/plan_views.py).
+        return redirect("approvals:plan", pk=approval.pk)
     return render(request, DETAIL_TEMPLATE, _detail_context(request, approval))
 
 

@@ -7,4 +7,4 @@ class DemoConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the demo tools and agents in the catalogue.
-        from . import agents  # noqa: F401
+        from . import agents, planning_agent  # noqa: F401

@@ -231,6 +231,12 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
         elif d.get("approved_by_grant"):
             # An approver's standing grant let it run without asking again.
             title = f"approved by grant #{d['approved_by_grant']} (by {d.get('granted_by')})"
+        elif d.get("allowed_by_plan"):
+            title = f"allowed by plan #{d.get('plan')} step {d.get('plan_step')}"
+        elif d.get("plan_submitted"):
+            title = "plan submitted: waiting for a human"
+        elif d.get("deviation"):
+            title = f"deviates from plan #{d.get('plan')} ({d['deviation']}): waiting for a human"
         view = StepView(step, title)
         view.approval_id = str(d.get("approval") or "")
         view.facts = [
@@ -238,7 +244,7 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
             ("why", str(d.get("explanation", ""))),
             ("expires", _when(d.get("expires_at"))),
         ]
-        if d.get("approved_by_rule") or d.get("approved_by_grant"):
+        if d.get("approved_by_rule") or d.get("approved_by_grant") or d.get("allowed_by_plan"):
             view.facts = [("risk", str(d.get("risk", ""))), ("why", str(d.get("explanation", "")))]
         if d.get("approved_by_grant"):
             view.facts.append(("grant", str(d.get("grant", ""))))
@@ -668,6 +674,13 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
             f'<div id="run-steer" hx-swap-oob="true" hx-get="{url}" hx-trigger="load" '
             'hx-swap="outerHTML"></div>'
         )
+    if _changes_plan(step):
+        # The same again: the to-do list of the run's plans (approvals/plans.py).
+        url = reverse("approvals:run_plan", args=[step.run_id])
+        html += (
+            f'<div id="run-plan" hx-swap-oob="true" hx-get="{url}" hx-trigger="load" '
+            'hx-swap="outerHTML"></div>'
+        )
     if with_header:
         run = run or Run.objects.select_related("launched_by").get(pk=step.run_id)
         html += render_to_string(RUN_PAGE + "#run-header", {**run_context(run), "oob": True})
@@ -701,6 +714,19 @@ def _changes_steering(step: Step) -> bool:
 def _reopens(step: Step) -> bool:
     """The status step of a failed run reopened in place (Run.reopen)."""
     return step.kind == Step.Kind.STATUS and step.data.get("event") == "reopened"
+
+
+def _changes_plan(step: Step) -> bool:
+    """A plan submitted or decided, a call matched to a step or deviating from it, a planned
+    call's result, or the run's end (its steps not taken are then skipped)."""
+    d = step.data if isinstance(step.data, dict) else {}
+    if step.kind == Step.Kind.GATE:
+        return "plan" in d or "plan_submitted" in d
+    if step.kind == Step.Kind.DECISION:
+        return d.get("kind") == "plan"
+    if step.kind == Step.Kind.TOOL:
+        return "plan_step" in d or d.get("tool") == "submit_plan"
+    return step.kind == Step.Kind.STATUS and d.get("event") in ("terminated", "cancelled")
 
 
 def _changes_operations(step: Step) -> bool:

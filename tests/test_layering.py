@@ -48,6 +48,7 @@ DEFERRED_IMPORTS = {
     ("approvals/apps.py", "approvals.learning.rules"),
     ("approvals/apps.py", "runs.models"),
     ("demo/apps.py", "demo.agents"),
+    ("demo/apps.py", "demo.planning_agent"),
     ("accounts/apps.py", "accounts.lockouts"),
     ("accounts/apps.py", "accounts.sso"),
     ("gateway/apps.py", "accounts.teams"),

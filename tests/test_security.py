@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from accounts.models import ApiToken, Team, TeamAgent, TeamMember
-from approvals.models import Approval, ApprovalView, Delegation, Grant
+from approvals.models import Approval, ApprovalView, Delegation, Grant, Plan
 from approvals.notify.one_tap import links as one_tap
 from evals.models import Case, Dataset, RegressionRun
 from runs.models import Budget, PendingOperation, Run, args_hash
@@ -87,7 +87,25 @@ def world(users, no_enqueue):
         "team": team,
         **learning_objects(run),
         **regression_objects(run, approval, users["approver"]),
+        "plan": plan_approval(run, approval),
     }
+
+
+def plan_approval(run: Run, approval: Approval) -> Approval:
+    """A plan the run's agent submitted (approvals/plans.py), waiting on its screen."""
+    plan = Approval.objects.create(
+        run=run,
+        gate_seq=approval.gate_seq,
+        llm_seq=approval.llm_seq,
+        tool_use_id="plan-in-the-matrix",
+        kind=Approval.Kind.PLAN,
+        tool="submit_plan",
+        args={"goal": "matrix", "steps": [{"tool": "lookup_order", "args": {"order_id": 1}}]},
+        explanation="matrix",
+        expires_at=approval.expires_at,
+    )
+    Plan.objects.create(run=run, approval=plan, goal="matrix")
+    return plan
 
 
 def regression_objects(run: Run, approval: Approval, approver) -> dict:
@@ -196,6 +214,9 @@ PAGES = {
     "approvals:grants": ("GET", "approve"),
     "approvals:grant": ("POST", "approve"),
     "approvals:revoke_grant": ("POST", "approve"),
+    "approvals:plan": ("GET", "view"),
+    "approvals:decide_plan": ("POST", "approve"),
+    "approvals:run_plan": ("GET", "view"),
     # Operators and approvers; the world's run is not halted, so they get a 409 for that.
     "approvals:resume_halted": ("POST", "operate or approve"),
     "triggers:schedules": ("GET", "view"),
@@ -288,6 +309,9 @@ def url_of(name: str, world) -> str:
         "approvals:review_call": [world["review"].pk],
         "approvals:grant": [approval.pk],
         "approvals:revoke_grant": [world["grant"].pk],
+        "approvals:plan": [world["plan"].pk],
+        "approvals:decide_plan": [world["plan"].pk],
+        "approvals:run_plan": [run.pk],
         "approvals:resume_halted": [approval.pk],
         "runs:budget_edit": [world["budget"].pk],
         "runs:budget_delete": [world["budget"].pk],
@@ -333,6 +357,7 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         "runs:pending_finish": {"action": "complete", "result": "done"},
         "approvals:claim": {"claim": "release"},
         "approvals:grant": {"kind": "count", "uses": "2"},
+        "approvals:decide_plan": {"decision": "reject", "reason": "matrix"},
         "runs:instruct": {"text": "matrix", "key": "matrix"},
         "runs:recover": {"choice": "skip"},
         "runs:reopen": {"choice": "retry"},
@@ -487,6 +512,7 @@ POSTS = {
     "approvals:review_call": {"verdict": "fine"},
     "approvals:grant": {"kind": "count", "uses": "2"},
     "approvals:revoke_grant": {},
+    "approvals:decide_plan": {"decision": "reject", "reason": "no"},
     "teams:new": {"name": "Bravo", "slug": "bravo", **MEMBER_FORMS},
     "teams:delete": {},
     "evals:add_decisions": {"verdict": ""},

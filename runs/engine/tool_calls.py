@@ -411,6 +411,10 @@ def tool_step(
     }
     if item.get("approval"):
         data["approval"] = item["approval"]
+    if item.get("plan_step"):
+        # The planned step the gate policy matched this call to ("plan:step"): the run
+        # page's to-do list ticks when this step arrives.
+        data["plan_step"] = item["plan_step"]
     if cost_usd:
         data["cost_usd"] = str(cost_usd)
     if is_error:

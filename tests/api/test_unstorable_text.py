@@ -99,6 +99,7 @@ def test_a_lone_surrogate_is_a_400_on_every_json_endpoint(callers, path, method,
         op_id=1,
         pk=1,
         grant_id=1,
+        plan_id=1,
         budget_id=Budget.objects.create(agent="sql-analyst", amount_usd=Decimal("5")).pk,
     )
     raw = _raw(BODY)
