@@ -43,6 +43,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from agentkit.previews import Change
 from agentkit.tools import (
     REGISTRY,
     RESOLVERS,
@@ -106,6 +107,11 @@ class McpServer:
     # then a call whose outcome was not recorded is retried with the same key.
     idempotency_meta: str = ""
     prefix: str | None = None  # default: f"{name}_"
+    # Effect previews (agentkit/previews.py), by the server's tool names: the server's own
+    # read-only tool that says what a call would change, called with the same arguments when
+    # the gate opens and again at the decision: {"reserve_stock": "preview_reserve_stock"}.
+    # Its result: {"changes": [{"subject", "before", "after"}, ...]} (or the list alone).
+    previews: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if bool(self.command) == bool(self.url):
@@ -148,6 +154,7 @@ class McpServer:
             "transport": self.transport,
             "target": self.url or " ".join(self.command),
             "prefix": self.tool_prefix,
+            **({"previews": dict(sorted(self.previews.items()))} if self.previews else {}),
         }
 
 
@@ -487,6 +494,7 @@ def _tool(server: McpServer, definition: dict) -> McpTool | None:
     reversible, blast = declared_risk(server.risks.get(remote), annotations)
     schema = definition.get("inputSchema") or {"type": "object"}
     schema = {k: v for k, v in schema.items() if k != "title"}
+    has_preview = remote in server.previews
     return McpTool(
         name=name,
         description=(definition.get("description") or remote)[:4000],
@@ -500,7 +508,37 @@ def _tool(server: McpServer, definition: dict) -> McpTool | None:
         remote_name=remote,
         schema=schema,
         annotations=annotations,
+        preview=_RemotePreview(server, server.previews[remote]) if has_preview else None,
     )
+
+
+@dataclass(frozen=True)
+class _RemotePreview:
+    """A tool's effect preview computed by its server (McpServer.previews): the server's
+    preview tool, called with the call's arguments; its changes as previews.Change."""
+
+    server: McpServer
+    remote_name: str
+
+    def __call__(self, args: dict) -> list[Change]:
+        result = connections.run(
+            self.server,
+            lambda client: client.call_tool(self.remote_name, args),
+            self.server.timeout_seconds,
+        )
+        if result.is_error:
+            raise ToolError(_text(result) or f"{self.remote_name} reported an error")
+        body = result.structured_content
+        if body is None:
+            body = json.loads(_text(result) or "null")
+        changes = body.get("changes") if isinstance(body, dict) else body
+        if not isinstance(changes, list):
+            raise ToolError(f"{self.remote_name} did not answer a list of changes")
+        return [
+            Change(str(c.get("subject", "")), c.get("before"), c.get("after"))
+            for c in changes
+            if isinstance(c, dict)
+        ]
 
 
 def resolve(name: str) -> Tool | None:

@@ -100,6 +100,7 @@ def test_a_gated_mcp_tool_runs_once_after_approval_over_stdio(
         "wh_label_shelf",
         "wh_open_aisle",
         "wh_count_aisle",
+        "wh_preview_reserve_stock",
     }
     assert tools["wh_stock_level"]["mcp"]["read_only_hint"] is True
     assert run.agent_config["mcp"] == [
@@ -132,3 +133,45 @@ def test_a_rejected_mcp_call_never_reaches_the_server(
     assert [c["tool"] for c in calls(log)] == ["stock_level"]
     step = run.steps.get(kind=Step.Kind.TOOL, data__tool="wh_reserve_stock")
     assert "no stock moves today" in step.data["error"]
+
+
+def test_the_server_s_preview_of_a_gated_call_is_on_the_card_and_checked_again(
+    declare, operator, approver, no_enqueue, tmp_path
+):
+    log = tmp_path / "calls.jsonl"
+    declare(stdio_server("wh", log, previews={"reserve_stock": "preview_reserve_stock"}))
+    run = launch(SLUG, {"topic": "order 10"}, by=operator)
+    assert run.agent_config["mcp"][0]["previews"] == {"reserve_stock": "preview_reserve_stock"}
+    assert drive(run) == Run.Status.WAITING
+    approval = Approval.objects.get(run=run, status=Approval.Status.PENDING)
+    # Computed by the server's read-only preview tool when the gate opened; nothing reserved.
+    assert approval.preview["changes"] == [
+        {"subject": "stock of A-1", "before": {"units": 12}, "after": {"units": 9}}
+    ]
+    assert [c["tool"] for c in calls(log)] == ["stock_level", "preview_reserve_stock"]
+    decisions.decide(
+        approval.pk,
+        user=approver,
+        decision="approve",
+        shown_preview_hash=approval.preview["hash"],
+    )
+    assert drive(run) == Run.Status.SUCCEEDED
+    # Asked again at the decision (the data could have changed), then the call ran once.
+    assert [c["tool"] for c in calls(log)] == [
+        "stock_level",
+        "preview_reserve_stock",
+        "preview_reserve_stock",
+        "reserve_stock",
+    ]
+
+
+def test_a_preview_the_server_cannot_give_is_shown_as_an_error_and_gates_nothing_away(
+    declare, operator, approver, no_enqueue, tmp_path
+):
+    log = tmp_path / "calls.jsonl"
+    declare(stdio_server("wh", log, previews={"reserve_stock": "no_such_tool"}))
+    run = launch(SLUG, {"topic": "order 11"}, by=operator)
+    assert drive(run) == Run.Status.WAITING
+    approval = Approval.objects.get(run=run, status=Approval.Status.PENDING)
+    assert "could not be computed" in approval.preview["error"]
+    assert [c["tool"] for c in calls(log)] == ["stock_level"]

@@ -1,5 +1,6 @@
 """A small MCP server for the tests of agents that take tools from MCP servers: a read-only
-`stock_level`, a destructive `reserve_stock` and an unannotated `label_shelf`. Every call
+`stock_level`, a destructive `reserve_stock` with its read-only preview
+`preview_reserve_stock`, and an unannotated `label_shelf`. Every call
 appends one JSON line to the file named by MCP_CALL_LOG, so a test can count what really ran
 on the server's side. Serves stdio, or streamable HTTP with `--http PORT` (127.0.0.1).
 
@@ -40,6 +41,15 @@ def reserve_stock(sku: str, quantity: int) -> dict:
     """Reserve units of a SKU for an order (they leave the sellable stock)."""
     _log("reserve_stock", {"sku": sku, "quantity": quantity})
     return {"reserved": quantity, "sku": sku}
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def preview_reserve_stock(sku: str, quantity: int) -> dict:
+    """What reserve_stock would change, without changing it (its effect preview)."""
+    _log("preview_reserve_stock", {"sku": sku, "quantity": quantity})
+    units = STOCK.get(sku, 0)
+    change = {"subject": f"stock of {sku}", "before": {"units": units}}
+    return {"changes": [{**change, "after": {"units": units - quantity}}]}
 
 
 @server.tool()
