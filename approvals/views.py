@@ -10,7 +10,6 @@ from urllib.parse import urlencode
 from django.contrib.auth.decorators import login_required
 from django.core import signing
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -87,10 +86,10 @@ def queue(request: HttpRequest) -> HttpResponse:
     if risk in Approval.Risk.values:
         approvals = approvals.filter(risk=risk)
     # A page at a time: a thousand pending rows are 400 KB of HTML nobody reads at once.
-    page = Paginator(listing.in_queue_order(approvals), listing.QUEUE_PAGE).get_page(
-        request.GET.get("page")
+    page = listing.queue_page(
+        approvals, after=request.GET.get("after"), before=request.GET.get("before")
     )
-    rows = list(page.object_list)
+    rows = list(page.rows)
     if mine:
         rows = assigned_to(request.user, rows)
     presence.mark_claims(rows)
@@ -101,13 +100,14 @@ def queue(request: HttpRequest) -> HttpResponse:
         "risks": Approval.Risk.values,
         "filters": {"agent": agent, "risk": risk, "mine": mine},
         "page": page,
+        "pending_count": approvals.count(),
         "query": urlencode(
             {k: v for k, v in (("agent", agent), ("risk", risk)) if v}
             | ({"mine": "1"} if mine else {})
         ),
         # The pushed queue (its first page) replaces the table only when no filter could
         # exclude rows and this is the first page.
-        "live_insert": not (agent or risk or mine) and page.number == 1,
+        "live_insert": not (agent or risk or mine) and page.is_first,
         "recent": visible.exclude(status=Approval.Status.PENDING)
         .filter(decided_at__isnull=False)  # what approval_decided_idx holds
         .select_related("run", "decided_by")

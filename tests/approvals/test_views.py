@@ -3,6 +3,7 @@ address off its allow-list, so the call is gated)."""
 
 import re
 from datetime import timedelta
+from urllib.parse import parse_qsl
 
 import pytest
 from django.test import Client
@@ -149,20 +150,34 @@ def test_the_queue_is_paged_riskiest_first_and_the_live_push_renders_the_first_p
         html = client.get(reverse("approvals:queue"), params).content.decode()
         return re.findall(r'class="approval-row" data-approval-id="([0-9a-f-]+)"', html), html
 
+    def link(html: str, name: str) -> dict:
+        found = re.search(rf'id="queue-{name}" href="\?([^"]+)"', html)
+        return dict(parse_qsl(found[1].replace("&amp;", "&"))) if found else {}
+
     with django_assert_max_num_queries(12):
         first, html = shown()
     assert first[0] == str(email.pk) and len(first) == 4
-    assert "page 1 of 2 · 7 pending" in html and "page=2" in html
-    assert 'id="approval-rows-live"' in html  # page 1, no filter: live pushes replace it
-    second, html = shown(page=2)
-    assert len(second) == 3 and not set(first) & set(second)
+    assert "7 pending" in html and not link(html, "riskier")
+    assert 'id="approval-rows-live"' in html  # the first page, no filter: pushes replace it
+    second, html = shown(**link(html, "next"))
+    assert len(second) == 3 and not set(first) & set(second) and not link(html, "next")
     assert {str(q.pk) for q in questions} | {str(email.pk)} == set(first) | set(second)
     assert 'id="approval-rows"' in html and "approval-rows-live" not in html
-    # Another page, or a filter, keeps the page number in the links.
+    assert shown(**link(html, "riskier"))[0] == first
+    # Rows decided meanwhile do not shift the next page: it starts after the last row seen.
+    after_fourth = link(shown()[1], "next")
+    Approval.objects.filter(pk__in=first[:2]).update(
+        status=Approval.Status.CANCELLED, decided_at=timezone.now()
+    )
+    assert shown(**after_fourth)[0] == second
+    # A filter stays in the links; a cursor that is not one shows the first page.
     _, html = shown(risk="low")
-    assert "risk=low&amp;page=2" in html
+    assert link(html, "next")["risk"] == "low"
+    assert shown(after="nonsense")[0] == shown()[0]
     pushed = "".join(stream_messages.render_approval_event(email.pk, teams.EVERYTHING)["html"])
-    assert re.findall(r'class="approval-row" data-approval-id="([0-9a-f-]+)"', pushed) == first
+    assert (
+        re.findall(r'class="approval-row" data-approval-id="([0-9a-f-]+)"', pushed) == (shown()[0])
+    )
 
 
 def test_queue_needs_a_role(client, django_user_model):
