@@ -49,6 +49,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from approvals import listing  # noqa: E402
 from approvals.models import Approval  # noqa: E402
 from bench.common import machine, percentile  # noqa: E402
 from runs.models import Run  # noqa: E402
@@ -114,6 +115,9 @@ def pages() -> list[str]:
     some_run = recent.values_list("pk", flat=True)[min(500, recent.count() - 1)]
     # The 200th page of 50 (keyset paging: the page after the run before it).
     deep = Cursor.of(recent.only("pk", "created_at")[min(9_949, recent.count() - 1)]).token
+    # The queue's 10th page of 50: the page after its 450th approval.
+    pending = listing.in_queue_order(Approval.objects.pending())
+    deep_queue = listing.Cursor.of(pending[min(449, max(0, pending.count() - 1))]).token
     return [
         "/",
         "/runs/",
@@ -124,7 +128,7 @@ def pages() -> list[str]:
         f"/runs/?after={deep}",
         f"/runs/{some_run}/",
         "/approvals/",
-        "/approvals/?page=10",
+        f"/approvals/?after={deep_queue}",
         "/audit/",
         "/audit/?q=bench",
         "/api/runs",
