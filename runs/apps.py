@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class RunsConfig(AppConfig):
@@ -23,6 +24,9 @@ class RunsConfig(AppConfig):
         # A cancelled run awaits nothing any more.
         run_cancelled.connect(pending.cancel_with_run, sender=Run, dispatch_uid="runs.pending")
         run_cancelled.connect(steering.cancel_with_run, sender=Run, dispatch_uid="runs.steering")
+
+        # A compensation that names no tool (or one that changes nothing) stops start-up.
+        checks.register(compensation.check_declarations)
 
         # Live sockets are told when a user's access may have ended.
         access.connect_signals()

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import NoReturn
 
+from django.core import checks
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agentkit.agents import CATALOGUE, get_agent
-from agentkit.tools import ToolArgsError, get_tool
+from agentkit.tools import REGISTRY, ToolArgsError, get_tool
 
 from . import engine, queue
 from .engine.compensating import compensation_key
@@ -260,6 +261,28 @@ def _call(effect: SideEffect, index: int) -> dict:
         "effect": effect.pk,
         "attempt": attempt,
     }
+
+
+def check_declarations(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """The system check (runs/apps.py registers it): every declared compensation names a
+    registered tool with side effects, whether or not an agent uses the tool yet (agents'
+    own tools are checked when they are registered: agentkit.agents.register)."""
+    errors = []
+    for name, tool in sorted(REGISTRY.items()):
+        if tool.compensate is None:
+            continue
+        target = REGISTRY.get(tool.compensate.tool)
+        if target is None or not target.has_side_effects:
+            why = "is not a registered tool" if target is None else "has no side effects"
+            errors.append(
+                checks.Error(
+                    f"tool {name!r} is compensated by {tool.compensate.tool!r}, which {why}",
+                    hint="A compensation is a tool with side effects that undoes the call.",
+                    obj=name,
+                    id="runs.E001",
+                )
+            )
+    return errors
 
 
 # --- settling -----------------------------------------------------------------------------------

@@ -366,3 +366,24 @@ def test_the_api_lists_and_requests_compensations(failed, operator, viewer):
     assert reader.get(url).status_code == 200
     assert reader.post(url, {}, content_type="application/json").status_code == 403
     assert json.loads(reader.get(url).content)["effects"][0]["state"] == "pending"
+
+
+def test_the_system_check_names_a_compensation_that_undoes_nothing():
+    assert compensation.check_declarations() == []
+
+    @tool(
+        reversible=False,
+        blast=Blast.LOW,
+        name="comp_check_orphan",
+        compensate=Compensate("list_tables"),
+    )
+    def orphan() -> dict:
+        """An effect whose compensation changes nothing."""
+        return {}
+
+    try:
+        [error] = compensation.check_declarations()
+        assert error.id == "runs.E001" and "list_tables" in error.msg
+        assert "has no side effects" in error.msg
+    finally:
+        REGISTRY.pop("comp_check_orphan", None)
