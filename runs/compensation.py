@@ -87,6 +87,15 @@ def why_not_offered(run: Run) -> str:
     return ""
 
 
+def declares_any(run: Run) -> bool:
+    """Whether any of the run's tools declares a compensation (no query)."""
+    for meta in run.agent_config.get("tools", []):
+        tool = REGISTRY.get(meta.get("name"))
+        if tool is not None and tool.compensate is not None:
+            return True
+    return False
+
+
 def effects(run: Run) -> list[Effect]:
     """The run's committed effects, oldest first, each with its compensations."""
     committed = list(run.side_effects.filter(status=SideEffect.Status.COMMITTED).order_by("id"))

@@ -694,9 +694,13 @@ def steer_context(run: Run, **extra) -> dict:
 def compensation_context(run: Run, user, *, actions: bool = True, **extra) -> dict:
     """The section's context: the run's committed effects that declare a compensation (or
     had one asked), why none may be asked now, and whether `user` may ask (`actions`: the
-    run page; the audit view shows them read-only)."""
-    shown = [e for e in compensation.effects(run) if e.compensate_tool or e.compensations]
+    run page; the audit view shows them read-only). No query for a run whose tools declare
+    no compensation, nor on the page of a run that may not be compensated (one still going:
+    the section comes with the step that ends it)."""
     why_not = compensation.why_not_offered(run)
+    shown = []
+    if compensation.declares_any(run) and not (actions and why_not):
+        shown = [e for e in compensation.effects(run) if e.compensate_tool or e.compensations]
     may_act = (
         actions
         and not why_not
