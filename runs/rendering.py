@@ -774,10 +774,12 @@ def _changes_compensation(step: Step) -> bool:
     d = step.data
     if step.kind == Step.Kind.OPERATOR:
         return str(d.get("event", "")).startswith("compensation_")
-    return step.kind == Step.Kind.STATUS and d.get("to") in (
+    ended = step.kind == Step.Kind.STATUS and d.get("to") in (
         Run.Status.FAILED,
         Run.Status.CANCELLED,
     )
+    # Only where the agent declares a compensation: other runs' viewers fetch nothing.
+    return ended and compensation.declares_any(step.run)
 
 
 def _changes_operations(step: Step) -> bool:
