@@ -9,7 +9,7 @@ class RunsConfig(AppConfig):
         # Wiring imported once the models are loaded, as Django intends.
         # The Celery tasks that runs/queue.py sends by name (a web process never imports them
         # otherwise).
-        from . import access, chains, compensation, events, pending, steering, tasks  # noqa: F401
+        from . import access, chains, compensable, compensation, events, pending, steering, tasks  # noqa: F401
         from .models import Run, Step, run_cancelled, step_appended
 
         # Every appended step is published once committed.
@@ -26,7 +26,7 @@ class RunsConfig(AppConfig):
         run_cancelled.connect(steering.cancel_with_run, sender=Run, dispatch_uid="runs.steering")
 
         # A compensation that names no tool (or one that changes nothing) stops start-up.
-        checks.register(compensation.check_declarations)
+        checks.register(compensable.check_declarations)
 
         # Live sockets are told when a user's access may have ended.
         access.connect_signals()

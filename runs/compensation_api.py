@@ -14,7 +14,7 @@ from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import ConfigDict
 
-from . import compensation
+from . import compensable, compensation
 from .api import OPERATORS, Message, _get_run
 from .models import Compensation, Run
 
@@ -83,7 +83,7 @@ def _compensation_out(comp: Compensation) -> dict:
 
 def _state(run: Run) -> dict:
     run.refresh_from_db()
-    why_not = compensation.why_not_offered(run)
+    why_not = compensable.why_not_offered(run)
     return {
         "run": run.pk,
         "status": run.status,
@@ -102,7 +102,7 @@ def _state(run: Run) -> dict:
                 "requestable": e.requestable and not why_not,
                 "compensations": [_compensation_out(c) for c in e.compensations],
             }
-            for e in compensation.effects(run)
+            for e in compensable.effects(run)
         ],
     }
 

@@ -23,7 +23,7 @@ from django.utils.dateparse import parse_datetime
 
 from agentkit.templatetags.untrusted import is_invisible
 
-from . import compensation, steering
+from . import compensable, steering
 from .models import Run, Step
 
 # Longer text is cut in the timeline; the step's own page shows all of it.
@@ -697,10 +697,10 @@ def compensation_context(run: Run, user, *, actions: bool = True, **extra) -> di
     run page; the audit view shows them read-only). No query for a run whose tools declare
     no compensation, nor on the page of a run that may not be compensated (one still going:
     the section comes with the step that ends it)."""
-    why_not = compensation.why_not_offered(run)
+    why_not = compensable.why_not_offered(run)
     shown = []
-    if compensation.declares_any(run) and not (actions and why_not):
-        shown = [e for e in compensation.effects(run) if e.compensate_tool or e.compensations]
+    if compensable.declares_any(run) and not (actions and why_not):
+        shown = [e for e in compensable.effects(run) if e.compensate_tool or e.compensations]
     may_act = (
         actions
         and not why_not
@@ -779,7 +779,7 @@ def _changes_compensation(step: Step) -> bool:
         Run.Status.CANCELLED,
     )
     # Only where the agent declares a compensation: other runs' viewers fetch nothing.
-    return ended and compensation.declares_any(step.run)
+    return ended and compensable.declares_any(step.run)
 
 
 def _changes_operations(step: Step) -> bool:

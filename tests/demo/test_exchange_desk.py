@@ -10,7 +10,7 @@ import pytest
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund
-from runs import compensation, engine
+from runs import compensable, compensation, engine
 from runs.models import Compensation, Run, SideEffect, Step
 
 from .test_demo_flows import launch_default
@@ -34,7 +34,7 @@ def failed_after_refund(slug: str, operator, approver) -> Run:
 def test_an_operator_compensates_the_refund_through_its_gate(operator, approver, no_enqueue):
     run = failed_after_refund("exchange-desk", operator, approver)
     refund = Refund.objects.get(run_id=run.pk)
-    [shown] = compensation.effects(run)
+    [shown] = compensable.effects(run)
     assert (shown.effect.tool, shown.compensate_tool, shown.state) == (
         "issue_refund",
         "reverse_refund",
@@ -73,5 +73,5 @@ def test_an_operator_compensates_the_refund_through_its_gate(operator, approver,
     assert events == [compensation.REQUESTED, compensation.SETTLED]
     run.refresh_from_db()
     assert run.verify_chain() == (True, None)
-    assert compensation.effects(run)[0].state == "compensated"
+    assert compensable.effects(run)[0].state == "compensated"
     assert Decimal(str(refund.amount)) == Decimal("40.00")

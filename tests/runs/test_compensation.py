@@ -14,7 +14,7 @@ from agentkit.tools import REGISTRY, Blast, Compensate, tool
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund
-from runs import compensation, engine
+from runs import compensable, compensation, engine
 from runs.models import Compensation, Run, SideEffect, Step
 
 from ..demo.test_demo_flows import launch_default
@@ -274,7 +274,7 @@ def test_a_cancelled_compensation_run_settles_as_failed(
     comp.refresh_from_db()
     assert comp.status == Compensation.Status.FAILED  # settled by the task on commit
     assert "cancelled" in comp.detail
-    assert compensation.effects(failed)[0].state == "failed"
+    assert compensable.effects(failed)[0].state == "failed"
 
 
 # --- the run page ---------------------------------------------------------------------------
@@ -369,7 +369,7 @@ def test_the_api_lists_and_requests_compensations(failed, operator, viewer):
 
 
 def test_the_system_check_names_a_compensation_that_undoes_nothing():
-    assert compensation.check_declarations() == []
+    assert compensable.check_declarations() == []
 
     @tool(
         reversible=False,
@@ -382,8 +382,17 @@ def test_the_system_check_names_a_compensation_that_undoes_nothing():
         return {}
 
     try:
-        [error] = compensation.check_declarations()
+        [error] = compensable.check_declarations()
         assert error.id == "runs.E001" and "list_tables" in error.msg
         assert "has no side effects" in error.msg
     finally:
         REGISTRY.pop("comp_check_orphan", None)
+
+
+def test_the_audit_list_says_what_each_compensation_came_to(failed, operator):
+    compensation.request(failed, None, by=operator)
+    client = Client()
+    client.force_login(operator)
+    page = client.get("/audit/").content.decode()
+    row = page.split(f'data-run-id="{failed.pk}"')[1].split("</tr>")[0]
+    assert 'data-compensation="pending"' in row and "reverse_refund: pending" in row
