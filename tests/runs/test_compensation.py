@@ -4,10 +4,12 @@ API; the demo flow end to end is tests/demo/test_exchange_desk.py."""
 
 import json
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, transaction
 from django.test import Client
+from django.utils import timezone
 
 from agentkit.agents import CATALOGUE, Agent, get_agent, register
 from agentkit.tools import REGISTRY, Blast, Compensate, tool
@@ -396,3 +398,33 @@ def test_the_audit_list_says_what_each_compensation_came_to(failed, operator):
     page = client.get("/audit/").content.decode()
     row = page.split(f'data-run-id="{failed.pk}"')[1].split("</tr>")[0]
     assert 'data-compensation="pending"' in row and "reverse_refund: pending" in row
+
+
+def test_the_sweep_sends_again_what_a_lost_message_left_undone(
+    operator, approver, no_enqueue, monkeypatch
+):
+    sent: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        "runs.queue.send_compensation", lambda task, run_id: sent.append((task, str(run_id)))
+    )
+    # An automatic request whose message was lost: the run failed, nothing was asked.
+    auto = failed_after_refund("exchange-desk-auto", operator, approver)
+    # A compensation run that ended, its settlement lost.
+    failed = failed_after_refund("exchange-desk", operator, approver)
+    [comp] = compensation.request(failed, None, by=operator)
+    child = comp.compensating_run
+    child.cancel(by=operator)
+    later = timezone.now() + timedelta(minutes=5)
+    sent.clear()
+    assert compensation.sweep(now=later) == 2
+    assert sorted(sent) == sorted(
+        [
+            ("runs.tasks.compensate_on_failure", str(auto.pk)),
+            ("runs.tasks.settle_compensations", str(child.pk)),
+        ]
+    )
+    # Once handled, nothing is sent again.
+    compensation.settle(child.pk)
+    compensation.compensate_automatically(auto.pk)
+    sent.clear()
+    assert compensation.sweep(now=later) == 0 and sent == []
