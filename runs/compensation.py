@@ -297,11 +297,15 @@ def compensate_automatically(run_id) -> list[Compensation]:
         return []
     if Compensation.objects.filter(run=run, automatic=True).exists():
         return []  # requested already (a duplicate message, the sweep)
+    if not run.side_effects.filter(status=SideEffect.Status.COMMITTED).exists():
+        return []  # it changed nothing: nothing to undo, nothing to say
     try:
         return request(run, by=None, automatic=True)
     except CompensationError as exc:
         with transaction.atomic():
             origin = Run.locked(run.pk)
+            if Compensation.objects.filter(run=origin, automatic=True).exists():
+                return []  # a twin task asked meanwhile: that is not a refusal
             if not origin.steps.filter(kind=Step.Kind.OPERATOR, data__event=REFUSED).exists():
                 origin.append_step(
                     Step.Kind.OPERATOR,

@@ -428,3 +428,19 @@ def test_the_sweep_sends_again_what_a_lost_message_left_undone(
     compensation.compensate_automatically(auto.pk)
     sent.clear()
     assert compensation.sweep(now=later) == 0 and sent == []
+
+
+def test_an_automatic_request_with_nothing_to_undo_says_why_once(operator, approver, no_enqueue):
+    # Cancelled before anything committed: nothing is asked, and nothing is said.
+    quiet = launch_default("exchange-desk-auto", operator)
+    quiet.cancel(by=operator)
+    assert compensation.compensate_automatically(quiet.pk) == []
+    assert not quiet.steps.filter(data__event=compensation.REFUSED).exists()
+    # Its refund reversed already by hand: the agent's own request finds nothing left.
+    run = failed_after_refund("exchange-desk-auto", operator, approver)
+    [comp] = compensation.request(run, None, by=operator)
+    Compensation.objects.filter(pk=comp.pk).update(status=Compensation.Status.COMPENSATED)
+    for _ in range(2):
+        assert compensation.compensate_automatically(run.pk) == []
+    [refused] = run.steps.filter(data__event=compensation.REFUSED)
+    assert "nothing to compensate" in refused.data["detail"]
