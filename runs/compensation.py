@@ -68,7 +68,8 @@ def request(
         if agent is None:
             raise CompensationError(409, f"agent {origin.agent!r} is not in the catalogue")
         chosen = _chosen(origin, effect_ids)
-        items = [_call(effect, index) for index, effect in enumerate(chosen)]
+        who = _who(by, automatic) or "an operator"
+        items = [_call(origin, effect, index, who) for index, effect in enumerate(chosen)]
         child = engine.launch(
             agent=agent,
             input=origin.input,
@@ -170,7 +171,7 @@ def _check_requestable(found: Effect) -> None:
         )
 
 
-def _call(effect: SideEffect, index: int) -> dict:
+def _call(origin: Run, effect: SideEffect, index: int, who: str) -> dict:
     """The compensating call of `effect` as the compensation run's pending call."""
     tool = get_tool(effect.tool)
     declared = tool.compensate if tool else None
@@ -203,6 +204,10 @@ def _call(effect: SideEffect, index: int) -> dict:
         "key": compensation_key(effect.key, attempt),
         "effect": effect.pk,
         "attempt": attempt,
+        "context": (
+            f"Compensation asked by {who}: it undoes effect #{effect.pk} of run {origin.pk} "
+            f"({origin.status}), {tool.effect(effect.args)}."
+        ),
     }
 
 

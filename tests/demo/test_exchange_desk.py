@@ -52,6 +52,11 @@ def test_an_operator_compensates_the_refund_through_its_gate(operator, approver,
     assert engine.advance(child.pk, time_slice=30) == Run.Status.WAITING
     gate = Approval.objects.get(run=child, status=Approval.Status.PENDING)
     assert gate.tool == "reverse_refund"
+    # The approver is told what it undoes, and who asked (no model turn proposed it).
+    assert gate.context_summary == (
+        f"Compensation asked by olivia: it undoes effect #{shown.effect.pk} of run {run.pk} "
+        "(failed), Refund 40.00 on order 13."
+    )
     refund.refresh_from_db()
     assert refund.reversed_at is None
 
