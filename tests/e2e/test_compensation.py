@@ -53,7 +53,12 @@ def test_the_operator_compensates_a_refund_of_a_failed_run_through_its_gate(serv
     # The reversal waits at its gate like any irreversible call, then runs once approved.
     reversal = server.pending_approval(child_id, tool="reverse_refund")
     assert _reversed(server, run_id) is None
-    decide(approver, reversal, "approve")
+    approver.goto(f"/approvals/{reversal}/")
+    # The approver reads what it undoes, and who asked.
+    expect(approver.page.locator("main")).to_contain_text(
+        re.compile(r"Compensation asked by operator: it undoes effect #\d+ of run")
+    )
+    decide(approver, reversal, "approve", navigate=False)
     server.wait_for_status(child_id, "succeeded")
     assert _reversed(server, run_id) is not None
 
