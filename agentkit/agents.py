@@ -288,6 +288,17 @@ class Agent:
     # The agent may submit a plan for approval before acting (agentkit/plan_tool.py): it is
     # offered `submit_plan`, and calls that follow an approved plan need no new gate.
     plans: bool = False
+    # When a run fails or is cancelled after calls with a declared compensation committed,
+    # their compensations are requested at once (runs/compensation.py), as an operator would
+    # from the run page: each still gated as the rules say, each once through the ledger.
+    compensate_on_failure: bool = False
+
+    def compensating_tools(self) -> list[Tool]:
+        """The tools that undo the agent's calls (Tool.compensate), not offered to its model:
+        only a compensation calls them."""
+        own = set(self.tools)
+        names = {REGISTRY[n].compensate.tool for n in self.tools if REGISTRY[n].compensate}
+        return [REGISTRY[n] for n in sorted(names - own) if n in REGISTRY]
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
@@ -424,6 +435,12 @@ class Agent:
             snapshot["plans"] = True
         if self.max_parallel_tools is not None:
             snapshot["max_parallel_tools"] = self.max_parallel_tools
+        compensating = self.compensating_tools()
+        if compensating:
+            # Beside the model's tools, so that gate rules may name them (gate_config.py).
+            snapshot["compensating_tools"] = [t.metadata() for t in compensating]
+        if self.compensate_on_failure:
+            snapshot["compensate_on_failure"] = True
         if self.follow_ups:
             # What the run promised to launch when it succeeds; the mappings are code.
             snapshot["follow_ups"] = [{"name": f.key, "agent": f.agent} for f in self.follow_ups]
@@ -465,6 +482,7 @@ def register(agent: Agent) -> Agent:
         raise ValueError(f"agent {agent.slug}: context_budget_tokens must not be negative")
     _check_verification(agent)
     _check_guards(agent)
+    _check_compensations(agent)
     for server in agent.mcp_servers:
         mcp.declare(server)
     CATALOGUE[agent.slug] = agent
@@ -506,6 +524,32 @@ def _check_guards(agent: Agent) -> None:
                 f"agent {agent.slug}: a PII guard on the final answer cannot be combined with "
                 "a verifier or an output schema yet"
             )
+
+
+def _check_compensations(agent: Agent) -> None:
+    """A compensation names a registered tool with side effects (one without has nothing to
+    undo with: a "compensation" that changes nothing would read as done in the audit); an
+    agent that compensates on failure has something to compensate."""
+    for name in agent.tools:
+        declared = REGISTRY[name].compensate
+        if declared is None:
+            continue
+        target = REGISTRY.get(declared.tool)
+        if target is None:
+            raise LookupError(
+                f"agent {agent.slug}: tool {name} is compensated by {declared.tool!r}, "
+                "which is not a registered tool"
+            )
+        if not target.has_side_effects:
+            raise ValueError(
+                f"agent {agent.slug}: tool {name} is compensated by {declared.tool}, which has "
+                "no side effects: it would undo nothing"
+            )
+    if agent.compensate_on_failure and not any(REGISTRY[n].compensate for n in agent.tools):
+        raise ValueError(
+            f"agent {agent.slug}: compensate_on_failure, but none of its tools declares a "
+            "compensation"
+        )
 
 
 def _check_follow_ups(agent: Agent) -> None:

@@ -184,6 +184,25 @@ class Charged:
 
 
 @dataclass(frozen=True)
+class Compensate:
+    """How a committed call of a tool with side effects is undone (refund -> reverse refund,
+    create -> delete): the compensating tool, and its arguments from the effect's arguments
+    and result (None: the effect's arguments as they are). The compensating call is a tool
+    call like any other: gated by the agent's rules, once through the ledger (runs/
+    compensation.py). The mapping may raise (a result it cannot read): then the effect is
+    not compensable, and the operator is told why."""
+
+    tool: str
+    args: "Callable[[dict, Any], dict] | None" = None
+
+    def arguments(self, args: dict, result: Any) -> dict:
+        mapped = dict(args) if self.args is None else self.args(args, result)
+        if not isinstance(mapped, dict):
+            raise TypeError(f"the mapping gave a {type(mapped).__name__}, not an object")
+        return mapped
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     description: str
@@ -215,6 +234,8 @@ class Tool:
     # What each call costs in USD (a paid API), charged to the run whenever the tool runs;
     # a call that returns Charged says its own cost instead.
     cost_usd: Decimal = Decimal(0)
+    # The call that undoes a committed call of this tool (Compensate); None: it cannot be.
+    compensate: Compensate | None = None
 
     @property
     def has_side_effects(self) -> bool:
@@ -282,6 +303,7 @@ class Tool:
             "timeout_seconds": self.timeout_seconds,
             "on_reject": self.on_reject,
             **({"cost_usd": str(self.cost_usd)} if self.cost_usd else {}),
+            **({"compensate": self.compensate.tool} if self.compensate else {}),
             "input_schema": self.input_schema(),
             "fingerprint": self.fingerprint(),
         }
@@ -337,6 +359,7 @@ def tool(
     inline: bool = False,
     preview: Callable[[dict], Any] | None = None,
     cost_usd: "Decimal | str | int" = 0,
+    compensate: Compensate | None = None,
 ) -> Callable[[Callable], Callable]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
@@ -350,7 +373,8 @@ def tool(
     read-only function of the parsed arguments saying what a call would change
     (agentkit/previews.py), shown to the approver of a gated call and checked again when
     they decide. `cost_usd`: what each call costs (a paid API), charged to the run; a call
-    may return Charged instead."""
+    may return Charged instead. `compensate`: the call that undoes a committed call of this
+    tool (Compensate), offered when a run fails or is cancelled after it committed."""
     per_call = call_cost(cost_usd)
 
     def register(fn: Callable) -> Callable:
@@ -361,6 +385,8 @@ def tool(
             # An effect's call goes through the ledger, whose "outcome unknown" needs a
             # deadline that can end the call.
             raise ValueError(f"tool {tool_name}: only a tool without side effects runs inline")
+        if compensate is not None and reversible and blast == Blast.NONE:
+            raise ValueError(f"tool {tool_name}: only a call with side effects has one to undo")
         sig = inspect.signature(fn)
         fields: dict[str, Any] = {}
         wants_ctx = False
@@ -394,6 +420,7 @@ def tool(
             inline=inline,
             preview=preview,
             cost_usd=per_call,
+            compensate=compensate,
         )
         return fn
 

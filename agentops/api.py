@@ -25,6 +25,7 @@ from gateway.api import router as gateway_router
 from history.api import router as history_router
 from runs.api import router as runs_router
 from runs.budgets_api import router as budgets_router
+from runs.compensation_api import router as compensation_router
 from runs.pending_api import router as pending_router
 from runs.steering_api import router as steering_router
 from triggers.schedules_api import router as schedules_router
@@ -41,6 +42,7 @@ api = NinjaAPI(
 api.add_router("/", runs_router)
 api.add_router("/", steering_router)
 api.add_router("/", budgets_router)
+api.add_router("/", compensation_router)
 api.add_router("/approvals", approvals_router)
 # /api/grants and /api/approvals/{id}/grant: standing grants.
 api.add_router("/", grants_router)

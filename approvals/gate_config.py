@@ -56,7 +56,9 @@ def problems(snapshot: dict, *, existing_users: set[str] | None = None) -> list[
     gates = snapshot.get("gates")
     if not isinstance(gates, dict):
         return ["gates must be an object (GateRules.as_dict())"]
-    tools = {t["name"]: t.get("input_schema") or {} for t in snapshot.get("tools", [])}
+    # The tools that compensate the agent's calls are gated by its rules too.
+    declared = [*snapshot.get("tools", []), *snapshot.get("compensating_tools", [])]
+    tools = {t["name"]: t.get("input_schema") or {} for t in declared}
     found = [f"unknown key {key!r}" for key in sorted(set(gates) - KNOWN_KEYS)]
 
     open_tools = bool(snapshot.get("external"))

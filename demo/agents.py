@@ -1151,6 +1151,88 @@ register(
 )
 
 
+# --- Exchange desk (compensation after a partial failure) -------------------------------------
+class ExchangeDeskInput(forms.Form):
+    order_id = forms.IntegerField(min_value=1, max_value=2**63 - 1, initial=13)
+    amount = forms.DecimalField(
+        min_value=Decimal("0.01"),
+        max_digits=10,
+        decimal_places=2,
+        initial=Decimal("40.00"),
+        help_text="Refunded for the damaged item before its replacement is dispatched.",
+    )
+
+
+def exchange_desk_script(data: dict) -> list:
+    order = data["order_id"]
+
+    def replace_it(messages):
+        refund = outcome_of(messages, "issue_refund")
+        if refund is None or not refund.ok:
+            return [text(f"No refund was made on order {order}; no replacement either.")]
+        return [
+            text("Refunded. Booking the replacement from US-EAST."),
+            tool_use("schedule_dispatch", order_id=order, warehouse="US-EAST"),
+        ]
+
+    return [
+        [text(f"Looking up order {order}."), tool_use("lookup_order", order_id=order)],
+        [
+            text(f"Refunding {data['amount']} for the damaged item."),
+            tool_use(
+                "issue_refund", order_id=order, amount=str(data["amount"]), reason="Damaged item"
+            ),
+        ],
+        replace_it,
+        [text("The replacement could not be dispatched.")],
+    ]
+
+
+# Refunds, then books a replacement the warehouse refuses: one error ends the run, after the
+# refund committed. The run page offers the refund's compensation (reverse_refund, gated).
+register(
+    Agent(
+        slug="exchange-desk",
+        title="Exchange desk (compensation)",
+        description=(
+            "Refunds a damaged item and books its replacement. The warehouse refuses and the "
+            "run fails after the refund was made: the run page offers to reverse the refund "
+            "(its declared compensation, gated like any call)."
+        ),
+        model="claude-sonnet-4-6",
+        system_prompt=(
+            "You exchange damaged items: look the order up, refund the amount asked, then "
+            "schedule_dispatch the replacement."
+        ),
+        tools=("lookup_order", "issue_refund", "schedule_dispatch"),
+        input_form=ExchangeDeskInput,
+        prompt=lambda d: (
+            f"Exchange the damaged item of order {d['order_id']}: refund {d['amount']}."
+        ),
+        script=exchange_desk_script,
+        summary=lambda d: f"exchange order {d['order_id']} · refund {d['amount']}",
+        limits=Limits(
+            max_steps=8, max_cost_usd=Decimal("0.20"), max_seconds=120, max_consecutive_errors=1
+        ),
+        max_limits=Limits(20, Decimal("1.00"), 600, 5),
+        gates=GateRules(thresholds={"issue_refund": {"amount": Decimal(500)}}),
+    )
+)
+# The same desk, compensating by itself: the failed run's reversal is requested at once.
+register(
+    replace(
+        CATALOGUE["exchange-desk"],
+        slug="exchange-desk-auto",
+        title="Exchange desk (compensates by itself)",
+        description=(
+            "The exchange desk, declared compensate_on_failure: when a run fails after the "
+            "refund, the refund's reversal is requested at once (still gated)."
+        ),
+        compensate_on_failure=True,
+    )
+)
+
+
 # --- Goodwill round (standing grants) -------------------------------------------------------------
 class GoodwillRoundInput(forms.Form):
     customers = forms.CharField(

@@ -14,6 +14,10 @@ class Refund(models.Model):
     idempotency_key = models.CharField(max_length=64, unique=True, null=True, blank=True)
     run_id = models.UUIDField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Reversed (reverse_refund, the compensation of issue_refund): the money was taken back,
+    # so the refund no longer counts toward what was refunded on the order.
+    reversed_at = models.DateTimeField(null=True, blank=True)
+    reversal_key = models.CharField(max_length=64, unique=True, null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -9,10 +9,11 @@ from typing import Literal
 from django.core.mail import EmailMessage
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
+from django.utils import timezone
 from pydantic import EmailStr, Field
 
 from agentkit.previews import Change
-from agentkit.tools import Blast, Pending, RetryPolicy, ToolContext, ToolError, tool
+from agentkit.tools import Blast, Compensate, Pending, RetryPolicy, ToolContext, ToolError, tool
 
 from . import shop
 from .models import Refund
@@ -133,8 +134,14 @@ def lookup_order(order_id: int = Field(ge=1)) -> dict:
         ).fetchone()
     if not row:
         raise ToolError(f"no order {order_id}")
-    refunded = Refund.objects.filter(order_id=order_id).aggregate(s=Sum("amount"))["s"] or 0
+    refunded = _refunded(order_id)
     return {**dict(row), "refunded": str(refunded)}
+
+
+def _refunded(order_id: int) -> Decimal:
+    """What stands refunded on an order: its refunds less the reversed ones."""
+    kept = Refund.objects.filter(order_id=order_id, reversed_at__isnull=True)
+    return kept.aggregate(s=Sum("amount"))["s"] or Decimal(0)
 
 
 def _refund_effect(args: dict) -> str:
@@ -149,7 +156,7 @@ def _refund_preview(args: dict) -> list[Change]:
     if not order:
         raise ToolError(f"no order {order_id}")
     total = Decimal(str(order["total"]))
-    refunded = Refund.objects.filter(order_id=order_id).aggregate(s=Sum("amount"))["s"] or 0
+    refunded = _refunded(order_id)
     after = refunded + amount
     return [
         Change(
@@ -181,6 +188,14 @@ def _refund_preview(args: dict) -> list[Change]:
     on_reject="tell_agent",
     describe=_refund_effect,
     preview=_refund_preview,
+    # Undone by taking the refund back: the refund the call made, named by its result.
+    compensate=Compensate(
+        "reverse_refund",
+        lambda args, result: {
+            "refund_id": result["refund_id"],
+            "reason": f"compensation of the refund on order {args['order_id']}",
+        },
+    ),
 )
 def issue_refund(
     order_id: int = Field(ge=1),
@@ -199,7 +214,7 @@ def issue_refund(
     if not order:
         raise ToolError(f"no order {order_id}")
     with transaction.atomic():
-        refunded = Refund.objects.filter(order_id=order_id).aggregate(s=Sum("amount"))["s"] or 0
+        refunded = _refunded(order_id)
         left = Decimal(str(order["total"])) - refunded
         if amount > left:
             raise ToolError(f"refund of {amount} exceeds the {left} left on order {order_id}")
@@ -220,6 +235,46 @@ def issue_refund(
 
 def _refund_result(refund: Refund, *, replayed: bool = False) -> dict:
     out = {"refund_id": refund.pk, "order_id": refund.order_id, "amount": str(refund.amount)}
+    if replayed:
+        out["replayed"] = True
+    return out
+
+
+@tool(
+    reversible=False,
+    blast=Blast.HIGH,
+    accepts_idempotency_key=True,
+    timeout_seconds=10,
+    describe="Reverse refund #{refund_id}",
+)
+def reverse_refund(
+    refund_id: int = Field(ge=1),
+    reason: str = Field(default="", max_length=300),
+    ctx: ToolContext = None,
+) -> dict:
+    """Take a refund back (the compensation of issue_refund): the amount no longer counts as
+    refunded on its order. Idempotent: a refund reversed already is reported, not reversed
+    twice."""
+    key = ctx.idempotency_key if ctx else None
+    with transaction.atomic():
+        refund = Refund.objects.select_for_update().filter(pk=refund_id).first()
+        if refund is None:
+            raise ToolError(f"no refund {refund_id}")
+        if refund.reversed_at is not None:
+            return _reversal_result(refund, replayed=True)
+        refund.reversed_at = timezone.now()
+        refund.reversal_key = key
+        refund.save(update_fields=["reversed_at", "reversal_key"])
+    return _reversal_result(refund)
+
+
+def _reversal_result(refund: Refund, *, replayed: bool = False) -> dict:
+    out = {
+        "refund_id": refund.pk,
+        "order_id": refund.order_id,
+        "amount": str(refund.amount),
+        "reversed": True,
+    }
     if replayed:
         out["replayed"] = True
     return out
@@ -331,6 +386,19 @@ CLOSED_WAREHOUSES = {"US-EAST": "closed for stocktaking until Monday"}
 
 
 @tool(reversible=True, blast=Blast.LOW, accepts_idempotency_key=True, timeout_seconds=5)
+def cancel_dispatch(dispatch: str = Field(pattern=r"^D-\d+-(US-EAST|EU-WEST)$")) -> dict:
+    """Cancel a booked dispatch (the compensation of schedule_dispatch). Cancelling one that
+    is cancelled already changes nothing."""
+    return {"dispatch": dispatch, "cancelled": True}
+
+
+@tool(
+    reversible=True,
+    blast=Blast.LOW,
+    accepts_idempotency_key=True,
+    timeout_seconds=5,
+    compensate=Compensate("cancel_dispatch", lambda args, result: {"dispatch": result["dispatch"]}),
+)
 def schedule_dispatch(
     order_id: int = Field(ge=1), warehouse: Literal["US-EAST", "EU-WEST"] = "US-EAST"
 ) -> dict:

@@ -47,7 +47,7 @@ def on_step_appended(sender, step: Step, **kwargs) -> None:
         and data.get("event") == "terminated"
         and data.get("to") == Run.Status.SUCCEEDED
         and step.run.agent_config.get("follow_ups")
-        and step.run.trigger != Run.Trigger.REPLAY
+        and step.run.trigger not in (Run.Trigger.REPLAY, Run.Trigger.COMPENSATION)
     ):
         run_id = step.run_id
         transaction.on_commit(lambda: queue.send_follow_ups(run_id))
@@ -65,7 +65,8 @@ def launch_follow_ups(run_id) -> list[Step]:
         if (
             parent is None
             or parent.status != Run.Status.SUCCEEDED
-            or parent.trigger == Run.Trigger.REPLAY
+            # A compensation run undoes; it does not go on to what the agent does next.
+            or parent.trigger in (Run.Trigger.REPLAY, Run.Trigger.COMPENSATION)
         ):
             return []
         declared = [f["name"] for f in parent.agent_config.get("follow_ups", [])]
@@ -167,7 +168,7 @@ def sweep(now=None) -> int:
             finished_at__lt=now - SWEEP_AFTER,
             agent_config__has_key="follow_ups",
         )
-        .exclude(trigger=Run.Trigger.REPLAY)
+        .exclude(trigger__in=[Run.Trigger.REPLAY, Run.Trigger.COMPENSATION])
         .exclude(Exists(recorded))
         .values_list("pk", flat=True)[:SWEEP_BATCH]
     )

@@ -81,7 +81,17 @@ step_appended = Signal()
 
 # Literal lists for the CHECK constraints (Meta cannot see the nested choices classes).
 _STATUSES = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
-_TRIGGERS = ["form", "api", "webhook", "schedule", "chained", "fork", "replay", "external"]
+_TRIGGERS = [
+    "form",
+    "api",
+    "webhook",
+    "schedule",
+    "chained",
+    "fork",
+    "replay",
+    "external",
+    "compensation",
+]
 _TERMINATIONS = [
     "completed",
     "max_steps",
@@ -101,6 +111,7 @@ _TERMINATIONS = [
     "truncated",
     "refused",
     "budget",
+    "compensation_failed",
 ]
 _STEP_KINDS = [
     "status",
@@ -255,6 +266,9 @@ class Run(models.Model):
         # A session of an agent that runs elsewhere (gateway/): the engine never advances
         # it; the agent itself submits its calls and reports what happened.
         EXTERNAL = "external"
+        # Undoes committed effects of a failed or cancelled run (runs/compensation.py): its
+        # only calls are their compensations, gated and through the ledger; no model call.
+        COMPENSATION = "compensation"
 
     class Termination(models.TextChoices):
         COMPLETED = "completed", "completed"
@@ -275,6 +289,7 @@ class Run(models.Model):
         TRUNCATED = "truncated", "the model's answer was cut off"
         REFUSED = "refused", "the model declined to answer"
         BUDGET = "budget", "the agent's budget is spent"
+        COMPENSATION_FAILED = "compensation_failed", "a compensation was not made"
 
     TRANSITIONS: dict[str, set[str]] = {
         Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},
@@ -1123,6 +1138,63 @@ class SideEffect(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} {self.key[:12]} ({self.status})"
+
+
+class Compensation(models.Model):
+    """A request to undo one committed effect of a failed or cancelled run (its tool's
+    declared Compensate), and what became of it (runs/compensation.py). The compensating
+    call runs in a compensation run (`compensating_run`), gated like any call, under a
+    ledger key derived from the effect's (`key`): it happens at most once per attempt."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # requested; its compensation run has not ended
+        COMPENSATED = "compensated"  # the compensating call committed
+        FAILED = "failed"  # not made: rejected, failed, expired, or its run cancelled
+
+    effect = models.ForeignKey(SideEffect, on_delete=models.CASCADE, related_name="compensations")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="compensations")
+    compensating_run = models.ForeignKey(
+        Run, null=True, on_delete=models.SET_NULL, related_name="compensating"
+    )
+    tool = models.CharField(max_length=64)
+    args = models.JSONField()
+    key = models.CharField(max_length=64, unique=True, help_text="The compensating call's key.")
+    attempt = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Requested by the agent's declaration (compensate_on_failure), not by a person.
+    automatic = models.BooleanField(default=False)
+    result = models.JSONField(null=True, blank=True)
+    detail = models.CharField(max_length=1000, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "compensated", "failed"]),
+                name="compensation_status_valid",
+            ),
+            # One under way or made per effect: a second request is refused, never run twice.
+            models.UniqueConstraint(
+                fields=["effect"],
+                condition=Q(status__in=["pending", "compensated"]),
+                name="compensation_once_per_effect",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                condition=Q(status="pending"),
+                name="compensation_pending_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} for effect {self.effect_id} ({self.status})"
 
 
 class PendingOperation(models.Model):

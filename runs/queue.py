@@ -16,6 +16,8 @@ log = logging.getLogger("agentops.engine")
 
 ADVANCE_TASK = "runs.tasks.advance_run"
 FOLLOW_UPS_TASK = "runs.tasks.launch_follow_ups"
+SETTLE_TASK = "runs.tasks.settle_compensations"
+AUTO_TASK = "runs.tasks.compensate_on_failure"
 
 
 def enqueue(run_id, *, countdown: float | None = None) -> bool:
@@ -40,6 +42,18 @@ def send_follow_ups(run_id) -> bool:
         app.tasks[FOLLOW_UPS_TASK].apply_async(args=[str(run_id)])
     except OperationalError as exc:
         log.warning("run %s: follow-ups not sent (%s); the sweep will re-send them", run_id, exc)
+        return False
+    return True
+
+
+def send_compensation(task: str, run_id) -> bool:
+    """Send a compensation task (SETTLE_TASK: an ended compensation run; AUTO_TASK: a run
+    whose agent compensates on failure) after the run's end is committed; False when the
+    broker is unreachable (runs/compensation.py's sweep sends it again)."""
+    try:
+        app.tasks[task].apply_async(args=[str(run_id)])
+    except OperationalError as exc:
+        log.warning("run %s: %s not sent (%s); the sweep will re-send it", run_id, task, exc)
         return False
     return True
 

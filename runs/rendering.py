@@ -23,7 +23,7 @@ from django.utils.dateparse import parse_datetime
 
 from agentkit.templatetags.untrusted import is_invisible
 
-from . import steering
+from . import compensable, steering
 from .models import Run, Step
 
 # Longer text is cut in the timeline; the step's own page shows all of it.
@@ -99,6 +99,7 @@ class StepView:
     facts: list[tuple[str, str]] = field(default_factory=list)  # trusted, server-made
     approval_id: str = ""
     run_link: str = ""  # a run this step launched (a chained follow-up)
+    run_link_label: str = "follow-up run"
     model: str = ""  # the model that answered (or failed), shown on the step's line
 
     @property
@@ -333,8 +334,51 @@ RECOVERY_TITLES = {
 }
 
 
+COMPENSATION_TITLES = {
+    "compensation_requested": "compensation requested",
+    "compensation_refused": "compensation not requested",
+}
+
+
+def _compensation_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """Compensation of the run's effects (runs/compensation.py): asked (by whom, for which
+    effects), refused, or what one came to."""
+    event = str(d.get("event"))
+    if event == "compensation_settled":
+        outcome = str(d.get("outcome") or "")
+        view = StepView(step, f"compensation {outcome}: {d.get('compensate', '')}")
+        view.error = outcome != "compensated"
+        view.facts.append(("effect", f"#{d.get('effect')}"))
+    else:
+        view = StepView(step, COMPENSATION_TITLES.get(event, event))
+        view.error = event == "compensation_refused"
+        view.facts.append(("by", str(d.get("by") or "an operator")))
+        for effect in d.get("effects") or []:
+            view.tool_uses.append(
+                ToolUse(
+                    str(effect.get("compensate", "")),
+                    Block.of(
+                        f"args (undoes effect #{effect.get('effect')})",
+                        effect.get("args"),
+                        full=full,
+                    ),
+                )
+            )
+    if d.get("compensation_run"):
+        view.facts.append(("compensation run", str(d["compensation_run"])))
+        with contextlib.suppress(ValueError):
+            view.run_link = str(uuid.UUID(str(d["compensation_run"])))
+            view.run_link_label = "compensation run"
+    if d.get("detail"):
+        # May quote a tool's error or an approver's reason: untrusted text.
+        view.texts.append(Block.of("detail", d["detail"], full=full, error=view.error))
+    return view
+
+
 def _operator_view(step: Step, d: dict, *, full: bool) -> StepView:
     """An operator steered the run: an instruction delivered, or a choice after a failure."""
+    if str(d.get("event", "")).startswith("compensation_"):
+        return _compensation_view(step, d, full=full)
     if d.get("event") == "instruction":
         view = StepView(step, "operator: instruction to the agent")
     else:
@@ -653,6 +697,32 @@ def steer_context(run: Run, **extra) -> dict:
     }
 
 
+def compensation_context(run: Run, user, *, actions: bool = True, **extra) -> dict:
+    """The section's context: the run's committed effects that declare a compensation (or
+    had one asked), why none may be asked now, and whether `user` may ask (`actions`: the
+    run page; the audit view shows them read-only). No query for a run whose tools declare
+    no compensation, nor on the page of a run that may not be compensated (one still going:
+    the section comes with the step that ends it)."""
+    why_not = compensable.why_not_offered(run)
+    shown = []
+    if compensable.declares_any(run) and not (actions and why_not):
+        shown = [e for e in compensable.effects(run) if e.compensate_tool or e.compensations]
+    may_act = (
+        actions
+        and not why_not
+        and user.can_operate
+        and Run.objects.operable_by(user).filter(pk=run.pk).exists()
+    )
+    return {
+        "run": run,
+        "comp_effects": shown,
+        "comp_why_not": why_not,
+        "comp_may_act": may_act,
+        "comp_requestable": sum(1 for e in shown if e.requestable),
+        **extra,
+    }
+
+
 # --- WebSocket payloads ---------------------------------------------------------------------------
 def render_step_event(step: Step, run: Run | None = None, *, with_header: bool = True) -> dict:
     """The run group's message for one step: the step appended to #timeline, plus the
@@ -665,6 +735,13 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
         url = reverse("runs:pending", args=[step.run_id])
         html += (
             f'<div id="pending-ops" hx-swap-oob="true" hx-get="{url}" hx-trigger="load" '
+            'hx-swap="outerHTML"></div>'
+        )
+    if _changes_compensation(step):
+        # The same: what it offers depends on who looks (an operator's Compensate buttons).
+        url = reverse("runs:compensation", args=[step.run_id])
+        html += (
+            f'<div id="run-compensation" hx-swap-oob="true" hx-get="{url}" hx-trigger="load" '
             'hx-swap="outerHTML"></div>'
         )
     if _changes_steering(step):
@@ -727,6 +804,20 @@ def _changes_plan(step: Step) -> bool:
     if step.kind == Step.Kind.TOOL:
         return "plan_step" in d or d.get("tool") == "submit_plan"
     return step.kind == Step.Kind.STATUS and d.get("event") in ("terminated", "cancelled")
+
+
+def _changes_compensation(step: Step) -> bool:
+    """The run's end (failed or cancelled: compensation is offered), or a compensation asked
+    or settled (runs/compensation.py)."""
+    d = step.data
+    if step.kind == Step.Kind.OPERATOR:
+        return str(d.get("event", "")).startswith("compensation_")
+    ended = step.kind == Step.Kind.STATUS and d.get("to") in (
+        Run.Status.FAILED,
+        Run.Status.CANCELLED,
+    )
+    # Only where the agent declares a compensation: other runs' viewers fetch nothing.
+    return ended and compensable.declares_any(step.run)
 
 
 def _changes_operations(step: Step) -> bool:

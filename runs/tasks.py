@@ -8,7 +8,7 @@ from django.db import InterfaceError, OperationalError, connections
 
 from agentkit.database import fail_fast
 
-from . import chains, engine, pending, rate_limits
+from . import chains, compensation, engine, pending, rate_limits
 
 log = logging.getLogger("agentops.engine")
 # The sweep's own attempts while the database is unreachable: each waits at most
@@ -40,13 +40,30 @@ def launch_follow_ups(run_id: str) -> int:
     return len(chains.launch_follow_ups(run_id))
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **_DATABASE_DOWN)
+def settle_compensations(run_id: str) -> int:
+    return len(compensation.settle(run_id))
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **_DATABASE_DOWN)
+def compensate_on_failure(run_id: str) -> int:
+    return len(compensation.compensate_automatically(run_id))
+
+
 @shared_task(ignore_result=True)
 def sweep() -> int:
     """Runs whose lease expired or whose message was lost, lost follow-ups, pending
-    operations past their deadline or due for a poll, and runs whose rate limit wait is
-    over. While the database is unreachable it fails fast and tries again (sweep_all)."""
+    operations past their deadline or due for a poll, runs whose rate limit wait is over,
+    and compensations whose message was lost. While the database is unreachable it fails
+    fast and tries again (sweep_all)."""
     return sweep_all(
-        lambda: engine.sweep() + chains.sweep() + pending.sweep() + rate_limits.sweep()
+        lambda: (
+            engine.sweep()
+            + chains.sweep()
+            + pending.sweep()
+            + rate_limits.sweep()
+            + compensation.sweep()
+        )
     )
 
 

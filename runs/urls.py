@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import budget_views, steering_views, views
+from . import budget_views, compensation_views, steering_views, views
 
 app_name = "runs"
 urlpatterns = [
@@ -18,6 +18,12 @@ urlpatterns = [
     path("runs/<uuid:pk>/instructions/", steering_views.run_instruct, name="instruct"),
     path("runs/<uuid:pk>/recovery/", steering_views.run_recover, name="recover"),
     path("runs/<uuid:pk>/reopen/", steering_views.run_reopen, name="reopen"),
+    path(
+        "runs/<uuid:pk>/compensation/",
+        compensation_views.run_compensation,
+        name="compensation",
+    ),
+    path("runs/<uuid:pk>/compensate/", compensation_views.run_compensate, name="compensate"),
     path("runs/<uuid:pk>/pending/", views.run_pending, name="pending"),
     path("runs/<uuid:pk>/pending/<int:op_id>/", views.run_pending_finish, name="pending_finish"),
     path("runs/<uuid:pk>/export.<str:fmt>", views.run_export, name="export"),

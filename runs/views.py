@@ -349,6 +349,7 @@ def run_detail(request: HttpRequest, pk) -> HttpResponse:
         "follow_ups": run.agent_config.get("follow_ups") or [],
         **_operations(run),
         **rendering.steer_context(run),
+        **rendering.compensation_context(run, request.user),
     }
     return render(request, _partial(request, rendering.RUN_PAGE, {"run-header"}), context)
 
@@ -577,5 +578,7 @@ def audit_run(request: HttpRequest, pk) -> HttpResponse:
         "more": run.last_seq > len(steps),
         "chain_ok": ok,
         "bad_seq": bad_seq,
+        # Each committed effect beside its compensation, read-only.
+        **rendering.compensation_context(run, request.user, actions=False),
     }
     return render(request, "runs/audit_run.html", context)

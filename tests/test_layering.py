@@ -35,6 +35,8 @@ DEFERRED_IMPORTS = {
     ("runs/apps.py", "runs.events"),
     ("runs/apps.py", "runs.access"),
     ("runs/apps.py", "runs.chains"),
+    ("runs/apps.py", "runs.compensation"),
+    ("runs/apps.py", "runs.compensable"),
     ("runs/apps.py", "runs.pending"),
     ("runs/apps.py", "runs.steering"),
     ("runs/apps.py", "runs.models"),

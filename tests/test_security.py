@@ -191,6 +191,8 @@ PAGES = {
     "runs:instruct": ("POST", "operate"),
     "runs:recover": ("POST", "operate"),
     "runs:reopen": ("POST", "operate"),
+    "runs:compensation": ("GET", "view"),
+    "runs:compensate": ("POST", "operate"),
     "approvals:queue": ("GET", "view"),
     "approvals:stats": ("GET", "administer"),
     "approvals:decisions_export": ("GET", "administer"),
@@ -295,6 +297,8 @@ def url_of(name: str, world) -> str:
         "runs:instruct": [run.pk],
         "runs:recover": [run.pk],
         "runs:reopen": [run.pk],
+        "runs:compensation": [run.pk],
+        "runs:compensate": [run.pk],
         "approvals:detail": [approval.pk],
         "approvals:opened": [approval.pk],
         "approvals:decide": [approval.pk],
@@ -332,7 +336,7 @@ def url_of(name: str, world) -> str:
     return url + "?before=99" if name == "runs:steps" else url
 
 
-REFUSED_ON_THEIR_MERITS = {"runs:resume", "runs:recover", "runs:reopen"}
+REFUSED_ON_THEIR_MERITS = {"runs:resume", "runs:recover", "runs:reopen", "runs:compensate"}
 
 
 def test_every_html_url_is_covered_here():
@@ -361,6 +365,7 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         "runs:instruct": {"text": "matrix", "key": "matrix"},
         "runs:recover": {"choice": "skip"},
         "runs:reopen": {"choice": "retry"},
+        "runs:compensate": {"effect": "all"},
         "evals:run_regression": {"agent": world["run"].agent, "provider": "scripted"},
         "evals:add_approval": {"dataset": world["dataset"].pk},
     }.get(name, {})
@@ -372,7 +377,7 @@ def test_login_and_role_are_checked_on_every_page(name, role, users, world):
         assert response["Location"].startswith("/accounts/login/")
     elif role in ALLOWED[need] and name in REFUSED_ON_THEIR_MERITS:
         # Past the role check, this world's run refuses them: it is not paused, has no
-        # failed step waiting and did not fail.
+        # failed step waiting and did not fail (nor was it cancelled: nothing to compensate).
         assert response.status_code == 409, response.status_code
     elif role in ALLOWED[need]:
         expected = (ALLOWED_STATUS[name],) if name in ALLOWED_STATUS else (200, 204, 302)
@@ -549,6 +554,7 @@ def test_api_session_posts_need_the_csrf_token_too(users, world):
     for url, body in (
         ("/api/runs", {"agent": "sql-analyst", "input": {"question": "q", "report_to": "a@b.co"}}),
         (f"/api/runs/{run.pk}/cancel", {}),
+        (f"/api/runs/{run.pk}/compensations", {}),
         (f"/api/approvals/{approval.pk}/decision", {"decision": "reject", "reason": "no"}),
         (f"/api/approvals/{approval.pk}/open", None),
         ("/api/approvals/batch", {"decision": "reject", "reason": "no", "items": []}),

@@ -73,6 +73,10 @@ def regate(work: Work) -> None:
         tool = get_tool(item["name"])
         gate = policy.gate_for_call(work.run, item, tool, None) if tool else None
         if gate is not None:
+            if item.get("context"):
+                # No model turn proposed it: what the approver reads instead (a compensation
+                # says which effect it undoes, and who asked).
+                gate = {**gate, "context": item["context"][:4000]}
             opened.append((item, gate))
     if not opened:
         return  # written with the next step's checkpoint

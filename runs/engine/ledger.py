@@ -43,9 +43,14 @@ INTENT_COLUMNS = (
 def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
     """Run a pending call (through the ledger when it has side effects) and record it."""
     run = work.run
-    key = idempotency_key(
-        run.pk, item["llm_seq"], item["index"], tool.name, args, retry_of=item.get("retry_of")
-    )
+    if item.get("key"):
+        # A compensating call: its key derives from the effect it undoes (compensating.py),
+        # so no run, however many ask, makes it twice.
+        key = item["key"]
+    else:
+        key = idempotency_key(
+            run.pk, item["llm_seq"], item["index"], tool.name, args, retry_of=item.get("retry_of")
+        )
     effect = None
     if tool.has_side_effects:
         refused = rate_limited.admit(work, item, tool, key)

@@ -33,6 +33,7 @@ from . import (
     answer_check,
     awaiting,
     budget_check,
+    compensating,
     gates,
     humans,
     lease,
@@ -83,10 +84,12 @@ def launch(
     provider: str | None = None,
     source: str = "",
     fork: ForkPoint | None = None,
+    compensating: list[dict] | None = None,
 ) -> Run:
     """Create a queued run from already validated input and enqueue it after commit.
     `source`: who or what pulled the trigger (Run.source); `fork`: the checkpoint of another
-    run it continues from."""
+    run it continues from; `compensating`: the calls a compensation run makes, and nothing
+    else (compensating.py: pending calls, gated again, each under its own ledger key)."""
     limits = limits or agent.limits
     run = _new_run(
         agent,
@@ -113,6 +116,13 @@ def launch(
         if fork.instruction:
             launched["instruction"] = fork.instruction
         state = fork.state
+    if compensating is not None:
+        state["pending"] = compensating
+        state["compensating"] = [item["key"] for item in compensating]
+        launched["compensates"] = [
+            {"effect": item["effect"], "tool": item["name"], "args": item["args"]}
+            for item in compensating
+        ]
     step = run.first_step(by=launched_by.get_username() if launched_by else None, **launched)
     checkpoint = Checkpoint(run=run, seq=step.seq, state=state, created_at=run.created_at)
     # Run, launched step and first checkpoint in one statement (runs/sql.py): a launch of many
@@ -242,6 +252,8 @@ def _step(work: Work) -> None:
             lease.still_mine(work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
             if work.state.get("awaiting"):
                 awaiting.settle(work)
+            if "compensating" in work.state:
+                compensating.finish(work)  # its calls are made: it ends, no model call
             steering.errors_choice(work)  # on_failure="ask": errors wait for an operator
             terminator.precheck(work)
             budget_check.at_boundary(work)

@@ -5,6 +5,8 @@ from datetime import datetime
 from django import template
 from django.utils import timezone
 
+from runs.models import Compensation
+
 register = template.Library()
 
 
@@ -29,3 +31,21 @@ def ago(moment: datetime | None, now: datetime | None = None) -> str:
     if days < 31:
         return f"{days} days ago"
     return f"{moment:%Y-%m-%d}"
+
+
+@register.simple_tag
+def compensations_by_run(runs) -> dict[str, list[tuple[str, str]]]:
+    """The compensations asked in each of these runs (one query for the page): run id ->
+    [(compensating tool, the newest request's status)], one per effect."""
+    rows = (
+        Compensation.objects.filter(run_id__in=[run.pk for run in runs])
+        .order_by("effect_id", "created_at", "id")
+        .values_list("run_id", "effect_id", "tool", "status")
+    )
+    newest: dict[tuple[str, int], tuple[str, str]] = {}
+    for run_id, effect_id, tool, status in rows:
+        newest[(str(run_id), effect_id)] = (tool, status)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for (run_id, _), shown in newest.items():
+        out.setdefault(run_id, []).append(shown)
+    return out

@@ -1,0 +1,47 @@
+"""A compensation run (Run.Trigger.COMPENSATION): the calls that undo committed effects of a
+failed or cancelled run, and nothing else (runs/compensation.py launches it).
+
+Its calls are pending from the start, marked to be gated again: the gate policy has its say
+on each as on any call (humans.regate), and each goes through the ledger (ledger.py) under
+a key derived from the effect it undoes, not from this run, so that two runs asking for the
+same compensation make it once (a failed one is not tried again under it: another request
+from the run page is a new attempt, with a key of its own). Once no call is pending the run
+ends here, before any model call: succeeded when every compensating call committed, failed
+otherwise.
+"""
+
+import hashlib
+
+from ..models import Run, SideEffect, canonical_json
+from .owned import Work
+from .terminator import terminate
+
+
+def compensation_key(effect_key: str, attempt: int) -> str:
+    """The ledger key of the compensating call of the effect recorded under `effect_key`: the
+    same for every request of one attempt (an attempt follows one that was not made)."""
+    body = canonical_json(["compensation", effect_key, attempt])
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def finish(work: Work) -> None:
+    """End the compensation run by what its calls came to in the ledger. Raises Stop."""
+    keys = work.state["compensating"]
+    committed = set(
+        SideEffect.objects.filter(key__in=keys, status=SideEffect.Status.COMMITTED).values_list(
+            "key", flat=True
+        )
+    )
+    made = sum(1 for key in keys if key in committed)
+    if made == len(keys):
+        terminate(
+            work,
+            Run.Termination.COMPLETED,
+            f"{made} compensation(s) made",
+            output=f"Compensated {made} effect(s).",
+        )
+    terminate(
+        work,
+        Run.Termination.COMPENSATION_FAILED,
+        f"{len(keys) - made} of {len(keys)} compensation(s) not made",
+    )
