@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+import redis
 from playwright.sync_api import (
     Browser,
     BrowserContext,
@@ -249,14 +250,19 @@ def drop_postgres_database(url: str) -> None:
 
 
 def redis_of_the_server(url: str, offset: int = 8) -> str:
-    """A Redis database of the live server's own, `offset` numbers from this worker's. On the
-    worker's database the server's in-process Celery worker would take the tasks of the
-    service tests this worker runs while the server lives (a real worker's run, found
-    nowhere in the server's database, dropped: the test's run stays queued), and their
-    workers the server's."""
+    """A Redis database of the live server's own, `offset` numbers from this worker's, emptied
+    first. On the worker's database the server's in-process Celery worker would take the
+    tasks of the service tests this worker runs while the server lives (a real worker's run,
+    found nowhere in the server's database, dropped: the test's run stays queued), and their
+    workers the server's. Emptied: tasks an earlier run left queued there (thousands, from a
+    bench or an interrupted suite) were worked through before the test's run, which stayed
+    queued past its wait."""
     parts = urlsplit(url)
     number = (int(parts.path.strip("/") or 0) + offset) % 16
-    return parts._replace(path=f"/{number}").geturl()
+    server_url = parts._replace(path=f"/{number}").geturl()
+    with closing(redis.Redis.from_url(server_url)) as connection:
+        connection.flushdb()
+    return server_url
 
 
 @pytest.fixture(scope="session")
