@@ -191,41 +191,52 @@ def build_verifier_case(dataset: Dataset, failed: Step, *, by=None) -> Case:
 
 def add_failures(dataset: Dataset, failed_steps, *, by=None) -> tuple[list[Case], list[str]]:
     """Add each verifier failure as a case, as `add` does decisions."""
-    added, skipped = [], []
-    for failed in failed_steps:
-        where = f"check #{failed.seq} of run {failed.run_id}"
-        if dataset.cases.filter(source_run_id=failed.run_id, source_seq=failed.seq).exists():
-            skipped.append(f"{where}: already in {dataset.name}")
-            continue
-        try:
-            case = build_verifier_case(dataset, failed, by=by)
-            with transaction.atomic():
-                case.save()
-        except CaseError as exc:
-            skipped.append(f"{where}: {exc}")
-        except IntegrityError:
-            skipped.append(f"{where}: already in {dataset.name}")
-        else:
-            added.append(case)
-    return added, skipped
+    held = set(
+        dataset.cases.filter(source_seq__isnull=False).values_list("source_run_id", "source_seq")
+    )
+    return _add_each(
+        dataset,
+        failed_steps,
+        key=lambda failed: (failed.run_id, failed.seq),
+        held=held,
+        where=lambda failed: f"check #{failed.seq} of run {failed.run_id}",
+        build=build_verifier_case,
+        by=by,
+    )
 
 
 def add(dataset: Dataset, approvals, *, by=None) -> tuple[list[Case], list[str]]:
     """Add each approval as a case: (cases added, why others were not). An approval already
     in the dataset is skipped, not an error (a bulk add of an overlapping filter)."""
+    held = set(dataset.cases.values_list("source_approval_id", flat=True))
+    return _add_each(
+        dataset,
+        approvals,
+        key=lambda approval: approval.pk,
+        held=held,
+        where=lambda approval: f"{approval.tool} of run {approval.run_id}",
+        build=build_case,
+        by=by,
+    )
+
+
+def _add_each(dataset, sources, *, key, held, where, build, by) -> tuple[list[Case], list[str]]:
+    """A case from each source not in the dataset yet (`held`: the keys of those that are,
+    read once), each saved on its own: one that cannot be a case is said why, not fatal."""
     added, skipped = [], []
-    for approval in approvals:
-        if dataset.cases.filter(source_approval=approval).exists():
-            skipped.append(f"{approval.tool} of run {approval.run_id}: already in {dataset.name}")
+    for source in sources:
+        if key(source) in held:
+            skipped.append(f"{where(source)}: already in {dataset.name}")
             continue
         try:
-            case = build_case(dataset, approval, by=by)
+            case = build(dataset, source, by=by)
             with transaction.atomic():
                 case.save()
         except CaseError as exc:
-            skipped.append(f"{approval.tool} of run {approval.run_id}: {exc}")
-        except IntegrityError:
-            skipped.append(f"{approval.tool} of run {approval.run_id}: already in {dataset.name}")
+            skipped.append(f"{where(source)}: {exc}")
+        except IntegrityError:  # added meanwhile by someone else
+            skipped.append(f"{where(source)}: already in {dataset.name}")
         else:
+            held.add(key(source))
             added.append(case)
     return added, skipped
