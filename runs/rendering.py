@@ -795,7 +795,7 @@ def _reopens(step: Step) -> bool:
 
 def _changes_plan(step: Step) -> bool:
     """A plan submitted or decided, a call matched to a step or deviating from it, a planned
-    call's result, or the run's end (its steps not taken are then skipped)."""
+    call's result, or the end of a run whose agent plans (its steps not taken are skipped)."""
     d = step.data if isinstance(step.data, dict) else {}
     if step.kind == Step.Kind.GATE:
         return "plan" in d or "plan_submitted" in d
@@ -803,7 +803,9 @@ def _changes_plan(step: Step) -> bool:
         return d.get("kind") == "plan"
     if step.kind == Step.Kind.TOOL:
         return "plan_step" in d or d.get("tool") == "submit_plan"
-    return step.kind == Step.Kind.STATUS and d.get("event") in ("terminated", "cancelled")
+    ended = step.kind == Step.Kind.STATUS and d.get("event") in ("terminated", "cancelled")
+    # Only where the agent plans: other runs' viewers fetch nothing at their end.
+    return ended and bool(step.run.agent_config.get("plans"))
 
 
 def _changes_compensation(step: Step) -> bool:
