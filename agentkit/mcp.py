@@ -206,15 +206,7 @@ class McpTool(Tool):
         result = connections.run(
             self.server, lambda client: client.call_tool(self.remote_name, args, meta=meta), timeout
         )
-        if result.is_error:
-            raise ToolError(_text(result) or f"{self.remote_name} reported an error")
-        if result.structured_content is not None:
-            return result.structured_content
-        text = _text(result)
-        try:  # a server that returns an object as JSON text: the timeline shows the object
-            return json.loads(text)
-        except ValueError:
-            return text
+        return _value(result, self.remote_name)
 
     def metadata(self) -> dict:
         return {
@@ -235,6 +227,20 @@ class McpTool(Tool):
             "annotations": self.annotations,
         }
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _value(result: mcp_types.CallToolResult, remote_name: str) -> Any:
+    """A call's answer: its structured content, else its text (parsed when it is JSON); a
+    ToolError when the server reported one."""
+    if result.is_error:
+        raise ToolError(_text(result) or f"{remote_name} reported an error")
+    if result.structured_content is not None:
+        return result.structured_content
+    text = _text(result)
+    try:  # a server that returns an object as JSON text: the timeline shows the object
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _text(result: mcp_types.CallToolResult) -> str:
@@ -526,11 +532,7 @@ class _RemotePreview:
             lambda client: client.call_tool(self.remote_name, args),
             self.server.timeout_seconds,
         )
-        if result.is_error:
-            raise ToolError(_text(result) or f"{self.remote_name} reported an error")
-        body = result.structured_content
-        if body is None:
-            body = json.loads(_text(result) or "null")
+        body = _value(result, self.remote_name)
         changes = body.get("changes") if isinstance(body, dict) else body
         if not isinstance(changes, list):
             raise ToolError(f"{self.remote_name} did not answer a list of changes")
