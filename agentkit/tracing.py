@@ -179,14 +179,17 @@ def in_run(
     )
 
 
-def model_call(provider: str, request: LLMRequest) -> Any:
+def model_call(
+    provider: str, request: LLMRequest, *, parent: otel_context.Context | None = None
+) -> Any:
     """A context manager around one model call attempt (`chat <model>`), child of the
-    current span (the step); yields the span (None when off)."""
+    current span (the step), or of `parent` (a call awaited on another thread's loop);
+    yields the span (None when off)."""
     if _tracer is None:
         return _OFF
     return _span(
         f"chat {request.model}",
-        None,
+        parent,
         {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,
@@ -196,6 +199,11 @@ def model_call(provider: str, request: LLMRequest) -> Any:
         },
         kind=SpanKind.CLIENT,
     )
+
+
+def current_context() -> otel_context.Context | None:
+    """The current span's context, for work carried on in another thread (None when off)."""
+    return None if _tracer is None else otel_context.get_current()
 
 
 def model_answered(span: Span | None, response: LLMResponse) -> None:

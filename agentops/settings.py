@@ -332,6 +332,10 @@ AGENTOPS = {
     "QUEUED_RESEND_SECONDS": env.float("AGENTOPS_QUEUED_RESEND_SECONDS", default=None),
     "LLM_TIMEOUT_SECONDS": env.float("AGENTOPS_LLM_TIMEOUT_SECONDS", default=60.0),
     "LLM_MAX_RETRIES": env.int("AGENTOPS_LLM_MAX_RETRIES", default=3),
+    # Model calls a worker process keeps waiting on its event loop, holding no thread
+    # (runs/engine/in_flight.py); past this, a call waits in its worker thread. 0: every call
+    # waits in its thread.
+    "MODEL_CALLS_IN_FLIGHT": env.int("AGENTOPS_MODEL_CALLS_IN_FLIGHT", default=1000),
     "RUN_MAX_RETRIES": env.int("AGENTOPS_RUN_MAX_RETRIES", default=10),
     # After a model failed over to an agent's fallback_model, its calls go to the fallback
     # first for this long (0: each call asks the agent's model again).

@@ -32,7 +32,9 @@ _DATABASE_DOWN = {
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **_DATABASE_DOWN)
 def advance_run(run_id: str) -> str:
-    return engine.advance(run_id)
+    # A worker's model calls are awaited on its process's loop (engine/in_flight.py); run
+    # inline (eager), the caller expects the run advanced when the task returns.
+    return engine.advance(run_id, calls_in_flight=not advance_run.request.is_eager)
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **_DATABASE_DOWN)

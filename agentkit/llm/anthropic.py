@@ -8,12 +8,18 @@ Prompt caching: each request marks its stable prefix with cache_control breakpoi
 (`cache_breakpoints`), so the API reads it from its cache on the next call of the run
 instead of processing it again: 0.1x the input price for a read, 1.25x for a write.
 
+`acomplete` is the same call made on an event loop (the engine's calls in flight,
+runs/engine/in_flight.py): one asynchronous client per loop and configuration, whose pool
+holds as many connections as calls may be in flight, so a thousand calls waiting on the model
+cost no thread each.
+
 Given an `on_text` callback, the call streams (server-sent events) and hands over the text as
 it arrives; the events are put together into the same message the plain call returns, so the
 response (content, usage, cost, request id) is the same either way. An error event or a
 broken connection mid-stream, or a stream that does not add up to a message, is transient.
 """
 
+import asyncio
 import email.utils
 import functools
 import json
@@ -73,6 +79,33 @@ def _client(
     return clients[key]
 
 
+_per_loop: dict = {}
+
+
+def _async_client(
+    api_key: str, base_url: str, timeout: float, traces: bool
+) -> anthropic.AsyncAnthropic:
+    """The running loop's asynchronous client for this configuration (a client's pool is
+    bound to the loop it first ran on)."""
+    key = (id(asyncio.get_running_loop()), api_key, base_url, timeout, traces)
+    if key not in _per_loop:
+        connections = int(settings.AGENTOPS["MODEL_CALLS_IN_FLIGHT"]) or 1
+        _per_loop[key] = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url or None,
+            timeout=timeout,
+            max_retries=0,  # as the thread's client: the engine retries, step by step
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                verify=_tls(),
+                limits=httpx2.Limits(
+                    max_connections=connections, max_keepalive_connections=connections
+                ),
+            ),
+            open_telemetry=None if traces else False,
+        )
+    return _per_loop[key]
+
+
 class AnthropicProvider:
     name = "anthropic"
 
@@ -111,6 +144,51 @@ class AnthropicProvider:
         client = self.client
         if client is None:
             raise LLMError("ANTHROPIC_API_KEY is not set")
+        params = self._params(request)
+        started = time.monotonic()
+        if on_text is not None:
+            return self._stream(client, params, on_text, started)
+        try:
+            # The body as JSON, not as the SDK's typed Message: the timeline stores plain dicts,
+            # and building the typed models first was a sixth of the SDK's CPU per call
+            # (bench/model_latency.py). Errors, timeouts and status codes are the SDK's as ever.
+            raw = client.messages.with_raw_response.create(**params)
+            message = json.loads(raw.http_response.content)
+        except (anthropic.AnthropicError, ValueError) as exc:
+            raise self._error(exc) from exc
+        latency_ms = int((time.monotonic() - started) * 1000)
+        return _response(message, raw.request_id or "", latency_ms)
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        """complete() on the running event loop (no streaming: drafts are published from a
+        thread)."""
+        if not self.api_key:
+            raise LLMError("ANTHROPIC_API_KEY is not set")
+        client = _async_client(self.api_key, self.base_url, self.timeout, self.traces)
+        params = self._params(request)
+        started = time.monotonic()
+        try:
+            raw = await client.messages.with_raw_response.create(**params)
+            message = json.loads(raw.http_response.content)
+        except (anthropic.AnthropicError, ValueError) as exc:
+            raise self._error(exc) from exc
+        latency_ms = int((time.monotonic() - started) * 1000)
+        return _response(message, raw.request_id or "", latency_ms)
+
+    def _error(self, exc: Exception) -> LLMError:
+        """A failed plain call as one of the engine's two kinds."""
+        if isinstance(exc, anthropic.APITimeoutError):
+            return LLMTransientError(f"model call timed out after {self.timeout:g}s")
+        if isinstance(exc, anthropic.APIConnectionError):
+            return LLMTransientError(f"could not reach the model API: {exc}")
+        if isinstance(exc, anthropic.APIStatusError):
+            return _status_error(exc)
+        if isinstance(exc, anthropic.AnthropicError):
+            return LLMError(f"model call failed: {type(exc).__name__}: {exc}")
+        # A 200 whose body is not JSON (a proxy's error page).
+        return _malformed(f"body is not JSON ({exc})")
+
+    def _params(self, request: LLMRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
@@ -123,27 +201,7 @@ class AnthropicProvider:
         if self.caching and not request.metadata.get("purpose"):
             # Not a summary's or a verifier's call: made once, a write would only cost more.
             params = cache_breakpoints(params, ttl=request.metadata.get("cache_ttl", "5m"))
-        started = time.monotonic()
-        if on_text is not None:
-            return self._stream(client, params, on_text, started)
-        try:
-            # The body as JSON, not as the SDK's typed Message: the timeline stores plain dicts,
-            # and building the typed models first was a sixth of the SDK's CPU per call
-            # (bench/model_latency.py). Errors, timeouts and status codes are the SDK's as ever.
-            raw = client.messages.with_raw_response.create(**params)
-            message = json.loads(raw.http_response.content)
-        except anthropic.APITimeoutError as exc:
-            raise LLMTransientError(f"model call timed out after {self.timeout:g}s") from exc
-        except anthropic.APIConnectionError as exc:
-            raise LLMTransientError(f"could not reach the model API: {exc}") from exc
-        except anthropic.APIStatusError as exc:
-            raise _status_error(exc) from exc
-        except anthropic.AnthropicError as exc:
-            raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
-        except ValueError as exc:  # a 200 whose body is not JSON (a proxy's error page)
-            raise _malformed(f"body is not JSON ({exc})") from exc
-        latency_ms = int((time.monotonic() - started) * 1000)
-        return _response(message, raw.request_id or "", latency_ms)
+        return params
 
     def _stream(
         self, client: anthropic.Anthropic, params: dict, on_text: OnText, started: float

@@ -10,6 +10,7 @@ only says in what order.
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -36,6 +37,7 @@ from . import (
     compensating,
     gates,
     humans,
+    in_flight,
     lease,
     ledger,
     model,
@@ -162,27 +164,61 @@ def _new_run(agent: Agent, input: dict, limits: Limits, **fields) -> Run:
     return run
 
 
+# What advance() says of a run whose model call it left in flight (in_flight.py).
+IN_FLIGHT = "in flight"
+
+
 @logs.about_run
-def advance(run_id, *, worker: str | None = None, time_slice: float | None = None) -> str:
+def advance(
+    run_id,
+    *,
+    worker: str | None = None,
+    time_slice: float | None = None,
+    calls_in_flight: bool = False,
+) -> str:
     """Work on a run for up to one time slice. Returns what happened, for logs and tests:
-    "busy" (someone else has it or it is not runnable), "requeued", or the run's status."""
+    "busy" (someone else has it or it is not runnable), "requeued", IN_FLIGHT (its model call
+    is awaited on the process's loop, with `calls_in_flight`), or the run's status."""
     worker = worker or lease.new_worker_id()
     claimed = lease.claim(run_id, worker)
     if claimed is None:
         return "busy"
+
+    def load() -> Work:
+        work = _load(claimed.run, worker, claimed=claimed)
+        work.calls_in_flight = calls_in_flight
+        return work
+
+    return work_on(run_id, worker, load, time_slice=time_slice)
+
+
+def work_on(
+    run_id,
+    worker: str,
+    load: Callable[[], Work],
+    *,
+    first: Callable[[Work], object] | None = None,
+    time_slice: float | None = None,
+) -> str:
+    """Steps of the run this worker holds, for up to one time slice: `first(work)` (an
+    answer that arrived for a call in flight), then the next steps. Returns as advance."""
     slice_seconds = time_slice if time_slice is not None else cfg("TIME_SLICE_SECONDS")
     slice_end = time.monotonic() + slice_seconds
     work = None
     try:
-        work = _load(claimed.run, worker, claimed=claimed)
-        while True:
+        work = load()
+        if first is not None:
+            first(work)
+        while not work.in_flight:
             step(work)
-            if time.monotonic() >= slice_end:
+            if time.monotonic() >= slice_end and not work.in_flight:
                 if queue.runs_waiting():
                     return lease.yield_slice(work)
                 # Nobody waits for a worker: re-queueing would only cost a claim and a
                 # re-read of the timeline.
                 slice_end = time.monotonic() + slice_seconds
+        in_flight.send(work)
+        return IN_FLIGHT
     except Stop:
         # Our own last write says where it stopped, unless the run was taken from us.
         if work is not None and work.run.status != Run.Status.RUNNING:

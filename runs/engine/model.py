@@ -36,6 +36,7 @@ from . import (
     awaiting,
     drafts,
     gates,
+    in_flight,
     lease,
     owned,
     pii_guard,
@@ -59,7 +60,8 @@ ROOM = "max_tokens_room"  # work.state: the max_tokens of the next call, while a
 
 
 def ask(work: Work) -> None:
-    """One model call for the run's next turn, and its answer recorded."""
+    """One model call for the run's next turn, and its answer recorded: here, or where the
+    answer arrives when the call is in flight (in_flight.py)."""
     config = work.agent_config
     budget = context_budget(config)
     if config.get("summarise_context"):
@@ -82,8 +84,10 @@ def ask(work: Work) -> None:
             "cache_ttl": config.get("prompt_cache_ttl", "5m"),
         },
     )
-    response = call_with_retries(work, request)
-    _record_response(work, response, trimmed)
+    asking = Asking(work, request)
+    if in_flight.takes(work, asking, trimmed):
+        return  # awaited on the process's loop; this thread is free for another run
+    record_response(work, asking.in_this_thread(), trimmed)
 
 
 class _ModelsResting(CircuitBreaker):
@@ -106,7 +110,13 @@ models_resting = _ModelsResting()
 
 
 def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
-    """The model's response, infrastructure errors retried (each failed attempt a step).
+    """The model's response, infrastructure errors retried (each failed attempt a step)."""
+    return Asking(work, request).in_this_thread()
+
+
+class Asking:
+    """One model call's attempts, made in a thread (call_with_retries) or awaited on the
+    process's loop (in_flight.py); everything between attempts happens in a thread.
 
     With the agent's `fallback_model`, a call its model cannot answer (overloaded, 529, or
     still failing after LLM_MAX_RETRIES) goes to the fallback at once, with retries of its
@@ -115,61 +125,84 @@ def call_with_retries(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
     overloaded is not asked again by each call, each paying a failed attempt); then calls
     start with the agent's model again. A request the API refuses (4xx) is not sent to
     another model: it would refuse it too."""
-    max_retries = cfg("LLM_MAX_RETRIES")
-    fallback = work.agent_config.get("fallback_model") or ""
-    asked = request.model
-    if fallback and asked != fallback and not models_resting.allow(asked):
-        request = dataclasses.replace(request, model=fallback)
-    attempt = 0
-    while True:
-        attempt += 1
-        if attempt > 1:
-            # After a backoff sleep: cancelled meanwhile, or out of wall time?
-            lease.still_mine(work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
-        _release_db_connection()
-        try:
-            with tracing.model_call(work.provider.name, request) as span:
-                try:
-                    response = _complete(work, request)
-                except llm.LLMError as exc:
-                    tracing.failed(span, type(exc).__name__, str(exc))
-                    raise
-                tracing.model_answered(span, response)
-        except llm.LLMError as exc:
-            budget_left = work.run.retry_count < cfg("RUN_MAX_RETRIES")
-            switch = bool(
-                fallback
-                and request.model != fallback
-                and exc.retryable
-                and budget_left
-                and (exc.overloaded or attempt > max_retries)
-            )
-            will_retry = switch or (exc.retryable and attempt <= max_retries and budget_left)
-            _record_error(
-                work,
-                exc,
-                attempt,
-                will_retry=will_retry,
-                model=request.model,
-                next_model=fallback if switch else "",
-            )
-            if not will_retry:
-                detail = f"model call failed after {attempt} attempt(s): {exc}"
-                terminator.terminate(work, Run.Termination.LLM_ERROR, detail)
-            if switch:
-                # Another model's capacity: no backoff, and retries of its own.
-                models_resting.record(request.model, ok=False)
-                request = dataclasses.replace(request, model=fallback)
-                attempt = 0
+
+    def __init__(self, work: Work, request: llm.LLMRequest):
+        self.work = work
+        self.asked = request.model
+        self.fallback = work.agent_config.get("fallback_model") or ""
+        if self.fallback and self.asked != self.fallback and not models_resting.allow(self.asked):
+            request = dataclasses.replace(request, model=self.fallback)
+        self.request = request
+        self.attempt = 0
+
+    def in_this_thread(self) -> llm.LLMResponse:
+        """The response, each attempt waited for in this thread."""
+        work = self.work
+        while True:
+            request = self.next_attempt()
+            try:
+                with tracing.model_call(work.provider.name, request) as span:
+                    try:
+                        response = _complete(work, request)
+                    except llm.LLMError as exc:
+                        tracing.failed(span, type(exc).__name__, str(exc))
+                        raise
+                    tracing.model_answered(span, response)
+            except llm.LLMError as exc:
+                time.sleep(self.failed(exc))
                 continue
-            time.sleep(retry.backoff(attempt, retry_after=exc.retry_after))
-            continue
-        if request.model != asked:
-            response = dataclasses.replace(
-                response, extra={**response.extra, "fallback_from": asked}
+            return self.answered(response)
+
+    def next_attempt(self) -> llm.LLMRequest:
+        """The request to send now. Stop if the run was cancelled or ran out of time while
+        a failed attempt's backoff was waited."""
+        self.attempt += 1
+        if self.attempt > 1:
+            lease.still_mine(self.work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
+        _release_db_connection()
+        return self.request
+
+    def failed(self, exc: llm.LLMError) -> float:
+        """The failed attempt recorded; the seconds to wait before the next one. Stop when
+        there is none: the run has ended (model call failed)."""
+        work, request, fallback = self.work, self.request, self.fallback
+        budget_left = work.run.retry_count < cfg("RUN_MAX_RETRIES")
+        switch = bool(
+            fallback
+            and request.model != fallback
+            and exc.retryable
+            and budget_left
+            and (exc.overloaded or self.attempt > cfg("LLM_MAX_RETRIES"))
+        )
+        will_retry = switch or (
+            exc.retryable and self.attempt <= cfg("LLM_MAX_RETRIES") and budget_left
+        )
+        _record_error(
+            work,
+            exc,
+            self.attempt,
+            will_retry=will_retry,
+            model=request.model,
+            next_model=fallback if switch else "",
+        )
+        if not will_retry:
+            detail = f"model call failed after {self.attempt} attempt(s): {exc}"
+            terminator.terminate(work, Run.Termination.LLM_ERROR, detail)
+        if switch:
+            # Another model's capacity: no backoff, and retries of its own.
+            models_resting.record(request.model, ok=False)
+            self.request = dataclasses.replace(request, model=fallback)
+            self.attempt = 0
+            return 0.0
+        return retry.backoff(self.attempt, retry_after=exc.retry_after)
+
+    def answered(self, response: llm.LLMResponse) -> llm.LLMResponse:
+        if self.request.model != self.asked:
+            return dataclasses.replace(
+                response, extra={**response.extra, "fallback_from": self.asked}
             )
-        elif fallback:
-            models_resting.record(asked, ok=True)
+        if self.fallback:
+            models_resting.record(self.asked, ok=True)
         return response
 
 
@@ -222,7 +255,7 @@ def _record_error(
     )
 
 
-def _record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
+def record_response(work: Work, response: llm.LLMResponse, trimmed: int) -> None:
     stop = response.stop_reason or ""
     if stop not in FINISHED:
         _record_unfinished(work, response, trimmed, stop)

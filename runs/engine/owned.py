@@ -89,6 +89,10 @@ class Work:
     # says otherwise it is assumed to have one: budget_check.py then reads its budgets).
     pause_asked: bool = False
     has_budget: bool = True
+    # Whether model calls may be awaited on the process's loop (a Celery worker's runs), and
+    # whether one is now: this thread then lets go of the run (in_flight.py).
+    calls_in_flight: bool = False
+    in_flight: bool = False
 
     def add_message(self, message: dict) -> None:
         self.messages.append(message)

@@ -1,0 +1,227 @@
+"""Model calls in flight: a worker process waits on the model on one event loop, not in threads.
+
+A run's thread builds the request (model.ask) and hands the call here; the run keeps its
+lease, which already covers a call's LLM_TIMEOUT_SECONDS, and the thread returns to its
+worker for another run (advance says IN_FLIGHT). The attempts are awaited on the process's
+loop with the provider's asynchronous client; what happens between them and after the answer
+(a failed attempt recorded, the ownership check after a backoff, the answer recorded and the
+run's next steps for a time slice) runs in a small pool of threads, as it would in the
+worker's thread. Durability, deadlines, cancellation and leases are the engine's own: the
+same steps are written in the same order; an answer that arrives after a cancel is discarded
+but charged; a process that dies with calls in flight leaves their runs to the sweep once
+their leases expire, as a dead thread would.
+
+Up to MODEL_CALLS_IN_FLIGHT calls per process; past that, and for streamed calls (drafts
+are published from a thread) or providers without `acomplete`, the call waits in its thread
+as before. A worker shutting down hands the runs whose calls are still waiting on the model
+back to the queue (release_all), so another worker asks again at once, not a lease later.
+"""
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from django.db import close_old_connections
+
+from agentkit import llm, logs, tracing
+
+from . import lease
+from .owned import Stop, Work, cfg
+
+if TYPE_CHECKING:
+    from .model import Asking
+
+log = logging.getLogger("agentops.engine")
+
+# Threads that carry on after an answer: recording it is CPU and database work, which more
+# threads than this would only queue on the interpreter's lock and the connection pool.
+THREADS = 8
+# How long a worker shutting down waits for its runs to be handed back.
+RELEASE_SECONDS = 10.0
+
+
+class _Call:
+    """A run whose model call is in flight. `waiting` while the loop awaits the model (only
+    then may release_all cancel it; a thread's part is left to finish)."""
+
+    def __init__(self, work: Work, asking: "Asking", trimmed: int, parent):
+        self.work, self.asking, self.trimmed, self.parent = work, asking, trimmed, parent
+        self.waiting = False
+        self.task: asyncio.Task | None = None
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.calls: dict[object, _Call] = {}
+        self.closing = False
+
+    def started(self) -> asyncio.AbstractEventLoop:
+        # Under self.lock. Started by the first call, so a web process never has one.
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            self.pool = concurrent.futures.ThreadPoolExecutor(
+                THREADS, thread_name_prefix="model-answers"
+            )
+            threading.Thread(target=self.loop.run_forever, name="model-calls", daemon=True).start()
+        return self.loop
+
+
+_loop = _Loop()
+
+
+def takes(work: Work, asking: "Asking", trimmed: int) -> bool:
+    """The model call is to be awaited on the process's loop: True when it is (work.in_flight:
+    the run's thread lets go of the run, then send() hands the call over), False when the
+    call must wait in this thread."""
+    if not (
+        work.calls_in_flight
+        and hasattr(work.provider, "acomplete")
+        and not work.agent_config.get("stream_text")
+    ):
+        return False
+    key = work.run.pk
+    with _loop.lock:
+        if _loop.closing or len(_loop.calls) >= cfg("MODEL_CALLS_IN_FLIGHT"):
+            return False
+        _loop.started()
+        _loop.calls[key] = _Call(work, asking, trimmed, tracing.current_context())
+    asking.next_attempt()  # the first: nothing to check yet, and the connection goes back
+    work.in_flight = True
+    return True
+
+
+def send(work: Work) -> None:
+    """The call takes() kept, sent: the last thing the run's thread does with the run (the
+    answer may be recorded by another thread at once)."""
+    asyncio.run_coroutine_threadsafe(_awaited(_loop.calls[work.run.pk]), _loop.loop)
+
+
+def in_flight() -> int:
+    """Calls this process has in flight now."""
+    return len(_loop.calls)
+
+
+async def _awaited(call: _Call) -> None:
+    call.task = asyncio.current_task()
+    work, asking = call.work, call.asking
+    try:
+        while True:
+            try:
+                call.waiting = True
+                response = await _attempt(work, asking.request, call.parent)
+            except llm.LLMError as exc:
+                call.waiting = False
+                delay = await _in_thread(call, asking.failed, exc)
+                if delay is None:
+                    return  # the run has ended, or is no longer ours
+                call.waiting = True
+                await asyncio.sleep(delay)
+                call.waiting = False
+                if await _in_thread(call, asking.next_attempt) is None:
+                    return
+                continue
+            except Exception as exc:
+                # Not a model's answer nor its error (a provider's bug): a crash, as it would
+                # be in a thread (lease.on_crash: retried later, capped).
+                call.waiting = False
+                await _in_thread(call, _reraise, exc)
+                return
+            call.waiting = False
+            await _in_thread(call, _carry_on, call, response)
+            return
+    except asyncio.CancelledError:
+        # release_all: a worker shutting down, the model not answered yet.
+        await _in_thread(call, lease.yield_slice, work)
+    finally:
+        with _loop.lock:
+            if _loop.calls.get(work.run.pk) is call:
+                del _loop.calls[work.run.pk]
+
+
+async def _attempt(work: Work, request: llm.LLMRequest, parent) -> llm.LLMResponse:
+    with tracing.model_call(work.provider.name, request, parent=parent) as span:
+        try:
+            response = await work.provider.acomplete(request)
+        except llm.LLMError as exc:
+            tracing.failed(span, type(exc).__name__, str(exc))
+            raise
+        tracing.model_answered(span, response)
+        return response
+
+
+async def _in_thread(call: _Call, func, *args):
+    """func(*args) in the pool, as the run's holder: None when it stopped (the run ended or
+    was taken from us) or failed (recorded as a crash, as a worker's thread would)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_loop.pool, _as_holder, call.work, func, args)
+
+
+def _as_holder(work: Work, func, args):
+    from .model import _release_db_connection
+
+    close_old_connections()
+    try:
+        with logs.bound(run_id=str(work.run.pk), seq=None):
+            try:
+                return func(*args)
+            except Stop:
+                return None
+            except Exception as exc:
+                log.exception("run %s: unexpected error", work.run.pk)
+                lease.on_crash(work.run.pk, work.worker, exc)
+                return None
+    finally:
+        _release_db_connection()
+
+
+def _reraise(exc: Exception):
+    raise exc
+
+
+def _carry_on(call: _Call, response: llm.LLMResponse) -> str:
+    """The answer recorded, then the run's next steps for a time slice (loop.work_on)."""
+    from .loop import work_on
+    from .model import record_response
+
+    work = call.work
+    work.in_flight = False
+    response = call.asking.answered(response)
+    return work_on(
+        work.run.pk,
+        work.worker,
+        lambda: work,
+        first=lambda w: record_response(w, response, call.trimmed),
+    )
+
+
+def release_all(timeout: float = RELEASE_SECONDS) -> int:
+    """A worker shutting down: the calls still waiting on the model are cancelled and their
+    runs handed back to the queue (another worker asks again). An answer being recorded is
+    left to finish. Returns how many were handed back."""
+    with _loop.lock:
+        _loop.closing = True
+        loop = _loop.loop
+    if loop is None:
+        return 0
+
+    async def cancel() -> list[asyncio.Task]:
+        cancelled = []
+        for call in list(_loop.calls.values()):
+            if call.waiting and call.task is not None:
+                call.task.cancel()
+                cancelled.append(call.task)
+        return cancelled
+
+    tasks = asyncio.run_coroutine_threadsafe(cancel(), loop).result(timeout)
+    if tasks:
+
+        async def handed_back() -> None:
+            await asyncio.wait(tasks, timeout=timeout)
+
+        asyncio.run_coroutine_threadsafe(handed_back(), loop).result(timeout + 1)
+    return len(tasks)
