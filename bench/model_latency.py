@@ -20,6 +20,9 @@ second within a window that opens one run's length ((turns + 1) x latency) after
 when the launch burst is over and runs start and finish all the time, and closes at SECONDS:
 steady concurrency, with each run's start and end still in it, without the burst of N runs
 launched in one instant and their staggered start.
+The worker awaits its runs' model calls on its event loop (runs/engine/in_flight.py) unless
+AGENTOPS_MODEL_CALLS_IN_FLIGHT=0 is set (each call then waits in a worker thread: the pair
+for before and after). Each round says how many calls waited at the fake at most at once.
 Stops the worker (by PID) and the server at the end.
 """
 
@@ -122,7 +125,7 @@ def sustained_round(n: int, turns: int, latency: float, seconds: float, worker_p
     }
 
 
-def report(label: str, n: int, r: dict, worker_pid: int) -> None:
+def report(label: str, n: int, r: dict, worker_pid: int, server: LoopServer) -> None:
     worker, server_side, pg = r["cpu"]
     if "runs" in r:
         span = f"over a {r['seconds']:.1f} s window ({r['runs']} runs in the round)"
@@ -132,8 +135,10 @@ def report(label: str, n: int, r: dict, worker_pid: int) -> None:
         f"  N={n}{f' ({label})' if label else ''}: {r['achieved']:.1f} calls/s of ideal "
         f"{r['ideal']:.0f} ({100 * r['ratio']:.0f} %) {span}; CPU ms per call: "
         f"worker {worker:.1f}, fake server + this script {server_side:.1f}, Postgres {pg:.1f}; "
-        f"worker RSS {et.worker_rss_kb(worker_pid) // 1024} MB"
+        f"worker RSS {et.worker_rss_kb(worker_pid) // 1024} MB; "
+        f"at most {server.max_in_flight} calls waited on the model at once"
     )
+    server.max_in_flight = 0  # the next round's own
 
 
 def main() -> None:
@@ -176,7 +181,7 @@ def main() -> None:
         # A cold worker opens a database connection, an HTTP client and its connection per
         # thread during its first round; that round is shown but not counted.
         warm_up = one_round(max(ns), args.turns, args.latency, proc.pid)
-        report("warm-up, not counted", max(ns), warm_up, proc.pid)
+        report("warm-up, not counted", max(ns), warm_up, proc.pid, server)
         for _ in range(args.repeat):
             for n in ns:
                 if args.sustain:
@@ -184,7 +189,7 @@ def main() -> None:
                 else:
                     r = one_round(n, args.turns, args.latency, proc.pid)
                 results.setdefault(n, []).append(r)
-                report("", n, r, proc.pid)
+                report("", n, r, proc.pid, server)
         print(f"worker RSS {et.worker_rss_kb(proc.pid)} kB")
     finally:
         et.stop_worker(proc)
