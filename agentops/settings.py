@@ -306,7 +306,7 @@ if EMBEDDED:
 # Agent steps wait on the model and on tools: threads keep many runs in flight per process
 # (`celery -A agentops worker` picks these up; override with --pool / --concurrency).
 CELERY_WORKER_POOL = "threads"
-CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=100)
+CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=16)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # How often the sweep looks for runs whose lease expired or whose message was lost: at most

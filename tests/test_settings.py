@@ -150,7 +150,7 @@ def test_a_tls_redis_url_keeps_kombus_own_transport(tmp_path):
 def test_worker_defaults_suit_io_bound_steps(tmp_path):
     s = settings_for(tmp_path)
     assert s["pool"] == "threads"
-    assert s["concurrency"] == 100
+    assert s["concurrency"] == 16
     assert settings_for(tmp_path, CELERY_WORKER_CONCURRENCY="250")["concurrency"] == 250
 
 

@@ -199,6 +199,12 @@ def _carry_on(call: _Call, response: llm.LLMResponse) -> str:
     )
 
 
+def reopen() -> None:
+    """Take calls again (a worker started anew in this process, after release_all)."""
+    with _loop.lock:
+        _loop.closing = False
+
+
 def release_all(timeout: float = RELEASE_SECONDS) -> int:
     """A worker shutting down: the calls still waiting on the model are cancelled and their
     runs handed back to the queue (another worker asks again). An answer being recorded is

@@ -24,10 +24,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def open_loop():
     """Each test starts with no call in flight and a loop that takes calls (release_all
     closes it for the process)."""
-    in_flight._loop.closing = False
+    in_flight.reopen()
     yield
     finished_by(time.monotonic() + 10, lambda: in_flight.in_flight() == 0)
-    in_flight._loop.closing = False
+    in_flight.reopen()
 
 
 def finished_by(deadline: float, done) -> bool:

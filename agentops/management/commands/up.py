@@ -149,7 +149,7 @@ class Command(BaseCommand):
             else:
                 lines += [
                     "  this process serves HTTP + WebSocket only; start, with the same env:",
-                    "    celery -A agentops worker --pool threads --concurrency 100",
+                    "    celery -A agentops worker --pool threads --concurrency 16",
                     "    celery -A agentops beat",
                     "  (or restart with --with-worker to run both in this process)",
                 ]
