@@ -6,6 +6,7 @@ run carried on in another thread, with the engine's retries, cancellation and le
 import time
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from agentkit.llm.anthropic import AnthropicProvider
@@ -13,8 +14,19 @@ from runs import engine
 from runs.engine import in_flight
 from runs.engine.loop import IN_FLIGHT
 from runs.models import Run, Step
-from tests.support.fake_messages_api import bad_request, hang, rate_limited, reply, text, tool_use
+from tests.conftest import on_postgres
+from tests.runs.worker_processes import celery_worker, stop
+from tests.support.fake_messages_api import (
+    FakeMessagesServer,
+    bad_request,
+    hang,
+    rate_limited,
+    reply,
+    text,
+    tool_use,
+)
 
+from .conftest import API_KEY
 from .test_anthropic import launch_analyst as launch
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -184,3 +196,36 @@ def test_a_worker_shutting_down_hands_back_the_runs_whose_calls_wait(no_enqueue,
         assert not run.steps.filter(kind=Step.Kind.LLM).exists()
     # Closing, it takes no new call: the next one waits in its thread.
     assert engine.advance(launch().pk, calls_in_flight=True, time_slice=0.01) != IN_FLIGHT
+
+
+@on_postgres
+@pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a broker other processes see)")
+def test_a_celery_worker_of_two_threads_keeps_many_calls_in_flight_and_hands_them_back():
+    from agentops.celery import app
+
+    app.control.purge()
+    with FakeMessagesServer(latency=1.0, hang_seconds=60) as server:
+        env = {"ANTHROPIC_API_KEY": API_KEY, "ANTHROPIC_BASE_URL": server.base_url}
+        worker = celery_worker("in-flight", concurrency=2, **env)
+        try:
+            runs = [launch() for _ in range(12)]  # sent to the worker on commit
+            deadline = time.monotonic() + 60
+            assert finished_by(deadline, lambda: all(s == "succeeded" for s in statuses(runs)))
+            # Two threads, twelve runs waiting on the model together.
+            assert server.max_in_flight >= 10
+
+            # Shutting down with calls waiting: their runs go back to the queue at once.
+            server.push(hang(), hang())
+            waiting = [launch(), launch()]
+            assert finished_by(time.monotonic() + 30, lambda: server.in_flight == 2)
+            stop(worker)
+            assert worker.returncode == 0, worker.stderr.read()[-3000:]
+        finally:
+            stop(worker)
+    for run in waiting:
+        run.refresh_from_db()
+        # Handed back to the queue, not left running under a lease of a process gone; the
+        # worker may take a run handed back once more before it stops consuming (its call is
+        # then made in a thread, which its warm shutdown waits for).
+        assert run.status in (Run.Status.QUEUED, Run.Status.SUCCEEDED) and not run.lease_owner
+    app.control.purge()  # their messages would only wait for the next test's worker
