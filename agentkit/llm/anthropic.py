@@ -9,8 +9,8 @@ Prompt caching: each request marks its stable prefix with cache_control breakpoi
 instead of processing it again: 0.1x the input price for a read, 1.25x for a write.
 
 `acomplete` is the same call made on an event loop (the engine's calls in flight,
-runs/engine/in_flight.py): each call borrows an asynchronous client of the loop, so a thousand
-calls waiting on the model cost no thread each.
+runs/engine/in_flight.py): one asynchronous client per loop and configuration, on the SDK's
+aiohttp transport, so a thousand calls waiting on the model cost no thread each.
 
 Given an `on_text` callback, the call streams (server-sent events) and hands over the text as
 it arrives; the events are put together into the same message the plain call returns, so the
@@ -19,14 +19,12 @@ broken connection mid-stream, or a stream that does not add up to a message, is 
 """
 
 import asyncio
-import contextlib
 import email.utils
 import functools
 import json
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -80,34 +78,33 @@ def _client(
     return clients[key]
 
 
-# Per loop and configuration: the asynchronous clients not making a call now.
-_idle_per_loop: dict[tuple, list[anthropic.AsyncAnthropic]] = {}
+_per_loop: dict[tuple, anthropic.AsyncAnthropic] = {}
 
 
-@contextlib.asynccontextmanager
-async def _async_client(
+def _async_client(
     api_key: str, base_url: str, timeout: float, traces: bool
-) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    """A client of the running loop for one call, as a thread has its own (_client): a pool
-    holding many connections looks at each of them on every request and every response's
-    close, and one client shared by the loop's calls spent most of a call's CPU doing that
-    (bench/model_latency.py). Returned after the call, with its open connection, for the next."""
+) -> anthropic.AsyncAnthropic:
+    """The running loop's client for this configuration, on the SDK's aiohttp transport: its
+    connection pool finds a free connection in constant time, where httpx's looks at each
+    connection it holds on every request and every response's close (O(calls in flight),
+    most of a call's CPU with hundreds in flight: bench/model_latency.py)."""
     key = (id(asyncio.get_running_loop()), api_key, base_url, timeout, traces)
-    idle = _idle_per_loop.setdefault(key, [])
-    client = idle.pop() if idle else None
-    if client is None:
-        client = anthropic.AsyncAnthropic(
+    if key not in _per_loop:
+        connections = max(1, int(settings.AGENTOPS["MODEL_CALLS_IN_FLIGHT"]))
+        _per_loop[key] = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url or None,
             timeout=timeout,
             max_retries=0,  # as the thread's client: the engine retries, step by step
-            http_client=anthropic.DefaultAsyncHttpxClient(verify=_tls()),
+            http_client=anthropic.DefaultAioHttpClient(
+                verify=_tls(),
+                limits=httpx2.Limits(
+                    max_connections=connections, max_keepalive_connections=connections
+                ),
+            ),
             open_telemetry=None if traces else False,
         )
-    try:
-        yield client
-    finally:
-        idle.append(client)
+    return _per_loop[key]
 
 
 class AnthropicProvider:
@@ -171,10 +168,8 @@ class AnthropicProvider:
         params = self._params(request)
         started = time.monotonic()
         try:
-            async with _async_client(
-                self.api_key, self.base_url, self.timeout, self.traces
-            ) as client:
-                raw = await client.messages.with_raw_response.create(**params)
+            client = _async_client(self.api_key, self.base_url, self.timeout, self.traces)
+            raw = await client.messages.with_raw_response.create(**params)
             message = json.loads(raw.http_response.content)
         except (anthropic.AnthropicError, ValueError) as exc:
             raise self._error(exc) from exc
