@@ -1,7 +1,7 @@
 import os
 
 from celery import Celery
-from celery.signals import setup_logging, worker_init, worker_shutting_down
+from celery.signals import setup_logging, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
@@ -23,12 +23,3 @@ def keep_django_logging(**kwargs) -> None:
     """A receiver here tells Celery not to configure logging itself: the worker and beat keep
     the settings' LOGGING (one JSON object per line with LOG_FORMAT=json), instead of
     Celery's own plain-text handler on the root logger."""
-
-
-@worker_shutting_down.connect
-def hand_back_calls_in_flight(**kwargs) -> None:
-    """Runs whose model call this worker awaits go back to the queue now (another worker
-    asks again at once), not when their leases expire."""
-    from runs.engine import in_flight
-
-    in_flight.release_all()

@@ -21,6 +21,7 @@ from approvals import decisions
 from approvals import tasks as approval_tasks
 from runs import chains, engine, pending, queue, rate_limits
 from runs import tasks as run_tasks
+from runs.engine import in_flight
 from runs.models import Run
 from triggers import scheduler
 
@@ -49,8 +50,6 @@ def start(*, concurrency: int, sweep_interval: float | None = None) -> Embedded:
         return _running
     if settings.EMBEDDED:
         recover_lost_messages()
-    from runs.engine import in_flight
-
     in_flight.reopen()  # a worker stopped earlier in this process closed it (stop below)
     worker, thread = start_worker(concurrency=concurrency)
     sweeps = Sweeps(interval=sweep_interval or min(SWEEP_INTERVAL_SECONDS, settings.SWEEP_SECONDS))
@@ -70,8 +69,6 @@ def stop(*, grace: float = 5.0) -> bool:
     running.sweeps.stop_event.set()
     # Runs whose model calls still wait go back to the queue (the next start finds them
     # queued), as a Celery worker's shutting down hands them back (agentops/celery.py).
-    from runs.engine import in_flight
-
     in_flight.release_all(timeout=grace)
     # What the worker's own SIGTERM handler does: the consumer loop checks this flag and
     # shuts the worker down from its own thread (calling worker.stop() from here would race

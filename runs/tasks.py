@@ -4,11 +4,13 @@ import logging
 import time
 
 from celery import shared_task
+from celery.signals import worker_shutting_down
 from django.db import InterfaceError, OperationalError, connections
 
 from agentkit.database import fail_fast
 
 from . import chains, compensation, engine, pending, rate_limits
+from .engine import in_flight
 
 log = logging.getLogger("agentops.engine")
 # The sweep's own attempts while the database is unreachable: each waits at most
@@ -35,6 +37,13 @@ def advance_run(run_id: str) -> str:
     # A worker's model calls are awaited on its process's loop (engine/in_flight.py); run
     # inline (eager), the caller expects the run advanced when the task returns.
     return engine.advance(run_id, calls_in_flight=not advance_run.request.is_eager)
+
+
+@worker_shutting_down.connect
+def hand_back_calls_in_flight(**kwargs) -> None:
+    """Runs whose model call this worker awaits go back to the queue now (another worker
+    asks again at once), not when their leases expire."""
+    in_flight.release_all()
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, **_DATABASE_DOWN)

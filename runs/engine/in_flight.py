@@ -21,19 +21,35 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from django.db import close_old_connections
 
 from agentkit import llm, logs, tracing
 
 from . import lease
-from .owned import Stop, Work, cfg
-
-if TYPE_CHECKING:
-    from .model import Asking
+from .owned import Stop, Work, cfg, release_connection
 
 log = logging.getLogger("agentops.engine")
+
+# How the model's answer is recorded (model.record_response, with what the request left out).
+Record = Callable[[Work, llm.LLMResponse], None]
+
+
+class Asking(Protocol):
+    """One model call's attempts (model.Asking): the request, and what happens around each."""
+
+    request: llm.LLMRequest
+
+    def next_attempt(self) -> llm.LLMRequest: ...
+    def failed(self, exc: llm.LLMError) -> float: ...
+    def answered(self, response: llm.LLMResponse) -> llm.LLMResponse: ...
+
+
+# How the run goes on after it: carry_on(first) works on the run from first(work) on
+# (loop.work_on).
+CarryOn = Callable[[Callable[[Work], None]], str]
 
 # Threads that carry on after an answer: recording it is CPU and database work, which more
 # threads than this would only queue on the interpreter's lock and the connection pool.
@@ -46,10 +62,11 @@ class _Call:
     """A run whose model call is in flight. `waiting` while the loop awaits the model (only
     then may release_all cancel it; a thread's part is left to finish)."""
 
-    def __init__(self, work: Work, asking: "Asking", trimmed: int, parent):
-        self.work, self.asking, self.trimmed, self.parent = work, asking, trimmed, parent
+    def __init__(self, work: Work, asking: Asking, record: Record, parent):
+        self.work, self.asking, self.record, self.parent = work, asking, record, parent
         self.waiting = False
         self.task: asyncio.Task | None = None
+        self.carry_on: CarryOn | None = None
 
 
 class _Loop:
@@ -74,7 +91,7 @@ class _Loop:
 _loop = _Loop()
 
 
-def takes(work: Work, asking: "Asking", trimmed: int) -> bool:
+def takes(work: Work, asking: Asking, record: Record) -> bool:
     """The model call is to be awaited on the process's loop: True when it is (work.in_flight:
     the run's thread lets go of the run, then send() hands the call over), False when the
     call must wait in this thread."""
@@ -89,16 +106,19 @@ def takes(work: Work, asking: "Asking", trimmed: int) -> bool:
         if _loop.closing or len(_loop.calls) >= cfg("MODEL_CALLS_IN_FLIGHT"):
             return False
         _loop.started()
-        _loop.calls[key] = _Call(work, asking, trimmed, tracing.current_context())
+        _loop.calls[key] = _Call(work, asking, record, tracing.current_context())
     asking.next_attempt()  # the first: nothing to check yet, and the connection goes back
     work.in_flight = True
     return True
 
 
-def send(work: Work) -> None:
+def send(work: Work, carry_on: CarryOn) -> None:
     """The call takes() kept, sent: the last thing the run's thread does with the run (the
-    answer may be recorded by another thread at once)."""
-    asyncio.run_coroutine_threadsafe(_awaited(_loop.calls[work.run.pk]), _loop.loop)
+    answer may be recorded by another thread at once). With the answer, another thread calls
+    carry_on(first), where first(work) records it (loop.work_on)."""
+    call = _loop.calls[work.run.pk]
+    call.carry_on = carry_on
+    asyncio.run_coroutine_threadsafe(_awaited(call), _loop.loop)
 
 
 def in_flight() -> int:
@@ -162,8 +182,6 @@ async def _in_thread(call: _Call, func, *args):
 
 
 def _as_holder(work: Work, func, args):
-    from .model import _release_db_connection
-
     close_old_connections()
     try:
         with logs.bound(run_id=str(work.run.pk), seq=None):
@@ -176,7 +194,7 @@ def _as_holder(work: Work, func, args):
                 lease.on_crash(work.run.pk, work.worker, exc)
                 return None
     finally:
-        _release_db_connection()
+        release_connection()
 
 
 def _reraise(exc: Exception):
@@ -184,19 +202,10 @@ def _reraise(exc: Exception):
 
 
 def _carry_on(call: _Call, response: llm.LLMResponse) -> str:
-    """The answer recorded, then the run's next steps for a time slice (loop.work_on)."""
-    from .loop import work_on
-    from .model import record_response
-
-    work = call.work
-    work.in_flight = False
+    """The answer recorded, then the run's next steps for a time slice."""
+    call.work.in_flight = False
     response = call.asking.answered(response)
-    return work_on(
-        work.run.pk,
-        work.worker,
-        lambda: work,
-        first=lambda w: record_response(w, response, call.trimmed),
-    )
+    return call.carry_on(lambda work: call.record(work, response))
 
 
 def reopen() -> None:

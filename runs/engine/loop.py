@@ -217,7 +217,7 @@ def work_on(
                 # Nobody waits for a worker: re-queueing would only cost a claim and a
                 # re-read of the timeline.
                 slice_end = time.monotonic() + slice_seconds
-        in_flight.send(work)
+        in_flight.send(work, lambda first: work_on(run_id, worker, lambda: work, first=first))
         return IN_FLIGHT
     except Stop:
         # Our own last write says where it stopped, unless the run was taken from us.

@@ -23,8 +23,7 @@ import dataclasses
 import logging
 import time
 
-from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from agentkit import llm, tracing
 from agentkit.circuit import CircuitBreaker
@@ -85,7 +84,7 @@ def ask(work: Work) -> None:
         },
     )
     asking = Asking(work, request)
-    if in_flight.takes(work, asking, trimmed):
+    if in_flight.takes(work, asking, lambda w, response: record_response(w, response, trimmed)):
         return  # awaited on the process's loop; this thread is free for another run
     record_response(work, asking.in_this_thread(), trimmed)
 
@@ -159,7 +158,7 @@ class Asking:
         self.attempt += 1
         if self.attempt > 1:
             lease.still_mine(self.work, lease_for=cfg("LLM_TIMEOUT_SECONDS"))
-        _release_db_connection()
+        owned.release_connection()
         return self.request
 
     def failed(self, exc: llm.LLMError) -> float:
@@ -215,12 +214,6 @@ def _complete(work: Work, request: llm.LLMRequest) -> llm.LLMResponse:
     response = work.provider.complete(request, on_text=draft)
     draft.finish()
     return response
-
-
-def _release_db_connection() -> None:
-    # While we wait seconds on the model, the pooled connection serves other runs.
-    if settings.IS_POSTGRES and not connection.in_atomic_block:
-        connection.close()
 
 
 def _record_error(

@@ -48,6 +48,12 @@ def initial_state() -> dict:
     return {"pending": [], "recent_calls": []}
 
 
+def release_connection() -> None:
+    """While the model thinks (seconds), the pooled connection serves other runs."""
+    if settings.IS_POSTGRES and not connection.in_atomic_block:
+        connection.close()
+
+
 class Stop(Exception):
     """This worker must stop working on the run (it finished, waits, or lost its lease)."""
 
