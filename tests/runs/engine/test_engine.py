@@ -6,7 +6,8 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentkit.llm.scripted import text, tool_use
@@ -279,6 +280,31 @@ def test_the_final_answer_and_the_runs_end_are_one_write(launch, script, monkeyp
     assert list(run.steps.order_by("seq").values_list("kind", flat=True))[-2:] == ["llm", "status"]
     run.refresh_from_db()
     assert_timeline_sound(run)
+
+
+@pytest.mark.parametrize("ends", [Run.Status.SUCCEEDED, Run.Status.FAILED])
+def test_a_plain_runs_end_costs_no_statement_after_its_write(
+    launch, script, no_enqueue, monkeypatch, ends
+):
+    # What a run's end may start (follow-ups, compensation, plans, live pushes) is decided
+    # from the run's snapshot: for an agent declaring none of them, nothing is read or sent,
+    # neither in the end's transaction nor once it is committed (a per-run cost otherwise,
+    # which short runs feel most).
+    sent = []
+    monkeypatch.setattr(queue, "send_follow_ups", lambda run_id: sent.append("follow-ups"))
+    monkeypatch.setattr(queue, "send_compensation", lambda task, run_id: sent.append(task))
+    script([[tool_use("t_echo", text="a")], [tool_use("t_echo", text="b")], [text("done")]])
+    run = launch(max_steps=1) if ends == Run.Status.FAILED else launch()
+    with CaptureQueriesContext(connection) as queries:
+        assert engine.advance(run.pk, time_slice=30) == ends
+    statements = [q["sql"] for q in queries.captured_queries]
+    end_write = max(i for i, sql in enumerate(statements) if '"status" = ' in sql)
+    assert f"'{ends}'" in statements[end_write]
+    # SQLite: the run's row, then its steps and checkpoint, then COMMIT (Postgres: one
+    # statement for all of them, its COMMIT not captured).
+    written = ('INSERT INTO "runs_step"', 'INSERT INTO "runs_checkpoint"', "COMMIT")
+    assert [sql for sql in statements[end_write + 1 :] if not sql.startswith(written)] == []
+    assert sent == []
 
 
 def test_the_lease_covers_a_slow_model_call(launch, script, settings, no_enqueue):
