@@ -4,6 +4,7 @@
 - lease.py: claim, ownership checks, parking for people, time slices, crashes, the sweep
 - owned.py: the run a worker owns: what it holds, and the writes it makes under its lease
 - model.py: asking the model, with retries, and recording its answer with what follows it
+- in_flight.py: a worker's model calls awaited on one event loop per process, no thread held
 - conversation.py: the model's conversation rebuilt from the timeline, fitted to the budget
 - summary.py: past the budget, the oldest turns summarised by a model call (when declared)
 - tool_calls.py: planning the calls the model asked for, calling a tool, describing the call
