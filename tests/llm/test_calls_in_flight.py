@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from agentkit import tracing
 from agentkit.llm.anthropic import AnthropicProvider
 from runs import engine
 from runs.engine import in_flight
@@ -229,3 +230,24 @@ def test_a_celery_worker_of_two_threads_keeps_many_calls_in_flight_and_hands_the
         # then made in a thread, which its warm shutdown waits for).
         assert run.status in (Run.Status.QUEUED, Run.Status.SUCCEEDED) and not run.lease_owner
     app.control.purge()  # their messages would only wait for the next test's worker
+
+
+def test_a_call_in_flight_is_a_chat_span_under_its_step(traces, no_enqueue, fake_api):
+    fake_api.push(reply([tool_use("list_tables")]), reply([text("Three tables.")]))
+    run = launch()
+
+    assert engine.advance(run.pk, calls_in_flight=True) == IN_FLIGHT
+    assert finished_by(time.monotonic() + 20, lambda: statuses([run]) == ["succeeded"])
+
+    spans = traces.get_finished_spans()
+    steps = {s.context.span_id for s in spans if s.name == "agentops.step"}
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    # Both awaited on the loop's thread, each the child of the step that asked (the second
+    # asked by the thread that recorded the first answer), in the run's trace.
+    assert len(chats) == 2
+    assert all(c.parent is not None and c.parent.span_id in steps for c in chats)
+    assert {c.context.trace_id for c in chats} == {tracing.parse(run.traceparent).trace_id}
+    assert [c.attributes["gen_ai.response.finish_reasons"][0] for c in chats] == [
+        "tool_use",
+        "end_turn",
+    ]
