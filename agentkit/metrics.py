@@ -175,6 +175,11 @@ decision_seconds = Histogram(
 approvals_expired = Counter(
     "agentops_approvals_expired", "Approvals that expired without a decision, by kind", ["kind"]
 )
+model_calls_in_flight = Gauge(
+    "agentops_model_calls_in_flight",
+    "Model calls a worker awaits on its event loop now, holding no thread",
+    multiprocess_mode="livesum",
+)
 websocket_connections = Gauge(
     "agentops_websocket_connections",
     "Open live WebSocket connections, by stream",

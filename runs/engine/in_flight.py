@@ -26,7 +26,7 @@ from typing import Protocol
 
 from django.db import close_old_connections
 
-from agentkit import llm, logs, tracing
+from agentkit import llm, logs, metrics, tracing
 
 from . import lease
 from .owned import Stop, Work, cfg, release_connection
@@ -107,6 +107,7 @@ def takes(work: Work, asking: Asking, record: Record) -> bool:
             return False
         _loop.started()
         _loop.calls[key] = _Call(work, asking, record, tracing.current_context())
+    metrics.model_calls_in_flight.inc()
     asking.next_attempt()  # the first: nothing to check yet, and the connection goes back
     work.in_flight = True
     return True
@@ -158,6 +159,7 @@ async def _awaited(call: _Call) -> None:
         # release_all: a worker shutting down, the model not answered yet.
         await _in_thread(call, lease.yield_slice, work)
     finally:
+        metrics.model_calls_in_flight.dec()
         with _loop.lock:
             if _loop.calls.get(work.run.pk) is call:
                 del _loop.calls[work.run.pk]

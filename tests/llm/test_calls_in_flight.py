@@ -8,6 +8,7 @@ import time
 import pytest
 from django.conf import settings
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from agentkit import tracing
 from agentkit.llm.anthropic import AnthropicProvider
@@ -90,6 +91,7 @@ def test_one_thread_keeps_many_calls_in_flight_and_every_run_finishes(no_enqueue
 def test_the_run_keeps_its_lease_while_its_call_is_in_flight(no_enqueue, fake_api, settings):
     fake_api.latency = 0.6
     run = launch()
+    before = REGISTRY.get_sample_value("agentops_model_calls_in_flight")
 
     assert engine.advance(run.pk, calls_in_flight=True, worker="w1") == IN_FLIGHT
 
@@ -99,9 +101,12 @@ def test_the_run_keeps_its_lease_while_its_call_is_in_flight(no_enqueue, fake_ap
     timeout = settings.AGENTOPS["LLM_TIMEOUT_SECONDS"]
     assert (run.lease_expires_at - timezone.now()).total_seconds() >= timeout * 0.9
     assert in_flight.in_flight() == 1
+    assert REGISTRY.get_sample_value("agentops_model_calls_in_flight") == before + 1
     # Another worker's claim finds it held.
     assert engine.advance(run.pk, calls_in_flight=True, worker="w2") == "busy"
     assert finished_by(time.monotonic() + 20, lambda: statuses([run]) == ["succeeded"])
+    assert finished_by(time.monotonic() + 5, lambda: in_flight.in_flight() == 0)
+    assert REGISTRY.get_sample_value("agentops_model_calls_in_flight") == before
 
 
 def test_a_failed_attempt_is_a_step_and_the_call_is_made_again_in_flight(no_enqueue, fake_api):
