@@ -121,6 +121,59 @@ SERVICE_SENSITIVE = {
 }
 TESTS_DIR = Path(__file__).resolve().parent
 
+# The modules that drive tests/gateway's package-scoped live server: one xdist work unit, so
+# one worker starts that server instead of each worker that draws one of them.
+GATEWAY_LIVE_SERVER = {
+    "tests/gateway/test_adapters.py",
+    "tests/gateway/test_client.py",
+    "tests/gateway/test_mcp_proxy.py",
+    "tests/gateway/test_mcp_proxy_tasks.py",
+}
+# Work units of few tests that take long (servers, subprocesses, migrations, thousands of
+# generated cases), handed out first. xdist otherwise hands out the units with the most tests
+# first, which left these for the end of the run, with the other workers idle.
+LONG_FIRST = [
+    "tests/gateway (live server)",
+    "tests/test_migrations.py",
+    "tests/history/test_transfer.py",
+    "tests/test_up.py",
+    "tests/approvals/learning/test_simulation.py",
+    "tests/test_layering.py",
+    "tests/runs/engine/test_crash_resume.py",
+    "tests/test_settings.py",
+]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongFirstLoadFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return "tests/gateway (live server)" if module in GATEWAY_LIVE_SERVER else module
+
+        def _assign_work_unit(self, node) -> None:
+            # The work queue is complete by the first assignment. Reordered here, not in the
+            # collection: the workers are sent indexes into their own collection.
+            if not getattr(self, "long_first", False):
+                self.long_first = True
+                units = sorted(self.workqueue.items(), key=self._rank)
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+        @staticmethod
+        def _rank(unit) -> tuple[int, int]:
+            scope, nodeids = unit
+            if scope in LONG_FIRST:
+                return LONG_FIRST.index(scope), 0
+            return len(LONG_FIRST), -len(nodeids)
+
+    return LongFirstLoadFileScheduling(config, log)
+
 
 def _needs_a_service(item) -> bool:
     return any(

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.db.utils import DatabaseError
 from django.utils import timezone
+from django_test_migrations.migrator import Migrator
 
 from tests.conftest import on_postgres
 
@@ -21,6 +22,42 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # on it along).
 USD = Decimal("0.000001")
 OUR_APPS = ["triggers", "gateway", "demo", "approvals", "runs"]
+
+
+@pytest.fixture(scope="module")
+def _schema(django_db_blocker):
+    """Whether a migrator test left the schema behind the latest migrations. The migrator
+    tests start from an empty database (they drop every table), so the schema is only brought
+    back up when something next needs it: a test of this module that is not a migrator test,
+    or the tests of other modules after this one. Bringing it back after each migrator test
+    (django-test-migrations' `migrator`) ran all the migrations once a test."""
+    schema = {"behind": False}
+    yield schema
+    if schema["behind"]:
+        with django_db_blocker.unblock():
+            _catch_up()
+
+
+def _catch_up() -> None:
+    # As the migrator's reset then a transactional test's teardown leave it: every table,
+    # empty but for what post_migrate adds.
+    call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)
+
+
+@pytest.fixture
+def migrator(transactional_db, _schema):
+    # Not the plugin's `migrator`: its factory brings the schema back after every test.
+    _schema["behind"] = True
+    return Migrator()
+
+
+@pytest.fixture(autouse=True)
+def _latest_schema_unless_a_migrator_test(request, _schema, django_db_blocker):
+    if _schema["behind"] and "migrator" not in request.fixturenames:
+        with django_db_blocker.unblock():
+            _catch_up()
+        _schema["behind"] = False
 
 
 def _run(Run, **fields):
