@@ -172,7 +172,11 @@
       document.body.appendChild(link);
       link.click();
       link.remove();
-      URL.revokeObjectURL(url);
+      // The browser reads the blob after the click returns: revoked at once, a busy browser
+      // could cancel the download.
+      setTimeout(function () {
+        URL.revokeObjectURL(url);
+      }, 10000);
     });
   });
 })();
