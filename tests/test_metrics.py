@@ -151,6 +151,7 @@ def test_the_sample_dashboard_covers_what_operators_watch():
         "agentops_model_cost_usd_total",  # model spend
         'agentops_tool_calls_total{outcome="error"}',  # tool errors
         "agentops_queue_depth",
+        "agentops_model_calls_in_flight",  # against each worker's limit
     ):
         assert needed in text, needed
     # The state is the same from every web process: read with max or min, so that scraping
