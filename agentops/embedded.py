@@ -68,7 +68,7 @@ def stop(*, grace: float = 5.0) -> bool:
         return True
     running.sweeps.stop_event.set()
     # Runs whose model calls still wait go back to the queue (the next start finds them
-    # queued), as a Celery worker's shutting down hands them back (agentops/celery.py).
+    # queued), as a Celery worker's shutting down hands them back (runs/tasks.py).
     in_flight.release_all(timeout=grace)
     # What the worker's own SIGTERM handler does: the consumer loop checks this flag and
     # shuts the worker down from its own thread (calling worker.stop() from here would race

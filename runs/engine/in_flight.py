@@ -66,7 +66,6 @@ class _Call:
         self.work, self.asking, self.record, self.parent = work, asking, record, parent
         self.waiting = False
         self.task: asyncio.Task | None = None
-        self.carry_on: CarryOn | None = None
 
 
 class _Loop:
@@ -117,9 +116,7 @@ def send(work: Work, carry_on: CarryOn) -> None:
     """The call takes() kept, sent: the last thing the run's thread does with the run (the
     answer may be recorded by another thread at once). With the answer, another thread calls
     carry_on(first), where first(work) records it (loop.work_on)."""
-    call = _loop.calls[work.run.pk]
-    call.carry_on = carry_on
-    asyncio.run_coroutine_threadsafe(_awaited(call), _loop.loop)
+    asyncio.run_coroutine_threadsafe(_awaited(_loop.calls[work.run.pk], carry_on), _loop.loop)
 
 
 def in_flight() -> int:
@@ -127,7 +124,7 @@ def in_flight() -> int:
     return len(_loop.calls)
 
 
-async def _awaited(call: _Call) -> None:
+async def _awaited(call: _Call, carry_on: CarryOn) -> None:
     call.task = asyncio.current_task()
     work, asking = call.work, call.asking
     try:
@@ -153,7 +150,7 @@ async def _awaited(call: _Call) -> None:
                 await _in_thread(call, _reraise, exc)
                 return
             call.waiting = False
-            await _in_thread(call, _carry_on, call, response)
+            await _in_thread(call, _carry_on, call, carry_on, response)
             return
     except asyncio.CancelledError:
         # release_all: a worker shutting down, the model not answered yet.
@@ -203,11 +200,11 @@ def _reraise(exc: Exception):
     raise exc
 
 
-def _carry_on(call: _Call, response: llm.LLMResponse) -> str:
+def _carry_on(call: _Call, carry_on: CarryOn, response: llm.LLMResponse) -> str:
     """The answer recorded, then the run's next steps for a time slice."""
     call.work.in_flight = False
     response = call.asking.answered(response)
-    return call.carry_on(lambda work: call.record(work, response))
+    return carry_on(lambda work: call.record(work, response))
 
 
 def reopen() -> None:
