@@ -6,6 +6,8 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
 
+pytest_plugins = ["tests.support.failure_reports"]
+
 
 def pytest_configure(config):
     # Django's test client and Channels' communicator call the server "testserver", a name
