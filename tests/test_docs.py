@@ -18,6 +18,8 @@ SCREENSHOTS = DOCS / "screenshots"
 # Notes waiting to be integrated into the pages; the site leaves them out (mkdocs.yml).
 INCOMING = DOCS / "incoming"
 README_MAX_LINES = 300
+# Not the product's own files: where the code names docs pages, and where it does not look.
+SKIPPED_DIRS = {".git", ".venv", ".ruff_cache", "var", "site", "docs", "node_modules"}
 READER_SECTIONS = ("operators", "admins", "integrators", "operations", "design")
 
 LINK = re.compile(r"(!?)\[[^\]]*\]\(([^)\s]+)\)")
@@ -157,3 +159,17 @@ def test_the_configuration_reference_names_every_setting():
         f"settings read that docs/operations/configuration.md does not name: {read - named}"
     )
     assert not rows - read, f"configuration rows for settings nobody reads: {rows - read}"
+
+
+def test_the_docs_pages_the_code_points_to_exist():
+    named = {}
+    tops = [d for d in ROOT.iterdir() if d.is_dir() and d.name not in SKIPPED_DIRS]
+    files = [*ROOT.glob("*.yaml"), *(path for top in tops for path in top.rglob("*"))]
+    for path in files:
+        if not path.is_file() or path.suffix not in (".py", ".html", ".yaml", ".md"):
+            continue
+        for page in re.findall(r"\bdocs/[\w/.-]+?\.md\b", path.read_text(errors="replace")):
+            named.setdefault(page, path.relative_to(ROOT))
+    assert "docs/admins/compliance-evidence.md" in named  # the pattern still finds them
+    missing = {page: where for page, where in named.items() if not (ROOT / page).exists()}
+    assert not missing, f"the code points to docs pages that do not exist: {missing}"
