@@ -8,7 +8,6 @@ import ast
 import re
 from pathlib import Path
 
-import yaml
 from django.conf import settings
 
 ROOT = Path(settings.BASE_DIR)
@@ -45,15 +44,11 @@ def resolve(page: Path, target: str) -> Path:
 
 
 def nav_pages() -> set[Path]:
-    def walk(node) -> list[str]:
-        if isinstance(node, str):
-            return [node]
-        if isinstance(node, list):
-            return [page for item in node for page in walk(item)]
-        return [page for value in node.values() for page in walk(value)]
-
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
-    return {(DOCS / page).resolve() for page in walk(config["nav"])}
+    """The pages mkdocs.yml's nav lists (`- Title: path.md` lines under `nav:`)."""
+    nav = (ROOT / "mkdocs.yml").read_text().partition("\nnav:\n")[2]
+    assert nav, "mkdocs.yml has no nav"
+    entries = re.findall(r"^\s+- (?:[^:\n]+: )?(\S+\.md)\s*$", nav, re.M)
+    return {(DOCS / page).resolve() for page in entries}
 
 
 def taken_pictures() -> list[re.Pattern]:
