@@ -44,6 +44,13 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "axes",
+    # django-allauth's accounts and provider identities, installed whatever the settings so that
+    # their tables exist once `migrate` has run: turning single sign-on on in an existing
+    # install must need no second migrate (a missing socialaccount_socialapp table is a 500 on
+    # every sign-in). Its pages are routed only with single sign-on on (agentops/urls.py).
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
     # Two-factor sign-in (TOTP) for password sign-ins: accounts/two_factor.py.
     "django_otp",
     "django_otp.plugins.otp_totp",
@@ -71,6 +78,8 @@ MIDDLEWARE = [
     "agentops.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # allauth.account refuses to start without it; it only acts on allauth's own pages.
+    "allauth.account.middleware.AccountMiddleware",
     # request.user.is_verified(): whether this session passed a one-time code.
     "django_otp.middleware.OTPMiddleware",
     # AGENTOPS_MFA_REQUIRED: people in scope enrol before anything else.
@@ -210,16 +219,7 @@ if SSO_ENABLED:
         raise environ.ImproperlyConfigured(
             "AGENTOPS_OIDC_ISSUER needs AGENTOPS_OIDC_CLIENT_ID and AGENTOPS_OIDC_CLIENT_SECRET"
         )
-    INSTALLED_APPS += [
-        "allauth",
-        "allauth.account",
-        "allauth.socialaccount",
-        "allauth.socialaccount.providers.openid_connect",
-    ]
-    MIDDLEWARE.insert(
-        MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
-        "allauth.account.middleware.AccountMiddleware",
-    )
+    INSTALLED_APPS += ["allauth.socialaccount.providers.openid_connect"]  # no tables of its own
     # Loads single sign-on sessions' users; checks no password.
     AUTHENTICATION_BACKENDS.append("accounts.sso.SsoBackend")
     if not PASSWORD_LOGIN:
