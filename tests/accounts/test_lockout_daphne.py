@@ -21,7 +21,8 @@ DAPHNE = Path(sys.executable).parent / "daphne"
 LIMIT = 5
 START_WITHIN = 180  # seconds: a loaded CI machine imports Django slowly
 
-pytestmark = pytest.mark.timeout(900)
+# The first test also waits for the module's migrate, which a loaded machine takes minutes over.
+pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")
