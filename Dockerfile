@@ -29,4 +29,6 @@ RUN uv sync --frozen --no-dev \
 USER agentops
 EXPOSE 8000
 
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "--proxy-headers", "agentops.asgi:application"]
+# No --proxy-headers: daphne would take the client's address from X-Forwarded-For as the client
+# wrote it. Behind N reverse proxies set AXES_PROXY_COUNT=N instead (accounts/lockouts.py).
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "agentops.asgi:application"]

@@ -1,6 +1,7 @@
 import logging
 
 from axes.utils import reset as reset_sign_in_failures
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 from django.db import models, transaction
@@ -110,3 +111,14 @@ class TeamAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("agents")
+
+
+if not settings.SSO_ENABLED:
+    # allauth's apps are installed whatever the settings, for their tables (agentops/settings.py);
+    # without single sign-on their records mean nothing and are not offered for editing.
+    from allauth.account.models import EmailAddress
+    from allauth.socialaccount.models import SocialAccount, SocialApp, SocialToken
+
+    for _model in (EmailAddress, SocialAccount, SocialApp, SocialToken):
+        if admin.site.is_registered(_model):
+            admin.site.unregister(_model)

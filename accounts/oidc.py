@@ -1,5 +1,5 @@
 """django-allauth's hooks for OpenID Connect sign-in (loaded only when AGENTOPS_OIDC_ISSUER is
-set: settings name these adapters, and allauth is installed only then).
+set: settings name these adapters, and allauth's pages are routed only then).
 
 Roles and team memberships are refreshed from the provider's claims before the session is
 granted, at every sign-in: for a known person in `pre_social_login`, for a new one once allauth

@@ -1,11 +1,18 @@
 """HTTP and WebSocket entry point: `daphne agentops.asgi:application`."""
 
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 django_asgi_app = get_asgi_application()
+
+from accounts.lockouts import refuse_forgeable_server_address  # noqa: E402
+
+# daphne's --proxy-headers believes the client's X-Forwarded-For: refuse to serve with it
+# unless proxies are declared (the sign-in lockout counts per address).
+refuse_forgeable_server_address(sys.argv)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

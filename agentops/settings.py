@@ -44,6 +44,13 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "axes",
+    # django-allauth's accounts and provider identities, installed whatever the settings so that
+    # their tables exist once `migrate` has run: turning single sign-on on in an existing
+    # install must need no second migrate (a missing socialaccount_socialapp table is a 500 on
+    # every sign-in). Its pages are routed only with single sign-on on (agentops/urls.py).
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
     # Two-factor sign-in (TOTP) for password sign-ins: accounts/two_factor.py.
     "django_otp",
     "django_otp.plugins.otp_totp",
@@ -71,6 +78,8 @@ MIDDLEWARE = [
     "agentops.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # allauth.account refuses to start without it; it only acts on allauth's own pages.
+    "allauth.account.middleware.AccountMiddleware",
     # request.user.is_verified(): whether this session passed a one-time code.
     "django_otp.middleware.OTPMiddleware",
     # AGENTOPS_MFA_REQUIRED: people in scope enrol before anything else.
@@ -143,22 +152,26 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-# Sign-in throttling (django-axes): the login page (the admin's sends there) and the one-tap
-# password prompt. After AXES_FAILURE_LIMIT failures for one username from one address, that pair is
-# locked for AXES_COOLOFF_MINUTES (each failure while locked starts the wait again); an
-# admin unlocks at once (Users: "Unlock sign-in", or delete its Access attempt).
+# Sign-in throttling (django-axes, accounts/lockouts.py): the login page (the admin's sends
+# there) and the one-tap password prompt. A username is locked after AXES_FAILURE_LIMIT
+# failures from one address, and after AXES_USERNAME_FAILURE_LIMIT from anywhere (0: never),
+# for AXES_COOLOFF_MINUTES (each failure while locked starts the wait again); an admin unlocks
+# at once (Users: "Unlock sign-in", or delete its Access attempts).
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_USERNAME_FAILURE_LIMIT = env.int("AXES_USERNAME_FAILURE_LIMIT", default=20)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username"]
+AXES_HANDLER = "accounts.lockouts.SignInLockouts"
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "accounts.lockouts.locked_out_response"
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
-# The client's address is the socket's unless a proxy count is given: a client-sent
-# X-Forwarded-For must not make every attempt come from a new address.
-AXES_IPWARE_PROXY_COUNT = env.int("AXES_PROXY_COUNT", default=None)
-AXES_IPWARE_META_PRECEDENCE_ORDER = (
-    ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR") if AXES_IPWARE_PROXY_COUNT else ("REMOTE_ADDR",)
-)
+# The client's address is the socket's unless N trusted reverse proxies are declared: then the
+# Nth X-Forwarded-For entry from the right, never one the client wrote (and daphne must not be
+# started with --proxy-headers without them: agentops/asgi.py refuses).
+TRUSTED_PROXY_COUNT = env.int("AXES_PROXY_COUNT", default=0)
+if TRUSTED_PROXY_COUNT < 0:
+    raise environ.ImproperlyConfigured("AXES_PROXY_COUNT is a number of proxies: 0 or more")
+AXES_CLIENT_IP_CALLABLE = "accounts.lockouts.client_address"
 
 # --- single sign-on (accounts/sso.py, accounts/oidc.py) ------------------------------------
 # OpenID Connect through django-allauth, on when an issuer is given. The issuer is the URL
@@ -210,16 +223,7 @@ if SSO_ENABLED:
         raise environ.ImproperlyConfigured(
             "AGENTOPS_OIDC_ISSUER needs AGENTOPS_OIDC_CLIENT_ID and AGENTOPS_OIDC_CLIENT_SECRET"
         )
-    INSTALLED_APPS += [
-        "allauth",
-        "allauth.account",
-        "allauth.socialaccount",
-        "allauth.socialaccount.providers.openid_connect",
-    ]
-    MIDDLEWARE.insert(
-        MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
-        "allauth.account.middleware.AccountMiddleware",
-    )
+    INSTALLED_APPS += ["allauth.socialaccount.providers.openid_connect"]  # no tables of its own
     # Loads single sign-on sessions' users; checks no password.
     AUTHENTICATION_BACKENDS.append("accounts.sso.SsoBackend")
     if not PASSWORD_LOGIN:

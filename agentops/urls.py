@@ -38,7 +38,7 @@ urlpatterns.insert(
     0, path("admin/login/", RedirectView.as_view(url=settings.LOGIN_URL, query_string=True))
 )
 if settings.SSO_ENABLED:
-    from allauth.socialaccount import views as socialaccount_views  # installed only then
+    from allauth.socialaccount import views as socialaccount_views
 
     # allauth's OpenID Connect login and callback (/accounts/oidc/<provider>/login/…), its
     # cancelled and error pages, and the sign-up form it falls back to when a first sign-in

@@ -354,7 +354,7 @@ def _settle(approval: Approval, user, plan: _Plan, reason: str, answer: str, now
     # "only a pending approval can be decided" true whatever the caller did before.
     if not Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(**fields):
         approval.refresh_from_db()
-        raise _conflict(approval)
+        raise already_decided(approval)
     return fields
 
 
@@ -430,7 +430,7 @@ def _append_and_resume(run: Run, step: dict, *, update: dict) -> None:
 
 def _check_still_open(approval: Approval, run: Run) -> None:
     if approval.status != Approval.Status.PENDING:
-        raise _conflict(approval)
+        raise already_decided(approval)
     if run.is_terminal:
         raise DecisionConflict(
             f"the run is already {run.status}; there is nothing left to decide",
@@ -473,7 +473,8 @@ def _check_shown(approval: Approval, shown_args_hash: str) -> None:
         )
 
 
-def _conflict(approval: Approval) -> DecisionConflict:
+def already_decided(approval: Approval) -> DecisionConflict:
+    """The refusal of any action on an approval that is no longer pending."""
     who = approval.decided_by.get_username() if approval.decided_by else None
     if approval.status == Approval.Status.EXPIRED:
         message = f"already expired at {_when(approval.decided_at)}"

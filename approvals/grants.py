@@ -247,7 +247,7 @@ def check_bounds(approval: Approval, bounds: Bounds, now: datetime) -> dict[str,
 def grant(
     approval_id, *, user, bounds: Bounds, shown_args_hash: str | None = None, via: str = "web"
 ) -> tuple[Grant, Approval]:
-    """Approve the call on the card (if it is still pending) and allow calls like it within
+    """Approve the call on the card (it must still be pending) and allow calls like it within
     `bounds`, in one transaction: both or neither. `shown_args_hash` is the call the approver
     was shown, as for any approval. Raises GrantRefused (nothing changed), Approval.DoesNotExist,
     or the decision service's errors (approvals/decisions.py) for the approval itself."""
@@ -262,6 +262,12 @@ def grant(
         )
         if approval is None:
             raise Approval.DoesNotExist(f"no approval {approval_id}")
+        if approval.status != Approval.Status.PENDING:
+            # A grant is consent given while deciding one call: like any other action on a
+            # decided approval (even an approved one), it is refused and changes nothing.
+            conflict = decisions.already_decided(approval)
+            conflict.message += "; a grant is made only while deciding a pending call"
+            raise conflict
         why = refusal(approval, pii_findings(approval))
         if why:
             raise GrantRefused(why, {"scope": [why]})
@@ -277,21 +283,14 @@ def grant(
                 {"scope": ["the run has ended"]},
                 status=409,
             )
-        if approval.status == Approval.Status.PENDING:
-            approval = decisions.decide(
-                approval.pk,
-                user=user,
-                decision="approve",
-                shown_args_hash=shown_args_hash,
-                reason=f"approved with a standing grant ({_scope_words(bounds)})",
-                via=via,
-            )
-        elif approval.status != Approval.Status.APPROVED:
-            raise GrantRefused(
-                f"the approval is {approval.status}: only an approved or pending call can be "
-                "the start of a grant",
-                status=409,
-            )
+        approval = decisions.decide(
+            approval.pk,
+            user=user,
+            decision="approve",
+            shown_args_hash=shown_args_hash,
+            reason=f"approved with a standing grant ({_scope_words(bounds)})",
+            via=via,
+        )
         made = Grant.objects.create(
             scope=bounds.scope,
             agent=approval.run.agent,

@@ -187,7 +187,9 @@ SSO = {
 def test_no_oidc_issuer_means_no_single_sign_on(tmp_path):
     s = settings_for(tmp_path)
     assert s["sso"] is False
-    assert s["allauth_apps"] == [] and s["oidc_apps"] is None
+    # allauth's tables are made whatever the settings; its OpenID Connect provider is not on.
+    assert s["allauth_apps"] == ["allauth", "allauth.account", "allauth.socialaccount"]
+    assert s["oidc_apps"] is None
     assert s["backends"] == [
         "axes.backends.AxesStandaloneBackend",
         "django.contrib.auth.backends.ModelBackend",
@@ -236,6 +238,35 @@ def test_an_oidc_issuer_without_its_client_refuses_to_start(tmp_path):
     proc = load(tmp_path, AGENTOPS_OIDC_ISSUER=SSO["AGENTOPS_OIDC_ISSUER"])
     assert proc.returncode != 0
     assert "AGENTOPS_OIDC_CLIENT_ID and AGENTOPS_OIDC_CLIENT_SECRET" in proc.stderr
+
+
+def test_single_sign_on_turned_on_in_an_existing_install_needs_no_second_migrate(tmp_path):
+    # Migrated with passwords only, as an install that has never had single sign-on; then
+    # started with an issuer: every table allauth reads is already there.
+    env = {k: v for k, v in os.environ.items() if k not in CONTROLLED}
+    env["AGENTOPS_VAR_DIR"] = str(tmp_path)
+
+    def manage(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+        )
+
+    migrated = manage("migrate", "--noinput")
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    check = manage("migrate", "--check", **SSO)
+    assert check.returncode == 0, check.stdout + check.stderr
+    read = manage(
+        "shell",
+        "-c",
+        "from allauth.socialaccount.models import SocialApp; "
+        "print(SocialApp.objects.count(), 'social apps')",
+        **SSO,
+    )
+    assert read.returncode == 0 and "0 social apps" in read.stdout, read.stderr
 
 
 @pytest.mark.parametrize("sso", [False, True], ids=["passwords", "single-sign-on"])

@@ -4,6 +4,7 @@ ceremonies through the real py_webauthn verification, answered by a software aut
 used once, wrong origin, cloned keys, other people's keys, removal."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from django.test import Client
@@ -320,3 +321,65 @@ def test_the_options_allow_only_this_persons_keys(olivia, key):
     assert [d["id"] for d in options["allowCredentials"]] == [key.credential_id]
     assert options["rpId"] == "testserver"
     assert passkeys.AUTHENTICATE_KEY in client.session
+
+
+# The challenge's life: two minutes, one person.
+
+
+def clock_moved(monkeypatch, seconds: float) -> None:
+    """The ceremony's clock (accounts/passkeys.py) `seconds` after now."""
+    moved = passkeys.time.time() + seconds
+    monkeypatch.setattr(passkeys, "time", SimpleNamespace(time=lambda: moved))
+
+
+@pytest.mark.parametrize(
+    ("after", "status"),
+    [(passkeys.CHALLENGE_SECONDS - 5, 200), (passkeys.CHALLENGE_SECONDS + 5, 400)],
+)
+def test_a_challenge_is_good_for_two_minutes(
+    olivia, key, authenticator, monkeypatch, after, status
+):
+    client = Client()
+    sign_in(client)
+    options = post_json(client, "/accounts/two-factor/verify/key/options/").json()
+    clock_moved(monkeypatch, after)
+    body = {"credential": authenticator.authenticate(options)}
+    response = post_json(client, "/accounts/two-factor/verify/key/", body)
+    assert response.status_code == status, response.content
+    assert signed_in(client) is (status == 200)
+    if status == 400:
+        assert "expired" in response.json()["error"]
+
+
+def test_a_registration_challenge_expires_too(olivia, authenticator, monkeypatch):
+    client = Client()
+    client.force_login(olivia)
+    options = post_json(client, "/accounts/two-factor/keys/options/").json()
+    clock_moved(monkeypatch, passkeys.CHALLENGE_SECONDS + 5)
+    body = {"name": "late", "credential": authenticator.register(options)}
+    response = post_json(client, "/accounts/two-factor/keys/", body)
+    assert response.status_code == 400 and "expired" in response.json()["error"]
+    assert not WebAuthnCredential.objects.exists()
+
+
+def test_a_challenge_asked_for_one_person_does_not_sign_in_another(olivia, key, django_user_model):
+    # One browser: olivia's sign-in asks for her key's options, then mallory gives her own
+    # password there (the session is kept, its key rotated) and answers olivia's challenge
+    # with her own key. The challenge was issued to olivia's ceremony: refused.
+    mallory = make_user(django_user_model, "mallory", "operator")
+    theirs = SoftAuthenticator(ORIGIN)
+    own = Client()
+    own.force_login(mallory)
+    assert register(own, theirs).status_code == 200
+    client = Client()
+    sign_in(client)
+    options = post_json(client, "/accounts/two-factor/verify/key/options/").json()
+    response = client.post("/accounts/login/", {"username": "mallory", "password": "pw-mallory"})
+    assert response["Location"] == "/accounts/two-factor/verify/"
+    assert client.session[two_factor.PENDING_KEY]["user_id"] == mallory.pk
+    body = {"credential": theirs.authenticate(options)}
+    response = post_json(client, "/accounts/two-factor/verify/key/", body)
+    assert response.status_code == 400 and "expired" in response.json()["error"]
+    assert not signed_in(client)
+    # Her own ceremony, asked for her, signs her in.
+    assert answer_prompt(client, theirs).status_code == 200 and signed_in(client)

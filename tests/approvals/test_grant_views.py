@@ -5,7 +5,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals import grants
+from approvals import decisions, grants
 from approvals.models import Approval, Grant
 from runs.models import Run
 
@@ -169,3 +169,16 @@ def test_revoking_from_the_card_goes_back_to_the_card(bea, credit):
     assert client_for(bea).post(revoke, {"next": "https://evil.example/"}).url == reverse(
         "approvals:grants"
     )
+
+
+def test_a_grant_from_an_approval_already_decided_is_refused_with_why(bea, dan, credit):
+    _, approval = credit
+    decisions.decide(approval.pk, user=dan, decision="approve")
+    response = client_for(bea).post(
+        grant_url(approval), {"kind": "run", "shown_args_hash": approval.args_hash}
+    )
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert 'id="grant-result"' in html
+    assert "already approved by dan" in html and "only while deciding a pending call" in html
+    assert not Grant.objects.exists()

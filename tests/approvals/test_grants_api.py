@@ -5,6 +5,7 @@ import pytest
 from django.test import Client
 
 from accounts.models import ApiToken
+from approvals import decisions
 from approvals.models import Approval, Grant
 from runs.models import Run
 from tests.conftest import make_user
@@ -142,3 +143,14 @@ def test_the_openapi_schema_documents_grants(bea):
     assert "/api/approvals/{approval_id}/grant" in paths
     assert "/api/grants/{grant_id}/revoke" in paths
     assert "/api/approvals/{approval_id}/resume-halted" in paths
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_grant_from_a_decided_approval_is_409_and_grants_nothing(bea, dan, credit, decision):
+    _, approval = credit
+    decisions.decide(approval.pk, user=dan, decision=decision, reason="seen")
+    body = {"scope": "agent", "max_uses": 5, "shown_args_hash": approval.args_hash}
+    response = post(token_client(bea), f"/api/approvals/{approval.pk}/grant", body)
+    assert response.status_code == 409, response.content
+    assert "already" in response.json()["detail"] and "by dan" in response.json()["detail"]
+    assert not Grant.objects.exists()
