@@ -71,6 +71,7 @@ SERVICE_SENSITIVE = {
     "runs/test_costs.py",
     "runs/test_broker_down.py",
     "triggers/test_races.py",
+    "api/test_idempotency_races.py",
     "triggers/test_webhooks.py",
     "triggers/test_schedules.py",
     # triggers, the hash chain, migrations
