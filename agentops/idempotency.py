@@ -174,11 +174,14 @@ class Attempt:
 
     def keep(self, response: HttpResponse) -> None:
         """Store the answer with the claim, or give the key up with the work (5xx)."""
+        if response.status_code >= 500:
+            # The view failed (or the database did): nothing it did is kept, nor the key.
+            transaction.set_rollback(True)
+            return
         if self.row is None:
             return
-        if response.status_code >= 500 or response.streaming:
-            # The view failed: nothing it did is kept, and neither is the key.
-            transaction.set_rollback(True)
+        if response.streaming:
+            IdempotentRequest.objects.filter(pk=self.row.pk).delete()  # no answer to keep
             return
         IdempotentRequest.objects.filter(pk=self.row.pk).update(**_answer_fields(response))
 

@@ -5,6 +5,8 @@ taken over; a failure gives the key back."""
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.test import AsyncClient
 from django.utils import timezone
 
@@ -16,11 +18,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.a
 
 
 @pytest.fixture
-def client(operator) -> AsyncClient:
+async def client(operator):
     CALLS.clear()
     client = AsyncClient()
     client.username = operator.username
-    return client
+    yield client
+    # The views' queries ran on asgiref's thread: its connection must not outlive the test
+    # (PostgreSQL refuses to drop a test database someone is still connected to).
+    await sync_to_async(connections.close_all)()
 
 
 async def make(client: AsyncClient, name: str, key: str = "k"):
