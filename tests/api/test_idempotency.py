@@ -10,7 +10,7 @@ from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 
-from agentops import idempotency
+from agentops import embedded, idempotency, tasks
 from agentops.models import IdempotentRequest
 from approvals.models import Approval
 from runs import engine
@@ -230,3 +230,17 @@ def test_the_openapi_document_names_the_header_on_state_changing_calls():
     # Signed webhooks document their own rules, not these.
     hook = schema["paths"]["/api/hooks/{agent}"]["post"].get("parameters", [])
     assert not any("first answer" in p.get("description", "") for p in hook)
+
+
+def test_beat_and_the_embedded_sweeps_prune_expired_keys(operator, no_enqueue, settings):
+    client = bearer_client(operator)
+    launch(client, "old")
+    launch(client, "new")
+    IdempotentRequest.objects.filter(key="old").update(expires_at=timezone.now())
+    entry = settings.CELERY_BEAT_SCHEDULE["prune-idempotency-keys"]
+    assert entry["task"] == tasks.prune_idempotency_keys.name
+    embedded.Sweeps._sweep()
+    assert list(IdempotentRequest.objects.values_list("key", flat=True)) == ["new"]
+    IdempotentRequest.objects.update(expires_at=timezone.now())
+    assert tasks.prune_idempotency_keys() == 1
+    assert not IdempotentRequest.objects.exists()
