@@ -43,6 +43,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.request import RawPostDataException
 from django.utils import timezone
 
 from .models import IdempotentRequest
@@ -80,7 +81,14 @@ def parse_key(raw: str) -> str:
 def fingerprint(request: HttpRequest) -> str:
     """What makes two requests under one key the same request: the query string and the
     body, a JSON body in one spelling (key order and spaces do not count)."""
-    body = request.body
+    try:
+        body = request.body
+    except RawPostDataException:
+        # A multipart body already parsed into request.POST and FILES: those, in order.
+        parts = sorted(request.POST.lists()) + sorted(
+            (name, [(f.name, f.size) for f in files]) for name, files in request.FILES.lists()
+        )
+        body = json.dumps(parts, default=str).encode()
     with contextlib.suppress(ValueError, RecursionError):  # not JSON: the bytes as sent
         body = json.dumps(
             json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.core.files.base import ContentFile
 from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
@@ -244,3 +245,16 @@ def test_beat_and_the_embedded_sweeps_prune_expired_keys(operator, no_enqueue, s
     IdempotentRequest.objects.update(expires_at=timezone.now())
     assert tasks.prune_idempotency_keys() == 1
     assert not IdempotentRequest.objects.exists()
+
+
+def test_a_form_already_parsed_has_a_fingerprint_too(rf):
+    """A multipart body read into request.POST cannot be read again as bytes: its fields and
+    files count instead of a 500."""
+    one = rf.post("/api/x", {"a": "1", "f": ContentFile(b"xyz", name="f.txt")})
+    two = rf.post("/api/x", {"a": "2", "f": ContentFile(b"xyz", name="f.txt")})
+    for request in (one, two):
+        assert request.POST and request.FILES  # parsed: request.body is gone
+    assert idempotency.fingerprint(one) != idempotency.fingerprint(two)
+    again = rf.post("/api/x", {"a": "1", "f": ContentFile(b"xyz", name="f.txt")})
+    assert again.POST  # parsed first, as a view would
+    assert idempotency.fingerprint(again) == idempotency.fingerprint(one)
