@@ -8,6 +8,9 @@ or check it itself (`user.can_approve`, ...).
 Errors are JSON `{"detail": ...}`: 401 without a user, 403 for a missing role or CSRF token,
 404, 409, 413 for oversized bodies, 422 with field errors for invalid input, 503 with
 Retry-After while the database is unavailable.
+
+Every state-changing call takes an `Idempotency-Key` header: a retry with the same key gets
+the first answer and does nothing twice (agentops/idempotency.py).
 """
 
 from django.core.exceptions import RequestDataTooBig
@@ -17,6 +20,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError
 
 from accounts.auth import api_auth
+from agentops import idempotency
 from agentops.middleware import database_unavailable
 from approvals.api import router as approvals_router
 from approvals.grants_api import router as grants_router
@@ -31,7 +35,13 @@ from runs.steering_api import router as steering_router
 from triggers.schedules_api import router as schedules_router
 from triggers.webhooks import router as webhooks_router
 
-api = NinjaAPI(
+
+class AgentopsAPI(NinjaAPI):
+    def get_openapi_schema(self, **kwargs):
+        return idempotency.document(super().get_openapi_schema(**kwargs))
+
+
+api = AgentopsAPI(
     title="agentops",
     version="1",
     description="Launch, watch and cancel supervised agent runs. Authenticate with "
@@ -39,6 +49,8 @@ api = NinjaAPI(
     urls_namespace="api",
     auth=api_auth(),
 )
+# Before the routers: their operations inherit the decorators when the API is built.
+idempotency.install(api)
 api.add_router("/", runs_router)
 api.add_router("/", steering_router)
 api.add_router("/", budgets_router)

@@ -1,5 +1,6 @@
 """The project package as a Django app: its management commands (up, seed_demo, audit_grants)
-and the start-up wiring below. It owns no models."""
+and the start-up wiring below. Its one model is the API's idempotency record
+(agentops/idempotency.py)."""
 
 from django.apps import AppConfig
 

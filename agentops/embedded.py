@@ -16,6 +16,7 @@ from celery.worker import WorkController, state
 from django.conf import settings
 from django.db import connections
 
+from agentops import idempotency
 from agentops.celery import app as default_app
 from approvals import decisions
 from approvals import tasks as approval_tasks
@@ -127,7 +128,8 @@ def recover_lost_messages() -> int:
 
 class Sweeps(threading.Thread):
     """What `celery beat` schedules in production: lease sweep (lost follow-ups with it),
-    approval expiry, and the schedules that are due (triggers/scheduler.py)."""
+    approval expiry, the schedules that are due (triggers/scheduler.py) and the API's
+    idempotency keys past their window."""
 
     def __init__(self, *, interval: float) -> None:
         super().__init__(name="embedded-sweeps", daemon=True)
@@ -166,4 +168,5 @@ class Sweeps(threading.Thread):
         launched = scheduler.launch_due_schedules()
         if launched:
             log.info("launched %d scheduled run(s)", launched)
+        idempotency.prune()
         return requeued

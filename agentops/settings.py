@@ -322,6 +322,8 @@ CELERY_BEAT_SCHEDULE = {
     "expire-approvals": {"task": "approvals.tasks.expire_approvals", "schedule": 30.0},
     "escalate-approvals": {"task": "approvals.tasks.escalate_approvals", "schedule": 30.0},
     "launch-due-schedules": {"task": "triggers.tasks.launch_due_schedules", "schedule": 15.0},
+    # API idempotency keys past their window (agentops/idempotency.py).
+    "prune-idempotency-keys": {"task": "agentops.tasks.prune_idempotency_keys", "schedule": 600.0},
 }
 
 # --- the agent loop -------------------------------------------------------------------------
@@ -352,6 +354,12 @@ AGENTOPS = {
     "RETRY_BASE_SECONDS": env.float("AGENTOPS_RETRY_BASE_SECONDS", default=0.5),
     "CONTEXT_TOKEN_BUDGET": env.int("AGENTOPS_CONTEXT_TOKEN_BUDGET", default=60_000),
     "MAX_INPUT_BYTES": env.int("AGENTOPS_MAX_INPUT_BYTES", default=64_000),
+    # The API's Idempotency-Key (agentops/idempotency.py): a key's first answer is replayed
+    # for this long, then pruned and the key is free again.
+    "IDEMPOTENCY_WINDOW_SECONDS": env.float("AGENTOPS_IDEMPOTENCY_WINDOW_SECONDS", default=86400.0),
+    # An async view's claim on a key: another request with the key gets 409 for this long; a
+    # claim whose process died is taken over after it.
+    "IDEMPOTENCY_LOCK_SECONDS": env.float("AGENTOPS_IDEMPOTENCY_LOCK_SECONDS", default=120.0),
     "SHOP_DB": env.str("AGENTOPS_SHOP_DB", default=str(VAR_DIR / "shop.sqlite3")),
     # Approval notifications (approvals/notify/). Links in e-mails and webhooks start here.
     "PUBLIC_URL": env.str("AGENTOPS_PUBLIC_URL", default="http://127.0.0.1:8000"),

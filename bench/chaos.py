@@ -10,13 +10,14 @@ Celery workers and beat, all with DEBUG=false and a short lease (--lease). It ne
 the shared Postgres or Redis. The agent and its slow tools with side effects are in
 bench/chaos_app.py (effects land in a SQLite file outside the database under test).
 
-While it launches --runs runs over the API (spread over --seconds, each retried until the API
-answers 201), approves every gated call and answers every "outcome unknown" question from the
-effects file (the truth), and --watchers WebSocket clients follow long runs (reconnecting with
-`?after=<last seq>`), it injects faults one at a time, evenly spaced, in a shuffled order:
-kill -9 of a worker (restarted 1 s later, as a supervisor would), `pg_ctl restart` (-m
-immediate and -m fast in turn), Redis SHUTDOWN NOSAVE (restarted after --redis-down seconds),
-kill -9 of daphne with the WebSocket clients connected (restarted 1 s later).
+While it launches --runs runs over the API (spread over --seconds, each retried with one
+Idempotency-Key until the API answers 201), approves every gated call and answers every
+"outcome unknown" question from the effects file (the truth), and --watchers WebSocket clients
+follow long runs (reconnecting with `?after=<last seq>`), it injects faults one at a time,
+evenly spaced, in a shuffled order: kill -9 of a worker (restarted 1 s later, as a supervisor
+would), `pg_ctl restart` (-m immediate and -m fast in turn), Redis SHUTDOWN NOSAVE (restarted
+after --redis-down seconds), kill -9 of daphne with the WebSocket clients connected (restarted
+1 s later).
 
 After each fault a canary run is launched; the fault is recovered when the API answers again,
 the canary has finished and (for a worker kill) every run the dead worker held has moved on.
@@ -30,15 +31,15 @@ refuses it), TRUNCATE of the timeline (refused by the database), a login brute f
 out, even the right password), a lone UTF-16 surrogate in a JSON body (4xx, never 5xx).
 
 Then it waits (at most --drain seconds) for every run to finish and checks: runs launched /
-acknowledged (201) / found in the database, terminal, stuck (active with no activity for
-2 x lease), stalls (the longest a run went without a step, waits for a person aside, against
---stall-bound: 2 x lease plus the longest outage by default), duplicate effects per
-idempotency key and per logical call, effects missing from completed runs, seq gaps and hash
-chains, HTTP 5xx during and after each fault, hung requests (no answer within the client's
-timeout), time to recover, the worst time to terminal after the last fault, and that each
-WebSocket client saw exactly the run's seqs 1..n once. Exits 1 on any of: a launch that never
-got its 201, a lost run, a run still waiting for a person or active at the end, a stall beyond
-the bound, a duplicate effect, a gap, a 5xx after recovery, a hung request, a fault not
+acknowledged (201) / found in the database, terminal, stuck (active with no activity for 2 x
+lease), stalls (the longest a run went without a step, waits for a person aside, against
+--stall-bound: 2 x lease plus the longest outage by default), duplicate effects per idempotency
+key and per logical call, effects missing from completed runs, seq gaps and hash chains, HTTP
+5xx during and after each fault, hung requests (no answer within the client's timeout), time to
+recover, the worst time to terminal after the last fault, and that each WebSocket client saw
+exactly the run's seqs 1..n once. Exits 1 on any of: a launch that never got its 201, a launch
+that made two runs, a lost run, a run still waiting for a person or active at the end, a stall
+beyond the bound, a duplicate effect, a gap, a 5xx after recovery, a hung request, a fault not
 recovered, a worker kill that hit no run, an attack not refused, or a WebSocket client that
 disagrees with the database.
 
@@ -218,12 +219,20 @@ class Client:
         self.lock = threading.Lock()
 
     def call(
-        self, method: str, path: str, token: str | None = None, body: dict | None = None
+        self,
+        method: str,
+        path: str,
+        token: str | None = None,
+        body: dict | None = None,
+        *,
+        key: str | None = None,
     ) -> tuple[int, dict]:
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        if key:
+            headers["Idempotency-Key"] = key
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
         code, out = 0, {}
         try:
@@ -315,6 +324,7 @@ class Launch:
     acknowledged: bool = False
     attempts: int = 0
     no_answer: int = 0
+    in_progress: int = 0  # 409: an earlier attempt with the key still ran
     run_id: str = ""
     canary: bool = False
     lost_enqueue: bool = False  # launched while the broker was down
@@ -352,14 +362,19 @@ class Chaos:
         launch.canary, launch.lost_enqueue = canary, lost
         self.st.launches.append(launch)
         deadline = time.monotonic() + timeout
+        # One key for every attempt: a retry after a lost answer gets the first answer, and a
+        # second run of one tag is a failure (check()).
+        key = f"launch-{tag}"
         while time.monotonic() < deadline:
             launch.attempts += 1
-            code, out = self.http.call("POST", "/api/runs", self.op, launch.body)
+            code, out = self.http.call("POST", "/api/runs", self.op, launch.body, key=key)
             if code == 201:
                 launch.acknowledged, launch.run_id = True, out["id"]
                 return launch
             if code in (0, HUNG):
                 launch.no_answer += 1
+            elif code == 409 and "in progress" in str(out.get("detail", "")):
+                launch.in_progress += 1  # the first attempt still runs: ask again for its answer
             elif code < 500:
                 self.st.errors.append(f"launch {tag}: {code} {out}")
                 return launch
@@ -400,7 +415,11 @@ class Chaos:
                 else:
                     body = {"decision": "approve"}
                 code, _ = self.http.call(
-                    "POST", f"/api/approvals/{item['id']}/decision", self.ap, body
+                    "POST",
+                    f"/api/approvals/{item['id']}/decision",
+                    self.ap,
+                    body,
+                    key=f"decide-{item['id']}",
                 )
                 if code == 200:
                     if item["kind"] == "question":
@@ -892,7 +911,8 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
         f"runs launched {len(tags)} ({canaries} canaries), acknowledged {len(acknowledged)}, "
         f"found in the database {len(set(by_tag) & set(tags))} ({len(runs)} rows); "
         f"launch retries {sum(launch.attempts - 1 for launch in tags.values())}, "
-        f"no answer {sum(launch.no_answer for launch in tags.values())}"
+        f"no answer {sum(launch.no_answer for launch in tags.values())}, "
+        f"in progress {sum(launch.in_progress for launch in tags.values())}"
     )
     if lost:
         failures.append(f"{len(lost)} acknowledged runs not in the database: {sorted(lost)[:5]}")
@@ -901,10 +921,11 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
         failures.append(f"{len(never)} launches never got their 201: {never[:5]}")
     if unasked:
         failures.append(f"runs nobody launched: {sorted(unasked)[:5]}")
-    if len(runs) != len(set(by_tag)):
-        # A launch with no answer retried: two runs of one tag. Not a defect (launches carry
-        # no idempotency key), but say so.
-        print(f"  {len(runs) - len(set(by_tag))} extra runs from launches retried after no answer")
+    # Launches carry an Idempotency-Key: a retry after a lost answer must find the first run.
+    duplicates = {t: len(rs) for t, rs in by_tag.items() if len(rs) > 1}
+    print(f"duplicate runs from retried launches: {sum(duplicates.values()) - len(duplicates)}")
+    for tag, n in list(duplicates.items())[:5]:
+        failures.append(f"launch {tag} made {n} runs (retried with one Idempotency-Key)")
 
     statuses: dict[str, int] = {}
     reasons: dict[str, int] = {}

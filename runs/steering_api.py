@@ -79,7 +79,9 @@ class InstructionIn(Schema):
         min_length=1,
         max_length=100,
         description="The same key again returns the instruction it made (200) instead of "
-        "adding one; the Idempotency-Key header works too. Without either, every POST adds one.",
+        "adding one, for as long as the run lives. The Idempotency-Key header is this key too "
+        "(and, as on every call, a retry with it within its window gets the first answer "
+        "again). Without either, every POST adds one.",
     )
 
 

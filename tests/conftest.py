@@ -73,6 +73,10 @@ SERVICE_SENSITIVE = {
     "runs/test_costs.py",
     "runs/test_broker_down.py",
     "triggers/test_races.py",
+    "api/test_idempotency_races.py",
+    # Idempotency-Key: the advisory lock and unique claim on Postgres, select_for_update
+    "api/test_idempotency.py",
+    "api/test_idempotency_async.py",
     "triggers/test_webhooks.py",
     "triggers/test_schedules.py",
     # triggers, the hash chain, migrations

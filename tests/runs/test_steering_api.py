@@ -73,10 +73,13 @@ def test_an_instruction_with_a_key_is_added_once(operator, run):
     assert [(i["text"], i["by"], i["delivered_seq"]) for i in listed] == [
         ("use the EU warehouse", "olivia", None)
     ]
-    # The header works as the key too.
+    # The header works as the key too: as on every API call, the retry gets the first
+    # answer again (agentops/idempotency.py).
     header = post_json(client, _url(run, "instructions"), {"text": "h"}, HTTP_IDEMPOTENCY_KEY="h1")
     again = post_json(client, _url(run, "instructions"), {"text": "h"}, HTTP_IDEMPOTENCY_KEY="h1")
-    assert header.status_code == 201 and again.status_code == 200
+    assert header.status_code == again.status_code == 201
+    assert again["Idempotent-Replayed"] == "true" and again.content == header.content
+    assert Instruction.objects.filter(run=run, key="h1").count() == 1
     assert Instruction.objects.filter(run=run).count() == 2
 
 

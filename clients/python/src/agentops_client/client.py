@@ -8,17 +8,22 @@
 returns a Decision: `approved`, and `args`, the arguments to run: exactly those approved,
 which may be an approver's edit of what you proposed. Never run the proposal when it was
 edited. A call the agent's gate policy allows comes back approved at once.
+
+Every call that changes something carries an Idempotency-Key (a fresh one per call) and is
+tried again with the same key when its answer was lost: it is done once.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import random
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +36,14 @@ MAX_WAIT_SECONDS = 30
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 10.0
 RETRIED_STATUSES = frozenset({0, 502, 503, 504})  # unreachable, or a proxy before agentops
+# A call that changes something (POST, PUT, PATCH, DELETE) carries an Idempotency-Key, a fresh
+# one per call unless the caller gives one. The same key makes a retry safe: if the first try
+# was done and only its answer was lost, agentops answers the retry with the first answer
+# and does nothing twice. Such a call is tried again, with its key, on the statuses above and
+# on 409 with Retry-After (the first try with the key is still in progress), at most
+# STATE_CHANGE_ATTEMPTS times in all.
+STATE_CHANGE_ATTEMPTS = 4
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class AgentopsError(Exception):
@@ -39,6 +52,10 @@ class AgentopsError(Exception):
     def __init__(self, status: int, detail: str, body: Any = None):
         super().__init__(f"{status}: {detail}")
         self.status, self.detail, self.body = status, detail, body
+        # Whether a call that changes something is tried again (with its key), and after
+        # how long at least (the server's Retry-After).
+        self.retriable = False
+        self.retry_after = 0.0
 
 
 class ApprovalTimeout(AgentopsError):
@@ -91,10 +108,18 @@ class AgentopsClient:
     """One external agent's connection to agentops (its token from
     `manage.py issue_agent_token <slug>`)."""
 
-    def __init__(self, base_url: str, token: str, *, request_timeout: float = 10.0):
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        request_timeout: float = 10.0,
+        attempts: int = STATE_CHANGE_ATTEMPTS,
+    ):
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.request_timeout = request_timeout
+        self.attempts = max(1, attempts)
         parts = urllib.parse.urlsplit(self.base_url)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
@@ -117,22 +142,44 @@ class AgentopsClient:
         return self.request("POST", "/api/external/tools/mcp", {"tools": tools})["tools"]
 
     def request(
-        self, method: str, path: str, body: Any = None, *, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
     ) -> Any:
+        """One API call; the answer's JSON. A call that changes something carries
+        `idempotency_key` (a fresh one when None) and is tried again with it when no answer
+        came back (see STATE_CHANGE_ATTEMPTS); a read is tried once."""
         data = None if body is None else json.dumps(body).encode()
-        # The scheme is http(s), checked in __init__.
-        request = urllib.request.Request(  # noqa: S310
-            self.base_url + path,
-            data=data,
-            method=method,
-            headers={
-                "Authorization": f"Bearer {self.token}",
-                "Content-Type": "application/json",
-                "Accept": "application/json",
-            },
-        )
+        headers = {
+            "Authorization": f"Bearer {self.token}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
+        attempts = 1
+        if method.upper() in UNSAFE_METHODS:
+            headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
+            attempts = self.attempts
+        for attempt in range(1, attempts + 1):
+            # The scheme is http(s), checked in __init__.
+            request = urllib.request.Request(  # noqa: S310
+                self.base_url + path, data=data, method=method, headers=headers
+            )
+            try:
+                return self._send(request, timeout or self.request_timeout)
+            except AgentopsError as exc:
+                if attempt == attempts or not exc.retriable:
+                    raise
+                pause = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (attempt - 1))
+                time.sleep(max(exc.retry_after, pause * random.uniform(0.5, 1.0)))
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _send(self, request: urllib.request.Request, timeout: float) -> Any:
         try:
-            with self._opener.open(request, timeout=timeout or self.request_timeout) as response:
+            with self._opener.open(request, timeout=timeout) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
             raw = exc.read()
@@ -141,9 +188,18 @@ class AgentopsClient:
             except ValueError:
                 parsed = raw.decode(errors="replace")
             detail = parsed.get("detail") if isinstance(parsed, dict) else parsed
-            raise AgentopsError(exc.code, str(detail), parsed) from None
+            error = AgentopsError(exc.code, str(detail), parsed)
+            retry_after = exc.headers.get("Retry-After") if exc.headers else None
+            # 409 with Retry-After: the first try with this key still runs; its answer comes.
+            in_progress = exc.code == 409 and bool(retry_after)
+            error.retriable = exc.code in RETRIED_STATUSES or in_progress
+            with contextlib.suppress(ValueError):
+                error.retry_after = min(RETRY_MAX_SECONDS, float(retry_after or 0))
+            raise error from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-            raise AgentopsError(0, f"agentops unreachable: {exc}") from None
+            error = AgentopsError(0, f"agentops unreachable: {exc}")
+            error.retriable = True
+            raise error from None
 
     def stream(self, path: str, *, last_event_id: str = "0", idle_timeout: float = 60.0):
         """Server-Sent Events from `path`: (id, event, data) for each event; ends when the
