@@ -7,6 +7,12 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 django_asgi_app = get_asgi_application()
 
+from agentops import start_checks  # noqa: E402
+
+# A configuration `manage.py check` refuses is refused here too: daphne started without it
+# must not serve (and open the gates of) an agent whose rules gate nothing (start_checks.py).
+start_checks.refuse_unsound("the web process")
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

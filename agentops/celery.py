@@ -11,6 +11,16 @@ app.autodiscover_tasks()
 
 
 @worker_init.connect
+def refuse_unsound_configuration(**kwargs) -> None:
+    """The system checks `manage.py check` runs, before the worker consumes anything: a
+    worker started without them must not execute an agent whose gate rules gate nothing
+    (agentops/start_checks.py). Raises SystemExit, which Celery's dispatcher lets through."""
+    from agentops import start_checks
+
+    start_checks.refuse_unsound("the worker")
+
+
+@worker_init.connect
 def preload_model_sdk(**kwargs) -> None:
     """Import the Anthropic SDK once at worker start. Imported lazily (the web process never
     needs it), it was imported by the first burst of runs' threads all at once: 20 ms of CPU

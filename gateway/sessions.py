@@ -147,7 +147,7 @@ def submit(
         return _same_call(existing, tool, args, client_id)
     with transaction.atomic():
         run = _locked_open(run.pk)
-        stop = limit_reached(run)
+        stop = limit_reached(run) or unsound_gates(run)
         if stop is not None:
             _end(run, Run.Status.FAILED, *stop)
     if stop is not None:  # the termination is committed; the call is refused
@@ -245,6 +245,20 @@ def limit_reached(run: Run) -> tuple[str, str] | None:
             detail += f" (not counting {run.waiting_seconds:.0f}s waiting for people)"
         return Run.Termination.MAX_SECONDS, detail
     return None
+
+
+def unsound_gates(run: Run) -> tuple[str, str] | None:
+    """(termination reason, detail) when the session's snapshot has gate rules the policy
+    cannot apply: registration refuses them, and a session written otherwise (an older
+    version, a hand-made row) takes no call either, as the engine takes no step of such a
+    run (runs/engine/terminator.py refuse_unsound_gates)."""
+    found = engine_gates.config_problems(run.agent_config)
+    if not found:
+        return None
+    return (
+        Run.Termination.BLOCKED,
+        f"the agent's gate rules cannot be applied, nothing was run: {'; '.join(found)}",
+    )
 
 
 def _park(run: Run) -> None:
