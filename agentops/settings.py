@@ -318,6 +318,8 @@ CELERY_BEAT_SCHEDULE = {
     "expire-approvals": {"task": "approvals.tasks.expire_approvals", "schedule": 30.0},
     "escalate-approvals": {"task": "approvals.tasks.escalate_approvals", "schedule": 30.0},
     "launch-due-schedules": {"task": "triggers.tasks.launch_due_schedules", "schedule": 15.0},
+    # External sessions idle past EXTERNAL_SESSION_IDLE_SECONDS, or of deactivated agents.
+    "sweep-external-sessions": {"task": "gateway.tasks.sweep_sessions", "schedule": 60.0},
 }
 
 # --- the agent loop -------------------------------------------------------------------------
@@ -348,6 +350,12 @@ AGENTOPS = {
     "RETRY_BASE_SECONDS": env.float("AGENTOPS_RETRY_BASE_SECONDS", default=0.5),
     "CONTEXT_TOKEN_BUDGET": env.int("AGENTOPS_CONTEXT_TOKEN_BUDGET", default=60_000),
     "MAX_INPUT_BYTES": env.int("AGENTOPS_MAX_INPUT_BYTES", default=64_000),
+    # An external agent's session `running` (not waiting for a person) with no call or result
+    # for this long was abandoned: it ends, failed, "idle" (gateway/sessions.py end_idle,
+    # swept every minute). 0 keeps sessions open until their max_seconds.
+    "EXTERNAL_SESSION_IDLE_SECONDS": env.float(
+        "AGENTOPS_EXTERNAL_SESSION_IDLE_SECONDS", default=1800.0
+    ),
     "SHOP_DB": env.str("AGENTOPS_SHOP_DB", default=str(VAR_DIR / "shop.sqlite3")),
     # Approval notifications (approvals/notify/). Links in e-mails and webhooks start here.
     "PUBLIC_URL": env.str("AGENTOPS_PUBLIC_URL", default="http://127.0.0.1:8000"),

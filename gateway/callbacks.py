@@ -41,6 +41,12 @@ def on_step_appended(sender, step: Step, **kwargs) -> None:
     transaction.on_commit(lambda: _queue(approval_id))
 
 
+def queue_callback(approval_id) -> None:
+    """Send a call's callback now (after commit): for a call cancelled with its session
+    (gateway/sessions.py end_sessions_of_inactive), which no decision step announces."""
+    _queue(str(approval_id))
+
+
 def _queue(approval_id: str) -> None:
     try:
         deliver_callback.delay(str(approval_id))
