@@ -3,6 +3,8 @@ import os
 from celery import Celery
 from celery.signals import setup_logging, worker_init
 
+from agentops import start_checks
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
 app = Celery("agentops")
@@ -15,8 +17,6 @@ def refuse_unsound_configuration(**kwargs) -> None:
     """The system checks `manage.py check` runs, before the worker consumes anything: a
     worker started without them must not execute an agent whose gate rules gate nothing
     (agentops/start_checks.py). Raises SystemExit, which Celery's dispatcher lets through."""
-    from agentops import start_checks
-
     start_checks.refuse_unsound("the worker")
 
 

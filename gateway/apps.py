@@ -15,7 +15,7 @@ class GatewayConfig(AppConfig):
         from approvals.models import TOOL_FINDERS
         from runs.models import Run, Step, run_cancelled, step_appended
 
-        from . import callbacks, sessions, wakeups
+        from . import callbacks, sessions, tasks, wakeups
         from .call_tools import tool_of_approval
         from .models import external_agent_slugs
 
@@ -37,7 +37,7 @@ class GatewayConfig(AppConfig):
         )
         # ... and its open sessions end, their pending calls cancelled: none is approved.
         post_save.connect(
-            sessions.on_agent_saved, sender="gateway.ExternalAgent", dispatch_uid="gateway.sessions"
+            tasks.on_agent_saved, sender="gateway.ExternalAgent", dispatch_uid="gateway.sessions"
         )
         if sessions.deactivated_hold not in APPROVAL_HOLDS:
             APPROVAL_HOLDS.append(sessions.deactivated_hold)

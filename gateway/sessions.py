@@ -540,12 +540,11 @@ def deactivated_reason(slug: str) -> str:
     return f"the external agent {slug!r} was deactivated: its calls are not decided or run"
 
 
-def end_sessions_of_inactive(slug: str | None = None) -> int:
+def end_sessions_of_inactive(slug: str | None = None) -> list[list]:
     """End the open sessions of deactivated agents (of `slug` only, when given): cancelled,
     their pending calls cancelled with the reason, which the waiting agent is told (its
-    waiters woken, its callbacks sent) and approvers see (a decision is a 409). Called when
-    an agent is saved inactive (gateway/apps.py), and by the sweep for an agent switched off
-    without a save (a queryset update). Returns how many sessions ended."""
+    waiters woken; gateway/tasks.py sends the callbacks) and approvers see (a decision is a
+    409). Returns, per session ended, the ids of the approvals cancelled with it."""
     inactive = ExternalAgent.objects.filter(active=False)
     if slug is not None:
         inactive = inactive.filter(slug=slug)
@@ -554,23 +553,13 @@ def end_sessions_of_inactive(slug: str | None = None) -> int:
         status__in=Run.ACTIVE_STATUSES,
         agent__in=inactive.values("slug"),
     )
-    ended = 0
+    ended = []
     for run_id, agent in open_.values_list("pk", "agent"):
         why = deactivated_reason(agent)
         cancelled = _end_if_open(run_id, Run.Status.CANCELLED, Run.Termination.CANCELLED, why, why)
         if cancelled is not None:
-            ended += 1
-            _callbacks_on_commit(cancelled)
+            ended.append(cancelled)
     return ended
-
-
-def _callbacks_on_commit(approval_ids: list) -> None:
-    """The cancelled calls' callback URLs are told too (status "cancelled", the reason): an
-    agent that does not long-poll learns it there."""
-    from .callbacks import queue_callback  # callbacks reads the call's state from here
-
-    for approval_id in approval_ids:
-        transaction.on_commit(lambda approval_id=approval_id: queue_callback(approval_id))
 
 
 def idle_seconds() -> float:
@@ -607,12 +596,6 @@ def _end_if_open(run_id, status: str, reason: str, detail: str, call_reason: str
         if run.is_terminal:
             return None
         return _end(run, status, reason, detail, call_reason=call_reason)
-
-
-def on_agent_saved(sender, instance: ExternalAgent, created: bool = False, **kwargs) -> None:
-    """post_save of an ExternalAgent: saved inactive, its open sessions end now."""
-    if not created and not instance.active:
-        end_sessions_of_inactive(instance.slug)
 
 
 def deactivated_hold(approval: Approval, run: Run) -> str:
