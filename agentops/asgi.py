@@ -14,6 +14,12 @@ from accounts.lockouts import refuse_forgeable_server_address  # noqa: E402
 # unless proxies are declared (the sign-in lockout counts per address).
 refuse_forgeable_server_address(sys.argv)
 
+from agentops import start_checks  # noqa: E402
+
+# A configuration `manage.py check` refuses is refused here too: daphne started without it
+# must not serve (and open the gates of) an agent whose rules gate nothing (start_checks.py).
+start_checks.refuse_unsound("the web process")
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

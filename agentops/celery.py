@@ -3,11 +3,21 @@ import os
 from celery import Celery
 from celery.signals import setup_logging, worker_init
 
+from agentops import start_checks
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
 app = Celery("agentops")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def refuse_unsound_configuration(**kwargs) -> None:
+    """The system checks `manage.py check` runs, before the worker consumes anything: a
+    worker started without them must not execute an agent whose gate rules gate nothing
+    (agentops/start_checks.py). Raises SystemExit, which Celery's dispatcher lets through."""
+    start_checks.refuse_unsound("the worker")
 
 
 @worker_init.connect

@@ -20,6 +20,7 @@ from agentops import idempotency
 from agentops.celery import app as default_app
 from approvals import decisions
 from approvals import tasks as approval_tasks
+from gateway import tasks as gateway_tasks
 from runs import chains, engine, pending, queue, rate_limits
 from runs import tasks as run_tasks
 from runs.engine import in_flight
@@ -165,6 +166,7 @@ class Sweeps(threading.Thread):
         chains.sweep()
         pending.sweep()
         rate_limits.sweep()
+        gateway_tasks.sweep_sessions_once()
         launched = scheduler.launch_due_schedules()
         if launched:
             log.info("launched %d scheduled run(s)", launched)

@@ -324,6 +324,8 @@ CELERY_BEAT_SCHEDULE = {
     "launch-due-schedules": {"task": "triggers.tasks.launch_due_schedules", "schedule": 15.0},
     # API idempotency keys past their window (agentops/idempotency.py).
     "prune-idempotency-keys": {"task": "agentops.tasks.prune_idempotency_keys", "schedule": 600.0},
+    # External sessions idle past EXTERNAL_SESSION_IDLE_SECONDS, or of deactivated agents.
+    "sweep-external-sessions": {"task": "gateway.tasks.sweep_sessions", "schedule": 60.0},
 }
 
 # --- the agent loop -------------------------------------------------------------------------
@@ -360,6 +362,12 @@ AGENTOPS = {
     # An async view's claim on a key: another request with the key gets 409 for this long; a
     # claim whose process died is taken over after it.
     "IDEMPOTENCY_LOCK_SECONDS": env.float("AGENTOPS_IDEMPOTENCY_LOCK_SECONDS", default=120.0),
+    # An external agent's session `running` (not waiting for a person) with no call or result
+    # for this long was abandoned: it ends, failed, "idle" (gateway/sessions.py end_idle,
+    # swept every minute). 0 keeps sessions open until their max_seconds.
+    "EXTERNAL_SESSION_IDLE_SECONDS": env.float(
+        "AGENTOPS_EXTERNAL_SESSION_IDLE_SECONDS", default=1800.0
+    ),
     "SHOP_DB": env.str("AGENTOPS_SHOP_DB", default=str(VAR_DIR / "shop.sqlite3")),
     # Approval notifications (approvals/notify/). Links in e-mails and webhooks start here.
     "PUBLIC_URL": env.str("AGENTOPS_PUBLIC_URL", default="http://127.0.0.1:8000"),

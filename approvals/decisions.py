@@ -21,6 +21,7 @@ one place:
   arguments, and the engine refuses to run anything else.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -43,6 +44,10 @@ from .models import Approval, ApprovalView, ApprovalVote
 from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
 
 DECISIONS = ("approve", "reject", "answer")
+# Why an approval may not be approved now, as apps above this one know it (gateway: the call
+# of an external agent that was deactivated); each returns the reason, or "". Appended to at
+# start-up (their apps.py); an approval any of them holds is a DecisionConflict.
+APPROVAL_HOLDS: list[Callable[[Approval, Run], str]] = []
 # Sent after commit with `approval_id` once an approval is decided or expired (the Slack app
 # updates its message: approvals/tasks.py).
 decided = Signal()
@@ -284,6 +289,10 @@ def _check_may_decide(approval: Approval, run: Run, user, decision: str, shown_a
     """Still open, the call shown is the call waiting, and `user` may decide it (themselves,
     or for whom they act: returned, else None). Raises otherwise."""
     _check_still_open(approval, run)
+    for hold in APPROVAL_HOLDS if decision == "approve" else ():
+        held = hold(approval, run)
+        if held:
+            raise DecisionConflict(held, approval_status=approval.status)
     if decision == "approve" and shown_args_hash is not None:
         _check_shown(approval, shown_args_hash)
     why = forbidden_reason(approval, run, user, decision)
@@ -480,6 +489,8 @@ def already_decided(approval: Approval) -> DecisionConflict:
         message = f"already expired at {_when(approval.decided_at)}"
     elif approval.status == Approval.Status.CANCELLED:
         message = f"its run was cancelled at {_when(approval.decided_at)}; nothing to decide"
+        if approval.reason:
+            message += f" ({approval.reason})"
     else:
         by = who or "the system"
         message = f"already {approval.status} by {by} at {_when(approval.decided_at)}"

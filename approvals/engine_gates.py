@@ -63,6 +63,12 @@ def _deadline(run: Run) -> tuple[timedelta, str]:
     )
 
 
+def config_problems(config: dict) -> list[str]:
+    """The rules of a run's snapshot that mean nothing (gate_config.problems): the check that
+    refuses them at `manage.py check`, asked again by the engine at every claim."""
+    return gate_config.problems(config)
+
+
 def gate_for_call(
     run: Run, item: dict, tool: Tool, response=None, *, rng: random.Random | None = None
 ) -> dict | None:

@@ -142,6 +142,10 @@ def matches(envelope: list[dict], args: dict) -> bool:
     that cannot be compared (missing, not a number) is outside: a bound is never bypassed by
     omission."""
     for condition in envelope:
+        if condition.get("arg") not in args:
+            # Missing is outside whatever the bound: `eq` compared a missing value as the text
+            # "None", and null to null, so an envelope pinning "None" or null let it through.
+            return False
         value = args.get(condition.get("arg"))
         if condition.get("op") == "lte":
             number = declared_policy._number(value)

@@ -11,10 +11,11 @@ class GatewayConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from accounts.teams import AGENT_SOURCES
+        from approvals.decisions import APPROVAL_HOLDS
         from approvals.models import TOOL_FINDERS
         from runs.models import Run, Step, run_cancelled, step_appended
 
-        from . import callbacks, wakeups
+        from . import callbacks, sessions, tasks, wakeups
         from .call_tools import tool_of_approval
         from .models import external_agent_slugs
 
@@ -34,3 +35,9 @@ class GatewayConfig(AppConfig):
         post_save.connect(
             wakeups.on_agent_saved, sender="gateway.ExternalAgent", dispatch_uid="gateway.wakeups"
         )
+        # ... and its open sessions end, their pending calls cancelled: none is approved.
+        post_save.connect(
+            tasks.on_agent_saved, sender="gateway.ExternalAgent", dispatch_uid="gateway.sessions"
+        )
+        if sessions.deactivated_hold not in APPROVAL_HOLDS:
+            APPROVAL_HOLDS.append(sessions.deactivated_hold)

@@ -41,6 +41,13 @@ def on_step_appended(sender, step: Step, **kwargs) -> None:
     transaction.on_commit(lambda: _queue(approval_id))
 
 
+def queue_on_commit(approval_ids) -> None:
+    """Send these calls' callbacks once committed: calls cancelled with their session
+    (gateway/tasks.py, a deactivated agent), which no decision step announces."""
+    for approval_id in approval_ids:
+        transaction.on_commit(lambda approval_id=approval_id: _queue(str(approval_id)))
+
+
 def _queue(approval_id: str) -> None:
     try:
         deliver_callback.delay(str(approval_id))

@@ -108,6 +108,13 @@ class ExternalAgent(models.Model):
             return None
         return cls.objects.filter(token_hash=_hash(raw), active=True).first()
 
+    @classmethod
+    def deactivated(cls, raw: str) -> "ExternalAgent | None":
+        """The switched-off agent whose current token this is (refused all the same)."""
+        if not raw.startswith(TOKEN_PREFIX):
+            return None
+        return cls.objects.filter(token_hash=_hash(raw), active=False).first()
+
     def snapshot(self) -> dict:
         """What a session's run stores at registration (Run.agent_config)."""
         return {

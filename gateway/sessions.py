@@ -12,11 +12,13 @@ decision are the ones internal runs have.
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agentkit import tracing
@@ -147,7 +149,7 @@ def submit(
         return _same_call(existing, tool, args, client_id)
     with transaction.atomic():
         run = _locked_open(run.pk)
-        stop = limit_reached(run)
+        stop = limit_reached(run) or unsound_gates(run)
         if stop is not None:
             _end(run, Run.Status.FAILED, *stop)
     if stop is not None:  # the termination is committed; the call is refused
@@ -245,6 +247,20 @@ def limit_reached(run: Run) -> tuple[str, str] | None:
             detail += f" (not counting {run.waiting_seconds:.0f}s waiting for people)"
         return Run.Termination.MAX_SECONDS, detail
     return None
+
+
+def unsound_gates(run: Run) -> tuple[str, str] | None:
+    """(termination reason, detail) when the session's snapshot has gate rules the policy
+    cannot apply: registration refuses them, and a session written otherwise (an older
+    version, a hand-made row) takes no call either, as the engine takes no step of such a
+    run (runs/engine/terminator.py refuse_unsound_gates)."""
+    found = engine_gates.config_problems(run.agent_config)
+    if not found:
+        return None
+    return (
+        Run.Termination.BLOCKED,
+        f"the agent's gate rules cannot be applied, nothing was run: {'; '.join(found)}",
+    )
 
 
 def _park(run: Run) -> None:
@@ -489,9 +505,12 @@ def close(run: Run, *, succeeded: bool, output: str = "", detail: str = "") -> R
     return run
 
 
-def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -> None:
-    """The session's end and its terminated step; approvals still pending are cancelled.
-    Under the run's row lock."""
+def _end(
+    run: Run, status: str, reason: str, detail: str, *, output: str = "", call_reason: str = ""
+) -> list:
+    """The session's end and its terminated step; approvals still pending are cancelled
+    (with `call_reason`, what their agent is told, when given): their ids. Under the run's
+    row lock."""
     pending = list(
         Approval.objects.filter(run=run, status=Approval.Status.PENDING).values_list(
             "pk", flat=True
@@ -499,7 +518,9 @@ def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -
     )
     now = timezone.now()
     Approval.objects.filter(pk__in=pending, status=Approval.Status.PENDING).update(
-        status=Approval.Status.CANCELLED, decided_at=now
+        status=Approval.Status.CANCELLED,
+        decided_at=now,
+        **({"reason": call_reason} if call_reason else {}),
     )
     for approval_id in pending:
         events.publish_approvals_changed(approval_id)
@@ -510,6 +531,81 @@ def _end(run: Run, status: str, reason: str, detail: str, *, output: str = "") -
     wakeups.publish_session_ended_on_commit(run.pk)
     if not run.terminate(status, reason, detail, output=output):
         raise SessionError(409, f"the session is already {run.status}")
+    return pending
+
+
+# --- sessions nobody uses any more ------------------------------------------------------------
+def deactivated_reason(slug: str) -> str:
+    """What the agent, the approvers and the timeline are told of a deactivated agent's calls."""
+    return f"the external agent {slug!r} was deactivated: its calls are not decided or run"
+
+
+def end_sessions_of_inactive(slug: str | None = None) -> list[list]:
+    """End the open sessions of deactivated agents (of `slug` only, when given): cancelled,
+    their pending calls cancelled with the reason, which the waiting agent is told (its
+    waiters woken; gateway/tasks.py sends the callbacks) and approvers see (a decision is a
+    409). Returns, per session ended, the ids of the approvals cancelled with it."""
+    inactive = ExternalAgent.objects.filter(active=False)
+    if slug is not None:
+        inactive = inactive.filter(slug=slug)
+    open_ = Run.objects.filter(
+        trigger=Run.Trigger.EXTERNAL,
+        status__in=Run.ACTIVE_STATUSES,
+        agent__in=inactive.values("slug"),
+    )
+    ended = []
+    for run_id, agent in open_.values_list("pk", "agent"):
+        why = deactivated_reason(agent)
+        cancelled = _end_if_open(run_id, Run.Status.CANCELLED, Run.Termination.CANCELLED, why, why)
+        if cancelled is not None:
+            ended.append(cancelled)
+    return ended
+
+
+def idle_seconds() -> float:
+    """AGENTOPS_EXTERNAL_SESSION_IDLE_SECONDS: a session `running` (not waiting for a person)
+    with no call, result or other step for this long is abandoned; 0 keeps sessions open
+    until their max_seconds."""
+    return float(settings.AGENTOPS["EXTERNAL_SESSION_IDLE_SECONDS"])
+
+
+def end_idle(now=None) -> int:
+    """End (failed, idle) the sessions `running` with no step for `idle_seconds()`: opened and
+    never used, or left by an agent that went away. A session waiting for a person is not
+    idle: its agent waits for the decision. Returns how many ended."""
+    seconds = idle_seconds()
+    if seconds <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(seconds=seconds)
+    idle = Run.objects.filter(
+        trigger=Run.Trigger.EXTERNAL, status=Run.Status.RUNNING, created_at__lt=cutoff
+    ).exclude(Exists(Step.objects.filter(run=OuterRef("pk"), created_at__gte=cutoff)))
+    ended = 0
+    for run_id in idle.values_list("pk", flat=True):
+        detail = f"no call or result for {seconds:.0f}s (AGENTOPS_EXTERNAL_SESSION_IDLE_SECONDS)"
+        if _end_if_open(run_id, Run.Status.FAILED, Run.Termination.IDLE, detail, "") is not None:
+            ended += 1
+    return ended
+
+
+def _end_if_open(run_id, status: str, reason: str, detail: str, call_reason: str) -> list | None:
+    """The approvals cancelled with the session; None when it had ended meanwhile (closed by
+    its agent, cancelled by an operator)."""
+    with transaction.atomic():
+        run = Run.locked(run_id)
+        if run.is_terminal:
+            return None
+        return _end(run, status, reason, detail, call_reason=call_reason)
+
+
+def deactivated_hold(approval: Approval, run: Run) -> str:
+    """decisions.APPROVAL_HOLDS: an external call whose agent is deactivated is not approved
+    (its session may not have ended yet, if the agent was switched off without a save)."""
+    if run.trigger != Run.Trigger.EXTERNAL:
+        return ""
+    if ExternalAgent.objects.filter(slug=run.agent, active=True).exists():
+        return ""
+    return deactivated_reason(run.agent)
 
 
 def _locked_open(run_id) -> Run:

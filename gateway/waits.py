@@ -95,11 +95,20 @@ def _agent(token: str) -> ExternalAgent | None:
     return ExternalAgent.authenticate(token) if token else None
 
 
+def _unauthorized(token: str) -> Answer:
+    """401; for the token of an agent switched off, saying so: the request was waiting on a
+    call that the deactivation cancelled, and the agent is told why it will not be decided."""
+    inactive = ExternalAgent.deactivated(token) if token else None
+    if inactive is not None:
+        return 401, {"detail": sessions.deactivated_reason(inactive.slug), "deactivated": True}
+    return 401, {"detail": "authentication required: the agent's bearer token"}
+
+
 def read_call(token: str, call_id: str) -> Answer:
     """(HTTP status, body) of the call as the agent holding `token` may see it."""
     agent = _agent(token)
     if agent is None:
-        return 401, {"detail": "authentication required: the agent's bearer token"}
+        return _unauthorized(token)
     call = (
         ExternalCall.objects.select_related("run")
         .filter(pk=call_id, run__agent=agent.slug, run__trigger=Run.Trigger.EXTERNAL)
@@ -123,7 +132,7 @@ def read_session_events(token: str, session_id: str, after: int) -> Answer:
     calls decided in steps after `after`, in order."""
     agent = _agent(token)
     if agent is None:
-        return 401, {"detail": "authentication required: the agent's bearer token"}
+        return _unauthorized(token)
     run = Run.objects.filter(pk=session_id, trigger=Run.Trigger.EXTERNAL, agent=agent.slug).first()
     if run is None:
         return 404, {"detail": "no such session"}

@@ -112,6 +112,7 @@ _TERMINATIONS = [
     "refused",
     "budget",
     "compensation_failed",
+    "idle",
 ]
 _STEP_KINDS = [
     "status",
@@ -290,6 +291,7 @@ class Run(models.Model):
         REFUSED = "refused", "the model declined to answer"
         BUDGET = "budget", "the agent's budget is spent"
         COMPENSATION_FAILED = "compensation_failed", "a compensation was not made"
+        IDLE = "idle", "the external session was idle too long"
 
     TRANSITIONS: dict[str, set[str]] = {
         Status.QUEUED: {Status.RUNNING, Status.CANCELLED, Status.FAILED},

@@ -59,6 +59,9 @@ DEFERRED_IMPORTS = {
     ("gateway/apps.py", "gateway.models"),
     ("gateway/apps.py", "gateway.callbacks"),
     ("gateway/apps.py", "gateway.wakeups"),
+    ("gateway/apps.py", "gateway.sessions"),
+    ("gateway/apps.py", "gateway.tasks"),
+    ("gateway/apps.py", "approvals.decisions"),
     ("gateway/apps.py", "runs.models"),
     # The Anthropic SDK: a web process never needs its import time and memory.
     ("agentkit/agents.py", "agentkit.llm.anthropic"),

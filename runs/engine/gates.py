@@ -61,6 +61,12 @@ class ContinueAnswer:
 
 
 class Gates(Protocol):
+    def config_problems(self, config: dict) -> list[str]:
+        """What in a run's snapshot (Run.agent_config) the policy cannot apply: a rule that
+        names a tool, argument or approver group the snapshot does not have, a key or value
+        it does not know; [] when sound. Such a rule gates nothing, so the engine refuses
+        the run (terminator.refuse_unsound_gates). No writes."""
+
     def gate_for_call(self, run: Run, item: dict, tool: Tool, response: Any) -> dict | None:
         """What to ask a person about this proposed call, or None: it may run. No writes.
         An item with `pii` (the agent's PII guard's findings, masked) must be gated, and its

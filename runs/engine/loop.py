@@ -189,6 +189,7 @@ def advance(
     def load() -> Work:
         work = _load(claimed.run, worker, claimed=claimed)
         work.calls_in_flight = calls_in_flight
+        terminator.refuse_unsound_gates(work)  # raises Stop: nothing of it runs
         return work
 
     return work_on(run_id, worker, load, time_slice=time_slice)

@@ -3,7 +3,8 @@
 Before each model call: max steps, consecutive errors, max cost (with an upper bound of what
 the next call may cost); at every step boundary, max seconds of working time (time spent
 waiting for people does not count); when the model repeats one call with the same arguments,
-no progress. A run that completes ends here too (`termination`), written with its final
+no progress; at every claim, before anything runs, gate rules the policy cannot apply
+(`refuse_unsound_gates`). A run that completes ends here too (`termination`), written with its final
 answer. It reads the run and the conversation's size; it may not call the model or tools.
 """
 
@@ -15,7 +16,7 @@ from django.utils import timezone
 from agentkit.llm import pricing
 
 from ..models import Run, Step, canonical_json
-from . import owned
+from . import gates, owned
 from .conversation import context_budget
 from .owned import Stop, Work
 
@@ -48,6 +49,22 @@ def precheck(work: Work) -> None:
             Run.Termination.MAX_COST,
             f"spent {run.cost_usd:.4f} USD; the next call could cost up to {estimate:.4f} "
             f"and the limit is {run.max_cost_usd} USD",
+        )
+
+
+def refuse_unsound_gates(work: Work) -> None:
+    """Stop a run whose gate rules the policy cannot apply, before anything of it runs (at
+    every claim: a start or a continuation). A rule naming a tool, argument or approver group
+    the snapshot does not have gates nothing, so the run would go on ungated: `manage.py
+    check` refuses such an agent at start, and a process started without it must not run it
+    either. The app's policy judges, even while a replay answers in its place."""
+    policy = gates.registered() or gates.current()  # current() raises when there is none
+    found = policy.config_problems(work.agent_config)
+    if found:
+        terminate(
+            work,
+            Run.Termination.BLOCKED,
+            f"the agent's gate rules cannot be applied, nothing was run: {'; '.join(found)}",
         )
 
 

@@ -183,8 +183,11 @@ def test_an_expiry_with_no_default_denies(no_enqueue):
 
 @pytestmark_db
 def test_an_expiry_with_an_unknown_outcome_denies(no_enqueue):
-    run = launch("test-payer", {"to": "acme", "amount": "900.00"}, on_expiry="approve")
+    # A snapshot that says so is refused before it runs (test_fail_closed_in_every_process);
+    # an approval row that says so (written otherwise) still denies at its expiry.
+    run = launch("test-payer", {"to": "acme", "amount": "900.00"})
     assert drive(run) == Run.Status.WAITING
+    Approval.objects.filter(run=run).update(on_expiry="approve")
     expire(run)
     assert EXECUTED == []
     assert "not executed" in tool_error(run)
