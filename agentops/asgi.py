@@ -1,15 +1,17 @@
 """HTTP and WebSocket entry point: `daphne agentops.asgi:application`."""
 
 import os
+import pprint
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
+from autobahn.websocket import protocol as autobahn_protocol  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
 from agentops.routing import websocket_urlpatterns  # noqa: E402
 from gateway import waits  # noqa: E402
@@ -22,11 +24,29 @@ async def http(scope, receive, send):
     await endpoint(scope, receive, send)
 
 
+class _FormattedWhenShown:
+    """pprint.pformat(obj), computed only if a log line shows it."""
+
+    def __init__(self, obj, *args, **kwargs):
+        self.obj, self.args, self.kwargs = obj, args, kwargs
+
+    def __str__(self) -> str:
+        return pprint.pformat(self.obj, *self.args, **self.kwargs)
+
+
+# autobahn (daphne's WebSocket protocol) pretty-prints its ~40 settings for a debug line on
+# every connection, shown or not: a third of daphne's CPU per handshake, the largest cost of
+# a reconnect storm after the database reads (bench/reconnect_storm.py). The line is still
+# right when debug logging is on.
+autobahn_protocol.pformat = _FormattedWhenShown
+
 application = ProtocolTypeRouter(
     {
         "http": http,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            # The session only: each consumer reads its user after the handshake
+            # (runs/consumers.py `admit`).
+            SessionMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }
 )

@@ -62,9 +62,10 @@ def sign_in(sessions: int) -> list[str]:
 
 
 def start_daphne(port: int, extra: list[str]) -> subprocess.Popen:
+    runner = [os.environ["STORM_RUNNER"]] if os.environ.get("STORM_RUNNER") else ["-m", "daphne"]
+    command = [sys.executable, *runner, "-b", "127.0.0.1", "-p", str(port), *extra]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), *extra,
-         "agentops.asgi:application"],  # fmt: skip
+        [*command, "agentops.asgi:application"],
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "LOG_LEVEL": "WARNING"},
         stdout=subprocess.PIPE,
@@ -96,8 +97,10 @@ class Socket:
     failure: str = ""
 
 
-async def one(url: str, cookie: str, origin: str, sock: Socket, start: asyncio.Event,
-              t0: list[float], wait: float, needs_state: bool, hold: asyncio.Event) -> None:  # fmt: skip
+async def one(
+    url: str, cookie: str, origin: str, sock: Socket, start: asyncio.Event, t0: list[float],
+    wait: float, needs_state: bool, hold: asyncio.Event,
+) -> None:  # fmt: skip
     from websockets.asyncio.client import connect
 
     await start.wait()
@@ -115,7 +118,7 @@ async def one(url: str, cookie: str, origin: str, sock: Socket, start: asyncio.E
                 await asyncio.wait_for(ws.recv(), timeout=max(0.1, wait - sock.accepted))
             sock.live = time.perf_counter() - t0[0]
             await hold.wait()  # every socket stays open until the storm is over
-    except Exception as exc:  # noqa: BLE001 -- counted and reported, by kind
+    except Exception as exc:
         sock.failure = type(exc).__name__ + (f": {exc}"[:80] if str(exc) else "")
 
 

@@ -36,6 +36,18 @@ async def connect(path: str, user=None, origin=ORIGIN):
     return communicator, connected
 
 
+async def refused(path: str, user=None, origin=ORIGIN) -> bool:
+    """Refused at the handshake (no session cookie, another origin), or accepted and then
+    closed with 4403 before any frame: the access check runs once the handshake is answered
+    (runs/consumers.py `admit`)."""
+    communicator, connected = await connect(path, user, origin)
+    if not connected:
+        return True
+    output = await communicator.receive_output(timeout=5)
+    await communicator.disconnect()
+    return output == {"type": "websocket.close", "code": 4403}
+
+
 def seqs(html: str) -> list[int]:
     return [int(s) for s in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', html)]
 
@@ -64,7 +76,18 @@ async def launch_marker(operator) -> str:
 
 async def test_anonymous_users_are_refused(run):
     _, connected = await connect(f"/ws/runs/{run.pk}/")
-    assert not connected
+    assert not connected  # at the handshake: no session cookie, nothing to read
+
+
+async def test_a_session_of_nobody_is_refused_before_any_frame(run, db):
+    cookie = (b"cookie", b"sessionid=abcdefghijklmnopqrstuvwxyz012345")
+    for path in (f"/ws/runs/{run.pk}/", "/ws/runs/", "/ws/approvals/"):
+        communicator = WebsocketCommunicator(application, path, headers=[ORIGIN, cookie])
+        connected, _ = await communicator.connect(timeout=5)
+        assert connected, path
+        closed = await communicator.receive_output(timeout=5)
+        assert closed == {"type": "websocket.close", "code": 4403}, path
+        await communicator.disconnect()
 
 
 async def test_other_origins_are_refused(run, viewer):
@@ -79,13 +102,11 @@ async def test_other_origins_are_refused(run, viewer):
 async def test_users_without_a_role_are_refused(run, django_user_model):
     nobody = await sync_to_async(django_user_model.objects.create_user)("nobody", password="x")
     for path in (f"/ws/runs/{run.pk}/", "/ws/runs/", "/ws/approvals/"):
-        _, connected = await connect(path, nobody)
-        assert not connected, path
+        assert await refused(path, nobody), path
 
 
 async def test_unknown_run_is_refused(viewer, db):
-    _, connected = await connect("/ws/runs/00000000-0000-0000-0000-000000000000/", viewer)
-    assert not connected
+    assert await refused("/ws/runs/00000000-0000-0000-0000-000000000000/", viewer)
 
 
 async def test_it_sends_the_steps_after_the_given_seq_then_live_ones_once(run, viewer):
