@@ -6,6 +6,7 @@ import logging
 import random
 from collections.abc import Hashable
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts import sockets, teams, two_factor
@@ -39,6 +40,16 @@ class WatchedAccess:
     def may_see(self, user) -> bool:
         """Whether this user may see what this socket streams (sync: may read the database)."""
         raise NotImplementedError
+
+    async def dispatch(self, message):
+        # channels' dispatch first closes stale connections of asgiref's one thread_sensitive
+        # thread: a hop to that thread for every message of every socket, queued behind each
+        # other (a storm's connects, a broadcast's thousand deliveries). These consumers read
+        # only through any_thread, whose calls close their own connection.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     def _admitted(self, user) -> bool:
         # Pages send such a person to enrol first (accounts/two_factor.py); sockets too.
