@@ -13,14 +13,16 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
+from agentops import bodies  # noqa: E402
 from agentops.routing import websocket_urlpatterns  # noqa: E402
 from gateway import waits  # noqa: E402
 
 
 async def http(scope, receive, send):
     """Django, except for the external agents' waits: served without Django's middleware,
-    so a waiting call holds no thread and no database connection (gateway/waits.py)."""
-    endpoint = waits.route(scope) or django_asgi_app
+    so a waiting call holds no thread and no database connection (gateway/waits.py); and a
+    body sent where none is taken, refused before it is read (agentops/bodies.py)."""
+    endpoint = waits.route(scope) or bodies.refusal(scope) or django_asgi_app
     await endpoint(scope, receive, send)
 
 
