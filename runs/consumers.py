@@ -9,7 +9,7 @@ from collections.abc import Hashable
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from accounts import sockets, teams, two_factor
+from accounts import teams, two_factor
 from agentkit import metrics
 from agentkit.database import any_thread
 
@@ -52,9 +52,14 @@ class WatchedAccess:
         await handler(message)
 
     def _admitted(self, user) -> bool:
+        # Read again once the user's group is joined: a sign-out committed before the join is
+        # seen here, one after it is announced to the socket.
+        now = access.session_user(self._session_key())
+        if now is None or now.pk != user.pk:
+            return False
         # Pages send such a person to enrol first (accounts/two_factor.py); sockets too.
         session = self.scope.get("session") or {}
-        return not two_factor.must_enrol(user, session) and self.may_see(user)
+        return not two_factor.must_enrol(now, session) and self.may_see(now)
 
     def watched(self) -> Hashable:
         """What may_see() is about: sockets of one session watching the same thing share
@@ -81,11 +86,11 @@ class WatchedAccess:
         the browser does not retry."""
         # Two calls on any thread (agentkit/database.py): sockets connecting at once are
         # checked side by side, not one after another on one thread.
-        user = await any_thread(sockets.user_of)(self.scope["session"])
-        self.scope["user"] = user
-        if not user.is_authenticated:
+        user = await any_thread(access.session_user)(self._session_key())
+        if user is None:
             await self.end_access()
             return False
+        self.scope["user"] = user
         # Joined before the check: a revocation committed in between still reaches us.
         self.user_group = events.user_group(user.pk)
         await self.channel_layer.group_add(self.user_group, self.channel_name)
