@@ -126,9 +126,11 @@ class Command(BaseCommand):
             action_logger=self._log_action if options["verbosity"] >= 2 else None,
             ready_callable=ready,
             # Sockets are accepted before their access check (runs/consumers.py `admit`), so
-            # this bounds only the handshake itself; daphne's 5 s refused every socket of a
-            # reconnect storm on a starved machine (bench/reconnect_storm.py).
+            # these bound only the handshake itself; 5 s (autobahn's opening handshake here,
+            # both with daphne's command line) refused every socket of a reconnect storm on a
+            # starved machine (bench/reconnect_storm.py). As `--websocket_connect_timeout 30`.
             websocket_connect_timeout=WEBSOCKET_CONNECT_TIMEOUT_SECONDS,
+            websocket_handshake_timeout=WEBSOCKET_CONNECT_TIMEOUT_SECONDS,
         )
         server.run()
         return server
