@@ -10,7 +10,10 @@ checkouts inside it give up after a few seconds, so the sweep fails fast and tri
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # Read by agentops/db/postgresql/base.py's pool on each checkout; None: the pool's own.
 checkout_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -32,3 +35,17 @@ def fail_fast(seconds: float) -> Iterator[None]:
 # (agentops/middleware.py) and the gateway's waits (gateway/waits.py) answer alike.
 DATABASE_DOWN_MESSAGE = "the database is unavailable; retry in a few seconds"
 DATABASE_RETRY_AFTER_SECONDS = 5
+
+
+def any_thread(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """`fn` for async code (WebSocket consumers), run on any thread of the event loop's
+    executor, its database connection given back to the pool after the call.
+
+    channels' `database_sync_to_async` defaults to asgiref's thread_sensitive mode: every
+    call of every socket of the process queues on one thread. A reconnect storm (a thousand
+    browsers back at once after a deploy) then waited there past daphne's handshake timeout
+    and no socket was accepted (bench/reconnect_storm.py). Nothing a consumer reads needs
+    that one thread: each call opens and closes its own connection."""
+    from channels.db import database_sync_to_async
+
+    return database_sync_to_async(fn, thread_sensitive=False)

@@ -11,9 +11,10 @@ import functools
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -165,20 +166,25 @@ def request_context(get_response: Callable[[HttpRequest], HttpResponse]):
     return middleware
 
 
-# One per task running now (thread pool: one per thread): a task run eagerly inside another
-# puts the outer one's id back when it ends.
-_task_tokens: dict[str, Token] = {}
+# What each thread put aside when its task started: a task run eagerly inside another puts the
+# outer one's id back when it ends. Per thread, and restored with a plain set(): a Token kept by
+# task id and reset at the end failed (`ValueError: <Token ...> was created in a different
+# Context`) when two threads ran the same task id at once (a redelivered task), the second's
+# token reset in the first's context, and the finished id stayed on the thread's later lines.
+_started = threading.local()
 
 
 def _task_started(task_id: str | None = None, **kwargs: Any) -> None:
     if task_id:
-        _task_tokens[task_id] = _context["task_id"].set(task_id)
+        outer = _started.__dict__.setdefault("outer", [])
+        outer.append(_context["task_id"].get())
+        _context["task_id"].set(task_id)
 
 
 def _task_ended(task_id: str | None = None, **kwargs: Any) -> None:
-    token = _task_tokens.pop(task_id, None) if task_id else None
-    if token is not None:
-        _context["task_id"].reset(token)
+    if task_id:
+        outer = _started.__dict__.get("outer")
+        _context["task_id"].set(outer.pop() if outer else None)
 
 
 def connect_celery_signals() -> None:

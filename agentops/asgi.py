@@ -1,6 +1,7 @@
 """HTTP and WebSocket entry point: `daphne agentops.asgi:application`."""
 
 import os
+import pprint
 import sys
 
 from django.core.asgi import get_asgi_application
@@ -20,26 +21,47 @@ from agentops import start_checks  # noqa: E402
 # must not serve (and open the gates of) an agent whose rules gate nothing (start_checks.py).
 start_checks.refuse_unsound("the web process")
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
+from autobahn.websocket import protocol as autobahn_protocol  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
+from agentops import bodies  # noqa: E402
 from agentops.routing import websocket_urlpatterns  # noqa: E402
 from gateway import waits  # noqa: E402
 
 
 async def http(scope, receive, send):
     """Django, except for the external agents' waits: served without Django's middleware,
-    so a waiting call holds no thread and no database connection (gateway/waits.py)."""
-    endpoint = waits.route(scope) or django_asgi_app
+    so a waiting call holds no thread and no database connection (gateway/waits.py); and a
+    body sent where none is taken, refused before it is read (agentops/bodies.py)."""
+    endpoint = waits.route(scope) or bodies.refusal(scope) or django_asgi_app
     await endpoint(scope, receive, send)
 
+
+class _FormattedWhenShown:
+    """pprint.pformat(obj), computed only if a log line shows it."""
+
+    def __init__(self, obj, *args, **kwargs):
+        self.obj, self.args, self.kwargs = obj, args, kwargs
+
+    def __str__(self) -> str:
+        return pprint.pformat(self.obj, *self.args, **self.kwargs)
+
+
+# autobahn (daphne's WebSocket protocol) pretty-prints its ~40 settings for a debug line on
+# every connection, shown or not: a third of daphne's CPU per handshake, the largest cost of
+# a reconnect storm after the database reads (bench/reconnect_storm.py). The line is still
+# right when debug logging is on.
+autobahn_protocol.pformat = _FormattedWhenShown
 
 application = ProtocolTypeRouter(
     {
         "http": http,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            # The session only: each consumer reads its user after the handshake
+            # (runs/consumers.py `admit`).
+            SessionMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }
 )

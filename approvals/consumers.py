@@ -5,8 +5,7 @@ import asyncio
 import uuid
 from contextlib import suppress
 
-from channels.db import database_sync_to_async
-
+from agentkit.database import any_thread
 from runs import events
 from runs.consumers import GroupConsumer, send_html_or_json
 
@@ -27,7 +26,7 @@ class ApprovalsConsumer(GroupConsumer):
     async def send_current_state(self) -> None:
         if self.as_json:
             return
-        self.watching = await database_sync_to_async(self._watch)()
+        self.watching = await any_thread(self._watch)()
         if self.watching:
             # Joined before the state is read: a decision committed in between still arrives.
             await self.channel_layer.group_add(
@@ -35,9 +34,7 @@ class ApprovalsConsumer(GroupConsumer):
             )
         # A page rendered just before an approval was opened would miss its push and show a
         # stale count until the next change (a run launched from the form gates within ms).
-        state = await database_sync_to_async(stream_messages.render_approval_event)(
-            self.watching, self.agents
-        )
+        state = await any_thread(stream_messages.render_approval_event)(self.watching, self.agents)
         await send_html_or_json(self, state)
         if self.watching:
             await self._send_presence()
@@ -67,7 +64,7 @@ class ApprovalsConsumer(GroupConsumer):
     async def _beat(self) -> None:
         while True:
             await asyncio.sleep(presence.HEARTBEAT.total_seconds())
-            await database_sync_to_async(presence.refresh)(self.channel_name)
+            await any_thread(presence.refresh)(self.channel_name)
 
     def joined_groups(self) -> list[str]:
         groups = super().joined_groups()
@@ -84,7 +81,7 @@ class ApprovalsConsumer(GroupConsumer):
         watching = self.watching
         await super().disconnect(code)
         if watching:
-            await database_sync_to_async(_unwatch)(watching, self.channel_name)
+            await any_thread(_unwatch)(watching, self.channel_name)
             await self.channel_layer.group_send(
                 events.approval_group(watching), {"type": "presence.changed"}
             )
@@ -103,9 +100,7 @@ class ApprovalsConsumer(GroupConsumer):
             await self._send_presence()
 
     async def _send_presence(self) -> None:
-        html = await database_sync_to_async(stream_messages.render_presence)(
-            self.watching, self.scope["user"]
-        )
+        html = await any_thread(stream_messages.render_presence)(self.watching, self.scope["user"])
         if html:
             await self.send(text_data=html)
 

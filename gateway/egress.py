@@ -64,12 +64,30 @@ def url_refusal(url: str) -> str | None:
     host = parts.hostname
     if host == "localhost" or host.endswith(".localhost"):
         return f"callback_url: {host} is this machine"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
+    addresses = _numeric_addresses(host)
+    if not addresses:
         return None  # a name: checked where it resolves, at connect time
-    why = refusal(address)
-    return f"callback_url: {why}" if why else None
+    for address in addresses:
+        why = refusal(address)
+        if why:
+            return f"callback_url: {why}"
+    return None
+
+
+def _numeric_addresses(host: str) -> list[Address]:
+    """The addresses `host` stands for if it is an address, read as the resolver reads it
+    at connect time, else []. The resolver takes IPv4 in inet_aton's forms as well as the
+    dotted quad: `127.1`, `2130706433`, `0x7f000001` and `017700000001` are all 127.0.0.1,
+    which ipaddress does not read as addresses at all."""
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)
+    except (OSError, UnicodeError, ValueError):
+        return []  # not an address of any form: a name
+    return [ipaddress.ip_address(sockaddr[0].split("%")[0]) for *_, sockaddr in infos]
 
 
 def _connect(address: tuple[str, int], timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source=None):

@@ -58,6 +58,11 @@ from .wakeups import DECISIONS_GROUP, call_topic, new_hub_channel, numbering, se
 log = logging.getLogger("agentops.gateway")
 
 MAX_WAIT_SECONDS = 30
+# A long-poll still pending ends after its `wait` less up to this fraction of it, at random:
+# a thousand agents that began waiting together (a restart) would otherwise all time out and
+# ask again in the same instant, every MAX_WAIT_SECONDS, and a person's request meeting that
+# wave waited behind it. Never longer than asked (a client's timeout is set just above).
+WAIT_JITTER = 0.2
 # A waiter re-reads the database this often even if no message came (one was lost).
 RECHECK_SECONDS = 60.0
 # A call read pending, with no message about it since, is known pending this long: an agent
@@ -384,6 +389,11 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+def jittered(wait: float) -> float:
+    """How long a long-poll asked to wait `wait` seconds waits (see WAIT_JITTER)."""
+    return wait * (1.0 - random.uniform(0.0, WAIT_JITTER))
+
+
 def _safety_timer() -> float:
     # Jittered: waits that began together (a restart, a burst of calls) do not all read the
     # database in the same second.
@@ -396,7 +406,7 @@ async def call_state(token: str, call_id: str, wait: float, *, own_thread: bool 
     if wait <= 0:
         return await read(token, call_id)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+    deadline = loop.time() + jittered(wait)
     topic = call_topic(call_id)
     async with Listening(topic) as listening:
         # An agent asking again (every MAX_WAIT_SECONDS at most) about a call this process

@@ -100,6 +100,13 @@ def replay_run(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
     response={201: RunDetailOut, 403: Message, 413: Message, 422: Message},
     auth=ADMINS,
     summary="Import a run exported from another installation (JSON Lines or JSON body)",
+    # Read raw (request.body), so declared here: the body is what the endpoint takes.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/jsonl": {"schema": {}}, "application/json": {"schema": {}}},
+        }
+    },
 )
 def import_exported_run(request: HttpRequest) -> Status:
     if len(request.body) > MAX_IMPORT_BYTES:

@@ -6,11 +6,12 @@ import logging
 import random
 from collections.abc import Hashable
 
-from channels.db import database_sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts import teams, two_factor
 from agentkit import metrics
+from agentkit.database import any_thread
 
 from . import access, events, feeds, live
 from .models import Run
@@ -34,10 +35,31 @@ class WatchedAccess:
     closes."""
 
     access_ended = False
+    admitted = False  # the access check at connect passed: from then on frames are sent
 
     def may_see(self, user) -> bool:
         """Whether this user may see what this socket streams (sync: may read the database)."""
         raise NotImplementedError
+
+    async def dispatch(self, message):
+        # channels' dispatch first closes stale connections of asgiref's one thread_sensitive
+        # thread: a hop to that thread for every message of every socket, queued behind each
+        # other (a storm's connects, a broadcast's thousand deliveries). These consumers read
+        # only through any_thread, whose calls close their own connection.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    def _admitted(self, user) -> bool:
+        # Read again once the user's group is joined: a sign-out committed before the join is
+        # seen here, one after it is announced to the socket.
+        now = access.session_user(self._session_key())
+        if now is None or now.pk != user.pk:
+            return False
+        # Pages send such a person to enrol first (accounts/two_factor.py); sockets too.
+        session = self.scope.get("session") or {}
+        return not two_factor.must_enrol(now, session) and self.may_see(now)
 
     def watched(self) -> Hashable:
         """What may_see() is about: sockets of one session watching the same thing share
@@ -47,26 +69,35 @@ class WatchedAccess:
     def adopt(self, checked: "WatchedAccess | None") -> None:
         """Take what the shared re-check of `checked` (a socket like this one) read."""
 
+    def has_session(self) -> bool:
+        """Whether the socket came with a session cookie at all (no database read): one
+        without is refused at the handshake."""
+        return bool(self._session_key())
+
     async def admit(self) -> bool:
-        """connect()'s access check; False once it has refused the socket."""
-        user = self.scope.get("user")
-        if not user or not user.is_authenticated:
-            await self.close(code=CLOSE_FORBIDDEN)
+        """connect()'s access check, made once the handshake is accepted; False once it has
+        refused (closed) the socket.
+
+        Accepted first: daphne drops a handshake not answered within its
+        --websocket_connect_timeout (5 s), and when a thousand browsers come back at once
+        (a deploy, a network blip) their checks queued past it and every socket was refused
+        (bench/reconnect_storm.py). Accepting costs no database read; until it is admitted
+        the socket is sent nothing (send() below) and a refusal closes it with 4403, which
+        the browser does not retry."""
+        # Two calls on any thread (agentkit/database.py): sockets connecting at once are
+        # checked side by side, not one after another on one thread.
+        user = await any_thread(access.session_user)(self._session_key())
+        if user is None:
+            await self.end_access()
             return False
-        # Pages send such a person to enrol first (accounts/two_factor.py); sockets too.
-        if await database_sync_to_async(two_factor.must_enrol)(
-            user, self.scope.get("session") or {}
-        ):
-            await self.close(code=CLOSE_FORBIDDEN)
-            return False
+        self.scope["user"] = user
         # Joined before the check: a revocation committed in between still reaches us.
         self.user_group = events.user_group(user.pk)
         await self.channel_layer.group_add(self.user_group, self.channel_name)
-        if not await database_sync_to_async(self.may_see)(user):
-            await self.channel_layer.group_discard(self.user_group, self.channel_name)
-            del self.user_group
-            await self.close(code=CLOSE_FORBIDDEN)
+        if not await any_thread(self._admitted)(user):
+            await self.end_access()
             return False
+        self.admitted = True
         return True
 
     def watch_access(self) -> None:
@@ -92,8 +123,10 @@ class WatchedAccess:
     def _session_key(self) -> str | None:
         return getattr(self.scope.get("session"), "session_key", None)
 
-    @database_sync_to_async
-    def _still_allowed(self) -> bool:
+    async def _still_allowed(self) -> bool:
+        return await any_thread(self._allowed_now)()
+
+    def _allowed_now(self) -> bool:
         user = access.session_user(self._session_key())
         return user is not None and user.pk == self.scope["user"].pk and self.may_see(user)
 
@@ -130,11 +163,11 @@ class WatchedAccess:
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def send(self, text_data=None, bytes_data=None, close=False):
-        if not self.access_ended:
+        if self.admitted and not self.access_ended:
             await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
 
     async def send_json(self, content, close=False):
-        if not self.access_ended:
+        if self.admitted and not self.access_ended:
             await super().send_json(content, close=close)
 
 
@@ -202,6 +235,10 @@ class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
     async def connect(self):
         events.remember_server_loop(asyncio.get_running_loop())
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        if not self.has_session():
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        await self.accept()
         if not await self.admit():
             return
         self.last_seq = _int(self._query().get("after"), 0)
@@ -211,7 +248,6 @@ class RunConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
         # seq check drops its duplicate.
         self.feed = await feeds.join(self.run_id, self)
         try:
-            await self.accept()
             await self._catch_up()
         except BaseException:
             # disconnect() is not called for a connect() that failed.
@@ -287,15 +323,21 @@ class GroupConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
     events (DashboardConsumer here, approvals/consumers.py ApprovalsConsumer)."""
 
     group = ""
+    agents = teams.NOTHING  # until may_see() has read them
 
     async def connect(self):
         events.remember_server_loop(asyncio.get_running_loop())
-        if not await self.admit():
+        if not self.has_session():
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         # Browsers get the rendered fragments; scripts and tests may ask for the summaries.
         self.as_json = b"format=json" in self.scope.get("query_string", b"")
+        # Joined before the handshake is answered: a client that acts once its socket is open
+        # misses no event (those arriving before the check below wait for its outcome).
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        if not await self.admit():
+            return
         await self.send_current_state()
         self.watch_access()
 

@@ -25,8 +25,9 @@ import asyncio
 import logging
 from typing import Protocol
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+
+from agentkit.database import any_thread
 
 from . import events, live, rendering
 from .models import Run, Step
@@ -250,7 +251,7 @@ async def pages_after(run_id: str, seq: int, *, feed: RunFeed | None = None):
             return
 
 
-@database_sync_to_async
+@any_thread
 def steps_after(run_id: str, seq: int) -> list[dict]:
     """The run's steps after `seq` (at most CATCH_UP_MAX) as live payloads, from the database."""
     steps = list(Step.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")[:CATCH_UP_MAX])

@@ -21,12 +21,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.exceptions import SynchronousOnlyOperation
 from django.db.models import Model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+
+from agentkit.database import any_thread
 
 from . import events, rendering
 from .models import Run, Step
@@ -75,7 +76,7 @@ async def _rendered(render: Callable[..., dict], args: tuple, inline: bool) -> d
         except Exception:
             log.exception("rendering a live event failed")
             return {}
-    return await database_sync_to_async(_safely)(render, *args)
+    return await any_thread(_safely)(render, *args)
 
 
 def _safely(render: Callable[..., dict], *args: Any) -> dict:

@@ -83,6 +83,8 @@ def finish_or_conflict(op: PendingOperation, body: Any, by: str) -> PendingOpera
     response={200: CallbackOut, 400: Message, 404: Message, 409: Message, 413: Message},
     summary="Complete a pending operation (its callback URL)",
     description=__doc__,
+    # Read raw (request.body), so declared here: the body is what the endpoint takes.
+    openapi_extra={"requestBody": {"content": {"application/json": {"schema": {}}}}},
 )
 @decorate_view(refuse_large_bodies)
 def callback(request: HttpRequest, token: str) -> dict:

@@ -236,3 +236,49 @@ def test_a_refused_one_tap_link_is_one_line_without_its_token(client, approver):
     assert "/approvals/link/[redacted]/" in written
     assert "Traceback" not in written
     assert len(written.strip().splitlines()) == 2, written
+
+
+def test_tasks_on_threads_end_cleanly_and_leave_no_id_behind(caplog):
+    """As under `celery --pool threads`: two threads run the same task id at once (a task
+    redelivered while its first delivery still runs), starting and ending interleaved. Each
+    ends without an error and each thread's later lines carry no task id."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from celery.signals import task_postrun, task_prerun
+
+    from agentkit import logs
+
+    both_started, first_ended = Barrier(2), Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(name: str) -> tuple[str | None, str | None, str | None]:
+        try:
+            task_prerun.send(sender=None, task_id="task-7", task=None)
+            both_started.wait(timeout=10)
+            inside = logs._context["task_id"].get()
+            if name == "second":
+                first_ended.wait(timeout=10)  # the first ends while this one still runs
+            # An eager task inside this one: the outer id comes back when it ends.
+            task_prerun.send(sender=None, task_id=f"inner-{name}", task=None)
+            nested = logs._context["task_id"].get()
+            task_postrun.send(sender=None, task_id=f"inner-{name}", task=None)
+            assert logs._context["task_id"].get() == "task-7"
+            task_postrun.send(sender=None, task_id="task-7", task=None)
+            if name == "first":
+                first_ended.wait(timeout=10)
+            return inside, nested, logs._context["task_id"].get()
+        except BaseException as exc:
+            errors.append(exc)
+            raise
+
+    with caplog.at_level(logging.ERROR), ThreadPoolExecutor(max_workers=2) as pool:
+        first, second = pool.submit(run, "first"), pool.submit(run, "second")
+        results = {"first": first.result(timeout=30), "second": second.result(timeout=30)}
+    assert not errors
+    # celery's signal logs a receiver's exception instead of raising it.
+    assert not [r for r in caplog.records if "different Context" in r.getMessage()]
+    assert results == {
+        "first": ("task-7", "inner-first", None),
+        "second": ("task-7", "inner-second", None),
+    }

@@ -1,6 +1,7 @@
 """GET /metrics: behind its token, and the series move when runs happen, in one process or
 added up over several (prometheus_client's multiprocess mode)."""
 
+import asyncio
 import dataclasses
 import json
 import re
@@ -378,7 +379,10 @@ async def test_websocket_connections_are_counted_while_open(token, operator):
     )
     connected, _ = await socket.connect(timeout=5)
     assert connected
-    assert await connections_open() == before + 1
+    # Counted once admitted, which follows the handshake (runs/consumers.py `admit`).
+    async with asyncio.timeout(10):
+        while await connections_open() != before + 1:
+            await asyncio.sleep(0.05)
     await socket.disconnect()
     assert await connections_open() == before
 

@@ -17,12 +17,17 @@
     return last;
   }
 
-  /* 1b. A dropped socket comes back within a few seconds while the server is reachable: the
-   * delay doubles from 0.5 s to at most 4 s, with jitter (half to all of it) so the pages of a
-   * restarted server do not all knock at once. */
+  /* 1b. A dropped socket comes back within a few seconds while the server is reachable, at a
+   * random moment ("full jitter"): the first try anywhere from 0.25 to 3 s, later ones from
+   * 0.25 to 4 s. The browsers of a restarted server (every operator's at once) then come back
+   * spread over seconds, not in one wave: half-to-all of 0.5 s had put them all within a
+   * quarter of a second. */
+  var RECONNECT_FIRST_MS = 3000;
+  var RECONNECT_MAX_MS = 4000;
+  var RECONNECT_MIN_MS = 250;
   function reconnectDelay(retryCount) {
-    var ceiling = Math.min(4000, 500 * Math.pow(2, Math.min(retryCount, 10)));
-    return ceiling / 2 + (Math.random() * ceiling) / 2;
+    var ceiling = Math.min(RECONNECT_MAX_MS, RECONNECT_FIRST_MS * Math.pow(2, Math.min(retryCount, 10)));
+    return RECONNECT_MIN_MS + Math.random() * (ceiling - RECONNECT_MIN_MS);
   }
 
   /* 1c. Every live page says whether what it shows is live: one state per socket (the

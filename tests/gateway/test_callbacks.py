@@ -144,6 +144,14 @@ def _decide_with_callbacks(body, approver, capture):
         "file:///etc/passwd",
         "gopher://127.0.0.1:6379/",
         "http:///nohost",
+        # IPv4 as the resolver reads it (inet_aton): short, decimal, hexadecimal, octal.
+        "http://127.1:6379/",
+        "http://2130706433:6379/",
+        "http://0x7f000001:6379/",
+        "http://017700000001:6379/",
+        "http://0x7f.1/",
+        "http://10.0x10203/",
+        "http://0/",
     ],
 )
 def test_a_callback_url_to_an_inside_address_is_refused(db, url):

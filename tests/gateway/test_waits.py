@@ -108,6 +108,28 @@ async def test_a_decision_wakes_the_long_poll_at_once():
     assert await _members(topic) == 0  # it stopped listening
 
 
+def test_long_polls_asked_together_do_not_end_together():
+    # Up to WAIT_JITTER (a fifth) shorter than asked, never longer, and spread over that.
+    waited = [waits.jittered(30.0) for _ in range(500)]
+    assert all(24.0 <= w <= 30.0 for w in waited)
+    assert max(waited) - min(waited) > 4.0
+    assert len({round(w, 3) for w in waited}) > 400
+
+
+async def test_a_pending_long_poll_ends_at_its_jittered_time(monkeypatch):
+    # The most jitter drawn: a 2 s wait ends after 1.6 s, pending, not after 2 s.
+    monkeypatch.setattr(waits.random, "uniform", lambda low, high: high)
+    token, _, (call,) = await _db(_setup)()
+    poll = _get(f"/api/external/calls/{call['call']}?wait=2", token)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await poll.send_input({"type": "http.request", "body": b""})
+    response = await poll.get_response(timeout=ANSWER_WITHIN)
+    took = loop.time() - started
+    assert json.loads(response["body"])["status"] == "pending"
+    assert 1.5 <= took < 1.95, took
+
+
 async def _members_is(topic: str, count: int) -> bool:
     return await _members(topic) == count
 

@@ -1,3 +1,4 @@
+import asyncio
 import json
 import re
 from collections.abc import Callable
@@ -36,6 +37,18 @@ async def connect(path: str, user=None, origin=ORIGIN):
     return communicator, connected
 
 
+async def refused(path: str, user=None, origin=ORIGIN) -> bool:
+    """Refused at the handshake (no session cookie, another origin), or accepted and then
+    closed with 4403 before any frame: the access check runs once the handshake is answered
+    (runs/consumers.py `admit`)."""
+    communicator, connected = await connect(path, user, origin)
+    if not connected:
+        return True
+    output = await communicator.receive_output(timeout=5)
+    await communicator.disconnect()
+    return output == {"type": "websocket.close", "code": 4403}
+
+
 def seqs(html: str) -> list[int]:
     return [int(s) for s in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', html)]
 
@@ -64,7 +77,18 @@ async def launch_marker(operator) -> str:
 
 async def test_anonymous_users_are_refused(run):
     _, connected = await connect(f"/ws/runs/{run.pk}/")
-    assert not connected
+    assert not connected  # at the handshake: no session cookie, nothing to read
+
+
+async def test_a_session_of_nobody_is_refused_before_any_frame(run, db):
+    cookie = (b"cookie", b"sessionid=abcdefghijklmnopqrstuvwxyz012345")
+    for path in (f"/ws/runs/{run.pk}/", "/ws/runs/", "/ws/approvals/"):
+        communicator = WebsocketCommunicator(application, path, headers=[ORIGIN, cookie])
+        connected, _ = await communicator.connect(timeout=5)
+        assert connected, path
+        closed = await communicator.receive_output(timeout=5)
+        assert closed == {"type": "websocket.close", "code": 4403}, path
+        await communicator.disconnect()
 
 
 async def test_other_origins_are_refused(run, viewer):
@@ -79,13 +103,11 @@ async def test_other_origins_are_refused(run, viewer):
 async def test_users_without_a_role_are_refused(run, django_user_model):
     nobody = await sync_to_async(django_user_model.objects.create_user)("nobody", password="x")
     for path in (f"/ws/runs/{run.pk}/", "/ws/runs/", "/ws/approvals/"):
-        _, connected = await connect(path, nobody)
-        assert not connected, path
+        assert await refused(path, nobody), path
 
 
 async def test_unknown_run_is_refused(viewer, db):
-    _, connected = await connect("/ws/runs/00000000-0000-0000-0000-000000000000/", viewer)
-    assert not connected
+    assert await refused("/ws/runs/00000000-0000-0000-0000-000000000000/", viewer)
 
 
 async def test_it_sends_the_steps_after_the_given_seq_then_live_ones_once(run, viewer):
@@ -280,3 +302,67 @@ async def test_the_controls_lose_cancel_when_the_watched_run_ends(run, viewer, o
     assert 'id="cancel-run"' not in ended
     assert "Export JSON" in ended
     await communicator.disconnect()
+
+
+@pytest.fixture
+def slow_queries(monkeypatch):
+    """Every query made while `on` is set takes `seconds` longer (a database slowed down by a
+    reconnect storm); records the threads the queries ran on and how many there were."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from django.db.backends import utils
+
+    state = SimpleNamespace(on=threading.Event(), seconds=0.2, threads=set(), count=0)
+    real = utils.CursorWrapper._execute
+
+    def slow(self, sql, params, *ignore):
+        if state.on.is_set():
+            state.threads.add(threading.get_ident())
+            state.count += 1
+            time.sleep(state.seconds)
+        return real(self, sql, params, *ignore)
+
+    monkeypatch.setattr(utils.CursorWrapper, "_execute", slow)
+    return state
+
+
+async def test_the_handshake_is_answered_before_any_database_read(run, viewer, slow_queries):
+    """A reconnect storm on a busy server: the access checks may take long, but the handshake
+    must not wait for them (daphne drops one unanswered within its timeout), and nothing is
+    sent before the check passes."""
+    cookie = await session_cookie(viewer)
+    slow_queries.seconds = 1.5
+    slow_queries.on.set()
+    communicator = WebsocketCommunicator(application, "/ws/approvals/", headers=[ORIGIN, cookie])
+    connected, _ = await communicator.connect(timeout=1)
+    assert connected  # answered while the check still waits on the database
+    assert await communicator.receive_nothing(timeout=0.5)  # nothing before it passes
+    slow_queries.on.clear()
+    state = await communicator.receive_from(timeout=20)  # admitted: the current state
+    assert 'id="nav-pending-count"' in state
+    await communicator.disconnect()
+
+
+async def test_sockets_connecting_at_once_are_checked_side_by_side(run, viewer, slow_queries):
+    """Each socket's access reads run on any executor thread, not queued one after another on
+    asgiref's one thread_sensitive thread (where a storm's checks waited past the timeout)."""
+    cookie = await session_cookie(viewer)
+    sockets = [
+        WebsocketCommunicator(application, "/ws/approvals/", headers=[ORIGIN, cookie])
+        for _ in range(4)
+    ]
+    slow_queries.on.set()
+    started = asyncio.get_running_loop().time()
+    connected = await asyncio.gather(*(s.connect(timeout=60) for s in sockets))
+    states = await asyncio.gather(*(s.receive_from(timeout=60) for s in sockets))
+    took = asyncio.get_running_loop().time() - started
+    slow_queries.on.clear()
+    assert all(c for c, _ in connected)
+    assert all('id="nav-pending-count"' in s for s in states)
+    one_after_another = slow_queries.count * slow_queries.seconds
+    assert len(slow_queries.threads) > 1
+    assert took < 0.6 * one_after_another, (took, one_after_another)
+    for s in sockets:
+        await s.disconnect()

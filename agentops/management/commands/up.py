@@ -30,6 +30,10 @@ DEFAULT_ADDR = "127.0.0.1"
 DEFAULT_PORT = 8000
 
 
+# daphne's --websocket_connect_timeout; the README's production command gives the same.
+WEBSOCKET_CONNECT_TIMEOUT_SECONDS = 30
+
+
 class Command(BaseCommand):
     help = "Migrate, load the demo, start the worker (embedded mode) and serve HTTP + WebSocket."
 
@@ -121,6 +125,12 @@ class Command(BaseCommand):
             signal_handlers=True,  # SIGINT/SIGTERM stop the reactor; we clean up after run()
             action_logger=self._log_action if options["verbosity"] >= 2 else None,
             ready_callable=ready,
+            # Sockets are accepted before their access check (runs/consumers.py `admit`), so
+            # these bound only the handshake itself; 5 s (autobahn's opening handshake here,
+            # both with daphne's command line) refused every socket of a reconnect storm on a
+            # starved machine (bench/reconnect_storm.py). As `--websocket_connect_timeout 30`.
+            websocket_connect_timeout=WEBSOCKET_CONNECT_TIMEOUT_SECONDS,
+            websocket_handshake_timeout=WEBSOCKET_CONNECT_TIMEOUT_SECONDS,
         )
         server.run()
         return server
