@@ -9,8 +9,6 @@ import json
 
 from django.db import connection
 
-from agentops.asgi import application as project_application
-
 PATH = "/-/pool"
 
 
@@ -24,6 +22,9 @@ def pool_stats() -> dict:
 
 async def application(scope, receive, send):
     if scope["type"] != "http" or scope["path"] != PATH:
+        # Imported here: a worker reads pool_stats() without building the ASGI app.
+        from agentops.asgi import application as project_application
+
         return await project_application(scope, receive, send)
     body = json.dumps(pool_stats()).encode()
     await send(
