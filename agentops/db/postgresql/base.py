@@ -143,9 +143,14 @@ def _guard(wrapper: "DatabaseWrapper", conn, pool: ConnectionPool) -> None:
     finalizer.atexit = False  # a process exiting closes its sockets anyway
     if not hasattr(_guards, "by_alias"):
         _guards.by_alias = {}
-    # Replacing this thread's previous guard runs its finalizer: a no-op, that connection was
-    # given back before this one was taken (one connection per thread and alias).
-    _guards.by_alias[wrapper.alias] = guard
+    previous = _guards.by_alias.get(wrapper.alias)
+    if previous is not None:
+        # Only the thread's end may give a connection back: in a sync thread the previous
+        # connection was given back already (one Django connection per thread and alias),
+        # but on an event loop's thread Django keeps one per context, and the previous one
+        # may still be in use there.
+        previous[1].detach()
+    _guards.by_alias[wrapper.alias] = (guard, finalizer)
 
 
 class DatabaseOperations(operations.DatabaseOperations):
