@@ -24,6 +24,7 @@ from accounts.models import ApiToken
 from agentops.db.postgresql import base as pooled_postgres
 from runs.models import Run, RunQuerySet
 from tests.conftest import on_postgres
+from tests.runs.factories import make_run
 from tests.support.postgres_cluster import free_port
 
 
@@ -354,3 +355,34 @@ def test_one_dead_connection_found_at_checkout_drops_every_dead_idle_one(pool_of
     connection.close()
     assert took < 4.0, f"the checkout took {took:.1f} s past the pool's dead connections"
     assert connection.pool.get_stats()["connections_lost"] >= 4
+
+
+@pytest.mark.django_db
+def test_the_database_failing_while_an_answer_is_serialised_is_503(operator, monkeypatch, caplog):
+    """An attribute read as the answer is validated (a foreign key, a resolver) meets the
+    database gone: pydantic wraps the error, which was a 500 (seen by the chaos bench)."""
+    make_run(operator)
+
+    def gone(self):
+        raise OperationalError("consuming input failed: server closed the connection")
+
+    monkeypatch.setattr(Run, "is_scripted", property(gone))
+    _, raw = ApiToken.issue(operator, "tests")
+    client = Client(headers={"Authorization": f"Bearer {raw}"}, raise_request_exception=False)
+    response = client.get("/api/runs")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert "server closed the connection" in caplog.text
+
+
+@pytest.mark.django_db
+def test_an_answer_that_fails_validation_for_another_reason_is_still_500(operator, monkeypatch):
+    make_run(operator)
+
+    def broken(self):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(Run, "is_scripted", property(broken))
+    _, raw = ApiToken.issue(operator, "tests")
+    client = Client(headers={"Authorization": f"Bearer {raw}"}, raise_request_exception=False)
+    assert client.get("/api/runs").status_code == 500
