@@ -161,12 +161,32 @@ def mark_ready(**kwargs) -> None:
     """bench/chaos.py: a restarted worker counts as back once it consumes."""
     marker = Path(os.environ["CHAOS_EFFECTS_DB"]).parent / f"ready-{os.getpid()}"
     marker.write_text("ready")
+    import threading
+
+    threading.Thread(target=_write_pool_stats, daemon=True, name="chaos-pool-stats").start()
+
+
+def _write_pool_stats() -> None:
+    """Every second, this worker's database pool statistics, for bench/chaos.py to print
+    after the restarts (daphne answers them on /-/pool: tests/support/pool_stats_app.py)."""
+    import json
+
+    from tests.support.pool_stats_app import pool_stats
+
+    path = Path(os.environ["CHAOS_EFFECTS_DB"]).parent / f"pool-{os.getpid()}.json"
+    while True:
+        time.sleep(1.0)
+        try:
+            path.write_text(json.dumps({"at": time.time(), **pool_stats()}))
+        except Exception as exc:  # a report, never a reason for the worker to fail
+            path.write_text(json.dumps({"at": time.time(), "error": repr(exc)}))
 
 
 def __getattr__(name: str):
     # daphne asks for `application`; workers never build the ASGI app.
     if name == "application":
-        from agentops.asgi import application
+        # The project's app, plus GET /-/pool (its pool statistics) for the bench's report.
+        from tests.support.pool_stats_app import application
 
         return application
     raise AttributeError(name)

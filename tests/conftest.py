@@ -147,6 +147,7 @@ LONG_FIRST = [
     "tests/test_layering.py",
     "tests/runs/engine/test_crash_resume.py",
     "tests/test_settings.py",
+    "tests/test_pool_restarts.py",
 ]
 
 

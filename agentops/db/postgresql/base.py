@@ -10,22 +10,53 @@ a notice nobody asked for); one that reads nothing is alive as far as the networ
 this pool checks a connection with a query only when its socket is readable, or when it was
 not handed out for a while (a peer that vanished without closing, a firewall that forgot
 the connection: the socket says nothing then). tests/test_database.py restarts a Postgres.
+
+After a restart the pool must also be quick to find out it is back. psycopg_pool retries a
+connection it could not make with an exponential backoff (1, 2, 4 ... 128 s, for up to its
+reconnect_timeout of 5 minutes), and every slot of the pool waiting for such a retry is a slot
+no request can have: after a few restarts in a row the retries were minutes apart, and every
+request waited its 30 s for a connection and failed, for minutes after Postgres was back
+(issue 39). This pool retries at most RECONNECT_DELAY_MAX_SECONDS apart, and a dead connection
+found at checkout gets every idle one checked at once instead of one per checkout, each
+costing that checkout a growing pause.
+
+And a connection must come back to the pool when the thread that checked it out ends with it.
+Django gives a request's connection back on `request_finished`, in the request's own thread
+(asgiref gives each request a thread of its own). When the client goes away, Django cancels
+the view; daphne cancels the whole request when it still runs `--application-close-timeout`
+(10 s) after that, and that cancels the `request_finished` that was queued behind the view
+still running in its thread (waiting its 30 s for a connection while Postgres restarted). The
+view then got its connection, finished, and its thread ended holding it: each such request
+took one connection out of the pool for good, until none was left and every request waited
+30 s and failed, for as long as the process lived. tests/test_pool_restarts.py restarts a
+Postgres under load through daphne.
 """
 
+import logging
 import select
+import threading
 import time
+import weakref
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.postgresql import base, operations
 from psycopg_pool import ConnectionPool
+from psycopg_pool.pool import AddConnection, MaintenanceTask, ReturnConnection
 
 from agentkit.database import checkout_timeout
+
+log = logging.getLogger("agentops.db")
 
 # A connection not handed out for this long is checked with a query before use. Longer than
 # the pauses between a busy process's checkouts, far shorter than the minutes after which
 # firewalls and NATs forget idle connections.
 CHECK_AFTER_IDLE_SECONDS = 30.0
+
+# The longest pause between two attempts to make a connection the pool lacks. While Postgres
+# is down each missing connection costs an attempt this often (a refused TCP connect: nothing);
+# once it is back the pool is whole again within this long.
+RECONNECT_DELAY_MAX_SECONDS = 2.0
 
 
 def check_if_in_doubt(conn) -> None:
@@ -40,7 +71,17 @@ def check_if_in_doubt(conn) -> None:
     conn._handed_out_at = now
     if last is not None and now - last < CHECK_AFTER_IDLE_SECONDS and not _readable(conn):
         return
-    ConnectionPool.check_connection(conn)
+    try:
+        ConnectionPool.check_connection(conn)
+    except Exception:
+        # Dead: so, most likely, is every connection idle beside it (a restart ends them all).
+        # Without this each is found by a later checkout, which psycopg_pool makes pause 1, 2,
+        # 4 ... s after each dead one: a quiet process's checkouts (a sweep's, an approver's
+        # list) ran out of time on them one after the other.
+        pool = getattr(conn, "_pool", None)
+        if isinstance(pool, Pool):
+            pool.check()
+        raise
 
 
 def _readable(conn) -> bool:
@@ -51,12 +92,65 @@ def _readable(conn) -> bool:
 
 
 class Pool(ConnectionPool):
+    def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
+        """A connection attempt that failed is tried again at most RECONNECT_DELAY_MAX_SECONDS
+        later, not after psycopg_pool's doubling backoff (its `attempt`'s delay doubles from
+        the value capped here). It still gives up after the pool's reconnect_timeout."""
+        if isinstance(task, AddConnection) and task.attempt is not None:
+            task.attempt.delay = min(task.attempt.delay, RECONNECT_DELAY_MAX_SECONDS)
+            delay = task.attempt.delay
+        super().schedule_task(task, delay)
+
+    def checked_out(self) -> int:
+        """Connections handed out and not given back (with the ones being made, which a
+        pool that lacks them is retrying): 0 in a process at rest."""
+        stats = self.get_stats()
+        return stats["pool_size"] - stats.get("pool_available", 0)
+
     def getconn(self, timeout: float | None = None):
         """The pool's checkout, waiting no longer than `agentkit.database.fail_fast` says when
         inside it (a sweep), else the pool's own timeout (a request)."""
         if timeout is None:
             timeout = checkout_timeout.get()
         return super().getconn(timeout=timeout)
+
+
+# This thread's guards, one per database alias: dropped by Python when the thread ends.
+_guards = threading.local()
+
+
+class _Guard:
+    """Lives in the checking-out thread's thread-local storage, with a finalizer that gives the
+    connection back if the thread ends while its Django connection still holds it."""
+
+
+def _give_back(wrapper: "DatabaseWrapper", conn, pool: ConnectionPool) -> None:
+    if wrapper.connection is not conn:
+        return  # given back as usual, or never kept
+    wrapper.connection = None
+    log.warning(
+        "a thread ended with a database connection checked out (a request cancelled while its"
+        " view ran); it is given back to the pool"
+    )
+    # In a pool worker, not here: the thread is being torn down, and a connection still in a
+    # transaction is rolled back first (network I/O).
+    pool.run_task(ReturnConnection(pool, conn, from_getconn=False))
+
+
+def _guard(wrapper: "DatabaseWrapper", conn, pool: ConnectionPool) -> None:
+    guard = _Guard()
+    finalizer = weakref.finalize(guard, _give_back, wrapper, conn, pool)
+    finalizer.atexit = False  # a process exiting closes its sockets anyway
+    if not hasattr(_guards, "by_alias"):
+        _guards.by_alias = {}
+    previous = _guards.by_alias.get(wrapper.alias)
+    if previous is not None:
+        # Only the thread's end may give a connection back: in a sync thread the previous
+        # connection was given back already (one Django connection per thread and alias),
+        # but on an event loop's thread Django keeps one per context, and the previous one
+        # may still be in use there.
+        previous[1].detach()
+    _guards.by_alias[wrapper.alias] = (guard, finalizer)
 
 
 class DatabaseOperations(operations.DatabaseOperations):
@@ -72,6 +166,12 @@ class DatabaseOperations(operations.DatabaseOperations):
 
 class DatabaseWrapper(base.DatabaseWrapper):
     ops_class = DatabaseOperations
+
+    def get_new_connection(self, conn_params):
+        connection = super().get_new_connection(conn_params)
+        if self.pool is not None:
+            _guard(self, connection, self.pool)
+        return connection
 
     @property
     def pool(self):
