@@ -38,9 +38,10 @@ from agentkit.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import declared_policy, permissions, plan_edits, wait_traces
+from . import declared_policy, permissions, wait_traces
 from .models import Approval, ApprovalView, ApprovalVote
 from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
+from .plans import edits as plan_edits
 
 DECISIONS = ("approve", "reject", "answer")
 # Sent after commit with `approval_id` once an approval is decided or expired (the Slack app
@@ -168,7 +169,7 @@ def decide(
     opening the approval. `shown_args_hash` is the `args_hash` of the call the approver was
     shown: an approval of any other call is a DecisionConflict. `via` names the channel the
     decision came through (web, api, batch, one_tap, slack), kept in the decision's step for
-    the compliance export (approvals/evidence_export.py). An approval of a call with an
+    the compliance export (approvals/evidence/export.py). An approval of a call with an
     effect preview computes it again: when it differs from the one shown (`shown_preview_hash`,
     else the stored one) the data changed since, and PreviewChanged (a DecisionConflict)
     carries the fresh preview, which is stored for the next look. Raises

@@ -23,9 +23,12 @@ from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, D
 from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
-from . import declared_policy, gate_config, grants, plan_gates, plans, tasks
+from . import declared_policy, gate_config, tasks
+from .grants import models as grants
 from .learning import rules as learning
 from .models import Approval, RuleHit
+from .plans import gates as plan_gates
+from .plans import models as plans
 
 ASK_OPERATOR = "ask_operator"
 log = logging.getLogger("agentops.gates")
@@ -79,7 +82,7 @@ def gate_for_call(
         if tool.name == SUBMIT_PLAN and plans.declared(run):
             return plan_gates.plan_gate(item, response)
         gate = _gate_for_call(run, item, tool, response, rng)
-        # Inside an approved plan, the plan has its say on every call (approvals/plans.py).
+        # Inside an approved plan, the plan has its say on every call (approvals/plans/models.py).
         return plan_gates.in_plan(run, item, tool, gate) if plans.declared(run) else gate
     except Exception as exc:
         log.exception("run %s: the gate policy failed on %s; a person decides", run.pk, tool.name)
@@ -222,7 +225,7 @@ def open_gate(run: Run, item: dict, gate: dict) -> str:
         if rule is not None:
             return str(_approve_by_rule(run, item, rule, **gate).pk)
     if check_id is None:
-        # A standing grant an approver gave (approvals/grants.py); a rule's sampled check
+        # A standing grant an approver gave (approvals/grants/models.py); a rule's sampled check
         # still goes to a person.
         granted = grants.use_for(run, item, gate)
         if granted is not None:
@@ -546,7 +549,7 @@ def _open(
         **({"findings": findings} if findings else {}),
         # Which preview the approver is shown (the preview itself is the approval's).
         **({"preview_hash": preview["hash"]} if preview else {}),
-        # What a plan said of the call, or that it is a plan (approvals/plan_gates.py).
+        # What a plan said of the call, or that it is a plan (approvals/plans/gates.py).
         **(step_extra or {}),
     )
     events.publish_approvals_changed(approval.pk)

@@ -32,9 +32,9 @@ from django.utils import timezone
 
 from accounts import teams
 
-from . import decisions, declared_policy, permissions
-from .evidence import pii_findings
-from .models import Approval, Grant
+from .. import decisions, declared_policy, permissions
+from ..evidence.card import pii_findings
+from ..models import Approval, Grant
 
 MAX_DURATION = timedelta(days=7)
 MAX_USES = 1000

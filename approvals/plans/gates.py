@@ -1,4 +1,4 @@
-"""The gate's side of plans (approvals/plans.py): what to ask about a `submit_plan` call or a
+"""The gate's side of plans (approvals/plans/models.py): what to ask about a `submit_plan` call or a
 call inside an approved plan, and opening it.
 
 `gate_for_call` in approvals/engine_gates.py asks `plan_gate` / `in_plan` (no writes), and
@@ -19,8 +19,11 @@ from agentkit.tools import Blast, Tool, get_tool
 from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, args_hash
 
-from . import grants, permissions, plan_matching, plans
-from .models import Approval, Plan
+from .. import permissions
+from ..grants import models as grants
+from ..models import Approval, Plan
+from . import models as plans
+from . import rules as plan_matching
 
 # Not calls a plan speaks of: questions, a new plan, and the final answer the PII guard holds.
 NOT_PLANNED = ("ask_operator", SUBMIT_PLAN, FINAL_ANSWER)
@@ -149,7 +152,7 @@ def open_in_plan(run: Run, item: dict, gate: dict, *, open_: Callable, step: Cal
 
 def not_covered(gate: dict, rules: dict) -> str:
     """Why a plan does not cover this gated call ("" when it does): what a standing grant
-    could not cover either (approvals/grants.py), in a plan's words."""
+    could not cover either (approvals/grants/models.py), in a plan's words."""
     return re.sub(r"[;,] (so )?it cannot be granted", "", grants.gate_refusal(gate, rules))
 
 
@@ -219,7 +222,7 @@ def not_covered_step(run: Run, step: dict) -> str:
     if tool is None:
         return ""
     # The tool's own risk; a call's arguments can only raise it (thresholds), and the gate
-    # asks again with the call's own risk when it comes (plan_gates.py).
+    # asks again with the call's own risk when it comes (plans/gates.py).
     return not_covered(
         {"kind": Approval.Kind.ACTION, "risk": tool.blast.label}, permissions.gate_rules(run)
     )

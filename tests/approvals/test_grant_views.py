@@ -5,7 +5,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals import grants
+from approvals.grants import models as grants
 from approvals.models import Approval, Grant
 from runs.models import Run
 
