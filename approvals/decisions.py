@@ -38,7 +38,8 @@ from agentkit.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import declared_policy, permissions, wait_traces
+from . import permissions, wait_traces
+from .gates import policy as declared_policy
 from .models import Approval, ApprovalView, ApprovalVote
 from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
 from .plans import edits as plan_edits
@@ -627,7 +628,7 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
 
     Each argument rule is asked of the gate policy on its own (against a copy of the tool with
     no risk of its own, so only that rule can gate), which keeps what "over the limit" and "on
-    the allow-list" mean in declared_policy.py. Sampling is off, so the answer is deterministic.
+    the allow-list" mean in gates/policy.py. Sampling is off, so the answer is deterministic.
     """
     problems: list[str] = []
     for arg, limit in (rules.get("thresholds") or {}).get(tool.name, {}).items():

@@ -23,7 +23,9 @@ from runs.engine.gates import CONTINUE, EXPIRE, PENDING, STOP, ContinueAnswer, D
 from runs.engine.pii_guard import FINAL_ANSWER
 from runs.models import Run, SideEffect, Step, args_hash, canonical_json
 
-from . import declared_policy, gate_config, tasks
+from . import tasks
+from .gates import config as gate_config
+from .gates import policy as declared_policy
 from .grants import models as grants
 from .learning import rules as learning
 from .models import Approval, RuleHit

@@ -13,7 +13,7 @@ from accounts import teams
 from agentkit import pii
 from agentkit.tools import Tool, get_tool
 
-from .gate_config import ON_EXPIRY
+from .gates.config import ON_EXPIRY
 
 # Apps above this one whose approvals name tools that are not in the registry (an external
 # agent's: gateway/) add a finder here at start-up; a finder answers None for any other.

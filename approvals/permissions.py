@@ -19,9 +19,9 @@ pages and the API ask them to show who may act.
 """
 
 from accounts import teams
-from agentkit.tools import Blast
 from runs.models import Run
 
+from .gates.policy import rank
 from .models import Approval, Delegation, Escalation
 
 ONLY_APPROVERS = "only approvers and admins can decide approvals"
@@ -38,13 +38,6 @@ def outside_teams(run: Run, user) -> str:
     if teams.may(user, teams.Power.DECIDE, run.agent):
         return ""
     return f"your teams do not decide the approvals of {run.agent}"
-
-
-def rank(risk: str) -> int:
-    try:
-        return int(Blast[risk.upper()])
-    except KeyError:
-        return int(Blast.MEDIUM)
 
 
 def gate_rules(run: Run) -> dict:

@@ -21,8 +21,11 @@ from django.utils import timezone
 
 from agentkit import tracing
 from agentkit.tools import MAX_CALL_COST_USD, ToolArgsError, call_cost
-from approvals import decisions, declared_policy, engine_gates, gate_config, wait_traces
+from approvals import decisions, engine_gates, wait_traces
 from approvals.decisions import HALTED
+from approvals.gates import checks as gate_checks
+from approvals.gates import config as gate_config
+from approvals.gates import policy as declared_policy
 from approvals.models import Approval
 from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
@@ -76,7 +79,7 @@ def register(
         raise SessionError(422, f"this agent's gate rules are invalid: {exc}") from None
     # Never a session under rules that gate nothing of what they name (a typo'd tool).
     named = gate_config.named_users(config["gates"])
-    found = gate_config.problems(config, existing_users=gate_config.existing_users(named))
+    found = gate_config.problems(config, existing_users=gate_checks.existing_users(named))
     if found:
         raise SessionError(
             422,

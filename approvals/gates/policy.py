@@ -89,6 +89,14 @@ class Verdict:
     by_table_only: bool = False
 
 
+def rank(risk: str) -> int:
+    """A risk label's order (an unknown one counts as medium)."""
+    try:
+        return int(Blast[risk.upper()])
+    except KeyError:
+        return int(Blast.MEDIUM)
+
+
 def base_outcome(tool: Tool) -> tuple[str, str]:
     return BASE_TABLE[(tool.reversible, tool.blast)]
 

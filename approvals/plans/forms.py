@@ -12,7 +12,7 @@ from typing import Any
 
 from agentkit.tools import get_tool
 
-from .. import declared_policy
+from ..gates import policy as declared_policy
 from ..models import Approval
 from . import gates as plan_gates
 from . import rules as plan_matching

@@ -17,8 +17,8 @@ bypassed by omission.
 from dataclasses import dataclass
 from typing import Any
 
-from .. import declared_policy
-from ..grants import models as grants
+from ..gates import policy as declared_policy
+from ..grants import rules as grants
 
 OUTSIDE_ENVELOPE, OUT_OF_ORDER, MORE_CALLS, OTHER_TOOL = (
     "outside_envelope",

@@ -14,7 +14,8 @@ from agentkit.agents import CATALOGUE, Agent, GateRules, get_agent, register
 from agentkit.llm import LLMResponse, Usage
 from agentkit.llm.scripted import text, tool_use
 from agentkit.tools import REGISTRY, Blast, ToolArgsError, tool
-from approvals import declared_policy, engine_gates
+from approvals import engine_gates
+from approvals.gates import policy as declared_policy
 from approvals.models import Approval
 from runs import engine
 from runs.models import Run, Step
