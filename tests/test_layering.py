@@ -258,10 +258,10 @@ APPROVALS_CORE_WIRING = {
     "approvals.templatetags.approval_tags",
     "approvals.templatetags.learning_tags",
 }
-# Not yet a hook the wing plugs into: the engine's gates ask the learned rules directly.
+# Not yet a hook the wing plugs into: the gate cascade asks the learned rules directly.
 APPROVALS_CORE_TO_WING_LEFT = {
-    ("approvals.engine_gates", "approvals.learning"),
-    ("approvals.engine_gates", "approvals.learning.rules"),
+    ("approvals.gates.cascade", "approvals.learning"),
+    ("approvals.gates.cascade", "approvals.learning.rules"),
 }
 
 
