@@ -14,9 +14,13 @@
   when they may not decide themselves (`acting_for`), except on a quorum, which needs each
   approver's own vote, and never past the delegate's own four-eyes rule.
 
-Reads only. The decision service (approvals/decisions.py) asks these under its locks; the
-pages and the API ask them to show who may act.
+Reads only. The decision service (approvals/decisions.py) asks one question under its locks,
+`permission`: may this person make this decision on this approval, and why not; the pages and
+the API ask the parts to show who may act.
 """
+
+from dataclasses import dataclass
+from typing import Any
 
 from accounts import teams
 from runs.models import Run
@@ -42,6 +46,30 @@ def outside_teams(run: Run, user) -> str:
 
 def gate_rules(run: Run) -> dict:
     return run.agent_config.get("gates", {}) or {}
+
+
+@dataclass(frozen=True)
+class Permission:
+    """The answer to "may this person make this decision on this approval, and why not"."""
+
+    why_not: str  # "" when they may
+    acting_for: Any = None  # the delegator they decide for, when they may only through them
+    votes_needed: int = 1  # distinct approvers the approval needs before it is decided
+
+    @property
+    def allowed(self) -> bool:
+        return not self.why_not
+
+
+def permission(approval: Approval, run: Run, user, decision: str) -> Permission:
+    """May `user` make `decision` on this approval (themselves, or for whom they act through a
+    delegation), and why not; with how many approvers it needs."""
+    needed = votes_needed(approval, gate_rules(run))
+    why = forbidden_reason(approval, run, user, decision)
+    if not why:
+        return Permission("", None, needed)
+    principal = acting_for(approval, run, user, decision)
+    return Permission("" if principal is not None else why, principal, needed)
 
 
 def votes_needed(approval: Approval, rules: dict) -> int:

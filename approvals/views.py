@@ -194,7 +194,9 @@ def _edit_preview(approval: Approval, post) -> dict:
         preview["message"] = "Some arguments could not be read."
         return preview
     try:
-        final = decisions.validated_edit(approval, arguments, permissions.gate_rules(approval.run))
+        rules = permissions.gate_rules(approval.run)
+        needed = permissions.votes_needed(approval, rules)
+        final = decisions.validated_edit(approval, arguments, rules, votes_needed=needed)
     except decisions.DecisionInvalid as exc:
         preview["errors"] = exc.errors
         preview["message"] = exc.message
