@@ -42,7 +42,7 @@ from . import permissions, wait_traces
 from .gates import policy as declared_policy
 from .gates.policy import rank
 from .models import Approval, ApprovalView, ApprovalVote
-from .permissions import Permission, gate_rules
+from .permissions import Permission
 from .plans import edits as plan_edits
 
 DECISIONS = ("approve", "reject", "answer")
@@ -225,7 +225,7 @@ def _decide(
         permission = _check_may_decide(approval, run, user, decision, shown_args_hash)
         principal, needed = permission.acting_for, permission.votes_needed
         shown_preview = _check_preview(approval, decision, shown_preview_hash)
-        plan = _plan(approval, decision, arguments, reason, answer, gate_rules(run), needed)
+        plan = _plan(approval, decision, arguments, reason, answer, permission.rules, needed)
         now = timezone.now()
         opened = _opened_at(approval.first_opened_at, opened_at, now)
         _record_vote(approval, user, decision, plan, reason, answer, opened, now)
@@ -291,7 +291,7 @@ def _check_may_decide(
     if decision == "approve" and shown_args_hash is not None:
         _check_shown(approval, shown_args_hash)
     permission = permissions.permission(approval, run, user, decision)
-    if not permission.allowed:
+    if permission.why_not:
         raise DecisionForbidden(permission.why_not)
     # With one vote needed, any vote decides: a pending approval has no votes yet.
     if permission.votes_needed > 1:

@@ -19,7 +19,7 @@ Reads only. The decision service (approvals/decisions.py) asks one question unde
 the API ask the parts to show who may act.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from accounts import teams
@@ -55,21 +55,19 @@ class Permission:
     why_not: str  # "" when they may
     acting_for: Any = None  # the delegator they decide for, when they may only through them
     votes_needed: int = 1  # distinct approvers the approval needs before it is decided
-
-    @property
-    def allowed(self) -> bool:
-        return not self.why_not
+    rules: dict = field(default_factory=dict)  # the agent's gate rules the answer read
 
 
 def permission(approval: Approval, run: Run, user, decision: str) -> Permission:
     """May `user` make `decision` on this approval (themselves, or for whom they act through a
     delegation), and why not; with how many approvers it needs."""
-    needed = votes_needed(approval, gate_rules(run))
+    rules = gate_rules(run)
+    needed = votes_needed(approval, rules)
     why = forbidden_reason(approval, run, user, decision)
     if not why:
-        return Permission("", None, needed)
+        return Permission("", None, needed, rules)
     principal = acting_for(approval, run, user, decision)
-    return Permission("" if principal is not None else why, principal, needed)
+    return Permission("" if principal is not None else why, principal, needed, rules)
 
 
 def votes_needed(approval: Approval, rules: dict) -> int:

@@ -204,9 +204,13 @@ def _record(run, tool, args, meta, spec, summary, callback_url, key) -> External
             update={"step_count": run.step_count + 1},
         )
         if verdict.gated:
-            item = {"llm_seq": run.last_seq, "id": f"{EXTERNAL_USE_PREFIX}{call.pk}", "args": args}
-            gate = cascade.action_gate(verdict, tool, summary)
-            call.approval_id = cascade.open_gate(run, item, gate)
+            item = {
+                "llm_seq": run.last_seq,
+                "id": f"{EXTERNAL_USE_PREFIX}{call.pk}",
+                "name": tool,
+                "args": args,
+            }
+            call.approval_id = cascade.open_external(run, item, verdict, summary)
             _park(run)
         call.save(force_insert=True)
     return call

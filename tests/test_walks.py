@@ -36,6 +36,10 @@ def test_an_external_gated_call_walks_to_a_person(settings):
     assert response.status_code == 202, response.content
     _show(walk, "external gated call")
     assert walk.files[0] == "gateway/api.py"
+    # The gate decision is asked twice, in order (the policy's verdict, then who settles it),
+    # not handed back and forth between the engine's gates, grants and permissions.
+    assert walk.entered("approvals/gates/cascade.py") == 2
+    assert walk.entered("approvals/engine_gates.py") <= 1
 
 
 def test_the_approve_button_walks_to_the_resumed_step(client, operator, approver, no_enqueue):
@@ -58,3 +62,6 @@ def test_the_approve_button_walks_to_the_resumed_step(client, operator, approver
     _show(walk, "Approve button")
     assert walk.stopped, "the approved call never ran"
     assert walk.files[0] == "approvals/views.py"
+    # The screen asks whether to show the buttons; the decision asks the role before reading
+    # anything, then one question under its locks.
+    assert walk.entered("approvals/permissions.py") <= 3

@@ -217,6 +217,12 @@ def external_verdict(run: Run, tool: Tool, args: dict) -> policy.Verdict:
     )
 
 
+def open_external(run: Run, item: dict, verdict: policy.Verdict, summary: str) -> str:
+    """Settle an external agent's call the policy gated (`open_gate`): a grant, else a person,
+    who reads the agent's summary of the call."""
+    return open_gate(run, item, action_gate(verdict, item["name"], summary))
+
+
 # --- inside the engine's transaction: who settles the call ------------------------------------
 def open_gate(run: Run, item: dict, gate: dict) -> str:
     """Settle a call `gate_for_call` did not let run freely, in the cascade's order; the id of
