@@ -10,7 +10,7 @@ calls like it without asking again, within bounds they choose:
 Every grant is bounded (its run, an expiry or a count; an agent-wide one needs an expiry or
 a count, never longer than MAX_DURATION or more than MAX_USES calls), revocable at once, and
 every call it lets through gets an Approval decided by it (`Approval.grant`) and a gate step
-saying "approved by grant #n (by whom)" (approvals/engine_gates.py).
+saying "approved by grant #n (by whom)" (approvals/gates/cascade.py).
 
 What a grant never covers, refused when it is made and ignored by the gate when used:
 high- and critical-risk calls, calls the agent's four-eyes rule or quorum reaches (each needs
