@@ -95,7 +95,7 @@ class LearningRules:
 
 @dataclass(frozen=True)
 class GateRules:
-    """Declared gate policy for one agent; evaluated by approvals/declared_policy.py on the
+    """Declared gate policy for one agent; evaluated by approvals/gates/policy.py on the
     server."""
 
     # tool -> {"arg": threshold}: gate when the argument exceeds it
@@ -437,7 +437,7 @@ class Agent:
             snapshot["max_parallel_tools"] = self.max_parallel_tools
         compensating = self.compensating_tools()
         if compensating:
-            # Beside the model's tools, so that gate rules may name them (gate_config.py).
+            # Beside the model's tools, so that gate rules may name them (gates/config.py).
             snapshot["compensating_tools"] = [t.metadata() for t in compensating]
         if self.compensate_on_failure:
             snapshot["compensate_on_failure"] = True

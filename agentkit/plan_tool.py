@@ -4,7 +4,7 @@ Agents that declare `plans=True` are offered it (agentkit/agents.py). A plan is 
 ordered steps, each a tool with either fixed arguments (`args`: the call must be exactly
 this) or an argument envelope (`envelope`: conditions the call's arguments must meet; the
 arguments it does not name are free). The approvals app gates the call as a plan approval
-(approvals/plans.py): an operator approves, edits or rejects the plan as a whole, and inside
+(approvals/plans/models.py): an operator approves, edits or rejects the plan as a whole, and inside
 an approved plan the calls that follow it need no new gate. Calling the tool itself only
 reports back the plan as approved: the decision is the approvals app's.
 """

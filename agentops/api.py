@@ -24,8 +24,8 @@ from accounts.auth import api_auth
 from agentops import idempotency
 from agentops.middleware import database_unavailable
 from approvals.api import router as approvals_router
-from approvals.grants_api import router as grants_router
-from approvals.plans_api import router as plans_router
+from approvals.grants.api import router as grants_router
+from approvals.plans.api import router as plans_router
 from gateway.api import router as gateway_router
 from history.api import router as history_router
 from runs.api import router as runs_router

@@ -428,7 +428,7 @@ AGENTOPS = {
     # ceiling.
     "RUBBER_STAMP_FLOOR_SECONDS": env.float("AGENTOPS_RUBBER_STAMP_FLOOR_SECONDS", default=10.0),
     "RUBBER_STAMP_CEILING": env.float("AGENTOPS_RUBBER_STAMP_CEILING", default=0.95),
-    # Compliance evidence (approvals/evidence_export.py): the key that signs decision exports;
+    # Compliance evidence (approvals/evidence/export.py): the key that signs decision exports;
     # unset, one derived from SECRET_KEY (then rotating SECRET_KEY changes it: keep the old one
     # to verify old files). The scheduled export writes the previous period (day, week or
     # month, UTC) to DECISIONS_EXPORT_DIR at each AGENTOPS_DECISIONS_EXPORT_CRON.

@@ -1,9 +1,9 @@
-"""approvals, the core: Approval and its votes, the pure gate policy an agent declares
-(declared_policy), the engine's gates (engine_gates: runs.engine.gates.Gates, handed to the
-engine at start-up), who may decide (permissions), the decision service (decisions), batch
-decisions, the decision screen's parts (arg_form, evidence, presence), the queue, the API,
-pages, the live stream, Celery tasks and the admin; and the compliance export of decisions
-(evidence_export: the records; evidence_chain: the signed file's format and its verification).
+"""approvals, the core: Approval and its votes, the gate decision (gates/: the ordered
+cascade over the pure rules an agent declares), the engine's side of it (engine_gates:
+runs.engine.gates.Gates, handed to the engine at start-up), who may decide (permissions), the
+decision service (decisions), batch decisions, the decision screen's parts (arg_form,
+presence), the queue, the API, pages, the live stream, Celery tasks and the admin; and its
+features as packages: plans/, grants/, evidence/ (the card's evidence and the signed export).
 
 Two wings stand on it and import it: approvals/notify/ (reaching approvers) and
 approvals/learning/ (the gate policy that learns). The core imports neither, except in the
@@ -11,7 +11,7 @@ app's wiring, which tests/test_layering.py names: apps.py connects the wings to 
 signals and hooks, urls.py routes their pages, tasks.py holds every Celery entry point,
 models.py gathers the learning models so Django registers them under the `approvals` label,
 api.py serves the approver statistics, and templatetags/ shows wing pieces on other pages.
-One edge is left outside the wiring: engine_gates asks the learned rules
+One edge is left outside the wiring: the gate cascade asks the learned rules
 (approvals/learning/rules.py) directly; tests/test_layering.py names it.
 The core imports nothing of gateway, triggers or history (they stand above it).
 """

@@ -20,15 +20,10 @@ from agentkit.tools import get_tool
 from runs.api import MAX_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 
-from . import (
-    batch,
-    decisions,
-    evidence,
-    evidence_export,
-    export_views,
-    oversight_reach,
-    permissions,
-)
+from . import batch, decisions, oversight_reach, permissions
+from .evidence import card as evidence
+from .evidence import export as evidence_export
+from .evidence import views as export_views
 from .learning import stats
 from .models import Approval, ApprovalView, Plan
 

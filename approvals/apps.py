@@ -11,13 +11,14 @@ class ApprovalsConfig(AppConfig):
         from runs import engine
         from runs.models import Run, run_cancelled
 
-        from . import decisions, engine_gates, gate_config, tasks
+        from . import decisions, engine_gates, tasks
+        from .gates import checks as gate_checks
         from .learning import rules as learning
         from .models import Approval
 
         # A gate configuration that names what is not there refuses to start (check, up).
-        checks.register(gate_config.check_catalogue)
-        checks.register(gate_config.check_named_approvers, checks.Tags.database)
+        checks.register(gate_checks.check_catalogue)
+        checks.register(gate_checks.check_named_approvers, checks.Tags.database)
 
         # The engine asks the gate policy through an interface it owns (runs.engine.gates).
         engine.use_gates(engine_gates)

@@ -39,9 +39,12 @@ from agentkit.tools import Blast, Tool, ToolArgsError
 from runs import events
 from runs.models import Run, Step, args_hash
 
-from . import declared_policy, permissions, plan_edits, wait_traces
+from . import permissions, wait_traces
+from .gates import policy as declared_policy
+from .gates.policy import rank
 from .models import Approval, ApprovalView, ApprovalVote
-from .permissions import acting_for, forbidden_reason, gate_rules, rank, votes_needed
+from .permissions import Permission
+from .plans import edits as plan_edits
 
 DECISIONS = ("approve", "reject", "answer")
 # Why an approval may not be approved now, as apps above this one know it (gateway: the call
@@ -173,7 +176,7 @@ def decide(
     opening the approval. `shown_args_hash` is the `args_hash` of the call the approver was
     shown: an approval of any other call is a DecisionConflict. `via` names the channel the
     decision came through (web, api, batch, one_tap, slack), kept in the decision's step for
-    the compliance export (approvals/evidence_export.py). An approval of a call with an
+    the compliance export (approvals/evidence/export.py). An approval of a call with an
     effect preview computes it again: when it differs from the one shown (`shown_preview_hash`,
     else the stored one) the data changed since, and PreviewChanged (a DecisionConflict)
     carries the fresh preview, which is stored for the next look. Raises
@@ -224,11 +227,10 @@ def _decide(
     """`decide`, in one transaction: everything it changes, or nothing."""
     with transaction.atomic():
         run, approval = _lock(approval_id, user)
-        principal = _check_may_decide(approval, run, user, decision, shown_args_hash)
+        permission = _check_may_decide(approval, run, user, decision, shown_args_hash)
+        principal, needed = permission.acting_for, permission.votes_needed
         shown_preview = _check_preview(approval, decision, shown_preview_hash)
-        rules = gate_rules(run)
-        needed = votes_needed(approval, rules)
-        plan = _plan(approval, decision, arguments, reason, answer, rules)
+        plan = _plan(approval, decision, arguments, reason, answer, permission.rules, needed)
         now = timezone.now()
         opened = _opened_at(approval.first_opened_at, opened_at, now)
         _record_vote(approval, user, decision, plan, reason, answer, opened, now)
@@ -285,9 +287,11 @@ def _lock(approval_id, user) -> tuple[Run, Approval]:
     return run, approval
 
 
-def _check_may_decide(approval: Approval, run: Run, user, decision: str, shown_args_hash):
+def _check_may_decide(
+    approval: Approval, run: Run, user, decision: str, shown_args_hash
+) -> Permission:
     """Still open, the call shown is the call waiting, and `user` may decide it (themselves,
-    or for whom they act: returned, else None). Raises otherwise."""
+    or for whom they act): the permission. Raises otherwise."""
     _check_still_open(approval, run)
     for hold in APPROVAL_HOLDS if decision == "approve" else ():
         held = hold(approval, run)
@@ -295,14 +299,13 @@ def _check_may_decide(approval: Approval, run: Run, user, decision: str, shown_a
             raise DecisionConflict(held, approval_status=approval.status)
     if decision == "approve" and shown_args_hash is not None:
         _check_shown(approval, shown_args_hash)
-    why = forbidden_reason(approval, run, user, decision)
-    principal = acting_for(approval, run, user, decision) if why else None
-    if why and principal is None:
-        raise DecisionForbidden(why)
+    permission = permissions.permission(approval, run, user, decision)
+    if permission.why_not:
+        raise DecisionForbidden(permission.why_not)
     # With one vote needed, any vote decides: a pending approval has no votes yet.
-    if votes_needed(approval, gate_rules(run)) > 1:
+    if permission.votes_needed > 1:
         _check_not_voted_yet(approval, user)
-    return principal
+    return permission
 
 
 def _record_vote(approval, user, decision, plan, reason, answer, opened, now) -> ApprovalVote:
@@ -522,6 +525,7 @@ def _plan(
     reason: str,
     answer: str,
     rules: dict,
+    votes_needed: int,
 ) -> _Plan:
     """What the decision will do, or DecisionInvalid. Reads only; changes nothing."""
     if approval.kind == Approval.Kind.QUESTION:
@@ -569,11 +573,11 @@ def _plan(
 
     if arguments is None:
         return _Plan(Approval.Status.APPROVED, final_args=approval.args)
-    edited = validated_edit(approval, arguments, rules)
+    edited = validated_edit(approval, arguments, rules, votes_needed=votes_needed)
     return _Plan(Approval.Status.APPROVED, final_args=edited, edited=edited != approval.args)
 
 
-def validated_edit(approval: Approval, arguments: Any, rules: dict) -> dict:
+def validated_edit(approval: Approval, arguments: Any, rules: dict, *, votes_needed: int) -> dict:
     """The arguments an edit-and-approve of `arguments` would execute, or DecisionInvalid.
 
     Validated against the tool's schema and the agent's gate policy; an edit that changes
@@ -603,7 +607,7 @@ def validated_edit(approval: Approval, arguments: Any, rules: dict) -> dict:
             raise DecisionInvalid(
                 "edit refused: " + "; ".join(m for ms in problems.values() for m in ms), problems
             )
-    if votes_needed(approval, rules) > 1:
+    if votes_needed > 1:
         # Every voter must approve the call they were shown; an edit midway would have the
         # others approve something they never saw.
         raise DecisionInvalid(
@@ -638,7 +642,7 @@ def escalations(tool: Tool, original: dict, edited: dict, rules: dict) -> list[s
 
     Each argument rule is asked of the gate policy on its own (against a copy of the tool with
     no risk of its own, so only that rule can gate), which keeps what "over the limit" and "on
-    the allow-list" mean in declared_policy.py. Sampling is off, so the answer is deterministic.
+    the allow-list" mean in gates/policy.py. Sampling is off, so the answer is deterministic.
     """
     problems: list[str] = []
     for arg, limit in (rules.get("thresholds") or {}).get(tool.name, {}).items():

@@ -13,7 +13,7 @@ from accounts import teams
 from agentkit import pii
 from agentkit.tools import Tool, get_tool
 
-from .gate_config import ON_EXPIRY
+from .gates.config import ON_EXPIRY
 
 # Apps above this one whose approvals name tools that are not in the registry (an external
 # agent's: gateway/) add a finder here at start-up; a finder answers None for any other.
@@ -40,7 +40,7 @@ class Approval(models.Model):
     class Kind(models.TextChoices):
         ACTION = "action"  # a proposed tool call
         QUESTION = "question"  # the agent (or the engine) asks the operator
-        PLAN = "plan"  # the agent's plan, approved once as a whole (approvals/plans.py)
+        PLAN = "plan"  # the agent's plan, approved once as a whole (approvals/plans/models.py)
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -105,7 +105,7 @@ class Approval(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # The standing grant that approved this call without asking anyone (approvals/grants.py).
+    # The standing grant that approved this call without asking anyone (approvals/grants/models.py).
     # RESTRICT: a decided approval never changes again, so its grant is not deleted under it
     # (grants are revoked, not deleted), unless both go together with their run.
     grant = models.ForeignKey(
@@ -446,9 +446,9 @@ class ApprovalWatch(models.Model):
 
 class Grant(models.Model):
     """A standing approval an approver gave from an approval card: more than the one call
-    (approvals/grants.py has the rules). Always bounded: by its run, an expiry or a count, and
-    optionally an argument envelope; revocable at once; never for what a person must decide
-    each time (high risk, four-eyes, quorum)."""
+    (approvals/grants/models.py has the rules). Always bounded: by its run, an expiry or a
+    count, and optionally an argument envelope; revocable at once; never for what a person
+    must decide each time (high risk, four-eyes, quorum)."""
 
     class Scope(models.TextChoices):
         RUN = "run", "the rest of this run"
@@ -506,7 +506,7 @@ class Grant(models.Model):
 class Plan(models.Model):
     """An agent's plan (agentkit/plan_tool.py) and how far the run got through it: one per
     `submit_plan` call, decided through its approval (kind "plan"). Once approved, the run's
-    calls are matched against its steps in order (approvals/plans.py); `progress` holds, per
+    calls are matched against its steps in order (approvals/plans/models.py); `progress` holds, per
     approved step, the call that took it. The steps themselves are the approval's final
     arguments: what the operator approved, edits included."""
 

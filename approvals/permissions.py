@@ -14,14 +14,18 @@
   when they may not decide themselves (`acting_for`), except on a quorum, which needs each
   approver's own vote, and never past the delegate's own four-eyes rule.
 
-Reads only. The decision service (approvals/decisions.py) asks these under its locks; the
-pages and the API ask them to show who may act.
+Reads only. The decision service (approvals/decisions.py) asks one question under its locks,
+`permission`: may this person make this decision on this approval, and why not; the pages and
+the API ask the parts to show who may act.
 """
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from accounts import teams
-from agentkit.tools import Blast
 from runs.models import Run
 
+from .gates.policy import rank
 from .models import Approval, Delegation, Escalation
 
 ONLY_APPROVERS = "only approvers and admins can decide approvals"
@@ -40,15 +44,30 @@ def outside_teams(run: Run, user) -> str:
     return f"your teams do not decide the approvals of {run.agent}"
 
 
-def rank(risk: str) -> int:
-    try:
-        return int(Blast[risk.upper()])
-    except KeyError:
-        return int(Blast.MEDIUM)
-
-
 def gate_rules(run: Run) -> dict:
     return run.agent_config.get("gates", {}) or {}
+
+
+@dataclass(frozen=True)
+class Permission:
+    """The answer to "may this person make this decision on this approval, and why not"."""
+
+    why_not: str  # "" when they may
+    acting_for: Any = None  # the delegator they decide for, when they may only through them
+    votes_needed: int = 1  # distinct approvers the approval needs before it is decided
+    rules: dict = field(default_factory=dict)  # the agent's gate rules the answer read
+
+
+def permission(approval: Approval, run: Run, user, decision: str) -> Permission:
+    """May `user` make `decision` on this approval (themselves, or for whom they act through a
+    delegation), and why not; with how many approvers it needs."""
+    rules = gate_rules(run)
+    needed = votes_needed(approval, rules)
+    why = forbidden_reason(approval, run, user, decision)
+    if not why:
+        return Permission("", None, needed, rules)
+    principal = acting_for(approval, run, user, decision)
+    return Permission("" if principal is not None else why, principal, needed, rules)
 
 
 def votes_needed(approval: Approval, rules: dict) -> int:

@@ -15,7 +15,8 @@ from slack_sdk.errors import SlackApiError
 from accounts import teams
 from runs.models import BudgetCrossing
 
-from . import decisions, evidence_export
+from . import decisions
+from .evidence import export as evidence_export
 from .learning import rules as learning
 from .models import Approval
 from .notify import budget, email, escalation, reminders, webhooks

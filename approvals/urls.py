@@ -1,8 +1,11 @@
 from django.urls import path
 
-from . import batch_views, delegation_views, export_views, grant_views, plan_views, views
+from . import batch_views, delegation_views, views
+from .evidence import views as export_views
+from .grants import views as grant_views
 from .learning import views as learning_views
 from .notify.one_tap import views as one_tap_views
+from .plans import views as plan_views
 
 app_name = "approvals"
 urlpatterns = [

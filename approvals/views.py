@@ -20,16 +20,9 @@ from agentkit import previews
 from runs import events, rendering
 from runs.models import Step, args_hash
 
-from . import (
-    arg_form,
-    decisions,
-    evidence,
-    grant_forms,
-    listing,
-    permissions,
-    presence,
-    stream_messages,
-)
+from . import arg_form, decisions, listing, permissions, presence, stream_messages
+from .evidence import card as evidence
+from .grants import forms as grant_forms
 from .models import Approval, ApprovalVote
 
 QUEUE_TEMPLATE = "approvals/queue.html"
@@ -201,7 +194,9 @@ def _edit_preview(approval: Approval, post) -> dict:
         preview["message"] = "Some arguments could not be read."
         return preview
     try:
-        final = decisions.validated_edit(approval, arguments, permissions.gate_rules(approval.run))
+        rules = permissions.gate_rules(approval.run)
+        needed = permissions.votes_needed(approval, rules)
+        final = decisions.validated_edit(approval, arguments, rules, votes_needed=needed)
     except decisions.DecisionInvalid as exc:
         preview["errors"] = exc.errors
         preview["message"] = exc.message
@@ -219,7 +214,7 @@ def detail(request: HttpRequest, pk) -> HttpResponse:
     # with the decision and is recorded then.
     approval = _get_approval_for_user(request, pk)
     if approval.kind == Approval.Kind.PLAN:
-        # A plan is decided as a whole on its own screen (approvals/plan_views.py).
+        # A plan is decided as a whole on its own screen (approvals/plans/views.py).
         return redirect("approvals:plan", pk=approval.pk)
     return render(request, DETAIL_TEMPLATE, _detail_context(request, approval))
 

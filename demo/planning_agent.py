@@ -1,6 +1,6 @@
 """The planning refund desk: it submits a plan (look the order up, refund at most the asked
 amount, e-mail the customer) before acting, so an operator approves the whole run on one
-screen (approvals/plans.py). Inside the approved plan the lookup and the e-mail run without a
+screen (approvals/plans/models.py). Inside the approved plan the lookup and the e-mail run without a
 new gate; the refund, a high-risk call, still gets its own approval (a plan never covers what
 a person must decide every time). Then it also copies the support team by e-mail, which it
 did not plan: that call is gated again as a deviation ("more calls than planned")."""

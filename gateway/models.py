@@ -4,7 +4,7 @@ An external agent is managed by an admin, not declared in code: it lives in anot
 process (a Claude Agent SDK session, an OpenAI Agents SDK app, a LangGraph graph), so its
 owners change its gate rules and tools without a deploy of agentops. The rules are the same
 GateRules the code-declared agents use, stored as JSON and validated through that dataclass
-(`gate_rules`), so approvals/declared_policy.py reads them from a run's snapshot exactly as
+(`gate_rules`), so approvals/gates/policy.py reads them from a run's snapshot exactly as
 it reads an internal agent's.
 
 Each session of the agent is a Run (trigger "external"); each call it submits is an
@@ -25,7 +25,8 @@ from django.utils import timezone
 
 from agentkit.agents import CATALOGUE, GateRules, Limits
 from agentkit.tools import Blast
-from approvals import gate_config
+from approvals.gates import checks as gate_checks
+from approvals.gates import config as gate_config
 
 TOKEN_PREFIX = "aoa_"
 BLAST_LABELS = [b.label for b in Blast]
@@ -80,7 +81,7 @@ class ExternalAgent(models.Model):
         snapshot = self.snapshot() if self.pk else {"gates": self.gate_rules(), "tools": []}
         named = gate_config.named_users(snapshot["gates"])
         found = gate_config.problems(
-            {**snapshot, "external": True}, existing_users=gate_config.existing_users(named)
+            {**snapshot, "external": True}, existing_users=gate_checks.existing_users(named)
         )
         if found:
             raise ValidationError({"gates": found})

@@ -6,7 +6,7 @@ decided external run back to `running`, not to a worker). Every write takes the 
 lock, as the engine and the decision service do, and appends to the same hash-chained
 timeline, so the run page, the audit view and `verify_chain` read an external session like
 any other run. A gated call opens its Approval through the approvals app's own gate
-(approvals/engine_gates.py), so notification, four-eyes, quorum, expiry and the 409 on a second
+(approvals/gates/cascade.py), so notification, four-eyes, quorum, expiry and the 409 on a second
 decision are the ones internal runs have.
 """
 
@@ -23,8 +23,11 @@ from django.utils import timezone
 
 from agentkit import tracing
 from agentkit.tools import MAX_CALL_COST_USD, ToolArgsError, call_cost
-from approvals import decisions, declared_policy, engine_gates, gate_config, wait_traces
+from approvals import decisions, engine_gates, wait_traces
 from approvals.decisions import HALTED
+from approvals.gates import cascade
+from approvals.gates import checks as gate_checks
+from approvals.gates import config as gate_config
 from approvals.models import Approval
 from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
@@ -78,7 +81,7 @@ def register(
         raise SessionError(422, f"this agent's gate rules are invalid: {exc}") from None
     # Never a session under rules that gate nothing of what they name (a typo'd tool).
     named = gate_config.named_users(config["gates"])
-    found = gate_config.problems(config, existing_users=gate_config.existing_users(named))
+    found = gate_config.problems(config, existing_users=gate_checks.existing_users(named))
     if found:
         raise SessionError(
             422,
@@ -186,12 +189,7 @@ def _record(run, tool, args, meta, spec, summary, callback_url, key) -> External
             summary=summary,
             callback_url=callback_url,
         )
-        verdict = declared_policy.evaluate(
-            tool=spec,
-            args=args,
-            rules=run.agent_config.get("gates", {}),
-            rng=engine_gates.sampling_rng,
-        )
+        verdict = cascade.external_verdict(run, spec, args)
         run.append_step(
             Step.Kind.STATUS,
             {
@@ -208,16 +206,13 @@ def _record(run, tool, args, meta, spec, summary, callback_url, key) -> External
             update={"step_count": run.step_count + 1},
         )
         if verdict.gated:
-            item = {"llm_seq": run.last_seq, "id": f"{EXTERNAL_USE_PREFIX}{call.pk}", "args": args}
-            gate = {
-                "kind": Approval.Kind.ACTION,
-                "tool": tool,
-                "explanation": verdict.explanation,
-                "risk": verdict.risk,
-                "sampled": verdict.sampled,
-                "context": summary,
+            item = {
+                "llm_seq": run.last_seq,
+                "id": f"{EXTERNAL_USE_PREFIX}{call.pk}",
+                "name": tool,
+                "args": args,
             }
-            call.approval_id = engine_gates.open_gate(run, item, gate)
+            call.approval_id = cascade.open_external(run, item, verdict, summary)
             _park(run)
         call.save(force_insert=True)
     return call

@@ -752,7 +752,7 @@ def render_step_event(step: Step, run: Run | None = None, *, with_header: bool =
             'hx-swap="outerHTML"></div>'
         )
     if _changes_plan(step):
-        # The same again: the to-do list of the run's plans (approvals/plans.py).
+        # The same again: the to-do list of the run's plans (approvals/plans/models.py).
         url = reverse("approvals:run_plan", args=[step.run_id])
         html += (
             f'<div id="run-plan" hx-swap-oob="true" hx-get="{url}" hx-trigger="load" '

@@ -42,7 +42,8 @@ DEFERRED_IMPORTS = {
     ("runs/apps.py", "runs.models"),
     ("approvals/apps.py", "runs.engine"),
     ("approvals/apps.py", "approvals.engine_gates"),
-    ("approvals/apps.py", "approvals.gate_config"),
+    ("approvals/apps.py", "approvals.gates"),
+    ("approvals/apps.py", "approvals.gates.checks"),
     ("approvals/apps.py", "approvals.decisions"),
     ("approvals/apps.py", "approvals.tasks"),
     ("approvals/apps.py", "approvals.models"),
@@ -260,10 +261,10 @@ APPROVALS_CORE_WIRING = {
     "approvals.templatetags.approval_tags",
     "approvals.templatetags.learning_tags",
 }
-# Not yet a hook the wing plugs into: the engine's gates ask the learned rules directly.
+# Not yet a hook the wing plugs into: the gate cascade asks the learned rules directly.
 APPROVALS_CORE_TO_WING_LEFT = {
-    ("approvals.engine_gates", "approvals.learning"),
-    ("approvals.engine_gates", "approvals.learning.rules"),
+    ("approvals.gates.cascade", "approvals.learning"),
+    ("approvals.gates.cascade", "approvals.learning.rules"),
 }
 
 
@@ -389,3 +390,38 @@ def test_the_engine_imports_no_views_or_templates():
 
     found = {(n, i) for n, i in _imports_of(engine, modules) if presentation(i)}
     assert not found, f"the engine reaches views or templates: {sorted(found)}"
+
+
+# The gate decision's pure rules: plain functions of their arguments, tested without a database.
+PURE_GATE_RULES = (
+    "approvals.gates.policy",
+    "approvals.gates.config",
+    "approvals.plans.rules",
+    "approvals.grants.rules",
+)
+NOT_PURE = ("django.db", "django.contrib.auth", "django.apps", "django.core.checks")
+
+
+def _is_model_module(name: str) -> bool:
+    return name.endswith(".models") or ".models." in name or name == "models"
+
+
+def test_the_gate_rules_import_no_model():
+    """The pure rules import no Django model and no database module, directly or through any
+    project module they import."""
+    modules = _modules()
+    reached = _reach(PURE_GATE_RULES, modules)
+    found = sorted(
+        (name, imported)
+        for name, imported in _imports_of(reached, modules)
+        if _is_model_module(imported) or any(_in(imported, (bad,)) for bad in NOT_PURE)
+    )
+    assert not found, found
+
+
+def test_the_gate_config_knows_the_roles_accounts_has():
+    """gates/config.py names the approver groups without importing accounts.models."""
+    from accounts.models import Role
+    from approvals.gates.config import ROLES
+
+    assert tuple(Role.values) == ROLES

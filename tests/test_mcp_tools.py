@@ -21,7 +21,8 @@ from agentkit.tools import (
     ToolInfraError,
     get_tool,
 )
-from approvals import declared_policy, gate_config
+from approvals.gates import config as gate_config
+from approvals.gates import policy as declared_policy
 from tests.support.mcp_servers import logged, stdio_server
 
 DEFINITIONS = [

@@ -92,7 +92,7 @@ def world(users, no_enqueue):
 
 
 def plan_approval(run: Run, approval: Approval) -> Approval:
-    """A plan the run's agent submitted (approvals/plans.py), waiting on its screen."""
+    """A plan the run's agent submitted (approvals/plans/models.py), waiting on its screen."""
     plan = Approval.objects.create(
         run=run,
         gate_seq=approval.gate_seq,

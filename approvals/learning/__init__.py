@@ -7,9 +7,9 @@ review of calls that ran without a person), stats (how approvers decide: the rub
 guard), views (the rules, review and statistics pages), tell_admins (e-mail to admins about
 what the policy did).
 
-It imports the core (approvals.models, declared_policy) and never the notify wing. The core
+It imports the core (approvals.models, gates.policy) and never the notify wing. The core
 reaches it through its wiring: approvals/apps.py connects `rules.on_settled` to the decision
 service's `settled` signal, urls.py routes its pages, tasks.py runs its expiry, models.py
-gathers its models. One direct edge is left: the engine's gates (approvals/engine_gates.py)
-ask `rules` whether a learned rule covers a call; tests/test_layering.py names it.
+gathers its models. One direct edge is left: the gate cascade (approvals/gates/cascade.py)
+asks `rules` whether a learned rule covers a call; tests/test_layering.py names it.
 """

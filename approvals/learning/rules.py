@@ -38,7 +38,7 @@ from agentkit import agents
 from agentkit.tools import Blast, Tool, get_tool
 from runs.models import canonical_json
 
-from .. import declared_policy
+from ..gates import policy as declared_policy
 from ..models import Approval
 from .models import AutoApproveRule, GateOverride, RuleHit, TrackRecord
 from .tell_admins import tell_admins_on_commit

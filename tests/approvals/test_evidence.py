@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from agentkit.agents import get_agent
 from agentkit.tools import get_tool
-from approvals import evidence
+from approvals.evidence import card as evidence
 from approvals.models import Approval
 from runs import engine
 from runs.models import Run, args_hash, canonical_json

@@ -20,7 +20,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ApiToken, Team, TeamAgent
-from approvals import batch, decisions, evidence_chain, evidence_export, tasks
+from approvals import batch, decisions, tasks
+from approvals.evidence import chain as evidence_chain
+from approvals.evidence import export as evidence_export
 from approvals.learning import rules as learning
 from approvals.models import Approval, AutoApproveRule, Escalation
 from approvals.notify.one_tap import links as one_tap

@@ -10,7 +10,10 @@ from django.core.management.base import SystemCheckError
 
 from agentkit.agents import CATALOGUE, EscalationTier, GateRules, LearningRules
 from agentops.management.commands import up
-from approvals import decisions, declared_policy, gate_config, tasks
+from approvals import decisions, tasks
+from approvals.gates import checks as gate_checks
+from approvals.gates import config as gate_config
+from approvals.gates import policy as declared_policy
 from approvals.learning import rules as learning
 from approvals.models import Approval
 from runs.models import Run, Step
@@ -220,7 +223,7 @@ def test_named_approvers_are_checked_against_accounts_when_asked(django_user_mod
     )
     names = gate_config.named_users(snapshot["gates"])
     assert names == {"nora", "nobdy", "carl"}
-    found = gate_config.problems(snapshot, existing_users=gate_config.existing_users(names))
+    found = gate_config.problems(snapshot, existing_users=gate_checks.existing_users(names))
     assert found == [
         "names approver 'carl', who has no active account",
         "names approver 'nobdy', who has no active account",
@@ -236,16 +239,16 @@ def test_the_database_check_warns_of_a_named_approver_without_an_account(
     agent = replace(CATALOGUE["test-payer"], slug="test-named", gates=GateRules(approvers=("zoe",)))
     monkeypatch.setitem(CATALOGUE, "test-named", agent)
     # A fresh install (no account yet) is not warned: its accounts come after.
-    assert gate_config.check_named_approvers(databases=["default"]) == []
+    assert gate_checks.check_named_approvers(databases=["default"]) == []
     django_user_model.objects.create_user(username="nora", password="pw")
-    warnings = gate_config.check_named_approvers(databases=["default"])
+    warnings = gate_checks.check_named_approvers(databases=["default"])
     named = [w for w in warnings if w.obj == "test-named"]
     assert [(w.id, w.msg) for w in named] == [
         ("approvals.W002", "agent 'test-named' names approver 'zoe', who has no active account")
     ]
     # Only when the check may use the database (`check --database default`, `migrate`).
-    assert gate_config.check_named_approvers(databases=None) == []
+    assert gate_checks.check_named_approvers(databases=None) == []
     django_user_model.objects.create_user(username="zoe", password="pw")
     assert not [
-        w for w in gate_config.check_named_approvers(databases=["default"]) if w.obj == "test-named"
+        w for w in gate_checks.check_named_approvers(databases=["default"]) if w.obj == "test-named"
     ]

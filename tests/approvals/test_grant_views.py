@@ -5,7 +5,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals import decisions, grants
+from approvals import decisions
+from approvals.grants import models as grants
 from approvals.models import Approval, Grant
 from runs.models import Run
 

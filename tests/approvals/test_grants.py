@@ -1,4 +1,4 @@
-"""Standing grants (approvals/grants.py): an approver allows more than the call on the card,
+"""Standing grants (approvals/grants/models.py): an approver allows more than the call on the card,
 within bounds; the gate lets matching calls through, each recorded as approved by the grant;
 what a person must decide every time cannot be granted."""
 
@@ -10,8 +10,9 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from approvals import evidence_export, grants
-from approvals.grants import Bounds, GrantRefused
+from approvals.evidence import export as evidence_export
+from approvals.grants import models as grants
+from approvals.grants.models import Bounds, GrantRefused
 from approvals.models import Approval, Grant
 from runs.models import Run, Step
 from tests.conftest import make_user, on_postgres

@@ -1,5 +1,5 @@
 """Standing grants over the API: role-checked, CSRF on sessions, bad input a 422 with field
-errors, and the same rules as the card (approvals/grants.py)."""
+errors, and the same rules as the card (approvals/grants/models.py)."""
 
 import pytest
 from django.test import Client

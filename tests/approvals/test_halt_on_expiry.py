@@ -9,7 +9,8 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import ApiToken
-from approvals import decisions, gate_config
+from approvals import decisions
+from approvals.gates import config as gate_config
 from approvals.models import Approval
 from runs.models import Run, Step
 

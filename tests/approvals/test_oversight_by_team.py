@@ -12,7 +12,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ApiToken, Team, TeamAgent, TeamMember
-from approvals import decisions, evidence_chain, evidence_export
+from approvals import decisions
+from approvals.evidence import chain as evidence_chain
+from approvals.evidence import export as evidence_export
 from tests.conftest import make_user
 
 from .conftest import gated

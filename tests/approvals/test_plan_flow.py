@@ -10,8 +10,9 @@ from django import forms
 
 from agentkit.agents import CATALOGUE, register
 from agentkit.llm.scripted import tool_use
-from approvals import decisions, plans
+from approvals import decisions
 from approvals.models import Approval, Plan
+from approvals.plans import models as plans
 from runs.models import Run, Step
 
 from .conftest import EXECUTED, _agent, _report, drive, launch

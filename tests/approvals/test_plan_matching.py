@@ -1,8 +1,9 @@
 """The rules of plans approved once, as pure functions: which call matches the next planned
 step, each kind of deviation and the words that say which, and what an edit may change."""
 
-from approvals import plan_edits, plan_matching
-from approvals.plan_matching import MORE_CALLS, OTHER_TOOL, OUT_OF_ORDER, OUTSIDE_ENVELOPE
+from approvals.plans import edits as plan_edits
+from approvals.plans import rules as plan_matching
+from approvals.plans.rules import MORE_CALLS, OTHER_TOOL, OUT_OF_ORDER, OUTSIDE_ENVELOPE
 
 STEPS = [
     {"tool": "lookup_order", "args": {"order_id": 13}},

@@ -14,7 +14,8 @@ from agentkit.agents import CATALOGUE, Agent, GateRules, get_agent, register
 from agentkit.llm import LLMResponse, Usage
 from agentkit.llm.scripted import text, tool_use
 from agentkit.tools import REGISTRY, Blast, ToolArgsError, tool
-from approvals import declared_policy, engine_gates
+from approvals.gates import cascade
+from approvals.gates import policy as declared_policy
 from approvals.models import Approval
 from runs import engine
 from runs.models import Run, Step
@@ -483,7 +484,7 @@ def test_low_stated_confidence_gates_a_call_the_table_lets_through(
 
 @pytest.mark.django_db(transaction=True)
 def test_sampled_gate_is_recorded_as_a_sample(make_agent, operator, no_enqueue, monkeypatch):
-    monkeypatch.setattr(engine_gates, "sampling_rng", random.Random(0))
+    monkeypatch.setattr(cascade, "sampling_rng", random.Random(0))
     agent = make_agent("t-sample", [[tool_use("t_tag", label="x")]], sample_rate=1.0)
     run = launch(agent, operator)
     assert engine.advance(run.pk, time_slice=30) == Run.Status.WAITING

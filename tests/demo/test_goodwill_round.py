@@ -4,7 +4,8 @@ a "continue?" checkpoint every second step (where a grant can be revoked before 
 import pytest
 
 from agentkit.agents import get_agent
-from approvals import decisions, grants
+from approvals import decisions
+from approvals.grants import models as grants
 from approvals.models import Approval
 from runs import engine
 from runs.models import Run, Step

@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from agentkit.agents import get_agent
 from agentkit.tools import get_tool
-from approvals import engine_gates
+from approvals.gates import cascade
 
 from .conftest import SAMPLING_SEED, screenshot
 from .pages import RUN_URL, decide, expect_status, open_launch_form
@@ -28,7 +28,7 @@ def is_checked(email: str, settings) -> bool:
     settings.AGENTOPS = {**settings.AGENTOPS, "GATE_SAMPLING_SEED": SAMPLING_SEED}
     tool = get_tool("grant_goodwill_credit")
     args = tool.validate({"customer_email": email, "amount": "15", "reason": "late delivery"})
-    draw = engine_gates._sampler(SimpleNamespace(agent=AGENT), {"args": args}, tool, "rule-check")
+    draw = cascade.sampler(SimpleNamespace(agent=AGENT), {"args": args}, tool, "rule-check")
     return draw.random() < get_agent(AGENT).gates.learning.check_rate
 
 

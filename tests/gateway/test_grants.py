@@ -1,7 +1,7 @@
 """A standing grant covers an external agent's calls like an in-house agent's: the call it
 lets through is answered at once, approved, and recorded as approved by the grant."""
 
-from approvals import grants
+from approvals.grants import models as grants
 from approvals.models import Approval
 from runs.models import args_hash
 

@@ -1,5 +1,5 @@
 """`manage.py export_decisions --since … --until … --format csv|jsonl [--team slug]`: the signed
-compliance export of the decisions of a period (approvals/evidence_export.py), of every agent
+compliance export of the decisions of a period (approvals/evidence/export.py), of every agent
 or one team's."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Team
-from approvals.evidence_export import ExportError, checked_request, export_lines
+from approvals.evidence.export import ExportError, checked_request, export_lines
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals.evidence_chain import verify_file
-from approvals.evidence_export import signing_key
+from approvals.evidence.chain import verify_file
+from approvals.evidence.export import signing_key
 
 
 class Command(BaseCommand):

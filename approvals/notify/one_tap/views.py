@@ -16,7 +16,8 @@ from agentkit import previews
 from runs import rendering
 from runs.models import args_hash
 
-from ... import arg_form, decisions, evidence, views
+from ... import arg_form, decisions, views
+from ...evidence import card as evidence
 from ...models import Approval
 from . import links as one_tap
 

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.gate_config import problems
+from approvals.gates.config import problems
 from approvals.learning import review
 from approvals.models import PostHocReview
 from runs.models import Run, Step

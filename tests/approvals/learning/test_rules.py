@@ -13,6 +13,7 @@ from django.utils import timezone
 from agentkit.tools import Blast, get_tool, tool
 from approvals import engine_gates
 from approvals.decisions import decide
+from approvals.gates import cascade
 from approvals.learning import rules as learning
 from approvals.models import Approval, AutoApproveRule, RuleEvent, RuleHit, TrackRecord
 from history.replay import replay
@@ -237,8 +238,8 @@ def test_seeded_sampling_is_the_same_for_the_same_call(settings, no_enqueue):
     draws = []
     for i in range(40):
         item = {"id": "t", "llm_seq": 2, "args": {"region": f"eu-{i}"}}
-        first = engine_gates._sampler(run, item, tool, "borderline").random()
-        second = engine_gates._sampler(run, item, tool, "borderline").random()
+        first = cascade.sampler(run, item, tool, "borderline").random()
+        second = cascade.sampler(run, item, tool, "borderline").random()
         assert first == second
         draws.append(first < 0.5)
     assert 5 < sum(draws) < 35  # a share, not all or nothing

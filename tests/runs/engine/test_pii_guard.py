@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agentkit.llm.scripted import text, tool_use
 from agentkit.pii import PiiPolicy
-from approvals.evidence import pii_findings
+from approvals.evidence.card import pii_findings
 from approvals.models import Approval
 from runs import engine
 from runs.models import Run, SideEffect, Step, args_hash

@@ -1,28 +1,28 @@
 """A gate configuration that cannot be understood refuses to start: it never runs ungated.
+Pure rules: this module imports no model (tests/test_layering.py).
 
-The policy (approvals/declared_policy.py) reads an agent's rules by tool and argument name,
+The policy (approvals/gates/policy.py) reads an agent's rules by tool and argument name,
 so a rule naming a tool the agent does not have, or an argument its tool does not take,
 matches nothing and gates nothing: a typo'd `always_gate` entry silently lets every call of
 the real tool through. `problems` finds every such rule, on the agent's snapshot
-(Agent.snapshot() or ExternalAgent.snapshot(): GateRules.as_dict() beside the tools' metadata), for
+(Agent.snapshot() or ExternalAgent.snapshot(): GateRules.as_dict() beside the tools'
+metadata), for
 
-- the system check below (approvals/apps.py registers it): `manage.py check --deploy`,
-  `migrate` and therefore `up` refuse to start while an agent of the catalogue has one;
+- the system check (approvals/gates/checks.py): `manage.py check --deploy`, `migrate` and
+  therefore `up` refuse to start while an agent of the catalogue has one;
 - an external agent's session registration (gateway/sessions.py): 422 with the reasons.
 """
 
 from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.core import checks
-from django.db import DatabaseError
-
-from accounts.models import Role
-from agentkit.agents import CATALOGUE, GateRules
+from agentkit.agents import GateRules
 from agentkit.tools import Blast
 
 KNOWN_KEYS = frozenset(GateRules().as_dict())
+# The approver groups an escalation tier may name: accounts.models.Role's values (a test holds
+# them equal; this module imports no model).
+ROLES = ("viewer", "operator", "approver", "admin")
 EXPIRY_OUTCOMES = ("reject", "fail", "halt")
 # The expiry defaults are declared once, with the rest of an agent's gate rules (GateRules);
 # approvals reads them from here for snapshots without the key.
@@ -123,10 +123,10 @@ def problems(snapshot: dict, *, existing_users: set[str] | None = None) -> list[
         found.append("quorum must be at least 1")
     for index, tier in enumerate(gates.get("escalation") or []):
         for role in tier.get("roles", []):
-            if role not in Role.values:
+            if role not in ROLES:
                 found.append(
                     f"escalation tier {index + 1} names unknown approver group {role!r} "
-                    f"(groups: {', '.join(Role.values)})"
+                    f"(groups: {', '.join(ROLES)})"
                 )
     if existing_users is not None:
         for name in sorted(named_users(gates) - existing_users):
@@ -147,14 +147,6 @@ def named_users(gates: dict) -> set[str]:
     for tier in gates.get("escalation") or []:
         names |= {n for n in _names(tier.get("users")) if isinstance(n, str)}
     return names
-
-
-def existing_users(names: set[str]) -> set[str]:
-    """Which of `names` are active accounts (one query)."""
-    if not names:
-        return set()
-    users = get_user_model().objects.filter(username__in=names, is_active=True)
-    return set(users.values_list("username", flat=True))
 
 
 def _names(value: Any) -> Iterable:
@@ -182,54 +174,3 @@ def _share_left(where: str, value: Any) -> list[str]:
     return (
         [] if ok else [f"{where} must be a share of the time left between 0 and 1, not {value!r}"]
     )
-
-
-def check_catalogue(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    """The system check: every agent of the catalogue has a gate configuration that means
-    what it says (approvals.E001 names the agent and the rule)."""
-    errors = []
-    for slug, agent in sorted(CATALOGUE.items()):
-        try:
-            snapshot = agent.snapshot()
-        except Exception as exc:  # a tool missing from the registry, and the like
-            found = [f"its configuration cannot be read: {exc}"]
-        else:
-            found = problems(snapshot)
-        errors += [
-            checks.Error(
-                f"agent {slug!r}: {problem}",
-                hint="Fix the agent's GateRules: a rule that names nothing gates nothing.",
-                obj=slug,
-                id="approvals.E001",
-            )
-            for problem in found
-        ]
-    return errors
-
-
-def check_named_approvers(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:
-    """A database check (`manage.py check --database default`, and `migrate`): an agent of
-    the catalogue that names an approver or escalation user without an active account
-    (approvals.W002). Gates still open; such a person is simply never asked. A warning, not an
-    error: accounts may come after the deploy (SSO, an admin adding them). Silent on a fresh
-    install (no account yet) and before the tables exist."""
-    if not databases:
-        return []
-    wanted = {slug: named_users(agent.gates.as_dict()) for slug, agent in CATALOGUE.items()}
-    try:
-        users = get_user_model().objects
-        if not users.exists():
-            return []
-        found = existing_users(set().union(*wanted.values()))
-    except DatabaseError:
-        return []
-    return [
-        checks.Warning(
-            f"agent {slug!r} names approver {name!r}, who has no active account",
-            hint="Create the account (or fix the name): until then nobody named can decide.",
-            obj=slug,
-            id="approvals.W002",
-        )
-        for slug, names in sorted(wanted.items())
-        for name in sorted(names - found)
-    ]

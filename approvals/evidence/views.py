@@ -1,5 +1,5 @@
 """The compliance export: a page linked from the audit area, whose form downloads the signed
-file (approvals/evidence_export.py). Admins export every agent's decisions or one team's; a
+file (approvals/evidence/export.py). Admins export every agent's decisions or one team's; a
 team's administrators their teams' (approvals/oversight_reach.py). A download is a read: GET,
 no CSRF needed."""
 
@@ -19,8 +19,9 @@ from django.views.decorators.http import require_GET
 
 from agentkit.agents import CATALOGUE
 
-from . import evidence_export, oversight_reach
-from .evidence_export import ExportError
+from .. import oversight_reach
+from . import export as evidence_export
+from .export import ExportError
 
 TEMPLATE = "approvals/decisions_export.html"
 log = logging.getLogger("agentops.approvals")

@@ -3,7 +3,7 @@ removed steps), and the edited plan read back from a POST.
 
 Values keep the proposal's types: a bound proposed as a number stays a number when it is
 edited, an allowed-values list is typed comma-separated. What the edit may change at all is
-plan_edits.py's, checked again by the decision service.
+plans/edits.py's, checked again by the decision service.
 """
 
 import copy
@@ -12,8 +12,10 @@ from typing import Any
 
 from agentkit.tools import get_tool
 
-from . import declared_policy, plan_gates, plan_matching
-from .models import Approval
+from ..gates import policy as declared_policy
+from ..models import Approval
+from . import gates as plan_gates
+from . import rules as plan_matching
 
 MAX_VALUE_CHARS = 200
 

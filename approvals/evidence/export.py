@@ -1,5 +1,5 @@
 """Decisions as compliance evidence: the records of a period, read from the database in chunks
-and written as a signed, hash-chained file (approvals/evidence_chain.py has the format and its
+and written as a signed, hash-chained file (approvals/evidence/chain.py has the format and its
 verification).
 
 In the approvals core because everything a record says is the core's: the Approval, its votes,
@@ -23,9 +23,9 @@ from django.utils import timezone
 from accounts.models import Team
 from runs.models import Step
 
-from . import evidence_chain
-from .evidence_chain import FORMATS, Header, signed_lines
-from .models import Approval, ApprovalVote, DecisionLink, Escalation, RuleHit
+from ..models import Approval, ApprovalVote, DecisionLink, Escalation, RuleHit
+from . import chain as evidence_chain
+from .chain import FORMATS, Header, signed_lines
 
 CHUNK = 500
 SETTLED = (

@@ -10,7 +10,7 @@ calls like it without asking again, within bounds they choose:
 Every grant is bounded (its run, an expiry or a count; an agent-wide one needs an expiry or
 a count, never longer than MAX_DURATION or more than MAX_USES calls), revocable at once, and
 every call it lets through gets an Approval decided by it (`Approval.grant`) and a gate step
-saying "approved by grant #n (by whom)" (approvals/engine_gates.py).
+saying "approved by grant #n (by whom)" (approvals/gates/cascade.py).
 
 What a grant never covers, refused when it is made and ignored by the gate when used:
 high- and critical-risk calls, calls the agent's four-eyes rule or quorum reaches (each needs
@@ -32,15 +32,15 @@ from django.utils import timezone
 
 from accounts import teams
 
-from . import decisions, declared_policy, permissions
-from .evidence import pii_findings
-from .models import Approval, Grant
+from .. import decisions, permissions
+from ..evidence.card import pii_findings
+from ..gates import policy as declared_policy
+from ..models import Approval, Grant
+from . import rules as grant_rules
+from .rules import envelope_problems, gate_refusal, matches
 
 MAX_DURATION = timedelta(days=7)
 MAX_USES = 1000
-# Risks that need a person each time, whatever was granted before.
-NEVER_GRANTED_RISKS = frozenset({Approval.Risk.HIGH, Approval.Risk.CRITICAL})
-OPS = ("lte", "eq")
 
 
 class GrantRefused(Exception):
@@ -69,95 +69,12 @@ def refusal(approval: Approval, findings: list | None = None) -> str:
     """Why calls like this approval's cannot be granted ("" when they can)."""
     if approval.kind != Approval.Kind.ACTION or not approval.tool or approval.side_effect_id:
         return "only a gated tool call can be granted; questions are answered each time"
-    return _refusal(
+    return grant_rules.refusal(
         risk=approval.risk,
         sampled=approval.sampled,
         pii=bool(findings),
         rules=permissions.gate_rules(approval.run),
     )
-
-
-def gate_refusal(gate: dict, rules: dict) -> str:
-    """Why a grant may not let this gated call through ("" when it may): the same rules as
-    `refusal`, asked again when a grant is used (the call at hand may be riskier)."""
-    if gate.get("kind") != Approval.Kind.ACTION:
-        return "a question"
-    return _refusal(
-        risk=gate.get("risk", ""),
-        sampled=bool(gate.get("sampled")),
-        pii=bool(gate.get("findings")),
-        rules=rules,
-    )
-
-
-def _refusal(*, risk: str, sampled: bool, pii: bool, rules: dict) -> str:
-    if risk in NEVER_GRANTED_RISKS or risk not in Approval.Risk.values:
-        return f"a {risk}-risk call needs a person's decision every time; it cannot be granted"
-    four_eyes_from = rules.get("four_eyes_from") or ""
-    if four_eyes_from and permissions.rank(risk) >= permissions.rank(four_eyes_from):
-        return (
-            f"the four-eyes rule applies to {risk}-risk calls of this agent (from "
-            f"{four_eyes_from} up): each one needs its own second person, so it cannot be granted"
-        )
-    quorum_from = rules.get("quorum_from") or ""
-    if quorum_from and permissions.rank(risk) >= permissions.rank(quorum_from):
-        return (
-            f"{risk}-risk calls of this agent need a quorum of approvers each time; "
-            "it cannot be granted"
-        )
-    if pii:
-        return "personal data leaving the system is checked by a person every time"
-    if sampled:
-        return "a call sampled for review: policy lets such calls run, nothing to grant"
-    return ""
-
-
-def envelope_problems(tool, envelope: Any) -> dict[str, list[str]]:
-    """What is wrong with an envelope for `tool` (per argument); {} when it is sound."""
-    if not isinstance(envelope, list):
-        return {"envelope": ["a list of conditions"]}
-    declared = _properties(tool)
-    problems: dict[str, list[str]] = {}
-    for condition in envelope:
-        if not isinstance(condition, dict) or set(condition) != {"arg", "op", "value"}:
-            problems.setdefault("envelope", []).append(
-                'each condition is {"arg": name, "op": "lte" or "eq", "value": ...}'
-            )
-            continue
-        arg, op, value = condition["arg"], condition["op"], condition["value"]
-        where = f"envelope.{arg}" if isinstance(arg, str) else "envelope"
-        if tool is not None and arg not in declared:
-            problems.setdefault(where, []).append(f"{tool.name} takes no argument {arg!r}")
-        if op not in OPS:
-            problems.setdefault(where, []).append("op must be lte or eq")
-        elif op == "lte" and declared_policy._number(value) is None:
-            problems.setdefault(where, []).append("an upper bound must be a number")
-        elif op == "eq" and isinstance(value, dict | list):
-            problems.setdefault(where, []).append("equality takes a single value")
-    return problems
-
-
-def matches(envelope: list[dict], args: dict) -> bool:
-    """Whether the call's arguments are inside the envelope (every condition holds). A value
-    that cannot be compared (missing, not a number) is outside: a bound is never bypassed by
-    omission."""
-    for condition in envelope:
-        if condition.get("arg") not in args:
-            # Missing is outside whatever the bound: `eq` compared a missing value as the text
-            # "None", and null to null, so an envelope pinning "None" or null let it through.
-            return False
-        value = args.get(condition.get("arg"))
-        if condition.get("op") == "lte":
-            number = declared_policy._number(value)
-            bound = declared_policy._number(condition.get("value"))
-            if number is None or bound is None or number > bound:
-                return False
-        elif condition.get("op") == "eq":
-            if value != condition.get("value") and str(value) != str(condition.get("value")):
-                return False
-        else:
-            return False  # a condition we do not know cannot be met
-    return True
 
 
 def describe(grant: Grant) -> str:
@@ -400,9 +317,5 @@ def numeric_args(approval: Approval) -> list[tuple[str, str]]:
 
 
 def _schema_types(approval: Approval, name: str) -> set:
-    spec = _properties(approval.tool_object()).get(name) or {}
+    spec = grant_rules.properties(approval.tool_object()).get(name) or {}
     return {spec.get("type")} | {s.get("type") for s in spec.get("anyOf", [])}
-
-
-def _properties(tool) -> dict:
-    return (tool.input_schema() if tool is not None else {}).get("properties") or {}

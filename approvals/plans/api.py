@@ -1,4 +1,4 @@
-"""Plans over the API (approvals/plans.py): a run's plans as to-do lists, one plan, and its
+"""Plans over the API (approvals/plans/models.py): a run's plans as to-do lists, one plan, and its
 decision: approve as proposed, approve with edited steps (bounds changed, steps removed), or
 reject with a reason. The decision goes through the decision service like any approval's
 (who may decide, four-eyes, a second click's 409). Errors are JSON `{"detail": ...}` with 403,
@@ -12,8 +12,10 @@ from ninja import Field, Router, Schema
 
 from runs.models import Run, args_hash
 
-from . import decisions, plan_gates, plans
-from .models import Approval, Plan
+from .. import decisions
+from ..models import Approval, Plan
+from . import gates as plan_gates
+from . import models as plans
 
 router = Router(tags=["plans"])
 

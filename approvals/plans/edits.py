@@ -1,4 +1,4 @@
-"""What an operator may change in an agent's plan before approving it (approvals/plans.py).
+"""What an operator may change in an agent's plan before approving it (approvals/plans/models.py).
 
 An edit may remove steps and change envelope values (a lower maximum, another fixed value,
 fewer allowed values); it may not add, reorder or retarget steps, nor change fixed arguments or

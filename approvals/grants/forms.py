@@ -1,13 +1,13 @@
 """The card's "allow more than this call" form, and what the card shows about grants
-(approvals/grants.py has the rules)."""
+(approvals/grants/models.py has the rules)."""
 
 from datetime import timedelta
 
 from django import forms
 from django.utils import timezone
 
-from . import grants
-from .models import Approval, Grant
+from ..models import Approval, Grant
+from . import models as grants
 
 RUN, ENVELOPE, COUNT = "run", "envelope", "count"
 DURATIONS = [(15, "15 minutes"), (60, "1 hour"), (240, "4 hours"), (1440, "1 day")]

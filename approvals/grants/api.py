@@ -1,4 +1,4 @@
-"""Standing grants over the API (approvals/grants.py has the rules): grant from an approval,
+"""Standing grants over the API (approvals/grants/models.py has the rules): grant from an approval,
 list, revoke; and resume a run an expiry halted. Approvers and admins only; errors are JSON
 `{"detail": ..., "errors": {...}}` with 403, 404, 409 or 422, never a 500."""
 
@@ -12,8 +12,9 @@ from ninja import Field, Router, Schema
 
 from accounts.auth import api_auth
 
-from . import decisions, grants
-from .models import Approval, Grant
+from .. import decisions
+from ..models import Approval, Grant
+from . import models as grants
 
 router = Router(tags=["grants"])
 APPROVERS = api_auth("can_approve")

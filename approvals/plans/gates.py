@@ -1,26 +1,27 @@
-"""The gate's side of plans (approvals/plans.py): what to ask about a `submit_plan` call or a
+"""The gate's side of plans (approvals/plans/models.py): what to ask about a `submit_plan` call or a
 call inside an approved plan, and opening it.
 
-`gate_for_call` in approvals/engine_gates.py asks `plan_gate` / `in_plan` (no writes), and
-`open_gate` hands the gate to `open_plan` / `open_in_plan`, inside the engine's transaction.
+The gate cascade (approvals/gates/cascade.py) asks `plan_gate` / `in_plan` before the
+engine's transaction (no writes), and hands the gate to `open_plan` / `open_in_plan` inside it.
 Matching happens when the gate opens, with the plan's row locked: the calls of one model turn
 are opened one after the other, so the second is matched against the step after the first's.
-The opener functions come from engine_gates (`open_` is its `_open`, `step` its `_gate_step`),
-so this module needs nothing of it.
 """
 
 import re
-from collections.abc import Callable
 
 from django.utils import timezone
 
 from agentkit.plan_tool import SUBMIT_PLAN
 from agentkit.tools import Blast, Tool, get_tool
 from runs.engine.pii_guard import FINAL_ANSWER
-from runs.models import Run, args_hash
+from runs.models import Run
 
-from . import grants, permissions, plan_matching, plans
-from .models import Approval, Plan
+from .. import permissions
+from ..gates import record
+from ..grants import rules as grants
+from ..models import Approval, Plan
+from . import models as plans
+from . import rules as plan_matching
 
 # Not calls a plan speaks of: questions, a new plan, and the final answer the PII guard holds.
 NOT_PLANNED = ("ask_operator", SUBMIT_PLAN, FINAL_ANSWER)
@@ -63,14 +64,14 @@ def in_plan(run: Run, item: dict, tool: Tool, gate: dict | None) -> dict | None:
     }
 
 
-def open_plan(run: Run, item: dict, gate: dict, *, open_: Callable) -> str:
+def open_plan(run: Run, item: dict, gate: dict) -> str:
     """The plan's approval and its Plan row; the approval's id."""
     steps = item["args"].get("steps") or []
     found = plans.problems(run, steps)
     explanation = gate["explanation"]
     if found:
         explanation += ". Problems: " + "; ".join(found)
-    approval = open_(
+    approval = record.ask_person(
         run,
         item,
         kind=Approval.Kind.PLAN,
@@ -86,7 +87,7 @@ def open_plan(run: Run, item: dict, gate: dict, *, open_: Callable) -> str:
     return str(approval.pk)
 
 
-def open_in_plan(run: Run, item: dict, gate: dict, *, open_: Callable, step: Callable) -> str:
+def open_in_plan(run: Run, item: dict, gate: dict) -> str:
     """Match the call against the plan and record it: a match is approved by the plan (no
     person asked), unless a person must decide such a call every time; a deviation opens an
     approval that says which. The approval's id."""
@@ -104,7 +105,7 @@ def open_in_plan(run: Run, item: dict, gate: dict, *, open_: Callable, step: Cal
         refusal = not_covered(policy, permissions.gate_rules(run)) if policy else ""
         where = f"step {number} of plan #{plan.pk}"
         if refusal:
-            approval = open_(
+            approval = record.ask_person(
                 run,
                 item,
                 **{
@@ -118,14 +119,14 @@ def open_in_plan(run: Run, item: dict, gate: dict, *, open_: Callable, step: Cal
             )
             progress[verdict.step]["approval"] = str(approval.pk)
         else:
-            approval = _approve_by_plan(run, item, plan, number, gate, step)
+            approval = _approved_by_plan(run, item, plan, number, gate)
         plan.progress = progress
         plan.save(update_fields=["progress", "next_step"])
         return str(approval.pk)
     why = f"deviates from plan #{plan.pk}: {verdict.reason}"
     if policy:
         why += f"; and {policy['explanation']}"
-    approval = open_(
+    approval = record.ask_person(
         run,
         item,
         **{**asked, "explanation": why[:1000]},
@@ -149,7 +150,7 @@ def open_in_plan(run: Run, item: dict, gate: dict, *, open_: Callable, step: Cal
 
 def not_covered(gate: dict, rules: dict) -> str:
     """Why a plan does not cover this gated call ("" when it does): what a standing grant
-    could not cover either (approvals/grants.py), in a plan's words."""
+    could not cover either (approvals/grants/models.py), in a plan's words."""
     return re.sub(r"[;,] (so )?it cannot be granted", "", grants.gate_refusal(gate, rules))
 
 
@@ -171,45 +172,21 @@ def _asked(gate: dict) -> dict:
     return asked
 
 
-def _approve_by_plan(
-    run: Run, item: dict, plan: Plan, number: int, gate: dict, step: Callable
-) -> Approval:
-    """The audit record of a call the plan covers: an Approval decided by the plan (its
-    approver is the plan's), and a gate step "allowed by plan #n step k"."""
-    now = timezone.now()
+def _approved_by_plan(run: Run, item: dict, plan: Plan, number: int, gate: dict) -> Approval:
+    """The call the plan covers, approved by it (its approver is the plan's): "allowed by plan
+    #n step k"."""
     policy = gate.get("policy_gate")
-    hashed = args_hash(gate["tool"], item["args"])
     by = plan.approval.decided_by.get_username() if plan.approval.decided_by else "an approver"
     why = f"allowed by plan #{plan.pk} step {number} (approved by {by})"
-    approval = Approval(
-        run=run,
-        gate_seq=run.last_seq + 1,
-        llm_seq=item["llm_seq"],
-        tool_use_id=item["id"],
-        kind=Approval.Kind.ACTION,
-        tool=gate["tool"],
-        args=item["args"],
-        args_hash=hashed,
-        approved_args_hash=hashed,
-        explanation=(f"{why}; without it: {policy['explanation']}" if policy else why)[:1000],
-        risk=gate["risk"] if gate["risk"] in Approval.Risk.values else Approval.Risk.MEDIUM,
-        status=Approval.Status.APPROVED,
-        reason=why,
-        requested_at=now,
-        decided_at=now,
-        expires_at=now,
-    )
-    approval.save(force_insert=True)
-    step(
+    return record.approved_without_person(
         run,
-        approval,
         item,
-        status=Approval.Status.APPROVED,
-        plan=plan.pk,
-        plan_step=number,
-        allowed_by_plan=why,
+        tool=gate["tool"],
+        risk=gate["risk"],
+        explanation=(f"{why}; without it: {policy['explanation']}" if policy else why)[:1000],
+        reason=why,
+        step={"plan": plan.pk, "plan_step": number, "allowed_by_plan": why},
     )
-    return approval
 
 
 def not_covered_step(run: Run, step: dict) -> str:
@@ -219,7 +196,7 @@ def not_covered_step(run: Run, step: dict) -> str:
     if tool is None:
         return ""
     # The tool's own risk; a call's arguments can only raise it (thresholds), and the gate
-    # asks again with the call's own risk when it comes (plan_gates.py).
+    # asks again with the call's own risk when it comes (plans/gates.py).
     return not_covered(
         {"kind": Approval.Kind.ACTION, "risk": tool.blast.label}, permissions.gate_rules(run)
     )

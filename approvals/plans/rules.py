@@ -9,7 +9,7 @@ other call deviates, and says how:
 - `more_calls`: a tool whose planned steps are all taken (or every step is);
 - `other_tool`: a tool the plan does not name at all.
 
-Bounds reuse the standing grants' envelope (approvals/grants.py: `lte`, `eq`), plus `in` (a
+Bounds reuse the standing grants' envelope (approvals/grants/models.py: `lte`, `eq`), plus `in` (a
 list of allowed values). A value that cannot be compared is outside: a bound is never
 bypassed by omission.
 """
@@ -17,7 +17,8 @@ bypassed by omission.
 from dataclasses import dataclass
 from typing import Any
 
-from . import declared_policy, grants
+from ..gates import policy as declared_policy
+from ..grants import rules as grants
 
 OUTSIDE_ENVELOPE, OUT_OF_ORDER, MORE_CALLS, OTHER_TOOL = (
     "outside_envelope",

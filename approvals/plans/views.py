@@ -1,5 +1,5 @@
 """The plan screen (approve, edit or reject an agent's plan as a whole) and the run page's
-to-do list of its plans (approvals/plans.py)."""
+to-do list of its plans (approvals/plans/models.py)."""
 
 from django.contrib.auth.decorators import login_required
 from django.core import signing
@@ -11,8 +11,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from runs.models import Run, args_hash
 
-from . import decisions, plan_form, plans, views
-from .models import Approval
+from .. import decisions, views
+from ..models import Approval
+from . import forms as plan_form
+from . import models as plans
 
 PLAN_TEMPLATE = "approvals/plan.html"
 TODO_TEMPLATE = "approvals/run_plan.html"

@@ -1,6 +1,6 @@
 """The compliance evidence file's format: hash-chained lines and a signed trailer, as CSV or
 JSONL, and its verification. Standard library only, so a file can be checked offline with the
-key; approvals/evidence_export.py builds the records from the database.
+key; approvals/evidence/export.py builds the records from the database.
 
 One line per decision record: a person's decision (each vote of a quorum is its own line), a
 call an accepted auto-approve rule approved, or an approval that expired without one. Each

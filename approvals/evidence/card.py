@@ -13,7 +13,7 @@ from django.urls import reverse
 from runs.models import Step
 from runs.rendering import pretty
 
-from .models import Approval
+from ..models import Approval
 
 # Compact: a lookup result fits; a long document is cut and linked.
 EVIDENCE_CHARS = 600

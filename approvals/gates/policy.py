@@ -1,4 +1,5 @@
 """Gate policy: decides, on the server only, whether a proposed tool call needs a person.
+Pure rules: this module imports no model (tests/test_layering.py).
 
 Inputs are the tool's registered risk metadata (reversible, blast radius), the agent's
 declared rules (GateRules.as_dict() from the run's config snapshot), the validated arguments,
@@ -27,14 +28,14 @@ The order of evaluation, and what each rule can do:
    borderline calls the rules above let through is gated anyway, marked `sampled`, so
    approvers keep seeing what normal looks like. Borderline is one notch below the gate:
    reversible with side effects, irreversible but reaching little, or an amount within
-   BORDERLINE_MARGIN below its threshold. Draws come from `rng`; approvals/engine_gates.py seeds
-   one per call from GATE_SAMPLING_SEED when set, so tests and simulations are repeatable.
+   BORDERLINE_MARGIN below its threshold. Draws come from `rng`; the cascade (cascade.py) seeds one
+   per call from GATE_SAMPLING_SEED when set, so tests and simulations are repeatable.
 
 Risk starts at the tool's blast radius and is only ever raised by a rule (never lowered).
 
-For agents that declare GateRules.learning, approvals/engine_gates.py then applies what was learned
-(approvals/learning/rules.py): an admin-accepted auto-approve rule may waive a gate that comes from
-the base table alone (Verdict.by_table_only), and a reviewer's override may add one.
+For agents that declare GateRules.learning, the cascade then applies what was learned
+(approvals/learning/rules.py): an admin-accepted auto-approve rule may waive a gate that comes
+from the base table alone (Verdict.by_table_only), and a reviewer's override may add one.
 """
 
 import random
@@ -87,6 +88,14 @@ class Verdict:
     # Gated by the base table alone (no threshold, allow-list, always-gate or confidence
     # reason): the only kind of gate an admin-accepted auto-approve rule may waive.
     by_table_only: bool = False
+
+
+def rank(risk: str) -> int:
+    """A risk label's order (an unknown one counts as medium)."""
+    try:
+        return int(Blast[risk.upper()])
+    except KeyError:
+        return int(Blast.MEDIUM)
 
 
 def base_outcome(tool: Tool) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """Standing grants on the web: the card's "allow more than this call" form, the grants page
 (active ones with revoke buttons, and the ones that ended), revoking, and resuming a run an
-expiry halted. The rules are approvals/grants.py's (and the expiry's approvals/decisions.py);
+expiry halted. The rules are approvals/grants/models.py's (and the expiry's approvals/decisions.py);
 this module turns forms into their arguments and their refusals into form errors."""
 
 from django.contrib.auth.decorators import login_required
@@ -11,10 +11,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from . import decisions, grants
-from .grant_forms import GrantForm, card_context
-from .models import Grant
-from .views import DETAIL_TEMPLATE, _detail_context, _get_approval_for_user
+from .. import decisions
+from ..models import Grant
+from ..views import DETAIL_TEMPLATE, _detail_context, _get_approval_for_user
+from . import models as grants
+from .forms import GrantForm, card_context
 
 GRANTS_TEMPLATE = "approvals/grants.html"
 
@@ -22,7 +23,7 @@ GRANTS_TEMPLATE = "approvals/grants.html"
 @require_POST
 @login_required
 def grant_from_card(request: HttpRequest, pk) -> HttpResponse:
-    """Approve the call on the card and allow calls like it (approvals/grants.py)."""
+    """Approve the call on the card and allow calls like it (approvals/grants/models.py)."""
     approval = _get_approval_for_user(request, pk, decide=True)
     form = GrantForm(request.POST, approval=approval)
     status, message = 422, "Some fields of the grant could not be read."
