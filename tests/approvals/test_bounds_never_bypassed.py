@@ -1,10 +1,11 @@
 """A bound holds both ways and is never bypassed by omission, in a plan's steps
-(approvals/plan_matching.py) as in a standing grant's envelope (approvals/grants.py)."""
+(approvals/plans/rules.py) as in a standing grant's envelope (approvals/grants/rules.py)."""
 
 import pytest
 
-from approvals import grants, plan_matching
-from approvals.plan_matching import OUTSIDE_ENVELOPE
+from approvals.grants import rules as grants
+from approvals.plans import rules as plan_matching
+from approvals.plans.rules import OUTSIDE_ENVELOPE
 
 LOOKUP = [{"tool": "lookup_order", "args": {"order_id": 13}}]
 EMAIL = [
