@@ -12,11 +12,12 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from accounts.requests import SignedInRequest
 from agentkit.agents import CATALOGUE
 
 from . import evidence_export, oversight_reach
@@ -28,7 +29,7 @@ log = logging.getLogger("agentops.approvals")
 
 @require_GET
 @login_required
-def decisions_export(request: HttpRequest) -> HttpResponse:
+def decisions_export(request: SignedInRequest) -> HttpResponse:
     user = request.user
     if not oversight_reach.may_oversee(user):
         raise PermissionDenied
