@@ -143,6 +143,7 @@ def _call_tool(
     name, make_args = verifier.tool
     tool = get_tool(name)
     try:
+        assert tool is not None, f"no tool {name}"  # an unknown one fails here, as validate would
         args = tool.validate(make_args(result))
     except Exception as exc:
         return f"the verifier could not build {name}'s arguments: {exc}"

@@ -53,6 +53,7 @@ def go_on_or_stop(
     elif answer.outcome == gates.PENDING:
         lease.park_for_humans(work)
         answer = answer_of()
+    assert answer is not None  # park_for_humans returns only once it is answered
     if answer.outcome == gates.CONTINUE:
         return
     if answer.outcome == gates.STOP:

@@ -116,7 +116,9 @@ def send(work: Work, carry_on: CarryOn) -> None:
     """The call takes() kept, sent: the last thing the run's thread does with the run (the
     answer may be recorded by another thread at once). With the answer, another thread calls
     carry_on(first), where first(work) records it (loop.work_on)."""
-    asyncio.run_coroutine_threadsafe(_awaited(_loop.calls[work.run.pk], carry_on), _loop.loop)
+    loop = _loop.loop
+    assert loop is not None  # started by takes()
+    asyncio.run_coroutine_threadsafe(_awaited(_loop.calls[work.run.pk], carry_on), loop)
 
 
 def in_flight() -> int:

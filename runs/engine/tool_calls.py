@@ -61,7 +61,9 @@ def plan_calls(
         policy = gates.current()
         for item in pending:
             if item["args"] is not None:
-                gate = policy.gate_for_call(work.run, item, get_tool(item["name"]), response)
+                tool = get_tool(item["name"])
+                assert tool is not None  # its arguments were validated: the tool exists
+                gate = policy.gate_for_call(work.run, item, tool, response)
                 if gate is not None:
                     gated.append((item, gate))
     return pending, repeated, gated, guarded
@@ -178,7 +180,8 @@ def _inline_calls(
     outcomes: dict[str, tuple] = {}
     if runnable:
         limit = parallel.limit_for(work.agent_config)
-        tools = [get_tool(item["name"]) for item in runnable]
+        tools = [t for item in runnable if (t := get_tool(item["name"])) is not None]
+        assert len(tools) == len(runnable)  # the calls' arguments were validated
         # The lease covers the calls' waves, each as long as its slowest call's timeout.
         waves = -(-len(runnable) // limit)
         lease.still_mine(
