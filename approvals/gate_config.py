@@ -187,7 +187,7 @@ def _share_left(where: str, value: Any) -> list[str]:
 def check_catalogue(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """The system check: every agent of the catalogue has a gate configuration that means
     what it says (approvals.E001 names the agent and the rule)."""
-    errors = []
+    errors: list[checks.CheckMessage] = []
     for slug, agent in sorted(CATALOGUE.items()):
         try:
             snapshot = agent.snapshot()

@@ -46,7 +46,7 @@ def payload(crossing: BudgetCrossing) -> dict:
         "crossing": crossing.pk,
         "threshold": crossing.threshold,
         "agent": b.agent,
-        "team": b.team.slug if b.team_id else None,
+        "team": b.team.slug if b.team is not None else None,
         "period": b.period,
         "time_zone": b.time_zone,
         "period_start": crossing.period_start.isoformat(),

@@ -38,7 +38,7 @@ def continue_checkpoint(work: Work) -> None:
 def go_on_or_stop(
     work: Work,
     answer_of: Callable[[], gates.ContinueAnswer | None],
-    ask: Callable[[], None],
+    ask: Callable[[], object],
 ) -> None:
     """Wait (parked, no worker held) for a person's "continue?" answer, asking it first if
     nobody has been asked: returns on "continue"; "stop" (or a rejection) cancels the run,
