@@ -29,3 +29,6 @@ def test_the_type_check_baseline_only_shrinks():
     assert not [m for m in baselined if m.startswith("agentkit")]
     strict = next(o for o in overrides if "agentkit.*" in o["module"])
     assert strict["disallow_untyped_defs"] and strict["disallow_any_generics"]
+    engine = next(o for o in overrides if "runs.engine.*" in o["module"])
+    assert engine["disallow_untyped_defs"]
+    assert not [m for m in baselined if m.startswith("runs.engine")]

@@ -168,7 +168,7 @@ def beside_run() -> tuple[str, str]:
     q = connection.ops.quote_name
     run = q(Run._meta.db_table)
 
-    def column(model, name: str) -> str:
+    def column(model: Any, name: str) -> str:
         return f"{q(model._meta.db_table)}.{q(model._meta.get_field(name).column)}"
 
     instructions = (

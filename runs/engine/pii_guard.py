@@ -159,7 +159,7 @@ def check_output(work: Work, text: str) -> tuple[str, Any]:
     return action, (item, step)
 
 
-def judge_output(work: Work, response) -> tuple[tuple, list, list, list]:
+def judge_output(work: Work, response: Any) -> tuple[tuple, list, list, list]:
     """The policy applied to a final answer, in the shapes the model step is recorded with:
     (check_output's verdict, the pending calls, the gated calls, the guard steps). A gated
     answer is held as the one pending call, with its approval to open."""

@@ -28,7 +28,7 @@ from agentkit.tools import (
 )
 from agentkit.verification import checks_call, schema_errors
 
-from ..models import Step, canonical_json
+from ..models import Run, Step, canonical_json
 from . import awaiting, deadlines, gates, lease, parallel, pii_guard, replaying, retry, terminator
 from .idempotency import idempotency_key
 from .owned import Work, cfg, renewal
@@ -40,7 +40,7 @@ _opening = threading.Lock()
 
 
 def plan_calls(
-    work: Work, llm_seq: int, tool_uses: list[dict], response
+    work: Work, llm_seq: int, tool_uses: list[dict], response: Any
 ) -> tuple[list[dict], str, list[tuple[dict, dict]], list[tuple[str, dict, dict]]]:
     """Validate every proposed call, apply the agent's PII guard and ask the gate policy
     about each, before running any: (pending calls, the tool repeated without progress or
@@ -377,7 +377,7 @@ def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | N
     return result, None, cost
 
 
-def error_counters(run) -> dict:
+def error_counters(run: Run) -> dict:
     return {
         "retry_count": run.retry_count,
         "error_count": run.error_count,
