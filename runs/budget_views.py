@@ -59,7 +59,8 @@ def budget_edit(request: HttpRequest, pk: int) -> HttpResponse:
         if form.is_valid():
             _save(form, request)
             return redirect("runs:budgets")
-        return render(request, "runs/budget_edit.html", {"form": form, "budget": budget}, 422)
+        context = {"form": form, "budget": budget}
+        return render(request, "runs/budget_edit.html", context, status=422)
     return render(request, "runs/budget_edit.html", {"form": form, "budget": budget})
 
 
