@@ -23,7 +23,7 @@ from runs.models import Budget, BudgetCrossing
 from .delivery import DeliveryError, DeliveryRefused
 from .webhooks import _opener, signing_keys, target
 
-WORDS = {
+WORDS: dict[str, str] = {
     BudgetCrossing.Threshold.WARN: "is nearly spent",
     BudgetCrossing.Threshold.APPROVE: "is spent: its runs go on only when approved",
     BudgetCrossing.Threshold.STOP: "is overspent: its runs are stopped and new ones refused",
