@@ -12,7 +12,7 @@ def test_every_service_sensitive_module_exists():
 
 
 # Modules whose remaining mypy error codes are off (pyproject.toml, BASELINE): may only go down.
-TYPE_BASELINE_CEILING = 48
+TYPE_BASELINE_CEILING = 46
 
 
 def _mypy_overrides() -> list[dict]:
