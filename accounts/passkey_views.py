@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from . import passkeys, recovery_codes, two_factor
 from .models import WebAuthnCredential
+from .requests import SignedInRequest
 from .two_factor_views import setup_url
 
 log = logging.getLogger("agentops.security")
@@ -34,13 +35,13 @@ def _refused(error: passkeys.CeremonyError) -> JsonResponse:
 @require_POST
 @login_required
 @never_cache
-def register_options(request: HttpRequest) -> HttpResponse:
+def register_options(request: SignedInRequest) -> HttpResponse:
     return _options(passkeys.registration_options(request, request.user))
 
 
 @require_POST
 @login_required
-def register(request: HttpRequest) -> JsonResponse:
+def register(request: SignedInRequest) -> JsonResponse:
     try:
         key = passkeys.register(request, request.user)
     except passkeys.CeremonyError as error:

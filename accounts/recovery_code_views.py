@@ -11,6 +11,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from . import recovery_codes, two_factor
+from .requests import SignedInRequest
 from .two_factor_forms import CodeForm, RecoveryCodeForm
 from .two_factor_views import refuse, show_fresh, verify_page
 
@@ -19,7 +20,7 @@ log = logging.getLogger("agentops.security")
 
 @require_POST
 @login_required
-def regenerate(request: HttpRequest) -> HttpResponse:
+def regenerate(request: SignedInRequest) -> HttpResponse:
     if not two_factor.has_second_factor(request.user):
         messages.error(request, "Set up an authenticator app or a security key first.")
         return redirect("two_factor:setup")

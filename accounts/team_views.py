@@ -4,23 +4,25 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from accounts.requests import SignedInRequest
 
 from . import teams
 from .models import Team
 from .team_forms import MemberFormSet, TeamForm, save_team
 
 
-def _require_admin(request: HttpRequest) -> None:
+def _require_admin(request: SignedInRequest) -> None:
     if not request.user.is_admin:
         raise PermissionDenied
 
 
 @require_GET
 @login_required
-def team_list(request: HttpRequest) -> HttpResponse:
+def team_list(request: SignedInRequest) -> HttpResponse:
     _require_admin(request)
     rows = Team.objects.prefetch_related("agents", "members", "members__user")
     owned = {a for team in rows for a in team.agent_slugs}
@@ -30,7 +32,7 @@ def team_list(request: HttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def team_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+def team_edit(request: SignedInRequest, pk: int | None = None) -> HttpResponse:
     """A new team (no pk) or an existing one: its fields, agents and members on one form."""
     _require_admin(request)
     team = get_object_or_404(Team, pk=pk) if pk is not None else Team()
@@ -50,7 +52,7 @@ def team_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
 
 @require_POST
 @login_required
-def team_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def team_delete(request: SignedInRequest, pk: int) -> HttpResponse:
     _require_admin(request)
     team = get_object_or_404(Team, pk=pk)
     team.delete()

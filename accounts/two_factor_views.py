@@ -21,6 +21,7 @@ from django_otp import verify_token
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from . import passkeys, recovery_codes, two_factor
+from .requests import SignedInRequest
 from .two_factor_forms import CodeForm, RecoveryCodeForm
 
 log = logging.getLogger("agentops.security")
@@ -62,7 +63,7 @@ def _unconfirmed(user) -> TOTPDevice | None:
     return TOTPDevice.objects.devices_for_user(user, confirmed=False).first()
 
 
-def _setup_page(request: HttpRequest, form: CodeForm | None = None, status=200) -> HttpResponse:
+def _setup_page(request: SignedInRequest, form: CodeForm | None = None, status=200) -> HttpResponse:
     user = request.user
     confirmed = two_factor.confirmed_device(user)
     new = None if confirmed else _unconfirmed(user)
@@ -90,13 +91,13 @@ def _setup_page(request: HttpRequest, form: CodeForm | None = None, status=200) 
 @require_GET
 @login_required
 @never_cache
-def setup(request: HttpRequest) -> HttpResponse:
+def setup(request: SignedInRequest) -> HttpResponse:
     return _setup_page(request)
 
 
 @require_POST
 @login_required
-def start(request: HttpRequest) -> HttpResponse:
+def start(request: SignedInRequest) -> HttpResponse:
     """A new secret, unconfirmed until a code from it comes back."""
     if two_factor.confirmed_device(request.user):
         messages.error(request, "Two-factor sign-in is already set up: remove it first.")
@@ -109,7 +110,7 @@ def start(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def confirm(request: HttpRequest) -> HttpResponse:
+def confirm(request: SignedInRequest) -> HttpResponse:
     device = _unconfirmed(request.user)
     if device is None:
         messages.error(request, "Start the setup first.")
@@ -136,7 +137,7 @@ def confirm(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def remove(request: HttpRequest) -> HttpResponse:
+def remove(request: SignedInRequest) -> HttpResponse:
     device = two_factor.confirmed_device(request.user)
     if device is None:
         return redirect("two_factor:setup")

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth import logout as auth_logout
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -35,7 +36,7 @@ def sso_context(request: HttpRequest) -> dict:
     }
 
 
-def login(request: HttpRequest) -> HttpResponse:
+def login(request: HttpRequest) -> HttpResponseBase:
     """django.contrib.auth's LoginView, plus the single sign-on button; with password sign-in
     turned off a posted password is refused (403) before it is checked."""
     context = sso_context(request)

@@ -30,7 +30,7 @@ class Limits:
     max_seconds: int = 600
     max_consecutive_errors: int = 3
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "max_steps": self.max_steps,
             "max_cost_usd": str(self.max_cost_usd),
@@ -49,7 +49,7 @@ class EscalationTier:
     users: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "after_seconds": int(self.after.total_seconds()),
             "users": list(self.users),
@@ -81,7 +81,7 @@ class LearningRules:
     default_expiry: timedelta = timedelta(days=30)
     default_max_hits: int = 500
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "bar": self.bar,
             "bands": [float(b) for b in self.bands],
@@ -132,7 +132,7 @@ class GateRules:
     # AGENTOPS_REVIEW_SAMPLE_PER_DAY, 0 turns it off for this agent.
     review_per_day: int | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "thresholds": {
                 t: {a: str(v) for a, v in d.items()} for t, d in self.thresholds.items()
@@ -166,7 +166,7 @@ class RunResult:
 
     run_id: str
     agent: str
-    input: dict
+    input: dict[str, Any]
     output: str  # the model's final answer
 
     def json(self) -> Any:
@@ -201,7 +201,7 @@ class FollowUp:
     """
 
     agent: str
-    input: Callable[[RunResult], dict | None]
+    input: Callable[[RunResult], dict[str, Any] | None]
     # Tells two follow-ups of one agent apart; the next agent's slug by default.
     name: str = ""
 
@@ -225,9 +225,9 @@ class Agent:
     tools: tuple[str, ...]
     input_form: type[forms.Form]
     # Builds the first user message from the validated input.
-    prompt: Callable[[dict], str]
+    prompt: Callable[[dict[str, Any]], str]
     # Scripted model turns for this input (demo runs without an API key).
-    script: Callable[[dict], list[Turn]]
+    script: Callable[[dict[str, Any]], list[Turn]]
     limits: Limits = field(default_factory=Limits)
     # Upper bounds an operator may raise the limits to at launch.
     max_limits: Limits = field(default_factory=lambda: Limits(200, Decimal("20.00"), 3600, 10))
@@ -236,7 +236,7 @@ class Agent:
     # One line that tells a run from the others in lists ("order 42 · refund 600"), from
     # the validated input; None: the first fields of the input (`summarize`). Code, so it
     # stays out of the snapshot: the line is stored on the run at launch.
-    summary: Callable[[dict], str] | None = None
+    summary: Callable[[dict[str, Any]], str] | None = None
     # Agents launched when a run succeeds, with its output mapped into their input
     # (runs/chains.py). The agents named must be registered first.
     follow_ups: tuple[FollowUp, ...] = ()
@@ -252,7 +252,7 @@ class Agent:
     # verification.md); the final answer's JSON schema, or a pydantic model (the same page,
     # "Output validation"), and how many invalid answers the agent may give before the run fails.
     verifier: Verifier | None = None
-    output_schema: dict | type | None = None
+    output_schema: dict[str, Any] | type | None = None
     output_attempts: int = 2
     # Personal data in what leaves the system (calls' arguments, the final answer): redact,
     # gate or block (agentkit/pii.py). None: not looked for.
@@ -297,13 +297,13 @@ class Agent:
         """The tools that undo the agent's calls (Tool.compensate), not offered to its model:
         only a compensation calls them."""
         own = set(self.tools)
-        names = {REGISTRY[n].compensate.tool for n in self.tools if REGISTRY[n].compensate}
+        names = {c.tool for n in self.tools if (c := REGISTRY[n].compensate)}
         return [REGISTRY[n] for n in sorted(names - own) if n in REGISTRY]
 
     def follow_up(self, key: str) -> FollowUp | None:
         return next((f for f in self.follow_ups if f.key == key), None)
 
-    def summarize(self, input: dict) -> str:
+    def summarize(self, input: dict[str, Any]) -> str:
         """The run's one-line summary of `input`, at most SUMMARY_CHARS characters."""
         text = ""
         if self.summary is not None:
@@ -323,7 +323,7 @@ class Agent:
     def tool_objects(self) -> list[Tool]:
         return [REGISTRY[name] for name in self.tools] + self.mcp_tools()[0]
 
-    def mcp_tools(self) -> tuple[list[Tool], list[dict]]:
+    def mcp_tools(self) -> tuple[list[Tool], list[dict[str, Any]]]:
         """The tools of the agent's MCP servers (listed unless the last listing is recent),
         and each server as a run's snapshot records it: a server that cannot be listed adds
         no tools, and its entry says why."""
@@ -341,14 +341,14 @@ class Agent:
             servers.append(entry)
         return tools, servers
 
-    def scripted_provider(self, input: dict) -> ScriptedProvider:
+    def scripted_provider(self, input: dict[str, Any]) -> ScriptedProvider:
         verifier = self.verifier
         review = verifier.script(input) if verifier and verifier.script else ()
         return ScriptedProvider(
             self.script(input), verifier_turns=review, typing=self.scripted_typing
         )
 
-    def validate_input(self, data: Any) -> tuple[dict | None, dict[str, list[str]]]:
+    def validate_input(self, data: Any) -> tuple[dict[str, Any] | None, dict[str, list[str]]]:
         """(cleaned input, {}) or (None, field errors). The web form and the API share it."""
         if not isinstance(data, dict):
             return None, {"__all__": ["input must be an object"]}
@@ -360,10 +360,12 @@ class Agent:
             return None, {k: [str(m) for m in v] for k, v in form.errors.items()}
         return _jsonable(form.cleaned_data), {}
 
-    def input_schema(self) -> dict:
+    def input_schema(self) -> dict[str, Any]:
         return form_json_schema(self.input_form)
 
-    def resolve_limits(self, overrides: dict | None) -> tuple[Limits | None, dict[str, list[str]]]:
+    def resolve_limits(
+        self, overrides: dict[str, Any] | None
+    ) -> tuple[Limits | None, dict[str, list[str]]]:
         """The agent's limits with operator overrides applied, refused beyond max_limits."""
         if not overrides:
             return self.limits, {}
@@ -391,8 +393,8 @@ class Agent:
             return None, errors
         return replace(self.limits, **values), {}
 
-    def snapshot(self) -> dict:
-        snapshot = {
+    def snapshot(self) -> dict[str, Any]:
+        snapshot: dict[str, Any] = {
             "slug": self.slug,
             "title": self.title,
             "model": self.model,
@@ -577,7 +579,7 @@ def get_agent(slug: str) -> Agent | None:
     return CATALOGUE.get(slug)
 
 
-def provider_for_run(run) -> Provider:
+def provider_for_run(run: Any) -> Provider:
     """The provider a run was launched with (stored on the run, so a resume never switches)."""
     if run.provider == "anthropic":
         # Imported on first use, not to break a cycle: a web process never needs the SDK
@@ -585,17 +587,17 @@ def provider_for_run(run) -> Provider:
         from agentkit.llm.anthropic import AnthropicProvider
 
         return AnthropicProvider.from_settings()
-    return get_agent(run.agent).scripted_provider(run.input)
+    return CATALOGUE[run.agent].scripted_provider(run.input)
 
 
-def _jsonable(data: dict) -> dict:
+def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for key, value in data.items():
         out[key] = str(value) if isinstance(value, Decimal) else value
     return out
 
 
-def json_type_errors(schema: dict, data: dict) -> dict[str, list[str]]:
+def json_type_errors(schema: dict[str, Any], data: dict[str, Any]) -> dict[str, list[str]]:
     """JSON types checked against the agent's published input schema (an API launch, a
     chained run's mapped input).
 
@@ -619,9 +621,9 @@ def json_type_errors(schema: dict, data: dict) -> dict[str, list[str]]:
     return errors
 
 
-def form_json_schema(form_class: type[forms.Form]) -> dict:
+def form_json_schema(form_class: type[forms.Form]) -> dict[str, Any]:
     """A JSON schema for API clients, derived from the same Django form the web UI renders."""
-    props: dict[str, dict] = {}
+    props: dict[str, dict[str, Any]] = {}
     required = []
     for name, f in form_class.base_fields.items():
         prop: dict[str, Any] = {"title": str(f.label or name)}
@@ -637,15 +639,16 @@ def form_json_schema(form_class: type[forms.Form]) -> dict:
         else:
             prop["type"] = "string"
         if isinstance(f, forms.ChoiceField):
-            prop["enum"] = [c for c, _ in f.choices if c != ""]
+            choices: Any = f.choices
+            prop["enum"] = [c for c, _ in choices if c != ""]
         if isinstance(f, forms.EmailField):
             prop["format"] = "email"
-        if getattr(f, "max_length", None):
-            prop["maxLength"] = f.max_length
-        if getattr(f, "min_value", None) is not None:
-            prop["minimum"] = float(f.min_value)
-        if getattr(f, "max_value", None) is not None:
-            prop["maximum"] = float(f.max_value)
+        if max_length := getattr(f, "max_length", None):
+            prop["maxLength"] = max_length
+        if (min_value := getattr(f, "min_value", None)) is not None:
+            prop["minimum"] = float(min_value)
+        if (max_value := getattr(f, "max_value", None)) is not None:
+            prop["maximum"] = float(max_value)
         if f.initial is not None:
             prop["default"] = f.initial
         if f.required:

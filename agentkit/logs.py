@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.functional import SimpleLazyObject, empty
 
 FIELDS = ("run_id", "seq", "task_id", "user")
-_context: dict[str, ContextVar] = {
+_context: dict[str, ContextVar[Any]] = {
     name: ContextVar(f"agentops_log_{name}", default=None) for name in FIELDS
 }
 _request: ContextVar[HttpRequest | None] = ContextVar("agentops_log_request", default=None)
@@ -40,12 +40,12 @@ def bound(**fields: Any) -> Iterator[None]:
             var.reset(token)
 
 
-def about_run(func: Callable) -> Callable:
+def about_run(func: Callable[..., Any]) -> Callable[..., Any]:
     """For a function whose first argument is a run id: its log lines carry the run (and the
     seq it sets with set_seq, forgotten when it returns)."""
 
     @functools.wraps(func)
-    def wrapper(run_id, *args, **kwargs):
+    def wrapper(run_id: Any, *args: Any, **kwargs: Any) -> Any:
         with bound(run_id=str(run_id), seq=None):
             return func(run_id, *args, **kwargs)
 
@@ -76,7 +76,7 @@ def _username(request: HttpRequest | None) -> str | None:
             return None
     if user is None or not user.is_authenticated:
         return None
-    return user.get_username()
+    return str(user.get_username())
 
 
 class ContextFilter(logging.Filter):
@@ -153,7 +153,9 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{' '.join(known)}]" if known else line
 
 
-def request_context(get_response: Callable[[HttpRequest], HttpResponse]):
+def request_context(
+    get_response: Callable[[HttpRequest], HttpResponse],
+) -> Callable[[HttpRequest], HttpResponse]:
     """Middleware: log lines during a request name its user (once the view knows it)."""
 
     def middleware(request: HttpRequest) -> HttpResponse:

@@ -32,8 +32,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 from mcp import Client, StdioServerParameters
@@ -41,7 +42,7 @@ from mcp import types as mcp_types
 from mcp.client.stdio import get_default_environment
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, RequestParamsMeta
 
 from agentkit.previews import Change
 from agentkit.tools import (
@@ -50,6 +51,7 @@ from agentkit.tools import (
     Blast,
     Tool,
     ToolArgsError,
+    ToolContext,
     ToolError,
     ToolInfraError,
 )
@@ -113,7 +115,7 @@ class McpServer:
     # Its result: {"changes": [{"subject", "before", "after"}, ...]} (or the list alone).
     previews: dict[str, str] = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if bool(self.command) == bool(self.url):
             raise ValueError(f"MCP server {self.name}: give a command or a url, not both")
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,30}", self.name):
@@ -148,7 +150,7 @@ class McpServer:
             message_handler=functools.partial(_on_message, self.name),
         )
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "transport": self.transport,
@@ -172,15 +174,16 @@ def _remote_call() -> None:  # pragma: no cover - McpTool.call never calls its f
 class McpTool(Tool):
     """A tool an MCP server offers, as the registry holds it."""
 
-    server: McpServer | None = None
+    # Always given (keyword-only: Tool's fields before it have defaults).
+    server: McpServer = field(kw_only=True)
     remote_name: str = ""
-    schema: dict = field(default_factory=lambda: {"type": "object"})
-    annotations: dict = field(default_factory=dict)
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    annotations: dict[str, Any] = field(default_factory=dict)
 
-    def input_schema(self) -> dict:
+    def input_schema(self) -> dict[str, Any]:
         return copy.deepcopy(self.schema)
 
-    def validate(self, args: Any) -> dict:
+    def validate(self, args: Any) -> dict[str, Any]:
         if not isinstance(args, dict):
             raise ToolArgsError(f"arguments for {self.name} must be an object")
         try:
@@ -194,11 +197,13 @@ class McpTool(Tool):
                 f"invalid arguments for {self.name}: " + "; ".join(errors),
                 [{"loc": [], "msg": e} for e in errors],
             )
-        return json.loads(json.dumps(args))
+        checked: dict[str, Any] = json.loads(json.dumps(args))
+        return checked
 
-    def call(self, args: dict, ctx) -> Any:
+    def call(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        # The key is the server's own (McpServer.idempotency_meta): a TypedDict's extra item.
         meta = (
-            {self.server.idempotency_meta: ctx.idempotency_key}
+            cast(RequestParamsMeta, {self.server.idempotency_meta: ctx.idempotency_key})
             if self.accepts_idempotency_key
             else None
         )
@@ -208,7 +213,7 @@ class McpTool(Tool):
         )
         return _value(result, self.remote_name)
 
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
         return {
             **super().metadata(),
             "mcp": {
@@ -253,7 +258,7 @@ class _Held:
 
     def __init__(self, server: McpServer):
         self.server = server
-        self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         self.done = asyncio.Event()
         self.broken = False
         self.used = time.monotonic()  # when its last exchange began or ended
@@ -293,6 +298,10 @@ class _Held:
             log.info("MCP server %s: no tool-change stream (%s)", self.server.name, exc)
 
 
+# What is done on a server's session: a call, a listing.
+Exchange = Callable[[Client], Awaitable[Any]]
+
+
 class _Connections:
     """The kept sessions of this process, on an event loop of their own (a daemon thread)
     that any thread hands its MCP exchanges to. A forked child starts with none."""
@@ -305,7 +314,7 @@ class _Connections:
         self._pid = 0
         self.held: dict[str, _Held] = {}
 
-    def run(self, server: McpServer, exchange, timeout: float) -> Any:
+    def run(self, server: McpServer, exchange: Exchange, timeout: float) -> Any:
         """`await exchange(client)` on the server's kept session, within `timeout` seconds;
         transport failures are infrastructure errors (retried per the tool's policy), a
         JSON-RPC error is the tool's."""
@@ -327,8 +336,8 @@ class _Connections:
                 asyncio.run_coroutine_threadsafe(self._reap(), self._loop)
             return self._loop
 
-    async def _run(self, server: McpServer, exchange, timeout: float) -> Any:
-        async def attempt():
+    async def _run(self, server: McpServer, exchange: Exchange, timeout: float) -> Any:
+        async def attempt() -> Any:
             held = self.held.get(server.name)
             if held is not None and held.server != server:  # declared anew, otherwise
                 held.done.set()
@@ -406,7 +415,7 @@ def _tools_changed(server_name: str) -> None:
 _TRANSPORT_CODES = (CONNECTION_CLOSED, REQUEST_TIMEOUT)
 
 
-def _tool_error(exc: BaseException, timeout: float) -> ToolError:
+def _tool_error(exc: BaseException, timeout: float) -> ToolError | ToolInfraError:
     """What a failed MCP exchange is to the engine: the server's JSON-RPC error is the call's
     own (ToolError); a transport failure or a timeout is infrastructure (ToolInfraError)."""
     # The transport's task groups may wrap the error: its first leaf says what it was.
@@ -470,11 +479,12 @@ class McpUnavailable(Exception):
     """A server that could not be listed (and never was)."""
 
 
-def _listing(server: McpServer) -> list[dict]:
-    return connections.run(server, _list, server.timeout_seconds)
+def _listing(server: McpServer) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = connections.run(server, _list, server.timeout_seconds)
+    return listed
 
 
-async def _list(client: Client) -> list[dict]:
+async def _list(client: Client) -> list[dict[str, Any]]:
     tools, cursor = [], None
     for _ in range(100):  # a paginator that never ends must not hang a launch
         page = await client.list_tools(cursor=cursor)
@@ -485,7 +495,7 @@ async def _list(client: Client) -> list[dict]:
     return [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
 
 
-def _tool(server: McpServer, definition: dict) -> McpTool | None:
+def _tool(server: McpServer, definition: dict[str, Any]) -> McpTool | None:
     remote = definition.get("name", "")
     if server.tools and remote not in server.tools:
         return None
@@ -526,7 +536,7 @@ class _RemotePreview:
     server: McpServer
     remote_name: str
 
-    def __call__(self, args: dict) -> list[Change]:
+    def __call__(self, args: dict[str, Any]) -> list[Change]:
         result = connections.run(
             self.server,
             lambda client: client.call_tool(self.remote_name, args),

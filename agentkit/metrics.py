@@ -94,7 +94,7 @@ if MULTIPROC_DIR:
     remove_dead_processes(MULTIPROC_DIR)
     atexit.register(mark_this_process_dead)
 
-_children: dict[tuple, Any] = {}
+_children: dict[tuple[Any, ...], Any] = {}
 
 
 def labelled(metric: Any, *values: str) -> Any:

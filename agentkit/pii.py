@@ -206,12 +206,12 @@ class Finding:
     field: str  # where: an argument's path ("body", "to[0]") or "output"
     masked: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "field": self.field, "masked": self.masked}
 
 
 def scan(
-    value: Any, kinds: Iterable[str], patterns: dict | None = None, path: str = ""
+    value: Any, kinds: Iterable[str], patterns: dict[str, Any] | None = None, path: str = ""
 ) -> tuple[Any, list[Finding]]:
     """Every string in `value` (arguments: dicts, lists, strings) scanned: (the value with
     each match replaced by its placeholder, the findings)."""
@@ -243,7 +243,7 @@ def scan(
     return value, []
 
 
-def mask_value(value: Any, kinds: Iterable[str], patterns: dict | None = None) -> Any:
+def mask_value(value: Any, kinds: Iterable[str], patterns: dict[str, Any] | None = None) -> Any:
     """A copy of `value` (JSON: dicts, lists, strings) with every match masked in place
     ("**** **** **** 4242"): what the timeline, the API, exports, live views, notifications
     and logs show of a run whose agent has a PII policy. Other values are kept as they are."""
@@ -265,7 +265,7 @@ def mask_value(value: Any, kinds: Iterable[str], patterns: dict | None = None) -
     return value
 
 
-def masker(policy: dict | None) -> Callable[[Any], Any]:
+def masker(policy: dict[str, Any] | None) -> Callable[[Any], Any]:
     """mask_value for an agent's PII policy (its `as_dict()`, as a run's config keeps it);
     the identity without one."""
     if not policy or not policy.get("detectors"):
@@ -296,7 +296,7 @@ class PiiPolicy:
     # e-mail's recipient is an address by design).
     exempt: tuple[str, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, action in (("on_tool_args", self.on_tool_args), ("on_output", self.on_output)):
             if action and action not in ACTIONS:
                 raise ValueError(f"PiiPolicy.{name} must be one of {ACTIONS}, not {action!r}")
@@ -306,7 +306,7 @@ class PiiPolicy:
         for pattern in self.patterns.values():
             re.compile(pattern)  # a broken pattern fails at start-up, not in a run
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "detectors": list(self.detectors),
             "on_tool_args": self.on_tool_args,

@@ -50,7 +50,7 @@ class PlanStep(pydantic.BaseModel):
 def submit_plan(
     goal: str = pydantic.Field(min_length=1, max_length=1000),
     steps: list[PlanStep] = pydantic.Field(min_length=1, max_length=MAX_STEPS),
-) -> dict:
+) -> dict[str, Any]:
     """Submit a plan before acting: the goal and the ordered tool calls you will make. Each
     step names a tool and either `args` (exactly this call) or `envelope` (a list of
     {"arg", "op": "lte" | "eq" | "in", "value"} bounds on its arguments). An operator approves,

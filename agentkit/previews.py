@@ -31,17 +31,17 @@ class Change:
     does not exist yet (an e-mail to be sent); `after` None: the call would remove it."""
 
     subject: str  # "order 42", "e-mail to ann@example.com"
-    before: dict | None
-    after: dict | None
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"subject": self.subject, "before": self.before, "after": self.after}
 
 
-Preview = Callable[[dict], "Change | list[Change]"]
+Preview = Callable[[dict[str, Any]], "Change | list[Change]"]
 
 
-def compute(preview: Preview | None, args: dict) -> dict | None:
+def compute(preview: Preview | None, args: dict[str, Any]) -> dict[str, Any] | None:
     """The stored form of a call's preview: {"changes": [...], "hash": ...} or, when the
     preview function fails, {"error": ..., "hash": ...}; None when the tool has none. The
     hash is what a later computation is compared with."""
@@ -59,13 +59,13 @@ def compute(preview: Preview | None, args: dict) -> dict | None:
     return {**body, "hash": fingerprint(body)}
 
 
-def fingerprint(body: dict) -> str:
+def fingerprint(body: dict[str, Any]) -> str:
     what = {k: v for k, v in body.items() if k != "hash"}
     text = json.dumps(what, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def differs(shown: dict | None, fresh: dict | None) -> bool:
+def differs(shown: dict[str, Any] | None, fresh: dict[str, Any] | None) -> bool:
     if shown is None or fresh is None:
         return shown is not fresh
     return shown.get("hash") != fresh.get("hash")
@@ -75,7 +75,7 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def rows(change: dict) -> list[dict]:
+def rows(change: dict[str, Any]) -> list[dict[str, Any]]:
     """One change as diff rows for a person: each field with its value before and after and
     whether it changes; a changed text with line breaks also as its lines (+ added, - removed,
     " " kept). Values are text, for escaping by the template."""
@@ -85,7 +85,7 @@ def rows(change: dict) -> list[dict]:
     for name in names:
         old = (before or {}).get(name) if before is not None else None
         new = (after or {}).get(name) if after is not None else None
-        row = {
+        row: dict[str, Any] = {
             "field": str(name),
             "before": "" if before is None or name not in before else _text(old),
             "after": "" if after is None or name not in after else _text(new),
@@ -102,7 +102,7 @@ def rows(change: dict) -> list[dict]:
     return out
 
 
-def view(preview: dict | None) -> dict | None:
+def view(preview: dict[str, Any] | None) -> dict[str, Any] | None:
     """A stored preview as templates show it: its changes with their rows, or its error."""
     if not preview:
         return None
@@ -117,13 +117,13 @@ def view(preview: dict | None) -> dict | None:
     return {"changes": changes, "error": preview.get("error", ""), "hash": preview.get("hash", "")}
 
 
-def as_text(preview: dict | None, limit: int = 1500) -> str:
+def as_text(preview: dict[str, Any] | None, limit: int = 1500) -> str:
     """The preview in plain lines (Slack, e-mail): "order 42: refunded 0.00 -> 600.00"."""
     shown = view(preview)
     if shown is None:
         return ""
     if shown["error"]:
-        return shown["error"]
+        return str(shown["error"])
     lines = []
     for change in shown["changes"]:
         label = f"{change['subject']}{' (new)' if change['kind'] == 'new' else ''}"

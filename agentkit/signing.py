@@ -212,6 +212,7 @@ def _verify_legacy(
     given = lowered.get(LEGACY_SIGNATURE_HEADER.lower(), "")
     if not given.startswith(LEGACY_PREFIX):
         raise SignatureError(f"{LEGACY_SIGNATURE_HEADER} must be {LEGACY_PREFIX}<hex HMAC-SHA256>")
+    assert timestamp is not None  # check_timestamp refused a missing one
     for key, secret in secrets:
         if hmac.compare_digest(legacy_signature(secret, timestamp, body).encode(), given.encode()):
             # The signature covers timestamp and body: a replayed copy carries the same one.

@@ -53,7 +53,7 @@ class ToolInfraError(Exception):
 
 
 class ToolArgsError(Exception):
-    def __init__(self, message: str, errors: list[dict] | None = None):
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None):
         super().__init__(message)
         self.errors = errors or []
 
@@ -76,13 +76,13 @@ class RateLimit:
     per: timedelta
     on_limit: str = "wait"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.calls < 1 or self.per.total_seconds() < 1:
             raise ValueError("RateLimit needs calls >= 1 and a window of at least a second")
         if self.on_limit not in ("wait", "fail"):
             raise ValueError(f"RateLimit.on_limit must be wait or fail, not {self.on_limit!r}")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "calls": self.calls,
             "per_seconds": int(self.per.total_seconds()),
@@ -140,11 +140,11 @@ class Pending:
     completion: str = "callback"  # "callback", "operator" or "poll"
     # For completion="poll": a tool without side effects, called with these arguments every
     # poll_every; it returns Pending while not done, a result when done (ToolError: failed).
-    poll: tuple[str, dict] | None = None
+    poll: tuple[str, dict[str, Any]] | None = None
     poll_every: timedelta | None = None
     on_timeout: str = "agent"  # "agent": told it timed out; "person": an operator decides
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.completion not in ("callback", "operator", "poll"):
             raise ValueError(f"unknown completion {self.completion!r}")
         if self.on_timeout not in ("agent", "person"):
@@ -179,7 +179,7 @@ class Charged:
     result: Any
     cost_usd: Decimal
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "cost_usd", call_cost(self.cost_usd))
 
 
@@ -193,9 +193,9 @@ class Compensate:
     not compensable, and the operator is told why."""
 
     tool: str
-    args: "Callable[[dict, Any], dict] | None" = None
+    args: "Callable[[dict[str, Any], Any], dict[str, Any]] | None" = None
 
-    def arguments(self, args: dict, result: Any) -> dict:
+    def arguments(self, args: dict[str, Any], result: Any) -> dict[str, Any]:
         mapped = dict(args) if self.args is None else self.args(args, result)
         if not isinstance(mapped, dict):
             raise TypeError(f"the mapping gave a {type(mapped).__name__}, not an object")
@@ -218,9 +218,9 @@ class Tool:
     wants_ctx: bool = False
     # How the call's effect reads to a person ("Refund 600.00 on order 42"): a format string
     # over the parsed arguments or a function of them; see `effect`.
-    describe: "str | Callable[[dict], str] | None" = None
+    describe: "str | Callable[[dict[str, Any]], str] | None" = None
     # The JSON schema its result must match (docs/admins/verification.md); None: unchecked.
-    output_schema: dict | None = None
+    output_schema: dict[str, Any] | None = None
     # Across all runs of all agents (an agent may add its own: Agent.rate_limits).
     rate_limit: RateLimit | None = None
     # Called on the worker's own thread, its deadline not enforced (runs/engine/deadlines.py):
@@ -230,7 +230,7 @@ class Tool:
     # What a call would change, computed read-only when its gate opens and again when a
     # person decides (agentkit/previews.py): a function of the parsed arguments returning a
     # previews.Change or a list of them.
-    preview: "Callable[[dict], Any] | None" = None
+    preview: "Callable[[dict[str, Any]], Any] | None" = None
     # What each call costs in USD (a paid API), charged to the run whenever the tool runs;
     # a call that returns Charged says its own cost instead.
     cost_usd: Decimal = Decimal(0)
@@ -241,11 +241,11 @@ class Tool:
     def has_side_effects(self) -> bool:
         return not (self.reversible and self.blast == Blast.NONE)
 
-    def input_schema(self) -> dict:
+    def input_schema(self) -> dict[str, Any]:
         # A copy: the caller may change it (the snapshot each launch stores is built on it).
         return copy.deepcopy(_json_schema(self.args_model))
 
-    def anthropic_schema(self) -> dict:
+    def anthropic_schema(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "description": self.description,
@@ -253,7 +253,7 @@ class Tool:
             **({"rate_limit": self.rate_limit.as_dict()} if self.rate_limit else {}),
         }
 
-    def validate(self, args: Any) -> dict:
+    def validate(self, args: Any) -> dict[str, Any]:
         """Parsed arguments as plain JSON values, or ToolArgsError with a readable message."""
         if not isinstance(args, dict):
             raise ToolArgsError(f"arguments for {self.name} must be an object")
@@ -270,7 +270,7 @@ class Tool:
             ) from None
         return parsed.model_dump(mode="json")
 
-    def call(self, args: dict, ctx: ToolContext) -> Any:
+    def call(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         kwargs = dict(self.args_model.model_validate(args))
         if self.wants_ctx:
             kwargs["ctx"] = ctx
@@ -279,7 +279,7 @@ class Tool:
             return result.model_dump(mode="json")
         return result
 
-    def effect(self, args: dict) -> str:
+    def effect(self, args: dict[str, Any]) -> str:
         """One line saying what this call would do, from its parsed arguments. The tool's own
         `describe` when it has one and it can read these arguments; otherwise the tool's name
         and its arguments (long values cut)."""
@@ -293,7 +293,7 @@ class Tool:
         shown = ", ".join(f"{k}={_short(v)}" for k, v in sorted(args.items()))
         return f"Call {self.name} with {shown}" if shown else f"Call {self.name}"
 
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "description": self.description,
@@ -334,7 +334,7 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 @functools.cache
-def _json_schema(args_model: type[pydantic.BaseModel]) -> dict:
+def _json_schema(args_model: type[pydantic.BaseModel]) -> dict[str, Any]:
     # Generating it costs more than the rest of a launch's snapshot; the model never changes.
     schema = args_model.model_json_schema()
     schema.pop("title", None)
@@ -353,14 +353,14 @@ def tool(
     retry: RetryPolicy | None = None,
     on_reject: str = "tell_agent",
     name: str | None = None,
-    describe: str | Callable[[dict], str] | None = None,
-    output_schema: "dict | type[pydantic.BaseModel] | None" = None,
+    describe: str | Callable[[dict[str, Any]], str] | None = None,
+    output_schema: "dict[str, Any] | type[pydantic.BaseModel] | None" = None,
     rate_limit: RateLimit | None = None,
     inline: bool = False,
-    preview: Callable[[dict], Any] | None = None,
+    preview: Callable[[dict[str, Any]], Any] | None = None,
     cost_usd: "Decimal | str | int" = 0,
     compensate: Compensate | None = None,
-) -> Callable[[Callable], Callable]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a function as a tool. Its docstring is the description the model reads.
     `describe` says how a call's effect reads to an approver: a format string over the
     parsed arguments ("Send {subject!r} to {to}") or a function of them. `output_schema`
@@ -377,7 +377,7 @@ def tool(
     tool (Compensate), offered when a run fails or is cancelled after it committed."""
     per_call = call_cost(cost_usd)
 
-    def register(fn: Callable) -> Callable:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         tool_name = name or fn.__name__
         if rate_limit is not None and reversible and blast == Blast.NONE:
             raise ValueError(f"tool {tool_name}: rate limits apply to tools with side effects")
@@ -427,7 +427,7 @@ def tool(
     return register
 
 
-def _returns(fn: Callable) -> dict | None:
+def _returns(fn: Callable[..., Any]) -> dict[str, Any] | None:
     """The output schema a tool's return annotation gives: a pydantic model or a TypedDict
     says what the result must be; anything else (dict, Any, none) says nothing checkable."""
     try:

@@ -167,7 +167,11 @@ def step(traceparent: str, *, run_id: Any, agent: str, seq: int) -> Any:
 
 
 def in_run(
-    name: str, traceparent: str, attributes: dict, *, carrier: Mapping[str, str] | None = None
+    name: str,
+    traceparent: str,
+    attributes: dict[str, Any],
+    *,
+    carrier: Mapping[str, str] | None = None,
 ) -> Any:
     """A context manager around work done for a run, a child of the run's span wherever it
     runs, linked to the current context (or `carrier`'s) when that is another trace; yields
@@ -257,7 +261,7 @@ def failed(span: Span | None, error_type: str, message: str) -> None:
 def _span(
     name: str,
     parent: otel_context.Context | None,
-    attributes: dict,
+    attributes: dict[str, Any],
     *,
     kind: SpanKind = SpanKind.INTERNAL,
     links: list[Link] | None = None,
@@ -275,7 +279,7 @@ def record(
     *,
     start: datetime,
     end: datetime,
-    attributes: dict,
+    attributes: dict[str, Any],
     error: str = "",
 ) -> None:
     """A span of the run `traceparent` that began at `start` in another process (an approval
@@ -295,7 +299,13 @@ def record(
 
 
 def record_run(
-    traceparent: str, *, agent: str, start: datetime, end: datetime, attributes: dict, error: str
+    traceparent: str,
+    *,
+    agent: str,
+    start: datetime,
+    end: datetime,
+    attributes: dict[str, Any],
+    error: str,
 ) -> None:
     """The run's own span (`invoke_agent <agent>`), recorded when it ends, with the ids its
     children have been pointing at since it began."""

@@ -41,10 +41,10 @@ class Verifier:
     """
 
     check: Callable[..., str | None] | None = None
-    tool: tuple[str, Callable[[Any], dict]] | None = None
+    tool: tuple[str, Callable[[Any], dict[str, Any]]] | None = None
     prompt: str = ""
     model: str = ""  # the verifier model's; the agent's when empty
-    script: Callable[[dict], list[Turn]] | None = None
+    script: Callable[[dict[str, Any]], list[Turn]] | None = None
     max_attempts: int = 2
     on_fail: str = "agent"
     name: str = ""  # how the step names it; the check's or tool's name by default
@@ -52,7 +52,7 @@ class Verifier:
     # is then the call as JSON, {"tool", "args", "result"}; passing, the run goes on.
     after_tools: tuple[str, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         ways = (
             (self.check is not None and self.tool is None)
             + (self.tool is not None)
@@ -81,7 +81,7 @@ class Verifier:
             return getattr(self.check, "__qualname__", "check")
         return "model review"
 
-    def as_dict(self, agent_model: str) -> dict:
+    def as_dict(self, agent_model: str) -> dict[str, Any]:
         out = {
             "kind": self.kind,
             "name": self.label,
@@ -98,20 +98,20 @@ class Verifier:
         return out
 
 
-def checks_final_answer(config: dict) -> bool:
+def checks_final_answer(config: dict[str, Any]) -> bool:
     """Whether an agent's snapshot has its final answers checked before the run may end."""
     return "output_schema" in config or (
         "verifier" in config and not config["verifier"].get("after_tools")
     )
 
 
-def checks_call(config: dict, tool: str) -> bool:
+def checks_call(config: dict[str, Any], tool: str) -> bool:
     """Whether a successful call of `tool` is checked by the agent's verifier."""
     verifier = config.get("verifier")
     return verifier is not None and tool in verifier.get("after_tools", ())
 
 
-def json_schema(schema: dict | type[pydantic.BaseModel]) -> dict:
+def json_schema(schema: dict[str, Any] | type[pydantic.BaseModel]) -> dict[str, Any]:
     """A JSON schema from a schema or a pydantic model (what goes into the snapshot)."""
     if isinstance(schema, type) and issubclass(schema, pydantic.BaseModel):
         return schema.model_json_schema()
@@ -121,7 +121,7 @@ def json_schema(schema: dict | type[pydantic.BaseModel]) -> dict:
     return schema
 
 
-def schema_errors(schema: dict, value: Any) -> list[str]:
+def schema_errors(schema: dict[str, Any], value: Any) -> list[str]:
     """Where `value` breaks `schema`, one line each (empty: it is valid)."""
     validator = jsonschema.validators.validator_for(schema)(schema)
     errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))

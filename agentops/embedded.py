@@ -75,7 +75,7 @@ def stop(*, grace: float = 5.0) -> bool:
     # What the worker's own SIGTERM handler does: the consumer loop checks this flag and
     # shuts the worker down from its own thread (calling worker.stop() from here would race
     # with the loop that is still draining the connection).
-    state.should_stop = 0
+    state.should_stop = 0  # type: ignore[assignment]  # typed None in celery-types; a flag
     running.worker_thread.join(grace)
     running.sweeps.join(1.0)
     done = not running.worker_thread.is_alive()
@@ -93,7 +93,7 @@ def start_worker(
     app.finalize()
     ready = threading.Event()
 
-    class Worker(app.WorkController):  # type: ignore[name-defined,misc]
+    class Worker(app.WorkController):  # type: ignore[name-defined]
         def on_consumer_ready(self, consumer) -> None:
             ready.set()
 

@@ -85,6 +85,7 @@ def database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
     """503 with Retry-After: the request was fine, the database was not (down, restarting,
     the pool timed out). A client should retry, not report a bug."""
     logger.error("database unavailable for %s %s: %s", request.method, request.path, exc)
+    response: HttpResponse
     if request.path.startswith("/api/"):
         response = JsonResponse({"detail": DATABASE_DOWN_MESSAGE}, status=503)
     else:

@@ -15,7 +15,7 @@ request without the token gets 401, with a wrong one 403.
 import hmac
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from django.conf import settings
 from django.db.models import Count, Min
@@ -124,7 +124,7 @@ class _Registry:
     def __init__(self, registry: CollectorRegistry):
         self.registry = registry
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterable[Metric]:
         return self.registry.collect()
 
 

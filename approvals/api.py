@@ -10,11 +10,12 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.db.models import Case, IntegerField, Value, When
-from django.http import HttpRequest, JsonResponse
+from django.http import JsonResponse
 from django.utils import timezone
 from ninja import Router, Schema
 from ninja.responses import NinjaJSONEncoder
 
+from accounts.requests import ApiRequest
 from agentkit.agents import get_agent
 from agentkit.tools import get_tool
 from runs.api import MAX_OFFSET
@@ -56,7 +57,7 @@ def _error(http_status: int, detail: str, **extra) -> JsonResponse:
     return JsonResponse({"detail": detail, **extra}, status=http_status, encoder=NinjaJSONEncoder)
 
 
-def _user(request: HttpRequest):
+def _user(request: ApiRequest):
     return request.auth  # set by the API's authenticators (token or session)
 
 
@@ -72,7 +73,7 @@ def _get(approval_id: UUID, user) -> Approval | None:
 # --- the queue ---------------------------------------------------------------------------------
 @router.get("")
 def list_approvals(
-    request: HttpRequest,
+    request: ApiRequest,
     status: str = "pending",
     agent: str = "",
     risk: str = "",
@@ -151,7 +152,7 @@ def _why_not(approval: Approval, user) -> str:
 
 # --- statistics (the uuid converter keeps /stats apart from /{id}) ------------------------------
 @router.get("/stats")
-def approver_stats(request: HttpRequest, days: int = 30, team: str = ""):
+def approver_stats(request: ApiRequest, days: int = 30, team: str = ""):
     """Rubber-stamp guard figures: every agent's for admins (or one team's, `team`), their
     teams' agents' for a team's administrators."""
     user = _user(request)
@@ -169,7 +170,7 @@ def approver_stats(request: HttpRequest, days: int = 30, team: str = ""):
 # --- compliance evidence -------------------------------------------------------------------------
 @router.get("/export")
 def decisions_export(
-    request: HttpRequest,
+    request: ApiRequest,
     since: str = "",
     until: str = "",
     format: str = "jsonl",
@@ -195,7 +196,7 @@ def decisions_export(
 
 # --- one approval --------------------------------------------------------------------------------
 @router.get("/{uuid:approval_id}")
-def get_approval(request: HttpRequest, approval_id: UUID):
+def get_approval(request: ApiRequest, approval_id: UUID):
     """Everything an approver needs to decide. Reading writes nothing (GET is safe); a client
     that wants its time-to-decide measured from here POSTs to `/open` instead."""
     user = _user(request)
@@ -207,7 +208,7 @@ def get_approval(request: HttpRequest, approval_id: UUID):
 
 
 @router.post("/{uuid:approval_id}/open")
-def open_approval(request: HttpRequest, approval_id: UUID):
+def open_approval(request: ApiRequest, approval_id: UUID):
     """The same as GET, and records that the caller opened it: time to decide (the
     rubber-stamp guard) is measured from the first open. Later opens keep the first time."""
     user = _user(request)
@@ -219,7 +220,7 @@ def open_approval(request: HttpRequest, approval_id: UUID):
 
 
 @router.post("/{uuid:approval_id}/decision")
-def post_decision(request: HttpRequest, approval_id: UUID, payload: DecisionIn):
+def post_decision(request: ApiRequest, approval_id: UUID, payload: DecisionIn):
     """Approve (with `arguments` to edit), reject (with a `reason`) or answer a question.
     With `shown_args_hash` (the detail's `arguments_hash`), an approve of another call is 409.
     Answers with the approval as decided (status, decided_by, the arguments that run, votes);
@@ -396,7 +397,7 @@ class BatchIn(Schema):
 
 
 @router.post("/batch")
-def post_batch(request: HttpRequest, payload: BatchIn):
+def post_batch(request: ApiRequest, payload: BatchIn):
     """Approve or reject an explicit set of approvals, each bound to the call shown
     (approvals/batch.py). 200 with a result per item (decided, voted, conflict, refused,
     invalid, not_found), or 422 with nothing decided when the batch itself is wrong."""

@@ -3,9 +3,11 @@ approval. The rules are approvals/batch.py's; this only reads the form."""
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
+
+from accounts.requests import SignedInRequest
 
 from . import batch
 
@@ -24,7 +26,7 @@ def parse_items(values: list[str]) -> list[tuple[str, str]]:
 
 @require_POST
 @login_required
-def batch_decide(request: HttpRequest) -> HttpResponse:
+def batch_decide(request: SignedInRequest) -> HttpResponse:
     if not request.user.can_approve:
         raise PermissionDenied
     decision = request.POST.get("decision", "")

@@ -6,12 +6,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.models import Role
+from accounts.requests import SignedInRequest
 
 from .models import Delegation
 
@@ -51,7 +52,7 @@ class DelegationForm(forms.ModelForm):
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def delegations(request: HttpRequest) -> HttpResponse:
+def delegations(request: SignedInRequest) -> HttpResponse:
     if not request.user.can_approve:
         raise PermissionDenied
     status = 200
@@ -75,7 +76,7 @@ def delegations(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def end_delegation(request: HttpRequest, pk: int) -> HttpResponse:
+def end_delegation(request: SignedInRequest, pk: int) -> HttpResponse:
     """End one of your delegations now (one not started yet is removed); an admin may end
     anyone's (someone who left)."""
     if not request.user.can_approve:

@@ -20,7 +20,7 @@ from .evidence import export as evidence_export
 from .learning import rules as learning
 from .models import Approval
 from .notify import budget, email, escalation, reminders, webhooks
-from .notify.delivery import RETRIED_DELIVERY, DeliveryError, DeliveryRefused
+from .notify.delivery import RETRIED_DELIVERY, DeliveryError, DeliveryRefused, RetryOptions
 from .notify.slack import app as slack
 
 log = logging.getLogger("agentops.notify")
@@ -143,12 +143,19 @@ def send_escalation_email(approval_id: str, tier: int) -> int:
     return email.send_escalation_email(approval_id, tier)
 
 
-@shared_task(**{**RETRIED_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
+# Slack's client raises its own errors, and OSError for a connection that failed.
+SLACK_DELIVERY: RetryOptions = {
+    **RETRIED_DELIVERY,
+    "autoretry_for": (DeliveryError, SlackApiError, OSError),
+}
+
+
+@shared_task(**SLACK_DELIVERY)
 def post_approval_to_slack(approval_id: str) -> str:
     return slack.post_request(approval_id)
 
 
-@shared_task(**{**RETRIED_DELIVERY, "autoretry_for": (DeliveryError, SlackApiError, OSError)})
+@shared_task(**SLACK_DELIVERY)
 def post_reminder_to_slack(approval_id: str, key: str) -> str:
     return slack.post_reminder(approval_id, key)
 
@@ -195,7 +202,7 @@ def notify_budget_crossed(crossing_id: int) -> int:
         if crossing.budget.team_id
         else teams.teams_owning(crossing.budget.agent)
     )
-    team_urls = [t.webhook_url for t in owners if t.webhook_url]
+    team_urls = [t.webhook_url for t in owners if t is not None and t.webhook_url]
     for url in dict.fromkeys([*settings.AGENTOPS["WEBHOOK_URLS"], *team_urls]):
         deliver_budget_webhook.delay(crossing_id, url)
         queued += 1

@@ -16,6 +16,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts.requests import SignedInRequest
 from agentkit import previews
 from runs import events, rendering
 from runs.models import Step, args_hash
@@ -32,7 +33,7 @@ DECISIONS = {"approve", "edit_approve", "reject", "answer"}
 NON_ARG_ERRORS = {"reason", "answer", "decision", "arguments"}
 
 
-def _get_approval_for_user(request: HttpRequest, pk, decide: bool = False) -> Approval:
+def _get_approval_for_user(request: SignedInRequest, pk, decide: bool = False) -> Approval:
     """The one place that says who may see (and, with decide=True, decide) an approval.
     Finer rules (four-eyes, named approvers, quorum) belong to the decision service."""
     user = request.user
@@ -66,7 +67,7 @@ def assigned_to(user, rows: list[Approval]) -> list[Approval]:
 # --- the queue ---------------------------------------------------------------------------------
 @require_GET
 @login_required
-def queue(request: HttpRequest) -> HttpResponse:
+def queue(request: SignedInRequest) -> HttpResponse:
     if not request.user.can_view:
         raise PermissionDenied
     agent = request.GET.get("agent", "")
@@ -209,7 +210,7 @@ def _edit_preview(approval: Approval, post) -> dict:
 
 @require_GET
 @login_required
-def detail(request: HttpRequest, pk) -> HttpResponse:
+def detail(request: SignedInRequest, pk) -> HttpResponse:
     # Opening the screen writes nothing (GET is safe): the time it was opened travels, signed,
     # with the decision and is recorded then.
     approval = _get_approval_for_user(request, pk)
@@ -221,7 +222,7 @@ def detail(request: HttpRequest, pk) -> HttpResponse:
 
 @require_POST
 @login_required
-def opened(request: HttpRequest, pk) -> HttpResponse:
+def opened(request: SignedInRequest, pk) -> HttpResponse:
     """The decision screen reports that a decider opened it (static/js/app.js, on load): time
     to decide is measured from here. A POST, because it writes; the page's GET stays read-only."""
     approval = _get_approval_for_user(request, pk, decide=True)
@@ -239,7 +240,7 @@ def opened_at(request: HttpRequest) -> datetime | None:
 
 @require_POST
 @login_required
-def edit_preview(request: HttpRequest, pk) -> HttpResponse:
+def edit_preview(request: SignedInRequest, pk) -> HttpResponse:
     """The diff of the edited fields against the proposed call (htmx, as the approver types).
     A POST so argument values stay out of URLs and logs; it writes nothing."""
     approval = _get_approval_for_user(request, pk, decide=True)
@@ -273,7 +274,7 @@ def _refusal(approval: Approval, decision: str, post) -> tuple[str, dict[str, li
 
 @require_POST
 @login_required
-def decide(request: HttpRequest, pk) -> HttpResponse:
+def decide(request: SignedInRequest, pk) -> HttpResponse:
     approval = _get_approval_for_user(request, pk, decide=True)
     decision = request.POST.get("decision", "")
     result: dict = {"decision": decision}
@@ -400,7 +401,7 @@ def _success_message(decision: str, approval: Approval) -> str:
 
 @require_POST
 @login_required
-def claim(request: HttpRequest, pk) -> HttpResponse:
+def claim(request: SignedInRequest, pk) -> HttpResponse:
     """ "I'm on it" (or release it): tells the others with the approval open, and the queue,
     that someone is handling it. It blocks nobody's decision; it ends with the claimer's last
     open screen of the approval, with the decision or the expiry."""

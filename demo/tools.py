@@ -45,7 +45,7 @@ def describe_table(table: str = Field(max_length=64)) -> dict:
 
 
 @tool(reversible=True, blast=Blast.NONE, timeout_seconds=10)
-def run_query(sql: str = Field(max_length=5000), ctx: ToolContext = None) -> dict:
+def run_query(sql: str = Field(max_length=5000), ctx: ToolContext | None = None) -> dict:
     """Run one read-only SQL query (SQLite dialect) on the shop database. At most 200 rows."""
     deadline = ctx.deadline if ctx else time.monotonic() + 10
     try:
@@ -93,7 +93,7 @@ def email_report(
     to: EmailStr,
     subject: str = Field(max_length=200),
     body: str = Field(max_length=20000),
-    ctx: ToolContext = None,
+    ctx: ToolContext | None = None,
 ) -> dict:
     """E-mail a finished report. Irreversible: the message leaves once sent."""
     headers = {"X-Idempotency-Key": ctx.idempotency_key} if ctx else {}
@@ -201,7 +201,7 @@ def issue_refund(
     order_id: int = Field(ge=1),
     amount: Decimal = Field(gt=0, max_digits=10, decimal_places=2),
     reason: str = Field(default="", max_length=300),
-    ctx: ToolContext = None,
+    ctx: ToolContext | None = None,
 ) -> dict:
     """Refund part or all of an order to the customer's original payment method."""
     key = ctx.idempotency_key if ctx else None
@@ -250,7 +250,7 @@ def _refund_result(refund: Refund, *, replayed: bool = False) -> dict:
 def reverse_refund(
     refund_id: int = Field(ge=1),
     reason: str = Field(default="", max_length=300),
-    ctx: ToolContext = None,
+    ctx: ToolContext | None = None,
 ) -> dict:
     """Take a refund back (the compensation of issue_refund): the amount no longer counts as
     refunded on its order. Idempotent: a refund reversed already is reported, not reversed
@@ -308,10 +308,11 @@ def request_quote(
     supplier: EmailStr,
     product: str = Field(max_length=200),
     quantity: int = Field(ge=1, le=100_000),
-    ctx: ToolContext = None,
+    ctx: ToolContext | None = None,
 ) -> Pending:
     """E-mail a supplier for a price quote. The reply comes later: the run is told when it
     arrives (or when the supplier has not answered within the hour)."""
+    assert ctx is not None  # the engine gives a pending tool its context
     body = (
         f"Please quote your price for {quantity} x {product}.\n\n"
         f"Reply by posting your quote to {ctx.callback_url}\n"
@@ -366,7 +367,7 @@ def grant_goodwill_credit(
     customer_email: EmailStr,
     amount: Decimal = Field(gt=0, max_digits=8, decimal_places=2),
     reason: Literal["late delivery", "damaged item", "other"] = "other",
-    ctx: ToolContext = None,
+    ctx: ToolContext | None = None,
 ) -> dict:
     """Grant a customer a goodwill credit; the credit note is e-mailed to them. Irreversible:
     once granted, the customer may spend it."""

@@ -5,9 +5,11 @@ one-tap links."""
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
+
+from accounts.requests import SignedInRequest
 
 from .models import OutboxEmail
 
@@ -16,7 +18,7 @@ PER_PAGE = 25
 
 @require_GET
 @login_required
-def outbox(request: HttpRequest) -> HttpResponse:
+def outbox(request: SignedInRequest) -> HttpResponse:
     if not request.user.is_admin:
         raise PermissionDenied
     page = Paginator(OutboxEmail.objects.order_by("-created_at", "-pk"), PER_PAGE).get_page(

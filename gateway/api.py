@@ -51,6 +51,12 @@ class AgentToken(HttpBearer):
 router = Router(tags=["external agents"], auth=[AgentToken()])
 
 
+class AgentRequest(HttpRequest):
+    """A request past AgentToken: `auth` is the external agent (typed for the checker)."""
+
+    auth: ExternalAgent
+
+
 class SessionIn(Schema):
     session: str = Field("", max_length=200, description="The agent's own session id, if any.")
     metadata: dict = Field(default_factory=dict)
@@ -128,7 +134,7 @@ def _refused(exc: sessions.SessionError) -> JsonResponse:
 
 @router.post("/external/sessions", response={201: SessionOut})
 @decorate_view(refuse_large_bodies)
-def register_session(request: HttpRequest, payload: SessionIn):
+def register_session(request: AgentRequest, payload: SessionIn):
     """Register a session of the calling agent: a run that shows in the runs list."""
     try:
         run = sessions.register(
@@ -145,7 +151,7 @@ def register_session(request: HttpRequest, payload: SessionIn):
 
 @router.post("/external/sessions/{uuid:session_id}/calls")
 @decorate_view(refuse_large_bodies)
-def submit_call(request: HttpRequest, session_id: UUID, payload: CallIn):
+def submit_call(request: AgentRequest, session_id: UUID, payload: CallIn):
     """Submit a tool call for review. 200 with the decision when policy allows it at once
     (recorded all the same); 202 when a person decides: then GET the call (long-poll)."""
     run = _session(request.auth, session_id)
@@ -195,7 +201,7 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0):
 
 @router.post("/external/calls/{uuid:call_id}/result")
 @decorate_view(refuse_large_bodies)
-def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
+def report_result(request: AgentRequest, call_id: UUID, payload: ResultIn):
     """What the call did: `result` (any JSON) or `error`. Recorded as the run's tool step."""
     call = _call(request.auth, call_id)
     if call is None:
@@ -215,7 +221,7 @@ def report_result(request: HttpRequest, call_id: UUID, payload: ResultIn):
 
 @router.post("/external/calls/{uuid:call_id}/withdraw")
 @decorate_view(refuse_large_bodies)
-def withdraw_call(request: HttpRequest, call_id: UUID, payload: WithdrawIn):
+def withdraw_call(request: AgentRequest, call_id: UUID, payload: WithdrawIn):
     """The agent gave the call up (its framework timed it out or cancelled it): it will
     never run. A pending approval is withdrawn ("withdrawn by the agent"). Idempotent; 409
     once a result was reported."""
@@ -231,7 +237,7 @@ def withdraw_call(request: HttpRequest, call_id: UUID, payload: WithdrawIn):
 
 @router.post("/external/sessions/{uuid:session_id}/close")
 @decorate_view(refuse_large_bodies)
-def close_session(request: HttpRequest, session_id: UUID, payload: CloseIn):
+def close_session(request: AgentRequest, session_id: UUID, payload: CloseIn):
     """End the session: `status` succeeded or failed. A pending call is cancelled with a
     failed session; a session with one cannot succeed (409)."""
     if payload.status not in ("succeeded", "failed"):
@@ -252,7 +258,7 @@ def close_session(request: HttpRequest, session_id: UUID, payload: CloseIn):
 
 
 @router.post("/external/tools/mcp")
-def register_mcp_tools(request: HttpRequest, payload: McpToolsIn):
+def register_mcp_tools(request: AgentRequest, payload: McpToolsIn):
     """Upsert the calling agent's tools from MCP tool definitions (name, inputSchema,
     annotations -> risk). A registration may raise a tool's risk, never lower it."""
     try:

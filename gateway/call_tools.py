@@ -111,7 +111,7 @@ def tool_of_approval(approval) -> Tool | None:
 # --- a small JSON Schema check ------------------------------------------------------------
 # Enough of JSON Schema for tool arguments (types, required, properties, additionalProperties,
 # enum, items): what agent SDKs generate for function tools.
-_TYPES = {
+_TYPES: dict[str, type | tuple[type, ...]] = {
     "string": str,
     "integer": int,
     "number": (int, float),

@@ -22,7 +22,7 @@ from agentkit.tools import Blast
 
 from .models import ExternalAgent, ExternalTool
 
-NAME_MAX = ExternalTool._meta.get_field("name").max_length
+NAME_MAX: int = ExternalTool._meta.get_field("name").max_length  # type: ignore[assignment]
 # A tool's name is a name (MCP's own rule for tool names, within the column's 64 characters):
 # it is shown to approvers and used in rules, never markup or a sentence.
 NAME_CHARS = rf"[A-Za-z0-9_][A-Za-z0-9_.\-]{{0,{NAME_MAX - 1}}}"

@@ -14,6 +14,7 @@ from ninja.errors import HttpError
 from pydantic import ConfigDict
 
 from accounts.auth import api_auth
+from accounts.requests import ApiRequest
 from runs.models import Run
 from runs.schemas import RunDetailOut, with_pending_count
 
@@ -59,7 +60,7 @@ class ReplayOut(Schema):
     replayed: list[str]
 
 
-def _run(request: HttpRequest, run_id: UUID) -> Run:
+def _run(request: ApiRequest, run_id: UUID) -> Run:
     run = Run.objects.visible_to(request.auth).filter(pk=run_id).first()
     if run is None:
         raise HttpError(404, f"run {run_id} not found")
@@ -75,7 +76,7 @@ def _run(request: HttpRequest, run_id: UUID) -> Run:
     auth=OPERATORS,
     summary="Start a new run from a checkpoint of this one",
 )
-def fork_run(request: HttpRequest, run_id: UUID, payload: ForkIn) -> Status:
+def fork_run(request: ApiRequest, run_id: UUID, payload: ForkIn) -> Status:
     origin = _run(request, run_id)
     try:
         child = fork(origin, payload.seq, instruction=payload.instruction, by=request.auth)
@@ -91,7 +92,7 @@ def fork_run(request: HttpRequest, run_id: UUID, payload: ForkIn) -> Status:
     auth=OPERATORS,
     summary="Replay this run from its timeline (no model call, no side effect) and compare",
 )
-def replay_run(request: HttpRequest, run_id: UUID) -> dict[str, Any]:
+def replay_run(request: ApiRequest, run_id: UUID) -> dict[str, Any]:
     return replay(_run(request, run_id)).as_dict()
 
 

@@ -3,10 +3,11 @@ the same way. Both need the operator role; the forms carry Django's CSRF token."
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
+from accounts.requests import SignedInRequest
 from runs import engine
 from runs.models import Run, canonical_json
 
@@ -14,7 +15,7 @@ from .fork import MAX_INSTRUCTION_CHARS, ForkError, fork
 from .replay import replay
 
 
-def _run_to_operate(request: HttpRequest, pk) -> Run:
+def _run_to_operate(request: SignedInRequest, pk) -> Run:
     if not (request.user.can_view and request.user.can_operate):
         raise PermissionDenied
     run = get_object_or_404(Run.objects.visible_to(request.user), pk=pk)
@@ -26,7 +27,7 @@ def _run_to_operate(request: HttpRequest, pk) -> Run:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def fork_run(request: HttpRequest, pk, seq: int) -> HttpResponse:
+def fork_run(request: SignedInRequest, pk, seq: int) -> HttpResponse:
     """GET: what the fork starts from, and a box for an instruction; POST: fork."""
     run = _run_to_operate(request, pk)
     checkpoint = get_object_or_404(run.checkpoints, seq=seq)
@@ -56,7 +57,7 @@ def fork_run(request: HttpRequest, pk, seq: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def replay_run(request: HttpRequest, pk) -> HttpResponse:
+def replay_run(request: SignedInRequest, pk) -> HttpResponse:
     """GET: what a replay does; POST: replay and show how it compares."""
     run = _run_to_operate(request, pk)
     result = replay(run) if request.method == "POST" else None

@@ -23,6 +23,7 @@ from ninja.pagination import LimitOffsetPagination, paginate
 
 from accounts import teams
 from accounts.auth import api_auth
+from accounts.requests import ApiRequest
 from agentkit.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
 from . import budgets, costs, engine
@@ -104,7 +105,7 @@ def _runs() -> QuerySet[Run]:
     return Run.objects.select_related("launched_by")
 
 
-def _get_run(request: HttpRequest, run_id: UUID) -> Run:
+def _get_run(request: ApiRequest, run_id: UUID) -> Run:
     """The one place a run is fetched for a user: which runs they may see lives here."""
     run = _runs().visible_to(request.auth).filter(pk=run_id).first()
     if run is None:
@@ -114,7 +115,7 @@ def _get_run(request: HttpRequest, run_id: UUID) -> Run:
 
 # --- catalogue -------------------------------------------------------------------------------
 @router.get("/agents", response=list[AgentOut], summary="The agent catalogue")
-def list_agents(request: HttpRequest) -> list[dict]:
+def list_agents(request: ApiRequest) -> list[dict]:
     """The agents the caller's teams reach (accounts/teams.py)."""
     agents = teams.scope(request.auth, teams.Power.VIEW)
     return [
@@ -146,7 +147,7 @@ def _agent_out(agent: Agent) -> dict:
     description="409: the agent's budget is past its stop threshold (runs/budgets.py).",
 )
 @decorate_view(refuse_large_bodies)
-def launch_run(request: HttpRequest, payload: LaunchIn) -> Status:
+def launch_run(request: ApiRequest, payload: LaunchIn) -> Status:
     user = request.auth
     agent = get_agent(payload.agent)
     if agent is None:
@@ -207,7 +208,7 @@ def _field_errors(errors: dict[str, list[str]], *, at: tuple[str, ...]) -> Valid
 # --- reading ---------------------------------------------------------------------------------
 @router.get("/runs", response=list[RunOut], summary="Runs, newest first")
 @paginate(Pagination, max_limit=MAX_PAGE)
-def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> QuerySet[Run]:
+def list_runs(request: ApiRequest, filters: Query[RunFilters]) -> QuerySet[Run]:
     runs = (
         _runs()
         .visible_to(request.auth)
@@ -220,13 +221,13 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> QuerySet[Run]
 
 
 @router.get("/runs/{run_id}", response=RunDetailOut, summary="One run")
-def get_run(request: HttpRequest, run_id: UUID) -> Run:
+def get_run(request: ApiRequest, run_id: UUID) -> Run:
     return with_pending_count(_get_run(request, run_id))
 
 
 @router.get("/runs/{run_id}/steps", response=StepPage, summary="The run's timeline")
 def list_steps(
-    request: HttpRequest,
+    request: ApiRequest,
     run_id: UUID,
     after: int = Query(0, ge=0, description="Only steps with a greater seq."),
     limit: int = Query(100, ge=1, description=f"At most {MAX_STEPS_PAGE}."),
@@ -240,7 +241,7 @@ def list_steps(
 
 @router.get("/runs/{run_id}/checkpoints", response=list[CheckpointOut], summary="Saved run states")
 @paginate(Pagination, max_limit=MAX_PAGE)
-def list_checkpoints(request: HttpRequest, run_id: UUID) -> QuerySet[Checkpoint]:
+def list_checkpoints(request: ApiRequest, run_id: UUID) -> QuerySet[Checkpoint]:
     run = _get_run(request, run_id)
     return Checkpoint.objects.filter(run=run).only("seq", "created_at").order_by("seq")
 
@@ -252,7 +253,7 @@ def list_checkpoints(request: HttpRequest, run_id: UUID) -> QuerySet[Checkpoint]
     auth=OPERATORS,
     summary="Cancel a queued, running or waiting run",
 )
-def cancel_run(request: HttpRequest, run_id: UUID, payload: CancelIn | None = None) -> Run:
+def cancel_run(request: ApiRequest, run_id: UUID, payload: CancelIn | None = None) -> Run:
     run = _get_run(request, run_id)
     if not Run.objects.operable_by(request.auth).filter(pk=run.pk).exists():
         raise HttpError(403, f"your teams may not cancel runs of {run.agent}")
@@ -267,7 +268,7 @@ def cancel_run(request: HttpRequest, run_id: UUID, payload: CancelIn | None = No
 # --- spend -----------------------------------------------------------------------------------
 @router.get("/costs", response=CostsOut, summary="Model calls, tokens and cost per agent and day")
 def get_costs(
-    request: HttpRequest,
+    request: ApiRequest,
     days: int = Query(
         costs.DEFAULT_DAYS,
         ge=1,

@@ -8,6 +8,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts.requests import SignedInRequest
+
 from . import budgets
 from .budget_forms import BudgetForm
 from .models import Budget
@@ -24,7 +26,7 @@ def _sets_budgets(user) -> bool:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def budget_list(request: HttpRequest) -> HttpResponse:
+def budget_list(request: SignedInRequest) -> HttpResponse:
     _require(request.user.can_view)
     may_add = _sets_budgets(request.user)
     form = BudgetForm(user=request.user) if may_add else None
@@ -57,7 +59,8 @@ def budget_edit(request: HttpRequest, pk: int) -> HttpResponse:
         if form.is_valid():
             _save(form, request)
             return redirect("runs:budgets")
-        return render(request, "runs/budget_edit.html", {"form": form, "budget": budget}, 422)
+        context = {"form": form, "budget": budget}
+        return render(request, "runs/budget_edit.html", context, status=422)
     return render(request, "runs/budget_edit.html", {"form": form, "budget": budget})
 
 

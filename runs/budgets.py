@@ -134,7 +134,7 @@ class BudgetState:
     def describe(self) -> str:
         b = self.budget
         who = b.agent
-        if b.team_id:
+        if b.team is not None:
             who = f"team {b.team.name} ({', '.join(self.agents) or 'no agents'})"
         return (
             f"{who} has spent {self.spent_usd:.2f} of its {b.amount_usd} USD {b.periodic} "
@@ -166,7 +166,7 @@ def level_of(budget: Budget, spend: Decimal) -> str:
 def agents_of(budget: Budget) -> tuple[str, ...]:
     """Whose spend the budget sums: its agent, or the agents its team owns now (read from a
     `prefetch_related("team__agents")` when the caller made one)."""
-    if not budget.team_id:
+    if budget.team is None:
         return (budget.agent,)
     return tuple(sorted({a.agent for a in budget.team.agents.all()}))
 

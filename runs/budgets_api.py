@@ -6,7 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Literal
 
-from django.http import Http404, HttpRequest
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import Field, Router, Schema, Status
@@ -14,6 +14,7 @@ from ninja.errors import HttpError, ValidationError
 from pydantic import ConfigDict
 
 from accounts.auth import api_auth
+from accounts.requests import ApiRequest
 
 from . import budgets
 from .api import FieldErrors, Message
@@ -74,7 +75,7 @@ def _out(state: budgets.BudgetState) -> dict:
     }
 
 
-def _saved(request: HttpRequest, payload: BudgetIn, instance: Budget | None) -> Budget:
+def _saved(request: ApiRequest, payload: BudgetIn, instance: Budget | None) -> Budget:
     if not (request.auth.is_admin or budgets.administered_teams(request.auth)):
         raise HttpError(403, "only admins and a team's administrators set budgets")
     budget, errors = budget_errors(payload.model_dump(), instance, user=request.auth)
@@ -92,7 +93,7 @@ def _saved(request: HttpRequest, payload: BudgetIn, instance: Budget | None) -> 
     return budget
 
 
-def _editable(request: HttpRequest, budget_id: int) -> Budget:
+def _editable(request: ApiRequest, budget_id: int) -> Budget:
     budget = get_object_or_404(budgets.with_teams(Budget.objects), pk=budget_id)
     if budgets.may_edit(request.auth, budget):
         return budget
@@ -102,12 +103,12 @@ def _editable(request: HttpRequest, budget_id: int) -> Budget:
 
 
 @router.get("/budgets", response=list[BudgetOut], summary="Budgets with their current spend")
-def list_budgets(request: HttpRequest) -> list[dict]:
+def list_budgets(request: ApiRequest) -> list[dict]:
     return [_out(s) for s in budgets.states(viewer=request.auth)]
 
 
 @router.get("/budgets/{budget_id}", response={200: BudgetOut, 404: Message}, summary="One budget")
-def get_budget(request: HttpRequest, budget_id: int) -> dict:
+def get_budget(request: ApiRequest, budget_id: int) -> dict:
     # Another team's is a 404, as unseen runs are.
     seen = budgets.with_teams(budgets.visible_to(request.auth))
     return _out(budgets.state_of(get_object_or_404(seen, pk=budget_id)))
@@ -118,7 +119,7 @@ def get_budget(request: HttpRequest, budget_id: int) -> dict:
     response={201: BudgetOut, 403: Message, 422: FieldErrors},
     summary="Add a budget (admins; a team's administrators for their team)",
 )
-def create_budget(request: HttpRequest, payload: BudgetIn) -> Status:
+def create_budget(request: ApiRequest, payload: BudgetIn) -> Status:
     return Status(201, _out(budgets.state_of(_saved(request, payload, None))))
 
 
@@ -127,7 +128,7 @@ def create_budget(request: HttpRequest, payload: BudgetIn) -> Status:
     response={200: BudgetOut, 403: Message, 404: Message, 422: FieldErrors},
     summary="Replace a budget (admins; a team's administrators for their team)",
 )
-def replace_budget(request: HttpRequest, budget_id: int, payload: BudgetIn) -> dict:
+def replace_budget(request: ApiRequest, budget_id: int, payload: BudgetIn) -> dict:
     budget = _editable(request, budget_id)
     return _out(budgets.state_of(_saved(request, payload, budget)))
 
@@ -137,6 +138,6 @@ def replace_budget(request: HttpRequest, budget_id: int, payload: BudgetIn) -> d
     response={204: None, 403: Message, 404: Message},
     summary="Remove a budget (admins; a team's administrators for their team)",
 )
-def delete_budget(request: HttpRequest, budget_id: int) -> Status:
+def delete_budget(request: ApiRequest, budget_id: int) -> Status:
     _editable(request, budget_id).delete()
     return Status(204, None)

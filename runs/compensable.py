@@ -80,7 +80,7 @@ def check_declarations(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """The system check (runs/apps.py registers it): every declared compensation names a
     registered tool with side effects, whether or not an agent uses the tool yet (agents'
     own tools are checked when they are registered: agentkit.agents.register)."""
-    errors = []
+    errors: list[checks.CheckMessage] = []
     for name, tool in sorted(REGISTRY.items()):
         if tool.compensate is None:
             continue

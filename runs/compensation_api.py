@@ -9,10 +9,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import ConfigDict
+
+from accounts.requests import ApiRequest
 
 from . import compensable, compensation
 from .api import OPERATORS, Message, _get_run
@@ -112,7 +113,7 @@ def _state(run: Run) -> dict:
     response=CompensationsOut,
     summary="A run's committed effects beside their compensations",
 )
-def get_compensations(request: HttpRequest, run_id: UUID) -> dict:
+def get_compensations(request: ApiRequest, run_id: UUID) -> dict:
     return _state(_get_run(request, run_id))
 
 
@@ -123,7 +124,7 @@ def get_compensations(request: HttpRequest, run_id: UUID) -> dict:
     summary="Compensate committed effects of a failed or cancelled run (gated like any call)",
 )
 def post_compensations(
-    request: HttpRequest, run_id: UUID, payload: CompensateIn | None = None
+    request: ApiRequest, run_id: UUID, payload: CompensateIn | None = None
 ) -> Status:
     run = _get_run(request, run_id)
     if not Run.objects.operable_by(request.auth).filter(pk=run.pk).exists():

@@ -4,16 +4,18 @@ views; an htmx request gets the #run-compensation fragment (a refusal with its 4
 the reason in it), a plain form post a redirect to the run page."""
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
+
+from accounts.requests import HtmxRequest, SignedInRequest
 
 from . import compensation, rendering
 from .models import Run
 from .views import _get_run_for_user
 
 
-def _answer(request: HttpRequest, run: Run, status: int = 200, **extra) -> HttpResponse:
+def _answer(request: HtmxRequest, run: Run, status: int = 200, **extra) -> HttpResponse:
     if not request.htmx:
         if status >= 400:
             return HttpResponse(
@@ -27,7 +29,7 @@ def _answer(request: HttpRequest, run: Run, status: int = 200, **extra) -> HttpR
 
 @require_GET
 @login_required
-def run_compensation(request: HttpRequest, pk) -> HttpResponse:
+def run_compensation(request: SignedInRequest, pk) -> HttpResponse:
     """The fragment alone: fetched by each viewer when a pushed step changes it."""
     run = _get_run_for_user(request, pk)
     context = rendering.compensation_context(run, request.user)
@@ -36,7 +38,7 @@ def run_compensation(request: HttpRequest, pk) -> HttpResponse:
 
 @require_POST
 @login_required
-def run_compensate(request: HttpRequest, pk) -> HttpResponse:
+def run_compensate(request: SignedInRequest, pk) -> HttpResponse:
     """Compensate one committed effect (`effect`: its id) or every one that may be (`all`)."""
     run = _get_run_for_user(request, pk, write=True)
     chosen = request.POST.get("effect", "").strip()

@@ -4,7 +4,8 @@ checks the user may see what it streams. Handler names match the event `type`.""
 import asyncio
 import logging
 import random
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
 
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -36,6 +37,11 @@ class WatchedAccess:
 
     access_ended = False
     admitted = False  # the access check at connect passed: from then on frames are sent
+    # The consumer's, in the class this is mixed into (an AsyncJsonWebsocketConsumer).
+    scope: dict[str, Any]
+    channel_name: str
+    channel_layer: Any
+    close: Callable[..., Awaitable[None]]
 
     def may_see(self, user) -> bool:
         """Whether this user may see what this socket streams (sync: may read the database)."""
@@ -64,7 +70,7 @@ class WatchedAccess:
     def watched(self) -> Hashable:
         """What may_see() is about: sockets of one session watching the same thing share
         their periodic re-check."""
-        return type(self)
+        return f"{type(self).__module__}.{type(self).__qualname__}"
 
     def adopt(self, checked: "WatchedAccess | None") -> None:
         """Take what the shared re-check of `checked` (a socket like this one) read."""
@@ -164,11 +170,13 @@ class WatchedAccess:
 
     async def send(self, text_data=None, bytes_data=None, close=False):
         if self.admitted and not self.access_ended:
-            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+            await super().send(  # type: ignore[misc]  # the consumer's, after this mixin
+                text_data=text_data, bytes_data=bytes_data, close=close
+            )
 
     async def send_json(self, content, close=False):
         if self.admitted and not self.access_ended:
-            await super().send_json(content, close=close)
+            await super().send_json(content, close=close)  # type: ignore[misc]
 
 
 class AccessWatch:
@@ -347,7 +355,7 @@ class GroupConsumer(WatchedAccess, AsyncJsonWebsocketConsumer):
         return user.can_view
 
     def adopt(self, checked: "WatchedAccess | None") -> None:
-        if checked is not None and checked is not self:
+        if isinstance(checked, GroupConsumer) and checked is not self:
             self.agents = checked.agents
 
     async def send_current_state(self) -> None:

@@ -123,8 +123,8 @@ def cost_by_agent(
         spent = spent.filter(agent=agent)
     if viewer is not None:
         # Only the agents the viewer's teams reach (accounts/teams.py).
-        agents = teams.scope(viewer, teams.Power.VIEW)
-        spent = spent.none() if agents.nothing else spent.filter(agents.q("agent"))
+        scope = teams.scope(viewer, teams.Power.VIEW)
+        spent = spent.none() if scope.nothing else spent.filter(scope.q("agent"))
     rows = (
         spent.values("agent", "day")
         .annotate(

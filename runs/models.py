@@ -6,6 +6,7 @@ import json
 import re
 import string
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -152,7 +153,7 @@ def _prefix_tsquery(text: str) -> str:
     return " & ".join(terms)
 
 
-class RunQuerySet(models.QuerySet):
+class RunQuerySet(models.QuerySet["Run"]):
     def active(self):
         return self.filter(status__in=Run.ACTIVE_STATUSES)
 
@@ -182,7 +183,8 @@ class RunQuerySet(models.QuerySet):
         error. Elsewhere (the embedded SQLite), and for text with no letter or digit, each
         word is looked for as a case-insensitive substring of the input or output.
         """
-        runs, text = self, text.strip()
+        runs: models.QuerySet[Any] = self
+        text = text.strip()
         tsquery = _prefix_tsquery(text)
         if connections[self.db].vendor == "postgresql" and tsquery:
             # The column is not a model field (see the migration); the query is a parameter.
@@ -547,7 +549,7 @@ class Run(models.Model):
         update: dict | None = None,
         checkpoint: dict | None = None,
         then: tuple[tuple[str, dict, dict], ...] = (),
-        also: list[sql.Update] = (),
+        also: Sequence[sql.Update] = (),
         **columns: Any,
     ) -> "Step | None":
         """Append a step if the run's row still holds the `expect`ed values and the timeline
@@ -563,7 +565,7 @@ class Run(models.Model):
         steps = [self._next_step(kind, data, columns)]
         for then_kind, then_data, then_columns in then:
             steps.append(self._next_step(then_kind, then_data, dict(then_columns), after=steps[-1]))
-        inserts = [(step, STEP_COLUMNS, (), ()) for step in steps]
+        inserts: list[sql.Insert] = [(step, STEP_COLUMNS, (), ()) for step in steps]
         if checkpoint is not None:
             row = Checkpoint(run=self, seq=steps[-1].seq, state=checkpoint)
             inserts.append((row, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",)))
@@ -772,6 +774,9 @@ class Run(models.Model):
         }
         if by is not None:
             resumed["by"] = by
+        kind: str
+        update: dict[str, Any]
+        then: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...]
         kind, data, update, then = Step.Kind.STATUS, resumed, {}, ()
         if first is not None:
             (kind, data, update), then = first, ((Step.Kind.STATUS, resumed, {}),)
@@ -878,6 +883,9 @@ def _publish_on_commit(step: "Step") -> None:
 
 
 class Step(models.Model):
+    # Set by Run._next_step: the JSON text of a field, encoded once for the hash and the insert.
+    json_text: dict[str, str]
+
     class Kind(models.TextChoices):
         STATUS = "status"  # launched, paused, resumed, cancelled, terminated
         LLM = "llm"  # one model call and its response
@@ -1055,7 +1063,7 @@ class Budget(models.Model):
     @property
     def owner(self) -> str:
         """Whose budget, in words: the agent's slug, or "team <name>"."""
-        return f"team {self.team.name}" if self.team_id else self.agent
+        return f"team {self.team.name}" if self.team is not None else self.agent
 
     @property
     def periodic(self) -> str:

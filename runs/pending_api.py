@@ -16,6 +16,8 @@ from ninja import Router, Schema
 from ninja.decorators import decorate_view
 from ninja.errors import HttpError
 
+from accounts.requests import ApiRequest
+
 from .api import OPERATORS, READERS, Message, _get_run, refuse_large_bodies
 from .models import PendingOperation
 from .pending import AlreadyFinished, finish, operation_for_token
@@ -105,7 +107,7 @@ def callback(request: HttpRequest, token: str) -> dict:
     auth=READERS,
     summary="What a run awaits, and what it awaited",
 )
-def list_operations(request: HttpRequest, run_id: UUID) -> list[OperationOut]:
+def list_operations(request: ApiRequest, run_id: UUID) -> list[OperationOut]:
     run = _get_run(request, run_id)
     return [OperationOut.of(op) for op in run.pending_operations.all()]
 
@@ -121,7 +123,7 @@ class OperatorOutcome(Schema):
     auth=OPERATORS,
     summary="Mark a pending operation done or failed (an operator)",
 )
-def operator_finish(request: HttpRequest, run_id: UUID, op_id: int, payload: OperatorOutcome):
+def operator_finish(request: ApiRequest, run_id: UUID, op_id: int, payload: OperatorOutcome):
     run = _get_run(request, run_id)
     op = run.pending_operations.filter(pk=op_id).first()
     if op is None:

@@ -20,15 +20,20 @@ each round trip also waits for the interpreter lock on its way back.
 """
 
 import functools
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar, cast
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.db.models import Model
+from django.db.models import Field, Model
 from psycopg.types.json import Jsonb
+
+M = TypeVar("M", bound=Model)
 
 
 def _column(model: type[Model], name: str) -> str:
-    return connection.ops.quote_name(model._meta.get_field(name).column)
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field) and field.column  # a concrete column
+    return connection.ops.quote_name(field.column)
 
 
 class JSONText:
@@ -67,7 +72,7 @@ def _attnames(obj: Model, names: tuple[str, ...]) -> dict[str, Any]:
     """The values to write; a field whose JSON text the object carries (`json_text`, name to
     text: Run._next_step) as a JSONText."""
     fields = obj._meta
-    values = {n: getattr(obj, fields.get_field(n).attname) for n in names}
+    values = {n: getattr(obj, cast(Field, fields.get_field(n)).attname) for n in names}
     for name, text in getattr(obj, "json_text", {}).items():
         if name in values:
             values[name] = JSONText(values[name], text)
@@ -190,7 +195,7 @@ def _with_inserts_sql(update: tuple | None, inserts: tuple, also: tuple = ()) ->
 
 
 def _write(
-    update: tuple | None, params: list, inserts: list[Insert], also: list[Update] = ()
+    update: tuple | None, params: list, inserts: list[Insert], also: Sequence[Update] = ()
 ) -> bool:
     """Postgres: the update (its SQL shape), the inserts and the other updates as one
     statement; sets the new pks."""
@@ -223,7 +228,7 @@ def update_then_insert(
     values: dict[str, Any],
     where: dict[str, Any],
     inserts: list[Insert],
-    also: list[Update] = (),
+    also: Sequence[Update] = (),
 ) -> bool:
     """`update`, and only if it changed a row, each insert and each `also` update: all or
     nothing. False (nothing written) when the WHERE matched nothing.
@@ -298,7 +303,8 @@ def select(
     `also`: SQL expressions (constant text, no parameters) read after the fields, as true or
     false (each must be a condition, such as an EXISTS about the row).
     """
-    shape, params = [], []
+    shape: list[tuple[str, int | None]] = []
+    params: list[Any] = []
     for name, value in where.items():
         if isinstance(value, tuple):
             shape.append((name, len(value)))
@@ -334,7 +340,7 @@ def get(model: type[Model], pk: Any) -> Model | None:
     return found[0] if found else None
 
 
-def get_with(model: type[Model], pk: Any, also: tuple[str, ...]) -> tuple[Model, tuple] | None:
+def get_with(model: type[M], pk: Any, also: tuple[str, ...]) -> tuple[M, tuple[Any, ...]] | None:
     """The instance with this primary key, and the `also` conditions (select's) about its row,
     read in the same statement; None without such a row."""
     fields = model._meta.concrete_fields

@@ -202,7 +202,7 @@ def cancel_with_run(sender, run: Run, **kwargs) -> None:
 # --- "resume from here": a failed run reopened -----------------------------------------------
 # Why a run ended decides whether resuming it can go otherwise: a limit reached would be
 # reached again (fork it with higher limits), a person's rejection or a guardrail stands.
-REOPENABLE = {
+REOPENABLE: dict[str, tuple[str, ...]] = {
     Run.Termination.CONSECUTIVE_ERRORS: ("retry", "instruct"),
     Run.Termination.LLM_ERROR: ("retry", "instruct"),
     Run.Termination.TRUNCATED: ("retry", "instruct"),

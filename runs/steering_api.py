@@ -8,10 +8,11 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID, uuid4
 
-from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import ConfigDict
+
+from accounts.requests import ApiRequest
 
 from . import steering
 from .api import OPERATORS, Message, _get_run
@@ -96,7 +97,7 @@ class RecoveryIn(Schema):
     text: str = Field("", max_length=Instruction.MAX_CHARS, description="instruct: what instead.")
 
 
-def _operable_run(request: HttpRequest, run_id: UUID) -> Run:
+def _operable_run(request: ApiRequest, run_id: UUID) -> Run:
     """The run, if the caller's teams let them operate it (as cancel_run): 404 unseen, 403."""
     run = _get_run(request, run_id)
     if not Run.objects.operable_by(request.auth).filter(pk=run.pk).exists():
@@ -173,7 +174,7 @@ def _served(action, *args, **kwargs):
 @router.get(
     "/runs/{run_id}/steer", response=SteerOut, summary="A run's pause, failed step, instructions"
 )
-def get_steering(request: HttpRequest, run_id: UUID) -> dict:
+def get_steering(request: ApiRequest, run_id: UUID) -> dict:
     return _state(_get_run(request, run_id))
 
 
@@ -183,7 +184,7 @@ def get_steering(request: HttpRequest, run_id: UUID) -> dict:
     auth=OPERATORS,
     summary="Pause a run at its next step boundary (again: nothing more)",
 )
-def pause_run(request: HttpRequest, run_id: UUID) -> dict:
+def pause_run(request: ApiRequest, run_id: UUID) -> dict:
     run = _operable_run(request, run_id)
     _served(steering.request_pause, run, by=request.auth)
     return _state(run)
@@ -195,7 +196,7 @@ def pause_run(request: HttpRequest, run_id: UUID) -> dict:
     auth=OPERATORS,
     summary="Resume a paused run, or withdraw a pause it has not taken yet",
 )
-def resume_run(request: HttpRequest, run_id: UUID) -> dict:
+def resume_run(request: ApiRequest, run_id: UUID) -> dict:
     run = _operable_run(request, run_id)
     _served(steering.resume, run, by=request.auth)
     return _state(run)
@@ -207,7 +208,7 @@ def resume_run(request: HttpRequest, run_id: UUID) -> dict:
     auth=OPERATORS,
     summary="Send the agent an instruction for its next model turn",
 )
-def post_instruction(request: HttpRequest, run_id: UUID, payload: InstructionIn) -> Status:
+def post_instruction(request: ApiRequest, run_id: UUID, payload: InstructionIn) -> Status:
     run = _operable_run(request, run_id)
     # Without a key every POST is an instruction of its own.
     key = payload.idempotency_key or request.headers.get("Idempotency-Key") or uuid4().hex
@@ -221,7 +222,7 @@ def post_instruction(request: HttpRequest, run_id: UUID, payload: InstructionIn)
     auth=OPERATORS,
     summary="Choose what becomes of the failed step: retry, skip or instruct",
 )
-def post_recovery(request: HttpRequest, run_id: UUID, payload: RecoveryIn) -> dict:
+def post_recovery(request: ApiRequest, run_id: UUID, payload: RecoveryIn) -> dict:
     run = _operable_run(request, run_id)
     choice = steering.Choice(
         payload.choice, args=payload.arguments, note=payload.note, text=payload.text
@@ -236,7 +237,7 @@ def post_recovery(request: HttpRequest, run_id: UUID, payload: RecoveryIn) -> di
     auth=OPERATORS,
     summary="Resume a failed run from here: retry, skip or instruct (409 says why not)",
 )
-def reopen_run(request: HttpRequest, run_id: UUID, payload: RecoveryIn) -> dict:
+def reopen_run(request: ApiRequest, run_id: UUID, payload: RecoveryIn) -> dict:
     run = _operable_run(request, run_id)
     choice = steering.Choice(
         payload.choice, args=payload.arguments, note=payload.note, text=payload.text

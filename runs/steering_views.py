@@ -4,9 +4,11 @@ request with the #run-steer fragment (a refusal with its 4xx status and the reas
 and a plain form post with a redirect to the run page."""
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
+
+from accounts.requests import HtmxRequest, SignedInRequest
 
 from . import rendering, steering
 from .forms import InstructionForm, RecoveryForm
@@ -14,7 +16,7 @@ from .models import Run
 from .views import _get_run_for_user
 
 
-def _answer(request: HttpRequest, run: Run, status: int = 200, **extra) -> HttpResponse:
+def _answer(request: HtmxRequest, run: Run, status: int = 200, **extra) -> HttpResponse:
     if not request.htmx:
         if status >= 400:
             return HttpResponse(
@@ -32,7 +34,7 @@ def _answer(request: HttpRequest, run: Run, status: int = 200, **extra) -> HttpR
 
 @require_GET
 @login_required
-def run_steer(request: HttpRequest, pk) -> HttpResponse:
+def run_steer(request: SignedInRequest, pk) -> HttpResponse:
     """The fragment alone: fetched by each viewer when a pushed step changes it."""
     run = _get_run_for_user(request, pk)
     return render(request, rendering.RUN_PAGE + "#run-steer", rendering.steer_context(run))
@@ -40,7 +42,7 @@ def run_steer(request: HttpRequest, pk) -> HttpResponse:
 
 @require_POST
 @login_required
-def run_pause(request: HttpRequest, pk) -> HttpResponse:
+def run_pause(request: SignedInRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk, write=True)
     try:
         asked = steering.request_pause(run, by=request.user)
@@ -54,7 +56,7 @@ def run_pause(request: HttpRequest, pk) -> HttpResponse:
 
 @require_POST
 @login_required
-def run_resume(request: HttpRequest, pk) -> HttpResponse:
+def run_resume(request: SignedInRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk, write=True)
     try:
         outcome = steering.resume(run, by=request.user)
@@ -66,7 +68,7 @@ def run_resume(request: HttpRequest, pk) -> HttpResponse:
 
 @require_POST
 @login_required
-def run_instruct(request: HttpRequest, pk) -> HttpResponse:
+def run_instruct(request: SignedInRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk, write=True)
     form = InstructionForm(request.POST)
     if not form.is_valid():
@@ -83,7 +85,7 @@ def run_instruct(request: HttpRequest, pk) -> HttpResponse:
 
 @require_POST
 @login_required
-def run_recover(request: HttpRequest, pk) -> HttpResponse:
+def run_recover(request: SignedInRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk, write=True)
     form = RecoveryForm(request.POST)
     if not form.is_valid():
@@ -110,7 +112,7 @@ def _first_error(form) -> str:
 
 @require_POST
 @login_required
-def run_reopen(request: HttpRequest, pk) -> HttpResponse:
+def run_reopen(request: SignedInRequest, pk) -> HttpResponse:
     """ "Resume from here": a failed run reopened with the operator's choice."""
     run = _get_run_for_user(request, pk, write=True)
     form = RecoveryForm(request.POST)

@@ -2,6 +2,7 @@
 
 import logging
 import time
+from typing import TypedDict
 
 from celery import shared_task
 from celery.signals import worker_shutting_down
@@ -20,10 +21,19 @@ SWEEP_CHECKOUT_SECONDS = 2.0
 SWEEP_RETRY_SECONDS = 1.0
 SWEEP_ATTEMPTS = 5
 
+
 # A database that is restarting or unreachable: the message is sent again with backoff and
 # jitter (up to 2, 4 ... 64 s), not lost. The sweep stays the safety net for whatever else
 # kills a task (a worker's crash, a lost message).
-_DATABASE_DOWN = {
+class _RetryOptions(TypedDict):
+    autoretry_for: tuple[type[BaseException], ...]
+    retry_backoff: int
+    retry_backoff_max: int
+    retry_jitter: bool
+    max_retries: int
+
+
+_DATABASE_DOWN: _RetryOptions = {
     "autoretry_for": (OperationalError, InterfaceError),
     "retry_backoff": 2,
     "retry_backoff_max": 64,

@@ -21,6 +21,7 @@ from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from accounts.requests import HtmxRequest, SignedInRequest
 from agentkit import pii, storable
 from agentkit.agents import Agent
 
@@ -37,7 +38,7 @@ def _require(request: HttpRequest, allowed: bool) -> None:
         raise PermissionDenied
 
 
-def _get_run_for_user(request: HttpRequest, pk, write: bool = False) -> Run:
+def _get_run_for_user(request: SignedInRequest, pk, write: bool = False) -> Run:
     """The one place that says who may see (and, with write=True, operate) a run."""
     user = request.user
     _require(request, user.can_view and (not write or user.can_operate))
@@ -47,7 +48,7 @@ def _get_run_for_user(request: HttpRequest, pk, write: bool = False) -> Run:
     return run
 
 
-def _partial(request: HttpRequest, template: str, allowed: set[str]) -> str:
+def _partial(request: HtmxRequest, template: str, allowed: set[str]) -> str:
     """`template#<target>` for an htmx request aimed at one of the page's fragments."""
     target = request.htmx.target if request.htmx else None
     return f"{template}#{target}" if target in allowed else template
@@ -63,7 +64,7 @@ def favicon(request: HttpRequest) -> HttpResponse:
 # --- dashboard ---------------------------------------------------------------------------------
 @require_GET
 @login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
+def dashboard(request: SignedInRequest) -> HttpResponse:
     _require(request, request.user.can_view)
     template = _partial(
         request,
@@ -219,7 +220,7 @@ def _filtered_page(request: HttpRequest) -> tuple[RunFilterForm, paging.Page, Co
 
 @require_GET
 @login_required
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: SignedInRequest) -> HttpResponse:
     _require(request, request.user.can_view)
     form, page, counted, query = _filtered_page(request)
     filtered = form.is_valid() and any(form.cleaned_data.values())
@@ -243,7 +244,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 # --- launch -----------------------------------------------------------------------------------
 @require_http_methods(["GET", "POST"])
 @login_required
-def run_new(request: HttpRequest) -> HttpResponse:
+def run_new(request: SignedInRequest) -> HttpResponse:
     _require(request, request.user.can_operate)
     if request.method == "POST":
         form = LaunchForm(request.POST, user=request.user)
@@ -297,7 +298,7 @@ def _launch_context(form: LaunchForm, agent: Agent | None, input_form) -> dict:
 # --- the run page -----------------------------------------------------------------------------
 @require_GET
 @login_required
-def run_detail(request: HttpRequest, pk) -> HttpResponse:
+def run_detail(request: SignedInRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk)
     kind = request.GET.get("kind", "")
     kind = kind if kind in rendering.FILTERS else ""
@@ -394,7 +395,7 @@ def _operations(run: Run) -> dict:
 
 @require_GET
 @login_required
-def run_pending(request: HttpRequest, pk) -> HttpResponse:
+def run_pending(request: SignedInRequest, pk) -> HttpResponse:
     """The run page's pending operations (refreshed while some are open)."""
     run = _get_run_for_user(request, pk)
     context = {"run": run, **_operations(run)}
@@ -403,7 +404,7 @@ def run_pending(request: HttpRequest, pk) -> HttpResponse:
 
 @require_GET
 @login_required
-def run_actions(request: HttpRequest, pk) -> HttpResponse:
+def run_actions(request: SignedInRequest, pk) -> HttpResponse:
     """The run page's controls as this viewer may use them: fetched by each viewer when a
     reopened run offers Cancel again (the push that ended it sent them without)."""
     run = _get_run_for_user(request, pk)
@@ -412,7 +413,7 @@ def run_actions(request: HttpRequest, pk) -> HttpResponse:
 
 @require_POST
 @login_required
-def run_pending_finish(request: HttpRequest, pk, op_id: int) -> HttpResponse:
+def run_pending_finish(request: SignedInRequest, pk, op_id: int) -> HttpResponse:
     """An operator marks an operation done (its result: JSON, else the text) or failed."""
     run = _get_run_for_user(request, pk, write=True)
     op = get_object_or_404(run.pending_operations, pk=op_id)
@@ -448,7 +449,7 @@ def _json_or_text(text: str):
 
 @require_GET
 @login_required
-def run_steps(request: HttpRequest, pk) -> HttpResponse:
+def run_steps(request: SignedInRequest, pk) -> HttpResponse:
     """Older steps, loaded on demand above the ones the page shows."""
     run = _get_run_for_user(request, pk)
     try:
@@ -466,7 +467,7 @@ def run_steps(request: HttpRequest, pk) -> HttpResponse:
 
 @require_GET
 @login_required
-def run_step(request: HttpRequest, pk, seq: int) -> HttpResponse:
+def run_step(request: SignedInRequest, pk, seq: int) -> HttpResponse:
     """One step with its full (untruncated) content."""
     run = _get_run_for_user(request, pk)
     step = get_object_or_404(Step, run=run, seq=seq)
@@ -477,7 +478,7 @@ def run_step(request: HttpRequest, pk, seq: int) -> HttpResponse:
 
 @require_POST
 @login_required
-def run_cancel(request: HttpRequest, pk) -> HttpResponse:
+def run_cancel(request: SignedInRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk, write=True)
     run.cancel(by=request.user, reason=f"cancelled by {request.user.get_username()}")
     if request.htmx:
@@ -511,7 +512,7 @@ def _dumps(value) -> str:
 
 @require_GET
 @login_required
-def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
+def run_export(request: SignedInRequest, pk, fmt: str) -> StreamingHttpResponse:
     """The timeline as JSON (run, steps, checkpoints) or JSONL (one run line, one line per
     step, then one `{"checkpoint": ...}` line per checkpoint), streamed so a long run never
     sits in memory whole. `manage.py import_run` reads either on another installation."""
@@ -558,7 +559,7 @@ def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
 # --- audit ------------------------------------------------------------------------------------
 @require_GET
 @login_required
-def audit(request: HttpRequest) -> HttpResponse:
+def audit(request: SignedInRequest) -> HttpResponse:
     _require(request, request.user.can_view)
     form, page, counted, query = _filtered_page(request)
     context = {"form": form, "page": page, "counted": counted, "query": query}
@@ -567,7 +568,7 @@ def audit(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
-def audit_run(request: HttpRequest, pk) -> HttpResponse:
+def audit_run(request: SignedInRequest, pk) -> HttpResponse:
     """A past run's whole timeline with its hash chain verified."""
     run = _get_run_for_user(request, pk)
     ok, bad_seq = run.verify_chain()

@@ -6,7 +6,16 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
 
-pytest_plugins = ["tests.support.failure_reports"]
+# pytester: the suite's own wiring is tested by running pytest on small test files.
+pytest_plugins = ["pytester", "tests.timeouts", "tests.support.failure_reports"]
+
+# What agentops/settings.py hashes passwords with (Django's default: PBKDF2, 1 000 000
+# iterations, about 0.4 s of CPU a hash), kept for the one test that signs in with it
+# (tests/accounts/test_password_hashing.py); every other test uses FAST_PASSWORD_HASHERS.
+PRODUCTION_PASSWORD_HASHERS = list(settings.PASSWORD_HASHERS)
+# Weak and fast: the suite creates users and signs in by the hundred, and on a starved runner
+# each production hash cost as much CPU as a whole test.
+FAST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def pytest_configure(config):
@@ -15,6 +24,9 @@ def pytest_configure(config):
     # agentops.asgi reads ALLOWED_HOSTS once, when it builds its WebSocket origin check.
     if "testserver" not in settings.ALLOWED_HOSTS:
         settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    # Before any test runs, for session fixtures too. A server started as a subprocess
+    # (tests/livesupport.py) keeps the production hasher, and makes its own users.
+    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
     _redis_of_this_worker()
 
 

@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Router, Schema, Status
 
 from accounts.auth import api_auth
+from accounts.requests import ApiRequest
 
 from .models import Schedule
 
@@ -55,7 +56,7 @@ class Errors(Schema):
 
 
 @router.get("/schedules", response=list[ScheduleOut], summary="Every schedule")
-def list_schedules(request: HttpRequest):
+def list_schedules(request: ApiRequest):
     return list(Schedule.objects.visible_to(request.auth).order_by("name"))
 
 

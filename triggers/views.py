@@ -3,16 +3,18 @@ and which agents take signed webhooks, by secret fingerprint (never the secret).
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
+
+from accounts.requests import SignedInRequest
 
 from .models import Schedule, WebhookSecret
 
 
 @require_GET
 @login_required
-def schedule_list(request: HttpRequest) -> HttpResponse:
+def schedule_list(request: SignedInRequest) -> HttpResponse:
     # Any role may read (like runs); schedules are made and changed in the admin.
     if not request.user.can_view:
         raise PermissionDenied

@@ -58,6 +58,7 @@ def _client(
     pool looks at every connection it holds on each request and each response's close, so
     a shared pool of 200 connections made a call cost O(200) checks (bench/model_latency.py).
     """
+    clients: dict[tuple[Any, ...], anthropic.Anthropic]
     clients = _per_thread.__dict__.setdefault("clients", {})
     key = (api_key, base_url, timeout, traces)
     if key not in clients:
@@ -78,7 +79,7 @@ def _client(
     return clients[key]
 
 
-_per_loop: dict[tuple, anthropic.AsyncAnthropic] = {}
+_per_loop: dict[tuple[Any, ...], anthropic.AsyncAnthropic] = {}
 
 
 def _async_client(
@@ -205,7 +206,7 @@ class AnthropicProvider:
         return params
 
     def _stream(
-        self, client: anthropic.Anthropic, params: dict, on_text: OnText, started: float
+        self, client: anthropic.Anthropic, params: dict[str, Any], on_text: OnText, started: float
     ) -> LLMResponse:
         # The client's timeout bounds each read; the call as a whole keeps the same deadline
         # as a plain one, so a stream that trickles forever still ends.
@@ -257,7 +258,9 @@ _REQUEST_ERRORS = frozenset(
 
 def _stream_error(exc: anthropic.APIStatusError) -> LLMError:
     body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    error = body.get("error")
+    if not isinstance(error, dict):
+        error = {}
     kind = error.get("type") or "error"
     message = f"Anthropic API error mid-stream {kind}: {error.get('message') or exc.message}"
     if kind in _REQUEST_ERRORS:
@@ -265,15 +268,15 @@ def _stream_error(exc: anthropic.APIStatusError) -> LLMError:
     return LLMTransientError(message, status=exc.status_code, overloaded=kind == "overloaded_error")
 
 
-def _assemble(events: Any, on_text: OnText, deadline: float) -> dict:
+def _assemble(events: Any, on_text: OnText, deadline: float) -> dict[str, Any]:
     """The message the stream's events add up to, as the plain call's body would be.
 
     Text deltas go to `on_text` as they come; tool-call arguments arrive as pieces of JSON
     and are parsed once whole (kept as sent if they do not parse, as a plain call keeps an
     input that is not an object: the engine answers the model with the error).
     """
-    message: dict | None = None
-    blocks: list[dict] = []
+    message: dict[str, Any] | None = None
+    blocks: list[dict[str, Any]] = []
     partial_json: dict[int, list[str]] = {}
     stopped = False
     for event in events:
@@ -374,7 +377,7 @@ def _malformed(detail: str) -> LLMTransientError:
     return LLMTransientError(f"the model API sent a malformed response: {detail}", status=200)
 
 
-def _block(block: dict) -> dict:
+def _block(block: dict[str, Any]) -> dict[str, Any]:
     """A response content block as the timeline stores it and the next request sends back."""
     if block["type"] == "text":
         return {"type": "text", "text": block["text"]}
@@ -392,7 +395,7 @@ def _block(block: dict) -> dict:
     return block
 
 
-def api_messages(messages: list[dict]) -> list[dict]:
+def api_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The conversation as the API accepts it.
 
     A tool_use whose input was not an object (the model produced something unusable) is
@@ -401,7 +404,7 @@ def api_messages(messages: list[dict]) -> list[dict]:
     """
     out = []
     for message in messages:
-        content = message.get("content")
+        content: Any = message.get("content")
         bad = isinstance(content, list) and any(_bad_tool_input(b) for b in content)
         if message.get("role") == "assistant" and bad:
             content = [{**b, "input": {}} if _bad_tool_input(b) else b for b in content]
@@ -418,7 +421,7 @@ CACHE_CONTROL = {
 }
 
 
-def cache_breakpoints(params: dict, ttl: str = "5m") -> dict:
+def cache_breakpoints(params: dict[str, Any], ttl: str = "5m") -> dict[str, Any]:
     """The request with cache_control on its stable prefix, which the API caches in the
     order tools, system, messages (each breakpoint caches everything before it too):
 
@@ -450,7 +453,7 @@ def cache_breakpoints(params: dict, ttl: str = "5m") -> dict:
     return out
 
 
-def _marked(message: dict, control: dict) -> dict:
+def _marked(message: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
     """The message with cache_control on its last block (text content becomes a block)."""
     content = message["content"]
     if isinstance(content, str):
@@ -465,7 +468,7 @@ def _marked(message: dict, control: dict) -> dict:
     return {**message, "content": content}
 
 
-def _bad_tool_input(block: dict) -> bool:
+def _bad_tool_input(block: dict[str, Any]) -> bool:
     return block.get("type") == "tool_use" and not isinstance(block.get("input"), dict)
 
 

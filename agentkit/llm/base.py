@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
 # Called with each piece of text the model writes, as it writes it (streaming). Never with
 # tool-call arguments. The pieces joined are the response's text blocks.
@@ -25,7 +25,7 @@ class Usage:
         # are the prompt the model read.
         return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -42,26 +42,26 @@ class Usage:
 class LLMRequest:
     model: str
     system: str
-    messages: list[dict]
-    tools: list[dict]
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
     max_tokens: int = 1024
     # Engine facts a provider may use (the scripted provider picks its turn by "turn").
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class LLMResponse:
-    content: list[dict]  # Messages API blocks: {"type": "text"|"tool_use", ...}
+    content: list[dict[str, Any]]  # Messages API blocks: {"type": "text"|"tool_use", ...}
     stop_reason: str
     usage: Usage
     model: str
     cost_usd: Decimal
     latency_ms: int = 0
     request_id: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def tool_uses(self) -> list[dict]:
+    def tool_uses(self) -> list[dict[str, Any]]:
         return [b for b in self.content if b.get("type") == "tool_use"]
 
     @property

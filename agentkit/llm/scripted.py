@@ -4,24 +4,25 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import pricing
 from .base import LLMRequest, LLMResponse, OnText, Usage
 
 # A turn is the assistant's content blocks, or a function of the conversation so far that
 # returns them (so a scripted report can quote the query result it just got).
-Turn = list[dict] | Callable[[list[dict]], list[dict]]
+Turn = list[dict[str, Any]] | Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
 
-def text(value: str) -> dict:
+def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
 
-def tool_use(name: str, **args) -> dict:
+def tool_use(name: str, **args: Any) -> dict[str, Any]:
     return {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": name, "input": args}
 
 
-def scripted_summary(metadata: dict) -> str:
+def scripted_summary(metadata: dict[str, Any]) -> str:
     """A deterministic summary of the turns the engine asks to summarise."""
     calls = metadata.get("tool_calls") or []
     counts = {name: calls.count(name) for name in dict.fromkeys(calls)}
@@ -95,7 +96,7 @@ class ScriptedProvider:
             request_id=f"scripted-{uuid.uuid4().hex[:12]}",
         )
 
-    def _type(self, content: list[dict], on_text: OnText) -> None:
+    def _type(self, content: list[dict[str, Any]], on_text: OnText) -> None:
         """The turn's text handed over a word at a time, as a streaming model would."""
         for block in content:
             if block.get("type") != "text":

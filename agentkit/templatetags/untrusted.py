@@ -8,6 +8,7 @@ escapes the text first, then replaces each such character with a visible, labell
 
 import unicodedata
 from itertools import groupby
+from typing import Any
 
 from django import template
 from django.utils.html import conditional_escape, format_html, format_html_join
@@ -55,7 +56,7 @@ def _marker(char: str) -> SafeString:
 
 
 @register.filter
-def mark_invisible(value) -> SafeString:
+def mark_invisible(value: Any) -> SafeString:
     """The value escaped for HTML, with each invisible or direction-changing character
     replaced by a visible marker such as ⟨U+202E⟩ (its name in the title). Text already
     marked safe (trusted markup) is not escaped again, as autoescaping would not."""
@@ -67,7 +68,7 @@ def mark_invisible(value) -> SafeString:
     trusted = isinstance(value, SafeData)
     # Runs of ordinary text are escaped by format_html_join (unless already safe); each
     # invisible character becomes a marker built by format_html.
-    parts = []
+    parts: list[str] = []
     for invisible, chars in groupby(text, key=is_invisible):
         if invisible:
             parts.extend(_marker(c) for c in chars)

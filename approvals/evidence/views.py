@@ -12,11 +12,13 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from accounts.requests import SignedInRequest
 from agentkit.agents import CATALOGUE
 
 from .. import oversight_reach
@@ -29,7 +31,7 @@ log = logging.getLogger("agentops.approvals")
 
 @require_GET
 @login_required
-def decisions_export(request: HttpRequest) -> HttpResponse:
+def decisions_export(request: SignedInRequest) -> HttpResponseBase:
     user = request.user
     if not oversight_reach.may_oversee(user):
         raise PermissionDenied

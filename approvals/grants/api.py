@@ -6,11 +6,12 @@ from datetime import datetime, timedelta
 from typing import Literal
 from uuid import UUID
 
-from django.http import HttpRequest, JsonResponse
+from django.http import JsonResponse
 from django.utils import timezone
 from ninja import Field, Router, Schema
 
 from accounts.auth import api_auth
+from accounts.requests import ApiRequest
 
 from .. import decisions
 from ..models import Approval, Grant
@@ -73,7 +74,7 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 @router.post("/approvals/{uuid:approval_id}/grant", auth=APPROVERS)
-def post_grant(request: HttpRequest, approval_id: UUID, payload: GrantIn):
+def post_grant(request: ApiRequest, approval_id: UUID, payload: GrantIn):
     """Approve the approval (if pending) and allow calls like it within the bounds given.
     201 with the grant; 422 for a call that cannot be granted (high risk, four-eyes, quorum,
     personal data) or bounds out of range; 403 for an approver who may not decide it."""
@@ -107,7 +108,7 @@ def post_grant(request: HttpRequest, approval_id: UUID, payload: GrantIn):
 
 
 @router.get("/grants", auth=APPROVERS)
-def list_grants(request: HttpRequest, active: bool = True, limit: int = 50):
+def list_grants(request: ApiRequest, active: bool = True, limit: int = 50):
     """Active grants (`active=false`: every grant), newest first; `limit` 1 to 200."""
     if not 1 <= limit <= MAX_PAGE:
         return _error(422, "invalid filters", errors={"limit": [f"between 1 and {MAX_PAGE}"]})
@@ -117,7 +118,7 @@ def list_grants(request: HttpRequest, active: bool = True, limit: int = 50):
 
 
 @router.post("/grants/{int:grant_id}/revoke", auth=APPROVERS)
-def revoke_grant(request: HttpRequest, grant_id: int):
+def revoke_grant(request: ApiRequest, grant_id: int):
     """Revoke now: no call is let through by it from this moment. 409 if already revoked."""
     try:
         return _out(grants.revoke(grant_id, user=request.auth))
@@ -128,7 +129,7 @@ def revoke_grant(request: HttpRequest, grant_id: int):
 
 
 @router.post("/approvals/{uuid:approval_id}/resume-halted")
-def resume_halted(request: HttpRequest, approval_id: UUID):
+def resume_halted(request: ApiRequest, approval_id: UUID):
     """Resume the run this approval's expiry halted (operators and approvers): the agent is
     told the call was not executed and goes on. 409 when the run is not halted."""
     approval = Approval.objects.visible_to(request.auth).filter(pk=approval_id).first()

@@ -5,11 +5,13 @@ this module turns forms into their arguments and their refusals into form errors
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
+
+from accounts.requests import SignedInRequest
 
 from .. import decisions
 from ..models import Grant
@@ -22,7 +24,7 @@ GRANTS_TEMPLATE = "approvals/grants.html"
 
 @require_POST
 @login_required
-def grant_from_card(request: HttpRequest, pk) -> HttpResponse:
+def grant_from_card(request: SignedInRequest, pk) -> HttpResponse:
     """Approve the call on the card and allow calls like it (approvals/grants/models.py)."""
     approval = _get_approval_for_user(request, pk, decide=True)
     form = GrantForm(request.POST, approval=approval)
@@ -56,7 +58,7 @@ def grant_from_card(request: HttpRequest, pk) -> HttpResponse:
 
 @require_GET
 @login_required
-def grants_page(request: HttpRequest) -> HttpResponse:
+def grants_page(request: SignedInRequest) -> HttpResponse:
     if not request.user.can_approve:
         raise PermissionDenied
     now = timezone.now()
@@ -78,7 +80,7 @@ def grants_page(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def revoke_grant(request: HttpRequest, pk: int) -> HttpResponse:
+def revoke_grant(request: SignedInRequest, pk: int) -> HttpResponse:
     """Revoke now; back to where the button was (the grants page, or an approval card)."""
     if not request.user.can_approve:
         raise PermissionDenied
@@ -97,7 +99,7 @@ def revoke_grant(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @login_required
-def resume_halted(request: HttpRequest, pk) -> HttpResponse:
+def resume_halted(request: SignedInRequest, pk) -> HttpResponse:
     """Resume the run an expiry of this approval halted (decisions.resume_halted)."""
     approval = _get_approval_for_user(request, pk)
     try:

@@ -50,7 +50,7 @@ class AutoApproveRule(models.Model):
         REVOKED = "revoked"
         EXPIRED = "expired"
 
-    TRANSITIONS = {
+    TRANSITIONS: dict[str, set[str]] = {
         Status.PROPOSED: {Status.ACTIVE, Status.DECLINED},
         Status.ACTIVE: {Status.REVOKED, Status.EXPIRED},
     }

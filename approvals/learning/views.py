@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts import teams
+from accounts.requests import SignedInRequest
 
 from .. import oversight_reach
 from . import review, stats
@@ -28,7 +29,7 @@ MAX_HITS = 1_000_000
 
 @require_GET
 @login_required
-def rules(request: HttpRequest) -> HttpResponse:
+def rules(request: SignedInRequest) -> HttpResponse:
     visible = _visible(request)
     rows = []
     for rule in AutoApproveRule.objects.filter(visible).prefetch_related("events", "events__by"):
@@ -68,7 +69,7 @@ def _administered(request: HttpRequest):
     return agents.q("agent")
 
 
-def _visible(request: HttpRequest):
+def _visible(request: SignedInRequest):
     """The condition on `agent` for what this user sees (403 with no role)."""
     if not request.user.can_view:
         raise PermissionDenied
@@ -156,7 +157,7 @@ def clear_override(request: HttpRequest, pk: int) -> HttpResponse:
 # --- post-hoc review -----------------------------------------------------------------------------
 @require_GET
 @login_required
-def review_queue(request: HttpRequest) -> HttpResponse:
+def review_queue(request: SignedInRequest) -> HttpResponse:
     visible = PostHocReview.objects.filter(_visible(request))
     review.refresh_queue()
     pending = visible.filter(verdict=PostHocReview.Verdict.PENDING)
@@ -177,7 +178,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def review_call(request: HttpRequest, pk: int) -> HttpResponse:
+def review_call(request: SignedInRequest, pk: int) -> HttpResponse:
     if not request.user.can_approve:
         raise PermissionDenied
     call = get_object_or_404(PostHocReview.objects.filter(_visible(request)), pk=pk)

@@ -23,7 +23,7 @@ from runs.models import Budget, BudgetCrossing
 from .delivery import DeliveryError, DeliveryRefused
 from .webhooks import _opener, signing_keys, target
 
-WORDS = {
+WORDS: dict[str, str] = {
     BudgetCrossing.Threshold.WARN: "is nearly spent",
     BudgetCrossing.Threshold.APPROVE: "is spent: its runs go on only when approved",
     BudgetCrossing.Threshold.STOP: "is overspent: its runs are stopped and new ones refused",
@@ -46,7 +46,7 @@ def payload(crossing: BudgetCrossing) -> dict:
         "crossing": crossing.pk,
         "threshold": crossing.threshold,
         "agent": b.agent,
-        "team": b.team.slug if b.team_id else None,
+        "team": b.team.slug if b.team is not None else None,
         "period": b.period,
         "time_zone": b.time_zone,
         "period_start": crossing.period_start.isoformat(),

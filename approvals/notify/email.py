@@ -9,6 +9,8 @@ approver or admin role (or superuser), in both cases only those with an e-mail a
 teams decide for the agent (accounts/teams.py).
 """
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage
@@ -47,7 +49,7 @@ def approvers_to_email(approval: Approval) -> list:
         users = users.filter(Q(groups__name__in=[Role.APPROVER, Role.ADMIN]) | Q(is_superuser=True))
     # Only those whose teams decide for the agent (accounts/teams.py), named approvers too.
     users = teams.members_reaching(users, teams.Power.DECIDE, approval.run.agent)
-    by_address = {}
+    by_address: dict[str, Any] = {}
     for user in users.distinct().order_by("email", "pk"):
         by_address.setdefault(user.email, user)
     return list(by_address.values())

@@ -12,6 +12,7 @@ Only approvals whose agent declares a chain are read: one query for the pending 
 filtered in Python on the run's snapshot (pending approvals are few: people decide them).
 """
 
+import functools
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -72,7 +73,7 @@ def escalate_due(
                     Escalation.objects.create(
                         approval=approval, tier=number, notified=people, at=now
                     )
-                    transaction.on_commit(lambda a=str(approval.pk), n=number: on_notified(a, n))
+                    transaction.on_commit(functools.partial(on_notified, str(approval.pk), number))
             except IntegrityError:
                 continue  # another sweep notified this tier first
             notified += 1

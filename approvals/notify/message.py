@@ -63,7 +63,7 @@ def payload(approval: Approval) -> dict:
             "id": str(run.pk),
             "agent": run.agent,
             "agent_title": run.agent_config.get("title", run.agent),
-            "launched_by": run.launched_by.get_username() if run.launched_by_id else None,
+            "launched_by": run.launched_by.get_username() if run.launched_by else None,
             "url": urls["run"],
         },
     }

@@ -10,6 +10,7 @@ and on however many hosts the sweep runs. A sweep that comes late sends only the
 that is due and records the earlier ones as passed, so nobody gets three e-mails at once.
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -94,7 +95,9 @@ def remind_due(
             with transaction.atomic():
                 for key in keys:
                     ApprovalReminder.objects.create(approval=approval, key=key, at=now)
-                transaction.on_commit(lambda a=str(approval.pk), k=reminder.key: on_reminded(a, k))
+                transaction.on_commit(
+                    functools.partial(on_reminded, str(approval.pk), reminder.key)
+                )
         except IntegrityError:
             continue  # another sweep sent it first
         sent_count += 1

@@ -7,9 +7,10 @@ reject with a reason. The decision goes through the decision service like any ap
 from typing import Any, Literal
 from uuid import UUID
 
-from django.http import HttpRequest, JsonResponse
+from django.http import JsonResponse
 from ninja import Field, Router, Schema
 
+from accounts.requests import ApiRequest
 from runs.models import Run, args_hash
 
 from .. import decisions
@@ -92,7 +93,7 @@ def _out(todo: plans.Todo) -> dict:
 
 
 @router.get("/runs/{uuid:run_id}/plans")
-def run_plans(request: HttpRequest, run_id: UUID):
+def run_plans(request: ApiRequest, run_id: UUID):
     """The run's plans, newest first, each a to-do list: every step `pending`, `in progress`,
     `done`, `failed` or `skipped`, and the calls that deviated (`kind`: other_tool,
     outside_envelope, out_of_order, more_calls) with their decision and outcome."""
@@ -103,7 +104,7 @@ def run_plans(request: HttpRequest, run_id: UUID):
 
 
 @router.get("/plans/{int:plan_id}")
-def get_plan(request: HttpRequest, plan_id: int):
+def get_plan(request: ApiRequest, plan_id: int):
     """One plan as a to-do list (see GET /api/runs/{id}/plans)."""
     plan = _plan_for(request.auth, plan_id)
     if plan is None:
@@ -112,7 +113,7 @@ def get_plan(request: HttpRequest, plan_id: int):
 
 
 @router.post("/plans/{int:plan_id}/decision")
-def decide_plan(request: HttpRequest, plan_id: int, payload: PlanDecisionIn):
+def decide_plan(request: ApiRequest, plan_id: int, payload: PlanDecisionIn):
     """Approve the plan (as proposed, or with `steps` edited), or reject it with a reason.
     Answers with the plan as it now stands."""
     plan = _plan_for(request.auth, plan_id)

@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts.requests import SignedInRequest
 from runs.models import Run, args_hash
 
 from .. import decisions, views
@@ -21,7 +22,7 @@ TODO_TEMPLATE = "approvals/run_plan.html"
 PLAN_DECISIONS = {"approve", "edit_approve", "reject"}
 
 
-def _get_plan_approval(request: HttpRequest, pk, decide: bool = False) -> Approval:
+def _get_plan_approval(request: SignedInRequest, pk, decide: bool = False) -> Approval:
     approval = views._get_approval_for_user(request, pk, decide=decide)
     if approval.kind != Approval.Kind.PLAN:
         raise PermissionDenied  # not a plan: its own screen decides it
@@ -47,7 +48,7 @@ def _context(request: HttpRequest, approval: Approval, **extra) -> dict:
 
 @require_GET
 @login_required
-def plan_screen(request: HttpRequest, pk) -> HttpResponse:
+def plan_screen(request: SignedInRequest, pk) -> HttpResponse:
     approval = views._get_approval_for_user(request, pk)
     if approval.kind != Approval.Kind.PLAN:
         return redirect("approvals:detail", pk=approval.pk)
@@ -56,7 +57,7 @@ def plan_screen(request: HttpRequest, pk) -> HttpResponse:
 
 @require_POST
 @login_required
-def decide_plan(request: HttpRequest, pk) -> HttpResponse:
+def decide_plan(request: SignedInRequest, pk) -> HttpResponse:
     """Approve the plan as proposed, approve it as edited on the screen, or reject it with a
     reason; the decision service records it and wakes the run."""
     approval = _get_plan_approval(request, pk, decide=True)
@@ -108,7 +109,7 @@ def _done(decision: str, approval: Approval) -> str:
 
 @require_GET
 @login_required
-def run_plan(request: HttpRequest, pk) -> HttpResponse:
+def run_plan(request: SignedInRequest, pk) -> HttpResponse:
     """The run's plans as live to-do lists (#run-plan): the run page fetches it when a step
     that moves a plan arrives over its socket (runs/rendering.py)."""
     if not request.user.can_view:

@@ -13,6 +13,7 @@ A verifier declared `after_tools` checks each successful call of those tools the
 before anything else runs (tool_calls.check_after marks it due); passing, the run goes on.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -129,8 +130,9 @@ def _verify(
     return data, columns
 
 
-def _judge(check, *args) -> str | None:
+def _judge(check: Callable[..., Any] | None, *args: Any) -> str | None:
     try:
+        assert check is not None  # a verifier of kind "check" has one (Verifier.__post_init__)
         reason = check(*args)
     except Exception as exc:  # a broken check fails the answer, never the worker
         return f"the check raised {type(exc).__name__}: {exc}"
@@ -138,11 +140,12 @@ def _judge(check, *args) -> str | None:
 
 
 def _call_tool(
-    work: Work, verifier, result: RunResult, data: dict, columns: dict, counters: dict
+    work: Work, verifier: Any, result: RunResult, data: dict, columns: dict, counters: dict
 ) -> str | None:
     name, make_args = verifier.tool
     tool = get_tool(name)
     try:
+        assert tool is not None, f"no tool {name}"  # an unknown one fails here, as validate would
         args = tool.validate(make_args(result))
     except Exception as exc:
         return f"the verifier could not build {name}'s arguments: {exc}"

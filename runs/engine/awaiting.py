@@ -11,6 +11,7 @@ Agents that never start one pay one dict lookup per model call.
 """
 
 from datetime import timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -68,7 +69,7 @@ def open_operation(work: Work, tool: Tool, args: dict, key: str, pending: Pendin
     }
 
 
-def was_pending(result) -> bool:
+def was_pending(result: Any) -> bool:
     """A recorded call's result that opened an operation (what `open_operation` returns)."""
     return isinstance(result, dict) and result.get("status") == "pending" and "operation" in result
 

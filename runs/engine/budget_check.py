@@ -70,7 +70,7 @@ def _note_crossing(work: Work, state: budgets.BudgetState, threshold: str) -> No
                 "agent": budget.agent,
                 **(
                     {"team": budget.team.name, "agents": list(state.agents)}
-                    if budget.team_id
+                    if budget.team is not None
                     else {}
                 ),
                 "period": budget.period,

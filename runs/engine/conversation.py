@@ -5,6 +5,8 @@ its model steps' content and its tool steps' results, in seq order. Nothing here
 """
 
 import copy
+from collections.abc import Iterable
+from typing import Any
 
 from django.conf import settings
 
@@ -37,7 +39,7 @@ def conversation(run: Run, *, upto_seq: int | None = None) -> list[dict]:
     return messages(steps.order_by("seq").values_list("kind", "data"))
 
 
-def messages(rows) -> list[dict]:
+def messages(rows: Iterable[Any]) -> list[dict]:
     """Messages from (kind, data) timeline rows in seq order.
 
     A forked run's launched step carries its origin's conversation (`history`) and maybe an

@@ -11,6 +11,7 @@ WebSocket messages. The web process drops a draft whose step has arrived (runs/f
 
 import logging
 import time
+from uuid import UUID
 
 from .. import events
 
@@ -26,7 +27,7 @@ DRAFT_MAX_CHARS = 8000
 class Draft:
     """The on_text callback of one model call: collects the pieces, publishes throttled."""
 
-    def __init__(self, run_id, seq: int, *, interval: float = DRAFT_INTERVAL_SECONDS):
+    def __init__(self, run_id: UUID | str, seq: int, *, interval: float = DRAFT_INTERVAL_SECONDS):
         self.run_id, self.seq, self.interval = run_id, seq, interval
         self.pieces: list[str] = []
         self.published_at = float("-inf")

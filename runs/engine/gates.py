@@ -96,14 +96,14 @@ class Gates(Protocol):
     def continue_answer(self, run: Run) -> ContinueAnswer | None:
         """The due checkpoint's state; None when it has not been asked yet."""
 
-    def open_continue_question(self, run: Run) -> None:
+    def open_continue_question(self, run: Run) -> object:
         """Ask "continue?" for the due checkpoint."""
 
     def budget_answer(self, run: Run, key: str) -> ContinueAnswer | None:
         """The state of the run's "budget exceeded: continue?" question of this budget's
         period (`key`); None when it has not been asked yet."""
 
-    def open_budget_question(self, run: Run, key: str, question: str, explanation: str) -> None:
+    def open_budget_question(self, run: Run, key: str, question: str, explanation: str) -> object:
         """Ask whether the run may go on although its agent's budget is spent."""
 
     def budget_crossed(self, run: Run, crossing_id: int) -> None:

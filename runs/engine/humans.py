@@ -38,7 +38,7 @@ def continue_checkpoint(work: Work) -> None:
 def go_on_or_stop(
     work: Work,
     answer_of: Callable[[], gates.ContinueAnswer | None],
-    ask: Callable[[], None],
+    ask: Callable[[], object],
 ) -> None:
     """Wait (parked, no worker held) for a person's "continue?" answer, asking it first if
     nobody has been asked: returns on "continue"; "stop" (or a rejection) cancels the run,
@@ -53,6 +53,7 @@ def go_on_or_stop(
     elif answer.outcome == gates.PENDING:
         lease.park_for_humans(work)
         answer = answer_of()
+    assert answer is not None  # park_for_humans returns only once it is answered
     if answer.outcome == gates.CONTINUE:
         return
     if answer.outcome == gates.STOP:

@@ -3,12 +3,19 @@ same key, whichever worker makes it and however often, so the ledger (ledger.py)
 that honours keys can tell a retry from a new call."""
 
 import hashlib
+from uuid import UUID
 
 from ..models import canonical_json
 
 
 def idempotency_key(
-    run_id, llm_seq: int, index: int, tool: str, args: dict, *, retry_of: int | None = None
+    run_id: UUID | str,
+    llm_seq: int,
+    index: int,
+    tool: str,
+    args: dict,
+    *,
+    retry_of: int | None = None,
 ) -> str:
     """From stable identifiers only: the run, the model step that asked, the call's index in
     that step (-1: a verifier's call, answer_check.py), the tool and its arguments (key order

@@ -22,7 +22,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, NoReturn, Protocol
 
 from django.db import close_old_connections
 
@@ -62,7 +62,7 @@ class _Call:
     """A run whose model call is in flight. `waiting` while the loop awaits the model (only
     then may release_all cancel it; a thread's part is left to finish)."""
 
-    def __init__(self, work: Work, asking: Asking, record: Record, parent):
+    def __init__(self, work: Work, asking: Asking, record: Record, parent: Any):
         self.work, self.asking, self.record, self.parent = work, asking, record, parent
         self.waiting = False
         self.task: asyncio.Task | None = None
@@ -116,7 +116,9 @@ def send(work: Work, carry_on: CarryOn) -> None:
     """The call takes() kept, sent: the last thing the run's thread does with the run (the
     answer may be recorded by another thread at once). With the answer, another thread calls
     carry_on(first), where first(work) records it (loop.work_on)."""
-    asyncio.run_coroutine_threadsafe(_awaited(_loop.calls[work.run.pk], carry_on), _loop.loop)
+    loop = _loop.loop
+    assert loop is not None  # started by takes()
+    asyncio.run_coroutine_threadsafe(_awaited(_loop.calls[work.run.pk], carry_on), loop)
 
 
 def in_flight() -> int:
@@ -162,7 +164,7 @@ async def _awaited(call: _Call, carry_on: CarryOn) -> None:
                 del _loop.calls[work.run.pk]
 
 
-async def _attempt(work: Work, request: llm.LLMRequest, parent) -> llm.LLMResponse:
+async def _attempt(work: Work, request: llm.LLMRequest, parent: Any) -> llm.LLMResponse:
     with tracing.model_call(work.provider.name, request, parent=parent) as span:
         try:
             response = await work.provider.acomplete(request)
@@ -173,14 +175,14 @@ async def _attempt(work: Work, request: llm.LLMRequest, parent) -> llm.LLMRespon
         return response
 
 
-async def _in_thread(call: _Call, func, *args):
+async def _in_thread(call: _Call, func: Callable[..., Any], *args: Any) -> Any:
     """func(*args) in the pool, as the run's holder: None when it stopped (the run ended or
     was taken from us) or failed (recorded as a crash, as a worker's thread would)."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_loop.pool, _as_holder, call.work, func, args)
 
 
-def _as_holder(work: Work, func, args):
+def _as_holder(work: Work, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     close_old_connections()
     try:
         with logs.bound(run_id=str(work.run.pk), seq=None):
@@ -196,7 +198,7 @@ def _as_holder(work: Work, func, args):
         release_connection()
 
 
-def _reraise(exc: Exception):
+def _reraise(exc: Exception) -> NoReturn:
     raise exc
 
 

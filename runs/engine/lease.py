@@ -15,6 +15,7 @@ import time
 import uuid
 from datetime import datetime, timedelta
 from typing import NamedTuple
+from uuid import UUID
 
 from django.db import transaction
 from django.db.models import F
@@ -40,7 +41,7 @@ class Claimed(NamedTuple):
     read_at: float  # when (monotonic) the run was read
 
 
-def claim(run_id, worker: str) -> Claimed | None:
+def claim(run_id: UUID | str, worker: str) -> Claimed | None:
     """Take the run's lease if it is queued, or running under an expired lease."""
     # A plain read, then a compare-and-set on what was read (status, version, lease holder
     # and expiry, timeline head): one statement with the started/resumed step, instead of a
@@ -191,7 +192,7 @@ def yield_slice(work: Work) -> str:
     return "requeued" if updated else "busy"
 
 
-def on_crash(run_id, worker: str, exc: Exception) -> str:
+def on_crash(run_id: UUID | str, worker: str, exc: Exception) -> str:
     """An unexpected error: record it, then retry later (capped), or fail the run."""
     try:
         with transaction.atomic():
@@ -225,7 +226,7 @@ def _fail_after_engine_errors(run: Run, exc: Exception) -> None:
     run.terminate(Run.Status.FAILED, Run.Termination.CONSECUTIVE_ERRORS, f"engine error: {exc}")
 
 
-def sweep(now=None) -> int:
+def sweep(now: datetime | None = None) -> int:
     """Re-enqueue runs whose worker died (lease expired) or whose queue message was lost."""
     now = now or timezone.now()
     found = list(Run.objects.lease_expired(now).values_list("pk", "status")[:500])

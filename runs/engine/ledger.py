@@ -72,6 +72,7 @@ def execute(work: Work, item: dict, tool: Tool, args: dict) -> None:
         )
     except OutcomeUnknown as exc:
         item["unknown_because"] = str(exc)  # the question says why (a timeout, a dropped call)
+        assert effect is not None  # raised only for a call that could not retry blindly
         outcome_unknown(work, item, tool, effect)
     error, guard = tool_calls.guard_output(tool, item, result, error)
     if error is not None and guard is None and steering.asks_on_failure(work):
@@ -161,6 +162,7 @@ def outcome_unknown(work: Work, item: dict, tool: Tool, effect: SideEffect) -> N
 def resolve_unknown_outcome(work: Work, item: dict, decision: gates.Decision) -> dict | None:
     """Apply a person's answer to "did it happen?": the arguments to run again (only on an
     explicit "did_not_happen"), or None when the answer itself was recorded as the result."""
+    assert decision.side_effect_id is not None  # an outcome question names its ledger entry
     effect = SideEffect.objects.get(pk=decision.side_effect_id)
     answer = decision.answer.strip().lower()
     # Only an explicit "did not happen" repeats an effect that cannot be de-duplicated; any
@@ -205,6 +207,7 @@ def record_tool_result(
     if guard is not None:
         returned, call["result"] = call.get("result"), None
     data = tool_step(counters, item, **call)
+    outcome: dict[str, Any]
     if guard is not None:
         data["rejected_output"] = returned
         outcome = {"status": SideEffect.Status.COMMITTED, "result": {"result": returned}}

@@ -14,10 +14,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
 
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.models import User
 from agentkit import agents, llm, logs, tracing
 from agentkit.agents import Agent, Limits
 from agentkit.tools import get_tool
@@ -83,7 +86,7 @@ def launch(
     input: dict,
     limits: Limits | None = None,
     trigger: str = Run.Trigger.API,
-    launched_by=None,
+    launched_by: User | None = None,
     parent: Run | None = None,
     provider: str | None = None,
     source: str = "",
@@ -143,7 +146,7 @@ def launch(
     return run
 
 
-def _new_run(agent: Agent, input: dict, limits: Limits, **fields) -> Run:
+def _new_run(agent: Agent, input: dict, limits: Limits, **fields: Any) -> Run:
     now = timezone.now()
     run = Run(
         agent=agent.slug,
@@ -172,7 +175,7 @@ IN_FLIGHT = "in flight"
 
 @logs.about_run
 def advance(
-    run_id,
+    run_id: UUID | str,
     *,
     worker: str | None = None,
     time_slice: float | None = None,
@@ -196,7 +199,7 @@ def advance(
 
 
 def work_on(
-    run_id,
+    run_id: UUID | str,
     worker: str,
     load: Callable[[], Work],
     *,

@@ -10,6 +10,7 @@ decides what to do next; it may not call the model or tools.
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -167,7 +168,7 @@ def beside_run() -> tuple[str, str]:
     q = connection.ops.quote_name
     run = q(Run._meta.db_table)
 
-    def column(model, name: str) -> str:
+    def column(model: Any, name: str) -> str:
         return f"{q(model._meta.db_table)}.{q(model._meta.get_field(name).column)}"
 
     instructions = (
@@ -188,7 +189,7 @@ def beside_run() -> tuple[str, str]:
     return instructions, budget
 
 
-def saw(work: Work, pause_requested_at: datetime | None, beside: tuple, at: float) -> None:
+def saw(work: Work, pause_requested_at: datetime | None, beside: Sequence[Any], at: float) -> None:
     """Note what a read of the run's row (at `at`, monotonic) said for steering and budgets."""
     instructions, budget = beside
     work.steer_read_at = at
@@ -234,7 +235,7 @@ def append(
     *,
     checkpoint: bool = False,
     then: tuple[tuple[str, dict, dict], ...] = (),
-    also: list[sql.Update] = (),
+    also: Sequence[sql.Update] = (),
     counted: bool = False,
     **columns: Any,
 ) -> Step:
@@ -278,7 +279,7 @@ def _append_after_another_write(
     update: dict,
     checkpoint: bool,
     then: tuple,
-    also: list[sql.Update],
+    also: Sequence[sql.Update],
     columns: dict,
 ) -> Step:
     # Other steps came first, which work.messages may not have: measured again next claim.

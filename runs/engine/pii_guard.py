@@ -56,9 +56,9 @@ def check_calls(work: Work, pending: list[dict]) -> list[tuple[str, dict, dict]]
     steps, to be written with the model's step."""
     policy = policy_of(work)
     action = policy.get("on_tool_args") if policy else ""
-    if not action:
+    if not policy or not action:
         return []
-    steps = []
+    steps: list[Any] = []
     for item in pending:
         found = get_tool(item["name"]) if item["args"] is not None else None
         if found is None or not covers(policy, found):
@@ -125,13 +125,13 @@ def check_output(work: Work, text: str) -> tuple[str, Any]:
     gate -> (the FINAL_ANSWER item, guard step)."""
     policy = policy_of(work)
     action = policy.get("on_output") if policy else ""
-    if not action:
+    if not policy or not action:
         return "", None
     cleaned, findings = pii.scan(text, policy["detectors"], policy.get("patterns"), "output")
     if not findings:
         return "", None
     done = {"redact": "redacted", "gate": "gated", "block": "blocked"}[action]
-    step = (
+    step: tuple[str, dict[str, Any], dict[str, Any]] = (
         Step.Kind.GUARD,
         {
             "guard": "pii",
@@ -159,7 +159,7 @@ def check_output(work: Work, text: str) -> tuple[str, Any]:
     return action, (item, step)
 
 
-def judge_output(work: Work, response) -> tuple[tuple, list, list, list]:
+def judge_output(work: Work, response: Any) -> tuple[tuple, list, list, list]:
     """The policy applied to a final answer, in the shapes the model step is recorded with:
     (check_output's verdict, the pending calls, the gated calls, the guard steps). A gated
     answer is held as the one pending call, with its approval to open."""
@@ -170,7 +170,9 @@ def judge_output(work: Work, response) -> tuple[tuple, list, list, list]:
     if action != "gate":
         return verdict, [], [], [what[1]]
     held, step = what
-    gate = gates.current().gate_for_call(work.run, held, get_tool(FINAL_ANSWER), response)
+    final_answer = get_tool(FINAL_ANSWER)
+    assert final_answer is not None  # registered by agentkit.tools
+    gate = gates.current().gate_for_call(work.run, held, final_answer, response)
     # A policy that does not ask (it must): the held answer then ends the run BLOCKED.
     return verdict, [held], [(held, gate)] if gate is not None else [], [step]
 

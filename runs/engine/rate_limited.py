@@ -21,6 +21,7 @@ that declare no limit cost nothing here: no query.
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from django.db import transaction
 from django.utils import timezone
@@ -48,7 +49,7 @@ class Refusal:
 
 
 def reserve(
-    scopes: list[Scope], *, key: str, run_id, tool: str, now: datetime | None = None
+    scopes: list[Scope], *, key: str, run_id: UUID | str, tool: str, now: datetime | None = None
 ) -> Refusal | None:
     """Record the call's use in every scope if each has room (None), else the first full
     scope and when it has room again (nothing recorded). A call already recorded under this

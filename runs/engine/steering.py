@@ -227,7 +227,7 @@ def _park_for_choice(work: Work, what: str) -> None:
     raise Stop
 
 
-def _username(user_id) -> str:
+def _username(user_id: int | None) -> str:
     if user_id is None:
         return "an operator"
     user = get_user_model().objects.filter(pk=user_id).first()

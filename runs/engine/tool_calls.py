@@ -28,7 +28,7 @@ from agentkit.tools import (
 )
 from agentkit.verification import checks_call, schema_errors
 
-from ..models import Step, canonical_json
+from ..models import Run, Step, canonical_json
 from . import awaiting, deadlines, gates, lease, parallel, pii_guard, replaying, retry, terminator
 from .idempotency import idempotency_key
 from .owned import Work, cfg, renewal
@@ -40,7 +40,7 @@ _opening = threading.Lock()
 
 
 def plan_calls(
-    work: Work, llm_seq: int, tool_uses: list[dict], response
+    work: Work, llm_seq: int, tool_uses: list[dict], response: Any
 ) -> tuple[list[dict], str, list[tuple[dict, dict]], list[tuple[str, dict, dict]]]:
     """Validate every proposed call, apply the agent's PII guard and ask the gate policy
     about each, before running any: (pending calls, the tool repeated without progress or
@@ -61,7 +61,9 @@ def plan_calls(
         policy = gates.current()
         for item in pending:
             if item["args"] is not None:
-                gate = policy.gate_for_call(work.run, item, get_tool(item["name"]), response)
+                tool = get_tool(item["name"])
+                assert tool is not None  # its arguments were validated: the tool exists
+                gate = policy.gate_for_call(work.run, item, tool, response)
                 if gate is not None:
                     gated.append((item, gate))
     return pending, repeated, gated, guarded
@@ -178,7 +180,8 @@ def _inline_calls(
     outcomes: dict[str, tuple] = {}
     if runnable:
         limit = parallel.limit_for(work.agent_config)
-        tools = [get_tool(item["name"]) for item in runnable]
+        tools = [t for item in runnable if (t := get_tool(item["name"])) is not None]
+        assert len(tools) == len(runnable)  # the calls' arguments were validated
         # The lease covers the calls' waves, each as long as its slowest call's timeout.
         waves = -(-len(runnable) // limit)
         lease.still_mine(
@@ -374,7 +377,7 @@ def _attempt(work: Work, tool: Tool, args: dict, key: str) -> tuple[Any, str | N
     return result, None, cost
 
 
-def error_counters(run) -> dict:
+def error_counters(run: Run) -> dict:
     return {
         "retry_count": run.retry_count,
         "error_count": run.error_count,

@@ -46,6 +46,6 @@ def compensations_by_run(runs) -> dict[str, list[tuple[str, str]]]:
     for run_id, effect_id, tool, status in rows:
         newest[(str(run_id), effect_id)] = (tool, status)
     out: dict[str, list[tuple[str, str]]] = {}
-    for (run_id, _), shown in newest.items():
-        out.setdefault(run_id, []).append(shown)
+    for (key, _), shown in newest.items():
+        out.setdefault(key, []).append(shown)
     return out

@@ -132,12 +132,6 @@ if "test-payer" not in CATALOGUE:
     register(_agent("test-asker", ask_script, ("ask_operator", "test_use_region"), form=AskInput))
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    # Many users per test: the production hasher would cost most of the suite's time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def bea(django_user_model):
     """An approver (named by the agents that name theirs in these tests)."""

@@ -14,11 +14,6 @@ GATES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def make_agent(slug: str = "ci-bot", gates: dict | None = None) -> tuple[ExternalAgent, str]:
     agent = ExternalAgent.objects.create(
         slug=slug, title=slug, gates=GATES if gates is None else gates

@@ -126,3 +126,19 @@ def test_a_launch_past_the_stop_threshold_is_a_form_error(client, operator, no_e
         response.content.decode()
     )
     assert Run.objects.filter(launched_by=operator).count() == 1  # the spending run only
+
+
+def test_bad_input_on_the_edit_page_is_a_422_html_form_error(client, admin_user):
+    """The edit page answered its form errors with 200 and `Content-Type: 422` (the status
+    given where render() takes the content type): found by the type checker."""
+    client.force_login(admin_user)
+    client.post(reverse("runs:budgets"), FORM)
+    budget = Budget.objects.get()
+    response = client.post(
+        reverse("runs:budget_edit", args=[budget.pk]), {**FORM, "warn_percent": "130"}
+    )
+    assert response.status_code == 422
+    assert response["Content-Type"].startswith("text/html")
+    assert "The thresholds must rise" in response.content.decode()
+    budget.refresh_from_db()
+    assert budget.warn_percent == 80

@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
+from accounts.requests import SignedInRequest
 from agentkit import previews
 from runs import rendering
 from runs.models import args_hash
@@ -28,7 +29,7 @@ CHOICES = ("approve", "reject", "answer")
 
 @require_http_methods(["GET", "POST"])
 @login_required  # the link never logs anyone in: the redirect back keeps it
-def one_tap_page(request: HttpRequest, token: str) -> HttpResponse:
+def one_tap_page(request: SignedInRequest, token: str) -> HttpResponse:
     try:
         link = one_tap.read(token, request.user)
     except one_tap.LinkRefused as exc:
