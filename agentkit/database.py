@@ -48,4 +48,5 @@ def any_thread(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     that one thread: each call opens and closes its own connection."""
     from channels.db import database_sync_to_async
 
-    return database_sync_to_async(fn, thread_sensitive=False)
+    wrapped: Callable[..., Awaitable[T]] = database_sync_to_async(fn, thread_sensitive=False)
+    return wrapped

@@ -53,7 +53,7 @@ class _FormattedWhenShown:
 # every connection, shown or not: a third of daphne's CPU per handshake, the largest cost of
 # a reconnect storm after the database reads (bench/reconnect_storm.py). The line is still
 # right when debug logging is on.
-autobahn_protocol.pformat = _FormattedWhenShown
+autobahn_protocol.pformat = _FormattedWhenShown  # type: ignore[assignment]
 
 application = ProtocolTypeRouter(
     {

@@ -292,7 +292,7 @@ def guard(run):
             attempt = _attempt_or_refusal(request)
             if not isinstance(attempt, Attempt):
                 return attempt or await run(request, *args, **kwargs)
-            request._idempotency = attempt
+            setattr(request, "_idempotency", attempt)  # noqa: B010  # read by the inner guard
             response = await run(request, *args, **kwargs)
             await sync_to_async(attempt.keep_committed)(response)
             return response
@@ -304,7 +304,7 @@ def guard(run):
         attempt = _attempt_or_refusal(request)
         if not isinstance(attempt, Attempt):
             return attempt or run(request, *args, **kwargs)
-        request._idempotency = attempt
+        setattr(request, "_idempotency", attempt)  # noqa: B010  # read by the inner guard
         with transaction.atomic():
             response = run(request, *args, **kwargs)
             attempt.keep(response)

@@ -8,6 +8,7 @@ HMAC key). Sent once the decision is committed, by a Celery task retried like th
 webhooks; sent once per call.
 """
 
+import functools
 import json
 import logging
 import urllib.error
@@ -45,7 +46,7 @@ def queue_on_commit(approval_ids) -> None:
     """Send these calls' callbacks once committed: calls cancelled with their session
     (gateway/tasks.py, a deactivated agent), which no decision step announces."""
     for approval_id in approval_ids:
-        transaction.on_commit(lambda approval_id=approval_id: _queue(str(approval_id)))
+        transaction.on_commit(functools.partial(_queue, str(approval_id)))
 
 
 def _queue(approval_id: str) -> None:

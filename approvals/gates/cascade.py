@@ -75,6 +75,7 @@ def gate_for_call(
             return _question(item, tool)
         if tool.name == SUBMIT_PLAN and plans.declared(run):  # 1. a plan submitted
             return plan_gates.plan_gate(item, response)
+        gate: dict | None
         if item.get("pii"):  # 2. the PII guard
             gate = _pii_gate(run, item, tool, response, rng)
         else:  # 6. the declared policy, and 4. what was learned
@@ -269,6 +270,7 @@ def _by_rule(run: Run, item: dict, gate: dict, rule_id: int) -> Approval | None:
         reason=by,
         step={"approved_by_rule": rule.pk, "rule": described},
     )
+    assert approval.decided_at is not None  # approved without a person: decided at once
     RuleHit.objects.create(rule=rule, approval=approval, checked=False, at=approval.decided_at)
     return approval
 

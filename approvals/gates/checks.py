@@ -22,7 +22,7 @@ def existing_users(names: set[str]) -> set[str]:
 def check_catalogue(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """The system check: every agent of the catalogue has a gate configuration that means
     what it says (approvals.E001 names the agent and the rule)."""
-    errors = []
+    errors: list[checks.CheckMessage] = []
     for slug, agent in sorted(CATALOGUE.items()):
         try:
             snapshot = agent.snapshot()

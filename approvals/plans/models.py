@@ -45,7 +45,7 @@ def problems(run: Run, steps: list[dict]) -> list[str]:
     found = []
     for number, step in enumerate(steps, start=1):
         name = step.get("tool")
-        tool = get_tool(name) if name in offered else None
+        tool = get_tool(name) if isinstance(name, str) and name in offered else None
         if tool is None or name in ("submit_plan", "ask_operator"):
             found.append(f"step {number}: {name!r} is not a tool this agent can plan")
             continue
