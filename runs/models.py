@@ -225,19 +225,6 @@ class RunQuerySet(models.QuerySet):
         )
         return self.order_by(created.desc(), "-id")
 
-    def lease_expired(self, now=None):
-        """Running runs whose lease expired, and queued runs not sent for
-        `queued_resend_seconds()`: their message may have been lost (an enqueue during a
-        broker outage), so the sweep sends it again."""
-        now = now or timezone.now()
-        return self.filter(
-            Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
-            | Q(
-                status=Run.Status.QUEUED,
-                updated_at__lt=now - timedelta(seconds=queued_resend_seconds()),
-            )
-        )
-
 
 def queued_resend_seconds() -> float:
     """AGENTOPS_QUEUED_RESEND_SECONDS, by default half the lease: a queued run whose message
@@ -384,6 +371,9 @@ class Run(models.Model):
     version = models.PositiveIntegerField(default=0)
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Queued, but its message could not be sent (the broker was unreachable): the sweep sends
+    # it. Runs whose message the broker lost are found by runs/queue.py's marker instead.
+    unsent = models.BooleanField(default=False)
 
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -794,7 +784,11 @@ class Run(models.Model):
         if written is None:
             return False
         if not external:
-            transaction.on_commit(lambda: queue.enqueue(self.pk))
+            # A person's decision or choice: the run goes ahead of any backlog of runs.
+            person = by is not None or kind in (Step.Kind.DECISION, Step.Kind.OPERATOR)
+            transaction.on_commit(
+                lambda: queue.enqueue(self.pk, agent=self.agent, for_a_person=person)
+            )
         return True
 
     def reopen(self, *, step: dict, state: dict) -> bool:
@@ -829,7 +823,7 @@ class Run(models.Model):
         )
         if written is None:
             return False
-        transaction.on_commit(lambda: queue.enqueue(self.pk))
+        transaction.on_commit(lambda: queue.enqueue(self.pk, agent=self.agent, for_a_person=True))
         return True
 
     def verify_chain(self) -> tuple[bool, int | None]:
