@@ -137,6 +137,12 @@ else:
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+# Behind PgBouncer in transaction mode (docs: running a fleet) a session's state does not
+# outlive a transaction: no server-side cursors (the exports read in keyset batches anyway,
+# agentkit/database.py). Django already makes no prepared statements.
+DATABASE_PGBOUNCER = IS_POSTGRES and env.bool("DATABASE_PGBOUNCER", default=False)
+if DATABASE_PGBOUNCER:
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
 # django-axes first: it refuses a locked-out sign-in before a password is even checked.
@@ -276,6 +282,15 @@ if REDIS_URL:
         }
     }
     CELERY_BROKER_URL = REDIS_URL
+    # Beat with a leader lock in Redis (celery-redbeat): any number of `celery beat` processes,
+    # one schedules, the others wait on the lock and one takes over within
+    # AGENTOPS_BEAT_LOCK_SECONDS of the leader's death; two beats in a rolling deploy never
+    # double-fire.
+    CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+    CELERY_REDBEAT_REDIS_URL = REDIS_URL
+    CELERY_REDBEAT_LOCK_TIMEOUT = env.int("AGENTOPS_BEAT_LOCK_SECONDS", default=30)
+    # The leader renews its lock at least this often.
+    CELERY_BEAT_MAX_LOOP_INTERVAL = max(1, CELERY_REDBEAT_LOCK_TIMEOUT // 5)
     if REDIS_URL.startswith("redis://"):
         # kombu's Redis transport sharing one redis-py client per channel (agentops/broker.py).
         # Not for rediss://: given a transport, kombu no longer applies its TLS default.

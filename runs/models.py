@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from accounts import teams
 from agentkit import pii, tracing
+from agentkit.database import in_batches
 
 from . import queue, sql, trace_links
 
@@ -830,7 +831,7 @@ class Run(models.Model):
         """Recompute the hash chain; returns (ok, first bad seq)."""
         prev = ""
         expected_seq = 1
-        for step in self.steps.order_by("seq").iterator():
+        for step in in_batches(self.steps.all(), by=("seq",)):
             if (
                 step.seq != expected_seq
                 or step.prev_hash != prev
