@@ -248,9 +248,9 @@ class Agent:
     # (runs/engine/summary.py), else dropped.
     context_budget_tokens: int = 0
     summarise_context: bool = False
-    # Checked after the model's final answer, before the run may succeed (README
-    # "Verification"); the final answer's JSON schema, or a pydantic model (README "Output
-    # validation"), and how many invalid answers the agent may give before the run fails.
+    # Checked after the model's final answer, before the run may succeed (docs/admins/
+    # verification.md); the final answer's JSON schema, or a pydantic model (the same page,
+    # "Output validation"), and how many invalid answers the agent may give before the run fails.
     verifier: Verifier | None = None
     output_schema: dict | type | None = None
     output_attempts: int = 2

@@ -6,7 +6,7 @@ Every process (web, workers, beat) moves its own counters. With PROMETHEUS_MULTI
 each process writes them to its own files in that directory, and any web process's /metrics
 adds up every process that shares the directory (prometheus_client's multiprocess mode): one
 host, or one pod with the directory on a volume of its own, which is then scraped on its own
-(README "Monitoring"). Unset, a process keeps them in memory and serves only its own (the
+(docs/operations/monitoring.md). Unset, a process keeps them in memory and serves only its own (the
 embedded `manage.py up`, tests).
 
 A process that ends leaves its counters (the totals must not go down) but its live gauges

@@ -219,7 +219,7 @@ class Tool:
     # How the call's effect reads to a person ("Refund 600.00 on order 42"): a format string
     # over the parsed arguments or a function of them; see `effect`.
     describe: "str | Callable[[dict], str] | None" = None
-    # The JSON schema its result must match (README "Output validation"); None: unchecked.
+    # The JSON schema its result must match (docs/admins/verification.md); None: unchecked.
     output_schema: dict | None = None
     # Across all runs of all agents (an agent may add its own: Agent.rate_limits).
     rate_limit: RateLimit | None = None

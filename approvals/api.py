@@ -183,7 +183,7 @@ def decisions_export(
 ):
     """The signed decisions export of a period, streamed as CSV or JSON Lines: every agent's
     for admins (`team` narrows it to one team's), their teams' agents' for a team's
-    administrators; see README "Compliance evidence". Bad dates, format, agent or team are 400
+    administrators; see docs/admins/compliance-evidence.md. Bad dates, format, agent or team are 400
     with the reason."""
     user = _user(request)
     if not oversight_reach.may_oversee(user):

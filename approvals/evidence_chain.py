@@ -12,7 +12,7 @@ hash-chained timeline. An approval belongs to the period in which it was settled
 a quorum decided over several days are exported together, once, when the last one settles it.
 Cancelled approvals (their run was cancelled first) were never decided and are not exported.
 
-The file (see README "Compliance evidence"):
+The file (see docs/admins/compliance-evidence.md):
 - the first line is the export's header (`line: "export"`): period, filters, a random id, when;
 - every line after it carries `prev_hash`, the previous line's `line_hash`, and its own
   `line_hash` = sha256(prev_hash + "\\n" + the line's canonical payload): an edited, dropped,

@@ -1,7 +1,7 @@
 """Soak the production topology: N runs through daphne + Celery workers + beat, decided over
 the API like an operator would, then the exactly-once and integrity checks.
 
-Start the topology yourself (README "Production topology"; `manage.py seed_demo` for the
+Start the topology yourself (docs/operations/topology.md; `manage.py seed_demo` for the
 operator and approver users, `manage.py issue_token operator|approver` for the tokens), then,
 with the same environment (DATABASE_URL, REDIS_URL, SECRET_KEY...) so the checks read the same
 database:

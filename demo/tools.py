@@ -338,7 +338,7 @@ HANG_SECONDS = 30
     blast=Blast.NONE,
     timeout_seconds=2,
     retry=RetryPolicy(max_attempts=2, base_seconds=0.2, max_seconds=0.5),
-    # A paid API: each attempt is billed, the one that hung too (README "Tool cost").
+    # A paid API: each attempt is billed, the one that hung too (docs/admins/budgets.md).
     cost_usd="0.01",
 )
 def check_supplier_stock(supplier: EmailStr, product: str = Field(max_length=200)) -> dict:

@@ -47,7 +47,8 @@ PASSWORD = "e2e-demo-password"
 # arguments that are (or are not) sampled (tests/e2e/test_learning_policy.py).
 SAMPLING_SEED = "e2e"
 # Every run saves its screenshots under var/ (ignored by git); with
-# AGENTOPS_UPDATE_SCREENSHOTS=1 they replace the README's pictures in docs/screenshots.
+# AGENTOPS_UPDATE_SCREENSHOTS=1 they replace the docs' pictures in docs/screenshots (every
+# picture the docs show is one taken here: tests/test_docs.py, .ci/run).
 SCREENSHOTS = (
     ROOT / "docs" / "screenshots"
     if os.environ.get("AGENTOPS_UPDATE_SCREENSHOTS")
