@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agentkit import pii, storable
 from agentkit.agents import Agent
 from agentkit.database import in_batches
+from agentkit.streaming import streamed
 
 from . import budgets, charts, costs, drift, engine, paging, pending, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm, launchable_agents
@@ -546,10 +547,11 @@ def run_export(request: HttpRequest, pk, fmt: str) -> StreamingHttpResponse:
             yield ("," if i else "") + _dumps(checkpoint)
         yield "]}\n"
 
-    if fmt == "jsonl":
-        response = StreamingHttpResponse(jsonl(), content_type="application/jsonl")
-    else:
-        response = StreamingHttpResponse(whole(), content_type="application/json")
+    chunks = jsonl() if fmt == "jsonl" else whole()
+    response = StreamingHttpResponse(
+        streamed(request, chunks),
+        content_type="application/jsonl" if fmt == "jsonl" else "application/json",
+    )
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.{fmt}"'
     return response
 
