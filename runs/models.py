@@ -375,6 +375,9 @@ class Run(models.Model):
     # Queued, but its message could not be sent (the broker was unreachable): the sweep sends
     # it. Runs whose message the broker lost are found by runs/queue.py's marker instead.
     unsent = models.BooleanField(default=False)
+    # When the sweep last sent it again since it was last claimed: a run whose lease expired
+    # and that was re-sent has its message, and waits in the queue like any other.
+    resent_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -82,6 +82,7 @@ def _claimed(run: Run, worker: str, now: datetime, takeover: bool) -> bool:
         "lease_owner": worker,
         "started_at": run.started_at or now,
         "version": run.version + 1,
+        "resent_at": None,  # claimed: its next expiry is a new loss for the sweep
         # Long enough for a model call, usually the first thing a claimed run does.
         **renewal(model_call_next=True),
     }
@@ -244,14 +245,14 @@ def sweep(now=None) -> int:
     now = now or timezone.now()
     expired = Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
     queued = Q(status=Run.Status.QUEUED)
-    # Re-sending bumps updated_at past the lease's end: such a run has its message.
-    lost = (expired & Q(updated_at__lte=F("lease_expires_at"))) | (queued & Q(unsent=True))
+    lost = (expired & Q(resent_at__isnull=True)) | (queued & Q(unsent=True))
     try:
         if queue.broker_lost_messages():
             lost = expired | queued
         elif not queue.depth():
             stale = now - timedelta(seconds=queued_resend_seconds())
-            lost |= (expired | queued) & Q(updated_at__lt=stale)
+            not_lately = Q(resent_at__isnull=True) | Q(resent_at__lt=stale)
+            lost |= (expired | (queued & Q(updated_at__lt=stale))) & not_lately
     except Exception as exc:  # the broker is down: whatever is sent now fails and is marked
         log.warning("sweep: broker unreachable (%s); re-sending what is known lost", exc)
     resent = takeovers = 0
@@ -267,7 +268,7 @@ def sweep(now=None) -> int:
 
 
 def _batches(runs, now) -> Iterator[list[tuple]]:
-    """`runs` in batches, each marked sent (updated_at, unsent) before it is enqueued; keyed
+    """`runs` in batches, each marked sent (resent_at, unsent) before it is enqueued; keyed
     on the primary key, so a batch costs the same at the millionth run as at the first."""
     after = None
     while True:
@@ -275,7 +276,7 @@ def _batches(runs, now) -> Iterator[list[tuple]]:
         batch = list(page.values_list("pk", "agent", "status")[:SWEEP_BATCH])
         if not batch:
             return
-        Run.objects.filter(pk__in=[row[0] for row in batch]).update(updated_at=now, unsent=False)
+        Run.objects.filter(pk__in=[row[0] for row in batch]).update(resent_at=now, unsent=False)
         yield batch
         if len(batch) < SWEEP_BATCH:
             return

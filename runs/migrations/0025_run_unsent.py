@@ -1,5 +1,5 @@
 """Run.unsent: a queued run whose message the broker refused (runs/queue.py), sent by the
-sweep. SQLite rebuilds the table for the column, and the rebuild's rename fails while 0021's
+sweep; Run.resent_at: when the sweep last sent a run again (runs/engine/lease.py). SQLite rebuilds the table for the column, and the rebuild's rename fails while 0021's
 runs_step_adds_spend trigger reads it: dropped for the rebuild and made again after it, on
 SQLite only (as 0024 does). Postgres adds the column in place."""
 
@@ -31,6 +31,11 @@ class Migration(migrations.Migration):
             model_name="run",
             name="unsent",
             field=models.BooleanField(default=False),
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="resent_at",
+            field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.RunPython(make_spend_trigger, drop_spend_trigger, elidable=False),
     ]
