@@ -11,7 +11,7 @@ checkouts inside it give up after a few seconds, so the sweep fails fast and tri
 import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -50,3 +50,33 @@ def any_thread(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
     wrapped: Callable[..., Awaitable[T]] = database_sync_to_async(fn, thread_sensitive=False)
     return wrapped
+
+
+def in_batches(rows: Any, *, by: tuple[str, ...] = ("pk",), size: int = 500) -> Iterator[Any]:
+    """Every row of the queryset `rows` in the ascending order of `by` (one or two fields
+    that together are unique), `size` at a time, each batch a query of its own starting
+    after the last row of the one before.
+
+    Memory stays flat as with `.iterator()`'s server-side cursor, and it also works behind
+    PgBouncer in transaction mode, where a cursor's session is not kept between fetches."""
+    from django.db.models import Q
+
+    if len(by) not in (1, 2):
+        raise ValueError("in_batches orders by one or two fields")
+    ordered = rows.order_by(*by)
+    last: tuple | None = None
+    while True:
+        page = ordered
+        if last is not None:
+            after = Q(**{f"{by[0]}__gt": last[0]})
+            if len(by) == 2:
+                after |= Q(**{by[0]: last[0], f"{by[1]}__gt": last[1]})
+            page = ordered.filter(after)
+        batch = list(page[:size])
+        yield from batch
+        if len(batch) < size:
+            return
+        final = batch[-1]
+        last = tuple(
+            final[name] if isinstance(final, dict) else getattr(final, name) for name in by
+        )

@@ -119,10 +119,11 @@ def recover_lost_messages() -> int:
     """Embedded only: the memory transport's queue died with the previous process, so every
     queued run lost its message. (Runs left `running` resume when their lease expires.)"""
     try:
-        ids = list(Run.objects.filter(status=Run.Status.QUEUED).values_list("pk", flat=True))
-        for run_id in ids:
-            queue.enqueue(run_id)
-        return len(ids)
+        queue.broker_lost_messages()  # the new broker's marker: the sweep's look finds it
+        queued = Run.objects.filter(status=Run.Status.QUEUED).values_list("pk", "agent")
+        for run_id, agent in queued:
+            queue.enqueue(run_id, agent=agent)
+        return len(queued)
     finally:
         connections.close_all()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import environ
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("AGENTOPS_VAR_DIR", default=str(BASE_DIR / "var")))
@@ -145,6 +146,12 @@ else:
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+# Behind PgBouncer in transaction mode (docs: running a fleet) a session's state does not
+# outlive a transaction: no server-side cursors (the exports read in keyset batches anyway,
+# agentkit/database.py). Django already makes no prepared statements.
+DATABASE_PGBOUNCER = IS_POSTGRES and env.bool("DATABASE_PGBOUNCER", default=False)
+if DATABASE_PGBOUNCER:
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
 # django-axes first: it refuses a locked-out sign-in before a password is even checked.
@@ -279,6 +286,15 @@ if REDIS_URL:
         }
     }
     CELERY_BROKER_URL = REDIS_URL
+    # Beat with a leader lock in Redis (celery-redbeat): any number of `celery beat` processes,
+    # one schedules, the others wait on the lock and one takes over within
+    # AGENTOPS_BEAT_LOCK_SECONDS of the leader's death; two beats in a rolling deploy never
+    # double-fire.
+    CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+    CELERY_REDBEAT_REDIS_URL = REDIS_URL
+    CELERY_REDBEAT_LOCK_TIMEOUT = env.int("AGENTOPS_BEAT_LOCK_SECONDS", default=30)
+    # The leader renews its lock at least this often.
+    CELERY_BEAT_MAX_LOOP_INTERVAL = max(1, CELERY_REDBEAT_LOCK_TIMEOUT // 5)
     if REDIS_URL.startswith("redis://"):
         # kombu's Redis transport sharing one redis-py client per channel (agentops/broker.py).
         # Not for rediss://: given a transport, kombu no longer applies its TLS default.
@@ -312,6 +328,23 @@ if EMBEDDED:
 CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env.int("CELERY_WORKER_CONCURRENCY", default=16)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Queues by purpose (runs/queue.py): what a person waits on never queues behind a backlog of
+# runs, nor behind the sweeps. A worker started without -Q consumes every queue, taking from
+# each in turn; a fleet runs at least one worker with `-Q people` (docs: running a fleet).
+AGENTOPS_RUN_QUEUES = env.int("AGENTOPS_RUN_QUEUES", default=1)
+CELERY_TASK_DEFAULT_QUEUE = "runs"
+CELERY_TASK_QUEUES = [
+    Queue(name)
+    for name in ("people", "sweeps", "runs", *(f"runs.{n}" for n in range(1, AGENTOPS_RUN_QUEUES)))
+]
+CELERY_TASK_ROUTES = {
+    "approvals.tasks.export_decisions": {"queue": "sweeps"},
+    "approvals.tasks.*": {"queue": "people"},
+    "approvals.learning.tell_admins.*": {"queue": "people"},
+    "gateway.callbacks.*": {"queue": "people"},
+    "runs.tasks.sweep": {"queue": "sweeps"},
+    "triggers.tasks.*": {"queue": "sweeps"},
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # How often the sweep looks for runs whose lease expired or whose message was lost: at most
 # half a lease, so a dead worker's run is taken over within 1.5 leases (15 s by default).
@@ -338,6 +371,8 @@ AGENTOPS = {
     # A queued run not sent for this long is sent again by the sweep (its message may have
     # been lost in a broker outage); empty: half of LEASE_SECONDS.
     "QUEUED_RESEND_SECONDS": env.float("AGENTOPS_QUEUED_RESEND_SECONDS", default=None),
+    # Run queues, a run's chosen by its agent (runs/queue.py): 1 is one `runs` queue.
+    "RUN_QUEUES": AGENTOPS_RUN_QUEUES,
     "LLM_TIMEOUT_SECONDS": env.float("AGENTOPS_LLM_TIMEOUT_SECONDS", default=60.0),
     "LLM_MAX_RETRIES": env.int("AGENTOPS_LLM_MAX_RETRIES", default=3),
     # Model calls a worker process keeps waiting on its event loop, holding no thread

@@ -816,6 +816,9 @@ def resume_halted(run_id, *, user) -> Run:
                 + (f": {run.status_detail}" if run.status_detail else "")
                 + "); nothing to resume"
             )
-        run.resume(f"resumed by {user.get_username()} after a halt at an approval's expiry")
+        run.resume(
+            f"resumed by {user.get_username()} after a halt at an approval's expiry",
+            by=user.get_username(),
+        )
     run.refresh_from_db()
     return run

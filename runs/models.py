@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from accounts import teams
 from agentkit import pii, tracing
+from agentkit.database import in_batches
 
 from . import queue, sql, trace_links
 
@@ -228,19 +229,6 @@ class RunQuerySet(models.QuerySet["Run"]):
         )
         return self.order_by(created.desc(), "-id")
 
-    def lease_expired(self, now=None):
-        """Running runs whose lease expired, and queued runs not sent for
-        `queued_resend_seconds()`: their message may have been lost (an enqueue during a
-        broker outage), so the sweep sends it again."""
-        now = now or timezone.now()
-        return self.filter(
-            Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
-            | Q(
-                status=Run.Status.QUEUED,
-                updated_at__lt=now - timedelta(seconds=queued_resend_seconds()),
-            )
-        )
-
 
 def queued_resend_seconds() -> float:
     """AGENTOPS_QUEUED_RESEND_SECONDS, by default half the lease: a queued run whose message
@@ -388,6 +376,12 @@ class Run(models.Model):
     version = models.PositiveIntegerField(default=0)
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Queued, but its message could not be sent (the broker was unreachable): the sweep sends
+    # it. Runs whose message the broker lost are found by runs/queue.py's marker instead.
+    unsent = models.BooleanField(default=False)
+    # When the sweep last sent it again since it was last claimed: a run whose lease expired
+    # and that was re-sent has its message, and waits in the queue like any other.
+    resent_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -801,7 +795,11 @@ class Run(models.Model):
         if written is None:
             return False
         if not external:
-            transaction.on_commit(lambda: queue.enqueue(self.pk))
+            # A person's decision or choice: the run goes ahead of any backlog of runs.
+            person = by is not None or kind in (Step.Kind.DECISION, Step.Kind.OPERATOR)
+            transaction.on_commit(
+                lambda: queue.enqueue(self.pk, agent=self.agent, for_a_person=person)
+            )
         return True
 
     def reopen(self, *, step: dict, state: dict) -> bool:
@@ -836,14 +834,14 @@ class Run(models.Model):
         )
         if written is None:
             return False
-        transaction.on_commit(lambda: queue.enqueue(self.pk))
+        transaction.on_commit(lambda: queue.enqueue(self.pk, agent=self.agent, for_a_person=True))
         return True
 
     def verify_chain(self) -> tuple[bool, int | None]:
         """Recompute the hash chain; returns (ok, first bad seq)."""
         prev = ""
         expected_seq = 1
-        for step in self.steps.order_by("seq").iterator():
+        for step in in_batches(self.steps.all(), by=("seq",)):
             if (
                 step.seq != expected_seq
                 or step.prev_hash != prev

@@ -111,7 +111,8 @@ def sweep(now=None) -> int:
         status__in=(Status.OPEN, Status.ESCALATED), run__status__in=Run.TERMINAL_STATUSES
     )
     settled += ended.update(status=Status.CANCELLED, finished_at=now, finished_by="run ended")
-    for op in PendingOperation.objects.filter(status=Status.OPEN, deadline__lte=now)[:200]:
+    late_ones = PendingOperation.objects.filter(status=Status.OPEN, deadline__lte=now)
+    for op in _in_batches(late_ones):
         if op.on_timeout == "person":
             escalate(op.pk)
         else:
@@ -121,9 +122,24 @@ def sweep(now=None) -> int:
     due = PendingOperation.objects.filter(
         status=Status.OPEN, completion=PendingOperation.Completion.POLL, next_poll_at__lte=now
     )
-    for op in due[:200]:
+    for op in _in_batches(due):
         settled += poll(op, now)
     return settled
+
+
+SWEEP_BATCH = 200
+
+
+def _in_batches(operations):
+    """Every operation of the query, SWEEP_BATCH at a time by primary key: no cap on what one
+    sweep settles, and no batch read again after its operations changed."""
+    after = 0
+    while True:
+        batch = list(operations.filter(pk__gt=after).order_by("pk")[:SWEEP_BATCH])
+        yield from batch
+        if len(batch) < SWEEP_BATCH:
+            return
+        after = batch[-1].pk
 
 
 def poll(op: PendingOperation, now) -> int:

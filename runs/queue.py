@@ -4,10 +4,21 @@ The only code that talks to the broker about runs. The task is looked up by name
 app (runs/apps.py registers it), so this module, and the engine and models that call it, do
 not import runs/tasks.py, which imports the engine: the dependency runs one way,
 tasks -> engine -> queue. Looked up, not sent by name, so CELERY_TASK_ALWAYS_EAGER holds.
+
+Queues by purpose (agentops/settings.py declares them, docs: running a fleet): `people` for
+what a person waits on (notifications, expiries, escalations, a run resumed by a decision),
+`sweeps` for the periodic sweeps, and the run queues (`runs`, or `runs`, `runs.1` ...
+`runs.N-1` with AGENTOPS_RUN_QUEUES=N), a run's queue chosen by its agent, so one agent's
+flood fills one queue while a worker consuming all of them takes from each in turn.
 """
 
 import logging
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from django.conf import settings
+from kombu import Connection, Queue
 from kombu.exceptions import OperationalError
 
 from agentops.celery import app
@@ -19,20 +30,54 @@ FOLLOW_UPS_TASK = "runs.tasks.launch_follow_ups"
 SETTLE_TASK = "runs.tasks.settle_compensations"
 AUTO_TASK = "runs.tasks.compensate_on_failure"
 
+PEOPLE_QUEUE = "people"
+SWEEPS_QUEUE = "sweeps"
+RUNS_QUEUE = "runs"
+# Holds one message nobody consumes: when the broker loses its data (a Redis restart without
+# persistence, a failover to a replica behind), the marker goes with every run's message.
+MARKER_QUEUE = "agentops.broker-marker"
 
-def enqueue(run_id, *, countdown: float | None = None) -> bool:
+
+def run_queues() -> list[str]:
+    """The run queues: `runs`, then `runs.1` ... `runs.N-1`."""
+    count = max(1, int(settings.AGENTOPS.get("RUN_QUEUES") or 1))
+    return [RUNS_QUEUE, *(f"{RUNS_QUEUE}.{n}" for n in range(1, count))]
+
+
+def run_queue(agent: str) -> str:
+    """The queue of an agent's runs: a stable hash, the same in every process."""
+    queues = run_queues()
+    return queues[zlib.crc32(agent.encode()) % len(queues)] if agent else queues[0]
+
+
+def enqueue(
+    run_id, *, agent: str = "", countdown: float | None = None, for_a_person: bool = False
+) -> bool:
     """Send the run to a worker; False when the broker is unreachable.
 
     Called after the run's state is committed (launch, a decision, a yielded slice), so a
     broker outage must not turn a done deed into an error for the caller (a 500 on a launch
-    or a decision that did happen): the run stays queued and the sweep re-sends it.
+    or a decision that did happen): the run stays queued, marked unsent, and the sweep
+    re-sends it. `for_a_person`: a person's decision resumed it, so it goes to the people
+    queue, ahead of any backlog of runs.
     """
+    queue = PEOPLE_QUEUE if for_a_person else run_queue(agent)
     try:
-        app.tasks[ADVANCE_TASK].apply_async(args=[str(run_id)], countdown=countdown)
+        app.tasks[ADVANCE_TASK].apply_async(args=[str(run_id)], countdown=countdown, queue=queue)
     except OperationalError as exc:
         log.warning("run %s: not sent to a worker (%s); the sweep will re-send it", run_id, exc)
+        _mark_unsent(run_id)
         return False
     return True
+
+
+def _mark_unsent(run_id) -> None:
+    from .models import Run  # models import this module
+
+    try:
+        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(unsent=True)
+    except Exception as exc:  # the database may be what is down; the sweep's age rule remains
+        log.warning("run %s: could not be marked unsent (%s)", run_id, exc)
 
 
 def send_follow_ups(run_id) -> bool:
@@ -59,8 +104,8 @@ def send_compensation(task: str, run_id) -> bool:
 
 
 def runs_waiting() -> bool:
-    """Whether tasks wait in the broker's queue for a worker thread (a run yields its time
-    slice only then). Unknown, with the broker unreachable, counts as yes."""
+    """Whether tasks wait in the run queues for a worker thread (a run yields its time slice
+    only then). Unknown, with the broker unreachable, counts as yes."""
     try:
         return depth() > 0
     except Exception as exc:
@@ -69,13 +114,35 @@ def runs_waiting() -> bool:
 
 
 def depth() -> int:
-    """Tasks waiting in the broker's queue for a worker (not those a worker holds, nor those
-    delayed by a countdown). Raises when the broker is unreachable."""
+    """Run tasks waiting in the broker's run queues for a worker (not those a worker holds,
+    nor those delayed by a countdown). Raises when the broker is unreachable."""
+    with _broker() as conn:
+        return sum(_count(conn, name) for name in run_queues())
+
+
+def broker_lost_messages() -> bool:
+    """Whether the broker lost what it held: its marker message is gone (then put back). A
+    new broker has none either, and rightly says yes: the runs queued in the database have no
+    message in it. Raises when the broker is unreachable."""
+    with _broker() as conn:
+        if _count(conn, MARKER_QUEUE):
+            return False
+        conn.Producer().publish(
+            "marker", routing_key=MARKER_QUEUE, declare=[Queue(MARKER_QUEUE)], retry=False
+        )
+        return True
+
+
+@contextmanager
+def _broker() -> Iterator[Connection]:
     with app.pool.acquire(block=True, timeout=2) as conn:
-        # One attempt: with the broker down the answer is "unknown", now, not after
-        # kombu's reconnect loop.
+        # One attempt: with the broker down the answer is "unknown", now, not after kombu's
+        # reconnect loop.
         conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=1)
-        # Not passive: Redis drops an empty list, and a passive declare then says
-        # "no such queue" where the answer is "empty".
-        queue = conn.default_channel.queue_declare(queue=app.conf.task_default_queue)
-        return queue.message_count
+        yield conn
+
+
+def _count(conn: Connection, name: str) -> int:
+    # Not passive: Redis drops an empty list, and a passive declare then says "no such queue"
+    # where the answer is "empty".
+    return conn.default_channel.queue_declare(queue=name).message_count

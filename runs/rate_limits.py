@@ -17,10 +17,17 @@ def sweep(now=None) -> int:
     up meanwhile makes them wait again). Run by beat and the embedded sweeps."""
     now = now or timezone.now()
     resumed = 0
-    for wait in RateLimitWait.objects.filter(until__lte=now).order_by("until")[:200]:
-        with transaction.atomic():
-            run = Run.locked(wait.run_id)  # the order every writer takes: the run, then rows
-            RateLimitWait.objects.filter(pk=wait.pk).delete()
-            if run.status == Run.Status.WAITING and not gates.current().pending_count(run):
-                resumed += run.resume(f"the rate limit of {wait.tool} has room again")
-    return resumed
+    while True:
+        # Each wait is deleted once handled: the next batch is the rest, until none is left.
+        batch = list(RateLimitWait.objects.filter(until__lte=now).order_by("until")[:SWEEP_BATCH])
+        for wait in batch:
+            with transaction.atomic():
+                run = Run.locked(wait.run_id)  # the order every writer takes: run, then rows
+                RateLimitWait.objects.filter(pk=wait.pk).delete()
+                if run.status == Run.Status.WAITING and not gates.current().pending_count(run):
+                    resumed += run.resume(f"the rate limit of {wait.tool} has room again")
+        if len(batch) < SWEEP_BATCH:
+            return resumed
+
+
+SWEEP_BATCH = 200

@@ -24,6 +24,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounts.requests import HtmxRequest, SignedInRequest
 from agentkit import pii, storable
 from agentkit.agents import Agent
+from agentkit.database import in_batches
+from agentkit.streaming import streamed
 
 from . import budgets, charts, costs, drift, engine, paging, pending, rendering
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm, launchable_agents
@@ -519,16 +521,14 @@ def run_export(request: SignedInRequest, pk, fmt: str) -> StreamingHttpResponse:
     if fmt not in ("json", "jsonl"):
         raise Http404("export is json or jsonl")
     run = _get_run_for_user(request, pk)
-    steps = run.steps.order_by("seq").iterator(chunk_size=500)
+    steps = in_batches(run.steps.all(), by=("seq",))
     # Under a PII policy the export holds what the timeline holds: masked. The steps are
     # stored masked (their chain verifies as exported); the run's input and output and the
     # checkpoints' conversations (kept raw for the run to continue) are masked here.
     masked = pii.masker((run.agent_config or {}).get("pii"))
     checkpoints = (
         {**c, "state": masked(c["state"])}
-        for c in run.checkpoints.order_by("seq")
-        .values("seq", "state", "created_at")
-        .iterator(chunk_size=500)
+        for c in in_batches(run.checkpoints.values("seq", "state", "created_at"), by=("seq",))
     )
     record = masked(_run_record(run))
 
@@ -548,10 +548,11 @@ def run_export(request: SignedInRequest, pk, fmt: str) -> StreamingHttpResponse:
             yield ("," if i else "") + _dumps(checkpoint)
         yield "]}\n"
 
-    if fmt == "jsonl":
-        response = StreamingHttpResponse(jsonl(), content_type="application/jsonl")
-    else:
-        response = StreamingHttpResponse(whole(), content_type="application/json")
+    chunks = jsonl() if fmt == "jsonl" else whole()
+    response = StreamingHttpResponse(
+        streamed(request, chunks),
+        content_type="application/jsonl" if fmt == "jsonl" else "application/json",
+    )
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.{fmt}"'
     return response
 

@@ -21,6 +21,7 @@ from django.core.validators import validate_slug
 from django.utils import timezone
 
 from accounts.models import Team
+from agentkit.database import in_batches
 from runs.models import Step
 
 from ..models import Approval, ApprovalVote, DecisionLink, Escalation, RuleHit
@@ -129,7 +130,7 @@ def records(
 ) -> Iterator[dict]:
     """Every decision record of approvals settled in [since, until), oldest first.
 
-    Reads the approvals with a server-side cursor and the rest (votes, rule uses, escalations,
+    Reads the approvals in keyset batches and the rest (votes, rule uses, escalations,
     decision steps) per chunk, so memory stays flat whatever the period's size."""
     approvals = (
         Approval.objects.filter(status__in=SETTLED, decided_at__gte=since, decided_at__lt=until)
@@ -141,7 +142,7 @@ def records(
     if agents is not None:
         approvals = approvals.filter(run__agent__in=list(agents))
     chunk: list[Approval] = []
-    for approval in approvals.iterator(chunk_size=CHUNK):
+    for approval in in_batches(approvals, by=("decided_at", "id"), size=CHUNK):
         chunk.append(approval)
         if len(chunk) == CHUNK:
             yield from _chunk_records(chunk)

@@ -13,18 +13,19 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agentkit import metrics
 
 from .. import queue, sql
-from ..models import Run, Step
+from ..models import Run, Step, queued_resend_seconds
 from . import gates, owned, retry, terminator
 from .owned import LEASE_MARGIN, Stop, Work, cfg, lease_seconds, renewal
 
@@ -82,6 +83,7 @@ def _claimed(run: Run, worker: str, now: datetime, takeover: bool) -> bool:
         "lease_owner": worker,
         "started_at": run.started_at or now,
         "version": run.version + 1,
+        "resent_at": None,  # claimed: its next expiry is a new loss for the sweep
         # Long enough for a model call, usually the first thing a claimed run does.
         **renewal(model_call_next=True),
     }
@@ -188,7 +190,7 @@ def yield_slice(work: Work) -> str:
             updated_at=timezone.now(),
         )
         if updated:
-            transaction.on_commit(lambda: queue.enqueue(work.run.pk))
+            transaction.on_commit(lambda: queue.enqueue(work.run.pk, agent=work.run.agent))
     return "requeued" if updated else "busy"
 
 
@@ -215,7 +217,7 @@ def on_crash(run_id: UUID | str, worker: str, exc: Exception) -> str:
             Run.objects.filter(pk=run.pk).update(retry_count=F("retry_count") + 1)
             run.transition_to(Run.Status.QUEUED, lease_owner="", lease_expires_at=None)
             delay = retry.backoff(run.retry_count + 1)
-            transaction.on_commit(lambda: queue.enqueue(run_id, countdown=delay))
+            transaction.on_commit(lambda: queue.enqueue(run_id, agent=run.agent, countdown=delay))
             return "requeued"
     except Exception:
         log.exception("run %s: could not record the error", run_id)
@@ -226,18 +228,57 @@ def _fail_after_engine_errors(run: Run, exc: Exception) -> None:
     run.terminate(Run.Status.FAILED, Run.Termination.CONSECUTIVE_ERRORS, f"engine error: {exc}")
 
 
+SWEEP_BATCH = 500
+
+
 def sweep(now: datetime | None = None) -> int:
-    """Re-enqueue runs whose worker died (lease expired) or whose queue message was lost."""
+    """Re-enqueue runs whose worker died (lease expired) or whose queue message was lost, in
+    batches of SWEEP_BATCH until none is left: a fleet restart with 100 000 runs in flight is
+    resumed by one sweep, not 500 runs a sweep.
+
+    A run already re-sent waits in the queue like any other: it is not sent again on the
+    next sweep because it is old. Sent again are those whose message is known not to be in
+    the broker: expired leases not yet re-sent, runs whose enqueue failed (`unsent`), every
+    one when the broker lost its messages (runs/queue.py's marker), and, with the run
+    queues empty (nothing waits in them, so no message can), queued runs not sent for
+    `queued_resend_seconds()`.
+    """
     now = now or timezone.now()
-    found = list(Run.objects.lease_expired(now).values_list("pk", "status")[:500])
-    ids = [run_id for run_id, _ in found]
-    # A queued run is re-sent at most once per staleness window, so a backlog is not
-    # flooded with duplicate messages on every sweep (duplicates are harmless, not free).
-    Run.objects.filter(pk__in=ids, status=Run.Status.QUEUED).update(updated_at=now)
-    for run_id in ids:
-        queue.enqueue(run_id)
-    expired = sum(status == Run.Status.RUNNING for _, status in found)
+    expired = Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+    queued = Q(status=Run.Status.QUEUED)
+    lost = (expired & Q(resent_at__isnull=True)) | (queued & Q(unsent=True))
+    try:
+        if queue.broker_lost_messages():
+            lost = expired | queued
+        elif not queue.depth():
+            stale = now - timedelta(seconds=queued_resend_seconds())
+            not_lately = Q(resent_at__isnull=True) | Q(resent_at__lt=stale)
+            lost |= (expired | (queued & Q(updated_at__lt=stale))) & not_lately
+    except Exception as exc:  # the broker is down: whatever is sent now fails and is marked
+        log.warning("sweep: broker unreachable (%s); re-sending what is known lost", exc)
+    resent = takeovers = 0
+    for batch in _batches(Run.objects.filter(lost), now):
+        for run_id, agent, status in batch:
+            queue.enqueue(run_id, agent=agent)
+            takeovers += status == Run.Status.RUNNING
+        resent += len(batch)
     metrics.sweeps.inc()
-    metrics.lease_expiries.inc(expired)
-    metrics.sweep_resent.inc(len(ids) - expired)
-    return len(ids)
+    metrics.lease_expiries.inc(takeovers)
+    metrics.sweep_resent.inc(resent - takeovers)
+    return resent
+
+
+def _batches(runs: Any, now: datetime) -> Iterator[list[tuple]]:
+    """`runs` in batches, each marked sent (resent_at, unsent) before it is enqueued; keyed
+    on the primary key, so a batch costs the same at the millionth run as at the first."""
+    after = None
+    while True:
+        page = runs.order_by("pk") if after is None else runs.filter(pk__gt=after).order_by("pk")
+        batch = list(page.values_list("pk", "agent", "status")[:SWEEP_BATCH])
+        if not batch:
+            return
+        Run.objects.filter(pk__in=[row[0] for row in batch]).update(resent_at=now, unsent=False)
+        yield batch
+        if len(batch) < SWEEP_BATCH:
+            return
+        after = batch[-1][0]

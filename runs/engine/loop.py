@@ -142,7 +142,7 @@ def launch(
         ]
     )
     events.publish_step_on_commit(step)
-    transaction.on_commit(lambda: queue.enqueue(run.pk))
+    transaction.on_commit(lambda: queue.enqueue(run.pk, agent=run.agent))
     return run
 
 

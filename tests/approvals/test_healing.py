@@ -53,12 +53,12 @@ def test_two_decisions_on_a_run_give_exactly_one_resume(operator, approver, no_e
 def test_a_committed_decision_whose_resume_was_never_sent_is_swept(operator, approver, monkeypatch):
     """The web process died between committing the decision and enqueueing the resume."""
     sent = []
-    monkeypatch.setattr("runs.queue.enqueue", lambda run_id, countdown=None: None)
+    monkeypatch.setattr("runs.queue.enqueue", lambda run_id, **how: None)
     run, approval = gated("test-payer", BIG, by=operator)
     decisions.decide(approval.pk, user=approver, decision="approve")  # its enqueue is lost
     run.refresh_from_db()
     assert run.status == Run.Status.QUEUED
-    monkeypatch.setattr("runs.queue.enqueue", lambda run_id, countdown=None: sent.append(run_id))
+    monkeypatch.setattr("runs.queue.enqueue", lambda run_id, **how: sent.append(run_id))
     embedded.Sweeps(interval=60).sweep_once()
     assert sent == []  # not yet stale: its message may still be on its way
     _age(run, 61)
