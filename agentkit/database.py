@@ -64,7 +64,7 @@ def in_batches(rows: Any, *, by: tuple[str, ...] = ("pk",), size: int = 500) -> 
     if len(by) not in (1, 2):
         raise ValueError("in_batches orders by one or two fields")
     ordered = rows.order_by(*by)
-    last: tuple | None = None
+    last: tuple[Any, ...] | None = None
     while True:
         page = ordered
         if last is not None:

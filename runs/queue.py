@@ -16,6 +16,7 @@ import logging
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from django.conf import settings
 from kombu import Connection, Queue
@@ -134,7 +135,7 @@ def broker_lost_messages() -> bool:
 
 
 @contextmanager
-def _broker() -> Iterator[Connection]:
+def _broker() -> Iterator[Any]:  # a kombu Connection (celery-types says Producer)
     with app.pool.acquire(block=True, timeout=2) as conn:
         # One attempt: with the broker down the answer is "unknown", now, not after kombu's
         # reconnect loop.
