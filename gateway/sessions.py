@@ -249,7 +249,7 @@ def unsound_gates(run: Run) -> tuple[str, str] | None:
     cannot apply: registration refuses them, and a session written otherwise (an older
     version, a hand-made row) takes no call either, as the engine takes no step of such a
     run (runs/engine/terminator.py refuse_unsound_gates)."""
-    found = engine_gates.config_problems(run.agent_config)
+    found = gate_config.problems(run.agent_config)
     if not found:
         return None
     return (

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from kombu import Connection, Queue
 from kombu.exceptions import OperationalError
@@ -73,10 +74,10 @@ def enqueue(
 
 
 def _mark_unsent(run_id) -> None:
-    from .models import Run  # models import this module
-
+    # By name: runs/models.py imports this module.
+    Run = apps.get_model("runs", "Run")
     try:
-        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(unsent=True)
+        Run.objects.filter(pk=run_id, status="queued").update(unsent=True)
     except Exception as exc:  # the database may be what is down; the sweep's age rule remains
         log.warning("run %s: could not be marked unsent (%s)", run_id, exc)
 

@@ -310,7 +310,12 @@ def _broker_marker():
 
 @pytest.fixture
 def no_enqueue(monkeypatch):
-    """Capture enqueues instead of sending them, so tests drive the engine step by step."""
+    """Capture enqueues instead of sending them, so tests drive the engine step by step. The
+    run queues start empty: the sweep reads their depth (a backlog is not a lost message)."""
+    from agentops.celery import app as celery_app
+
+    with contextlib.suppress(Exception):
+        celery_app.control.purge()
     calls: list[str] = []
     monkeypatch.setattr("runs.queue.enqueue", lambda run_id, **how: calls.append(str(run_id)))
     return calls

@@ -75,7 +75,7 @@ def start_up(var_dir: Path, *args: str, **extra_env: str) -> UpServer:
     server = UpServer(proc=proc, url=f"http://127.0.0.1:{port}", var_dir=var_dir, env=env)
     # Drain the pipe continuously: a full pipe would block the server.
     threading.Thread(target=lambda: server.lines.extend(proc.stdout), daemon=True).start()
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"up exited with {proc.returncode}:\n{server.output}")
@@ -86,7 +86,7 @@ def start_up(var_dir: Path, *args: str, **extra_env: str) -> UpServer:
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    pytest.fail(f"up did not serve /healthz within 90 s:\n{server.output}")
+    pytest.fail(f"up did not serve /healthz within 300 s:\n{server.output}")
 
 
 def stop_up(server: UpServer) -> None:

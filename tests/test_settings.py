@@ -240,6 +240,8 @@ def test_an_oidc_issuer_without_its_client_refuses_to_start(tmp_path):
     assert "AGENTOPS_OIDC_CLIENT_ID and AGENTOPS_OIDC_CLIENT_SECRET" in proc.stderr
 
 
+# Migrates a fresh SQLite installation twice: minutes on a loaded runner.
+@pytest.mark.timeout(900)
 def test_single_sign_on_turned_on_in_an_existing_install_needs_no_second_migrate(tmp_path):
     # Migrated with passwords only, as an install that has never had single sign-on; then
     # started with an issuer: every table allauth reads is already there.

@@ -173,7 +173,9 @@ def name_to_loopback(monkeypatch):
     real = socket.getaddrinfo
 
     def fake(host, *args, **kwargs):
-        return real("127.0.0.1" if host == "callbacks.example.com" else host, *args, **kwargs)
+        if host == "callbacks.example.com" and not kwargs.get("flags", 0) & socket.AI_NUMERICHOST:
+            host = "127.0.0.1"  # a lookup of the name; read as a number it is no address
+        return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", fake)
 

@@ -26,6 +26,8 @@ def exported(client, user, run: Run, fmt: str = "jsonl") -> str:
     return b"".join(response.streaming_content).decode()
 
 
+# Migrates a second, fresh installation: minutes on a loaded runner.
+@pytest.mark.timeout(900)
 def test_an_export_imported_on_a_fresh_installation_replays_the_same(
     client,
     refunded,

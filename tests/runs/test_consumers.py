@@ -11,7 +11,7 @@ from django.db import transaction
 from django.test import Client
 
 from agentops.asgi import application
-from runs import events
+from runs import events, feeds
 from runs.models import Run, Step
 
 from .factories import XSS, add_steps, make_run
@@ -29,12 +29,32 @@ def session_cookie(user) -> tuple[bytes, bytes]:
 
 
 async def connect(path: str, user=None, origin=ORIGIN):
+    """Connect, and for a run's socket wait until it is admitted (in the run's feed): the
+    handshake is answered before the access check (runs/consumers.py `admit`), so a step or
+    draft sent right after the handshake could otherwise reach the run before the socket."""
     headers = [origin] if origin else []
     if user is not None:
         headers.append(await session_cookie(user))
+    run_id = _run_of(path)
+    before = _watching(run_id)
     communicator = WebsocketCommunicator(application, path, headers=headers)
     connected, _ = await communicator.connect(timeout=5)
+    if connected and run_id:
+        deadline = asyncio.get_running_loop().time() + 10
+        while _watching(run_id) <= before and asyncio.get_running_loop().time() < deadline:
+            if not await communicator.receive_nothing(timeout=0.02):
+                break  # it sent something (its catch-up, or a refusal): it was looked at
     return communicator, connected
+
+
+def _run_of(path: str) -> str:
+    found = re.match(r"/ws/runs/([0-9a-f-]{36})/", path)
+    return found.group(1) if found else ""
+
+
+def _watching(run_id: str) -> int:
+    feed = feeds._feeds.get(run_id) if run_id else None
+    return len(feed.sockets) if feed is not None else 0
 
 
 async def refused(path: str, user=None, origin=ORIGIN) -> bool:

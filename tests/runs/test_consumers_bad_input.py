@@ -2,7 +2,7 @@
 
 import pytest
 
-from .test_consumers import connect, seqs
+from .test_consumers import connect, refused, seqs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -42,11 +42,9 @@ async def test_a_socket_without_an_origin_header_is_refused(run, viewer, path):
 
 @pytest.mark.parametrize("path", ["/ws/runs/", "/ws/approvals/"])
 async def test_group_streams_need_a_user_with_a_role(path, django_user_model, db):
-    _, connected = await connect(path)
-    assert not connected
+    assert await refused(path)
     nobody = await django_user_model.objects.acreate(username="nobody")
-    _, connected = await connect(path, nobody)
-    assert not connected
+    assert await refused(path, nobody)
 
 
 async def test_a_foreign_origin_is_refused_on_group_streams(viewer):

@@ -160,7 +160,7 @@ def test_the_run_is_copied_when_its_step_commits(published, operator, no_enqueue
 async def test_an_event_with_its_data_renders_on_the_loop_without_the_database_thread(
     published, operator, no_enqueue, monkeypatch
 ):
-    # The thread database_sync_to_async uses is where every socket's access check queues.
+    # A render that needs no database read stays on the loop: no hop to a thread at all.
     from asgiref.sync import sync_to_async
 
     await sync_to_async(make_run)(operator, status=Run.Status.RUNNING)
@@ -169,7 +169,7 @@ async def test_an_event_with_its_data_renders_on_the_loop_without_the_database_t
     def no_thread(*args, **kwargs):
         raise AssertionError("rendered in the database thread")
 
-    monkeypatch.setattr(live, "database_sync_to_async", no_thread)
+    monkeypatch.setattr(live, "any_thread", no_thread)
     payload = await live.step_payload(event)
     assert 'data-seq="1"' in payload["html"]
 

@@ -16,7 +16,7 @@ from runs.models import Run
 from tests.conftest import make_user
 
 from .factories import make_run
-from .test_consumers import connect, receive_until
+from .test_consumers import connect, receive_until, refused
 from .test_revocation import login, receive_close, watch
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -53,8 +53,7 @@ def pending_question(run: Run) -> Approval:
 async def test_another_team_s_run_cannot_be_watched(django_user_model, operator, no_enqueue):
     world = await teams_world(django_user_model)
     run = await sync_to_async(make_run)(operator)  # sql-analyst: Alpha's
-    _, connected = await connect(f"/ws/runs/{run.pk}/", world["bob"])
-    assert not connected
+    assert await refused(f"/ws/runs/{run.pk}/", world["bob"])
     communicator, connected = await connect(f"/ws/runs/{run.pk}/", world["ann"])
     assert connected
     await communicator.disconnect()

@@ -67,6 +67,8 @@ def adversarial(args: dict, rng: random.Random) -> tuple[str, dict | None]:
     return ("reject", None) if rng.random() < 0.02 else ("approve", None)
 
 
+# Thousands of decisions through the real policy: CPU-bound, minutes on a loaded runner.
+@pytest.mark.timeout(900)
 def test_thousands_of_decisions_keep_the_promises(django_user_model, no_enqueue, settings):
     settings.AGENTOPS = {**settings.AGENTOPS, "GATE_SAMPLING_SEED": "simulation"}
     rng = random.Random(19)

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentkit.agents import CATALOGUE, register
+from agentkit.agents import CATALOGUE, GateRules, register
 from agentkit.llm.scripted import text, tool_use
 from agentkit.tools import Blast, RateLimit, tool
 from runs import engine, rate_limits
@@ -197,6 +197,7 @@ def test_runs_racing_through_the_engine_never_exceed_a_limit(test_agent, no_enqu
             test_agent,
             slug="rate-race",
             tools=("t_mail_fail",),
+            gates=GateRules(),  # the test agent's name tools this one does not have
             script=lambda d: [
                 [tool_use("t_mail_fail", to=f"{d['task']}@example.com")],
                 [text("done")],
