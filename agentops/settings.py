@@ -299,7 +299,26 @@ if REDIS_URL:
         # kombu's Redis transport sharing one redis-py client per channel (agentops/broker.py).
         # Not for rediss://: given a transport, kombu no longer applies its TLS default.
         CELERY_BROKER_TRANSPORT = "agentops.broker:Transport"
+    # One cache for every web process and worker (budgets' settled spend, allauth's rate
+    # limits), in REDIS_URL's database next to the broker: under a prefix of its own, which
+    # clear() keeps to (agentops/cache.py).
+    CACHES = {
+        "default": {
+            "BACKEND": "agentops.cache.PrefixedRedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env.str("AGENTOPS_CACHE_PREFIX", default="agentops-cache"),
+            "TIMEOUT": 3600,  # callers that keep a value longer say so (budgets: a period)
+        }
+    }
 else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "agentops",
+            "TIMEOUT": 3600,
+            "OPTIONS": {"MAX_ENTRIES": 10_000},
+        }
+    }
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "agentops.channel_layers.InMemoryChannelLayer",

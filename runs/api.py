@@ -6,6 +6,7 @@ cancelling the operator role; both are checked before the body is parsed. Bad in
 refused before anything is written: a 4xx with a message, never a half-created run.
 """
 
+import base64
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -26,7 +27,7 @@ from accounts.auth import api_auth
 from accounts.requests import ApiRequest
 from agentkit.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
-from . import budgets, costs, engine
+from . import budgets, costs, engine, paging
 from .models import Checkpoint, Run, canonical_json
 from .schemas import (
     AgentOut,
@@ -98,6 +99,64 @@ class Pagination(LimitOffsetPagination):
     class Input(Schema):
         limit: int = Field(100, ge=1, description=f"At most {MAX_PAGE}.")
         offset: int = Field(0, ge=0, le=MAX_OFFSET)
+
+
+# Runs by OFFSET read and throw away every row before the page: deeper than this, a client
+# pages with `cursor` (422 beyond it). The count stops at RUNS_COUNT_CAP as the HTML lists' do.
+MAX_RUNS_OFFSET = 10_000
+RUNS_COUNT_CAP = 10_000
+
+
+class RunsPagination(LimitOffsetPagination):
+    """`limit` with either `offset` (up to MAX_RUNS_OFFSET) or `cursor`: the opaque keyset
+    position a page's `next_cursor` gives (runs/paging.py's Cursor, base64), whose page reads
+    only its own rows whatever its depth and never shifts when runs arrive."""
+
+    class Input(Schema):
+        limit: int = Field(100, ge=1, description=f"At most {MAX_PAGE}.")
+        offset: int = Field(0, ge=0, le=MAX_RUNS_OFFSET)
+        cursor: str | None = Field(None, max_length=200, description="A page's next_cursor.")
+
+    class Output(Schema):
+        items: list[Any]
+        count: int
+        count_capped: bool
+        next_cursor: str | None
+
+    def paginate_queryset(
+        self, queryset: QuerySet, pagination: Any, request: HttpRequest, **params: Any
+    ) -> dict[str, Any]:
+        limit = min(pagination.limit, self.max_limit)
+        if pagination.cursor is not None:
+            cursor = _parse_cursor(pagination.cursor)
+            rows = list(queryset.filter(cursor.older())[: limit + 1])
+        else:
+            rows = list(queryset[pagination.offset : pagination.offset + limit + 1])
+        count = queryset.order_by()[: RUNS_COUNT_CAP + 1].count()
+        more = len(rows) > limit
+        return {
+            "items": rows[:limit],
+            "count": min(count, RUNS_COUNT_CAP),
+            "count_capped": count > RUNS_COUNT_CAP,
+            "next_cursor": _cursor_token(paging.Cursor.of(rows[limit - 1])) if more else None,
+        }
+
+
+def _cursor_token(cursor: paging.Cursor) -> str:
+    return base64.urlsafe_b64encode(cursor.token.encode()).decode().rstrip("=")
+
+
+def _parse_cursor(token: str) -> paging.Cursor:
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        text = ""
+    cursor = paging.Cursor.parse(text)
+    if cursor is None:
+        raise ValidationError(
+            [{"type": "value_error", "loc": ["query", "cursor"], "msg": "not a page's cursor"}]
+        )
+    return cursor
 
 
 # --- access ----------------------------------------------------------------------------------
@@ -207,7 +266,7 @@ def _field_errors(errors: dict[str, list[str]], *, at: tuple[str, ...]) -> Valid
 
 # --- reading ---------------------------------------------------------------------------------
 @router.get("/runs", response=list[RunOut], summary="Runs, newest first")
-@paginate(Pagination, max_limit=MAX_PAGE)
+@paginate(RunsPagination, max_limit=MAX_PAGE)
 def list_runs(request: ApiRequest, filters: Query[RunFilters]) -> QuerySet[Run]:
     runs = (
         _runs()

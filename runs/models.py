@@ -897,7 +897,8 @@ class Step(models.Model):
         PENDING = "pending"  # an operation the run awaits: opened, completed, timed out
         OPERATOR = "operator"  # an operator steered it: an instruction, a choice after a failure
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: UNIQUE(run, seq)'s index serves every lookup by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
     data = models.JSONField()
@@ -1100,7 +1101,10 @@ class BudgetCrossing(models.Model):
 class Checkpoint(models.Model):
     """Engine state after a step. Small: the conversation itself is the timeline."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    # No index of its own: UNIQUE(run, seq)'s index serves every lookup by run.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="checkpoints", db_index=False
+    )
     seq = models.PositiveIntegerField(help_text="Timeline seq this state follows.")
     state = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)

@@ -1,5 +1,6 @@
 import contextlib
 import os
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,6 +30,7 @@ def pytest_configure(config):
     # (tests/livesupport.py) keeps the production hasher, and makes its own users.
     settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
     _redis_of_this_worker()
+    _cache_of_this_session()
 
 
 def _redis_of_this_worker() -> None:
@@ -50,6 +52,17 @@ def _redis_of_this_worker() -> None:
     for layer in settings.CHANNEL_LAYERS.values():
         for host in layer.get("CONFIG", {}).get("hosts", []):
             host["address"] = url
+    settings.CACHES["default"]["LOCATION"] = url
+
+
+def _cache_of_this_session() -> None:
+    """With Redis the cache outlives the test process: a session writes under a prefix of its
+    own (as a process's memory cache would start empty), given to its subprocesses too, and
+    deletes its keys at the end."""
+    if not settings.REDIS_URL:
+        return
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    os.environ["AGENTOPS_CACHE_PREFIX"] = settings.CACHES["default"]["KEY_PREFIX"] = prefix
 
 
 # Test modules whose behaviour depends on the services, run in CI's second pass (Postgres +
@@ -214,6 +227,12 @@ def pytest_itemcollected(item):
 def pytest_sessionfinish(session, exitstatus):
     """AGENTOPS_NO_SKIPS=1 (CI's services pass): a skipped test fails the run. With Postgres,
     Redis and Chromium all there, a skip can only hide a test that did not run."""
+    if settings.REDIS_URL:
+        import redis
+        from django.core.cache import cache
+
+        with contextlib.suppress(redis.RedisError):
+            cache.clear()  # this session's keys only (agentops/cache.py)
     if os.environ.get("AGENTOPS_NO_SKIPS") != "1" or exitstatus != 0:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

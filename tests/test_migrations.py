@@ -366,3 +366,14 @@ def test_accounts_0004_gives_a_fresh_install_no_team(migrator):
     migrator.apply_initial_migration(("accounts", "0003_teams"))
     new = migrator.apply_tested_migration(("accounts", "0004_default_team_for_existing_installs"))
     assert not new.apps.get_model("accounts", "Team").objects.exists()
+
+
+@on_postgres
+@pytest.mark.parametrize("table", ["runs_step", "runs_checkpoint"])
+def test_the_timeline_has_no_index_on_run_id_alone(table):
+    # UNIQUE(run_id, seq)'s index serves every lookup by run; one on run_id alone only costs.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
+        indexes = dict(cursor.fetchall())
+    assert any("(run_id, seq)" in d for d in indexes.values()), indexes
+    assert not [n for n, d in indexes.items() if d.endswith("(run_id)")], indexes

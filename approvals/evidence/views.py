@@ -3,15 +3,11 @@ file (approvals/evidence/export.py). Admins export every agent's decisions or on
 team's administrators their teams' (approvals/oversight_reach.py). A download is a read: GET,
 no CSRF needed."""
 
-import itertools
 import logging
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
@@ -20,6 +16,7 @@ from django.views.decorators.http import require_GET
 
 from accounts.requests import SignedInRequest
 from agentkit.agents import CATALOGUE
+from agentkit.streaming import streamed
 
 from .. import oversight_reach
 from . import export as evidence_export
@@ -86,19 +83,10 @@ def download(
         "all" if agents is None else ",".join(agents) or "none",
     )
     response = StreamingHttpResponse(
-        _batches(lines) if isinstance(request, ASGIRequest) else lines,
+        streamed(request, lines),
         content_type=evidence_export.CONTENT_TYPES[fmt],
     )
     name = evidence_export.filename(since, until, fmt, agent, team)
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     response["Cache-Control"] = "no-store"
     return response
-
-
-async def _batches(lines: Iterator[str], size: int = 200) -> AsyncIterator[str]:
-    """The lines for an ASGI server, a batch at a time: Django would read a synchronous
-    iterator whole into memory there. Every batch is read in the same thread
-    (thread_sensitive), so the database cursor stays on its connection."""
-    next_batch = sync_to_async(lambda: list(itertools.islice(lines, size)), thread_sensitive=True)
-    while batch := await next_batch():
-        yield "".join(batch)

@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ApiToken, Team, TeamAgent
+from agentkit import streaming
 from approvals import batch, decisions, tasks
 from approvals.evidence import chain as evidence_chain
 from approvals.evidence import export as evidence_export
@@ -245,6 +246,10 @@ def test_csv_cells_cannot_run_as_formulas(approver, no_enqueue):
 # --- tampering ---------------------------------------------------------------------------------
 @pytest.fixture
 def three_decisions(approver, no_enqueue):
+    decide_three(approver)
+
+
+def decide_three(approver) -> None:
     for reason in ("one", "two", "three"):
         _run, approval = gated("test-payer", TRANSFER)
         decisions.decide(approval.pk, user=approver, decision="reject", reason=reason)
@@ -674,7 +679,7 @@ def test_line_breaks_and_separators_in_a_reason_survive_the_round_trip(approver,
 @pytest.mark.django_db(transaction=True)
 async def test_under_asgi_the_download_streams_in_batches(admin_user, monkeypatch):
     """Django reads a synchronous iterator whole into memory under ASGI: the view hands it an
-    asynchronous one that reads a batch of lines at a time."""
+    asynchronous one that reads a slice of lines at a time (agentkit/streaming.py)."""
     read: list[int] = []
 
     def records(**filters):
@@ -696,9 +701,28 @@ async def test_under_asgi_the_download_streams_in_batches(admin_user, monkeypatc
             assert len(read) < 450  # the first batch went out before the last record was read
     # The connection the batches were read on: the test database is dropped after the test.
     await sync_to_async(connections.close_all)()
-    assert len(chunks) == 3  # 452 lines (header, 450 records, trailer) in batches of 200
+    assert len(chunks) == 452  # header, 450 records, trailer
     text = b"".join(chunks).decode()
     assert evidence_chain.verify(text, key=key()).records == 450
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+async def test_under_asgi_a_download_of_real_decisions_is_asynchronous_and_complete(
+    async_client, admin_user, approver, no_enqueue, monkeypatch, fmt
+):
+    await sync_to_async(decide_three)(approver)
+    monkeypatch.setattr(streaming, "SLICE", 2)  # several slices for five lines
+    await async_client.aforce_login(admin_user)
+    today = timezone.now().date().isoformat()
+    params = {"since": today, "until": today, "format": fmt, "download": "1"}
+    response = await async_client.get(URL, params)
+    assert response.status_code == 200 and response.is_async
+    text = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    await sync_to_async(connections.close_all)()
+    result = evidence_chain.verify(text, key=key())
+    assert result.ok, result.problem
+    assert result.records == 3
 
 
 def test_the_verify_command_takes_the_key_offline(three_decisions, settings, tmp_path, monkeypatch):

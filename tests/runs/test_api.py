@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.models import ApiToken
 from agentkit.agents import CATALOGUE, get_agent
+from runs import api as runs_api
 from runs import engine
 from runs.models import Run, Step
 from tests.conftest import make_user
@@ -697,3 +698,35 @@ def test_openapi_docs_load_and_describe_the_runs_api(client):
     filters = {"status", "agent", "trigger", "launched_by", "created_after", "created_before"}
     assert filters <= params
     assert {"limit", "offset"} <= params
+
+
+@pytest.mark.django_db
+def test_a_cursor_walks_the_whole_list_a_page_at_a_time(as_operator, some_runs):
+    seen, cursor = [], None
+    while True:
+        query = "/api/runs?limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = as_operator.get(query)
+        seen += _ids(page, some_runs)
+        assert page.json()["count"] == 5 and page.json()["count_capped"] is False
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ["e", "d", "c", "b", "a"]
+
+
+@pytest.mark.django_db
+def test_the_count_stops_at_its_cap(as_operator, some_runs, monkeypatch):
+    monkeypatch.setattr(runs_api, "RUNS_COUNT_CAP", 3)
+    body = as_operator.get("/api/runs?limit=1").json()
+    assert body["count"] == 3 and body["count_capped"] is True
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("offset=10001", "offset"), ("cursor=bm9wZQ", "cursor"), ("cursor=%25%25", "cursor")],
+)
+def test_a_deep_offset_or_a_forged_cursor_is_422(as_operator, some_runs, query, field):
+    response = as_operator.get(f"/api/runs?{query}")
+    assert response.status_code == 422, response.content
+    assert response.json()["detail"][0]["loc"] == ["query", field]
