@@ -45,6 +45,25 @@ class SentinelTarget:
             kwargs["password"] = self.password
         return kwargs
 
+    def channel_layer_host(self) -> dict[str, Any]:
+        """One entry of channels-redis's `hosts`: it asks the sentinels for the primary."""
+        # socket_timeout None: idle consumers must not be dropped after 5 s
+        # (django/channels_redis#422).
+        return {
+            "sentinels": list(self.sentinels),
+            "master_name": self.master,
+            **self.master_kwargs(),
+            "socket_timeout": None,
+        }
+
+    def redbeat_options(self) -> dict[str, Any]:
+        """celery-redbeat's redbeat_redis_options for its redis-sentinel:// mode."""
+        return {
+            "sentinels": list(self.sentinels),
+            "service_name": self.master,
+            **self.master_kwargs(),
+        }
+
     def kombu_url(self) -> str:
         """kombu's form: one `sentinel://` URL per sentinel, `;`-separated; the master's
         name goes in broker_transport_options["master_name"]."""

@@ -285,12 +285,7 @@ if REDIS_URL:
     # (django/channels_redis#422).
     channel_host: dict = {"address": REDIS_URL, "socket_timeout": None}
     if REDIS_SENTINEL:
-        channel_host = {
-            "sentinels": list(REDIS_SENTINEL.sentinels),
-            "master_name": REDIS_SENTINEL.master,
-            **REDIS_SENTINEL.master_kwargs(),
-            "socket_timeout": None,
-        }
+        channel_host = REDIS_SENTINEL.channel_layer_host()
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -310,11 +305,7 @@ if REDIS_URL:
     CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
     CELERY_REDBEAT_REDIS_URL = REDIS_SENTINEL.redbeat_url() if REDIS_SENTINEL else REDIS_URL
     if REDIS_SENTINEL:
-        CELERY_REDBEAT_REDIS_OPTIONS = {
-            "sentinels": list(REDIS_SENTINEL.sentinels),
-            "service_name": REDIS_SENTINEL.master,
-            **REDIS_SENTINEL.master_kwargs(),
-        }
+        CELERY_REDBEAT_REDIS_OPTIONS = REDIS_SENTINEL.redbeat_options()
     CELERY_REDBEAT_LOCK_TIMEOUT = env.int("AGENTOPS_BEAT_LOCK_SECONDS", default=30)
     # The leader renews its lock at least this often.
     CELERY_BEAT_MAX_LOOP_INTERVAL = max(1, CELERY_REDBEAT_LOCK_TIMEOUT // 5)
