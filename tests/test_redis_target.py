@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 import redis
+from celery import Celery
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from kombu import Connection
+from redbeat.schedulers import get_redis
 
 from agentkit import redis_target
+from runs import events
 from tests.support.redis_sentinel import MASTER, SentinelGroup
 
 FAILOVER_SECONDS = 45  # detection (1 s) + election + promotion: seconds; bounded generously
@@ -164,7 +167,28 @@ async def test_the_channel_layer_delivers_after_the_primary_is_killed(group):
             if time.monotonic() - started > FAILOVER_SECONDS:
                 raise AssertionError(f"the channel layer still fails: {exc}") from exc
             await asyncio.sleep(0.2)
+    # runs/events.py counts a group's members through the layer's internals: they hold for a
+    # Sentinel-backed layer too.
+    listener = await layer.new_channel()
+    await layer.group_add("run.watched", listener)
+    listened = await events._groups_listened_to(layer, {"run.watched", "run.unwatched"})
+    assert listened == {"run.watched"}
     await layer.flush()
+
+
+def test_beats_lock_store_writes_after_the_primary_is_killed(group):
+    """celery-redbeat in its redis-sentinel:// mode, configured as settings.py does."""
+    target = redis_target.parse_sentinel_url(group.url(db=4))
+    app = Celery("test-redbeat", set_as_current=False)
+    app.conf.redbeat_redis_url = target.redbeat_url()
+    app.conf.redbeat_redis_options = target.redbeat_options()
+    get_redis(app).set("redbeat:test", "before")
+    assert get_redis(app).connection_pool.get_master_address()[1] == group.primary_port
+
+    fail_over(group)
+    retry_until(lambda: get_redis(app).set("redbeat:test", "after"), "redbeat's store")
+    assert get_redis(app).connection_pool.get_master_address()[1] == group.replica_port
+    assert get_redis(app).get("redbeat:test") == "after"
 
 
 def test_every_direct_client_is_built_by_the_factory():
