@@ -5,9 +5,10 @@
 
 The Sentinel form lists the sentinels (comma-separated, port 26379 when omitted), then the
 monitored master's name and the database number (0 when omitted). The credentials are the
-primary's; the sentinels are asked without a password. `redis.Redis.from_url` refuses this
-scheme, so every direct client is built by `client()`, and settings.py derives the Celery
-broker, redbeat's lock and the channel layer from the same parse (`SentinelTarget`).
+primary's; sentinels that require a password of their own take `?sentinel_password=…`.
+`redis.Redis.from_url` refuses this scheme, so every direct client is built by `client()`,
+and settings.py derives the Celery broker, redbeat's lock and the channel layer from the
+same parse (`SentinelTarget`).
 
 In agentkit (the library) so the apps and the wiring share it; no Django import: settings.py
 reads it before Django is configured.
@@ -15,7 +16,7 @@ reads it before Django is configured.
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
 from redis.sentinel import Sentinel
@@ -35,6 +36,11 @@ class SentinelTarget:
     db: int = 0
     username: str | None = None
     password: str | None = None
+    sentinel_password: str | None = None
+
+    def sentinel_kwargs(self) -> dict[str, Any]:
+        """Connection arguments for the sentinels themselves (their `requirepass`)."""
+        return {"password": self.sentinel_password} if self.sentinel_password else {}
 
     def master_kwargs(self) -> dict[str, Any]:
         """Connection arguments for the primary (not for the sentinels)."""
@@ -54,6 +60,7 @@ class SentinelTarget:
             "master_name": self.master,
             **self.master_kwargs(),
             "socket_timeout": None,
+            **({"sentinel_kwargs": self.sentinel_kwargs()} if self.sentinel_password else {}),
         }
 
     def redbeat_options(self) -> dict[str, Any]:
@@ -62,7 +69,15 @@ class SentinelTarget:
             "sentinels": list(self.sentinels),
             "service_name": self.master,
             **self.master_kwargs(),
+            **({"sentinel_kwargs": self.sentinel_kwargs()} if self.sentinel_password else {}),
         }
+
+    def kombu_transport_options(self) -> dict[str, Any]:
+        """What kombu's Sentinel transport needs besides its URL."""
+        options: dict[str, Any] = {"master_name": self.master}
+        if self.sentinel_password:
+            options["sentinel_kwargs"] = self.sentinel_kwargs()
+        return options
 
     def kombu_url(self) -> str:
         """kombu's form: one `sentinel://` URL per sentinel, `;`-separated; the master's
@@ -83,7 +98,11 @@ def parse_sentinel_url(url: str) -> SentinelTarget | None:
     """The Sentinel target a REDIS_URL names, or None for a plain redis:// / rediss:// URL."""
     if not url.startswith(f"{SENTINEL_SCHEME}://"):
         return None
-    rest = url[len(SENTINEL_SCHEME) + 3 :]
+    rest, _, query = url[len(SENTINEL_SCHEME) + 3 :].partition("?")
+    options = parse_qs(query, keep_blank_values=True)
+    unknown = set(options) - {"sentinel_password"}
+    if unknown:
+        raise RedisURLError(f"REDIS_URL: unknown sentinel:// options {sorted(unknown)}")
     # urlsplit cannot take a comma-separated host list with ports: split it by hand.
     credentials, _, location = rest.rpartition("@")
     hosts_part, _, path = location.partition("/")
@@ -102,7 +121,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget | None:
         sentinels.append((parsed.hostname, port))
     if not sentinels:
         raise RedisURLError("REDIS_URL: a sentinel:// URL lists at least one sentinel host:port")
-    parts = [p for p in path.split("?")[0].split("/") if p]
+    parts = [p for p in path.split("/") if p]
     if not parts or len(parts) > 2:
         raise RedisURLError(
             "REDIS_URL: a sentinel:// URL ends with /<master name>[/<db>], "
@@ -120,7 +139,12 @@ def parse_sentinel_url(url: str) -> SentinelTarget | None:
         username = unquote(user) or None
         password = unquote(secret) if has_password and secret else None
     return SentinelTarget(
-        sentinels=tuple(sentinels), master=master, db=db, username=username, password=password
+        sentinels=tuple(sentinels),
+        master=master,
+        db=db,
+        username=username,
+        password=password,
+        sentinel_password=options.get("sentinel_password", [""])[-1] or None,
     )
 
 
@@ -133,8 +157,9 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
     target = parse_sentinel_url(url)
     if target is None:
         return redis.Redis.from_url(url, **kwargs)
-    # The sentinels answer within the same timeouts as the primary; they need no password.
+    # The sentinels answer within the same timeouts as the primary.
     sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
+    sentinel_kwargs.update(target.sentinel_kwargs())
     # redis-py's sentinel module has no annotations.
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
     master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]

@@ -335,7 +335,7 @@ CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 # Larger than any task: a task runs one time slice of a run (seconds), never an hour.
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
 if REDIS_SENTINEL:
-    CELERY_BROKER_TRANSPORT_OPTIONS["master_name"] = REDIS_SENTINEL.master
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(REDIS_SENTINEL.kombu_transport_options())
 if EMBEDDED:
     # The memory transport polls its queues; the default 1 s poll would add up to a second to
     # every enqueue (launch, resume after a decision) in the embedded worker.

@@ -44,6 +44,12 @@ def test_a_sentinel_url_names_the_sentinels_the_master_and_the_database():
         password="p/w",
     )
     assert redis_target.parse_sentinel_url("sentinel://s1/mymaster").db == 0
+    guarded = redis_target.parse_sentinel_url("sentinel://s1/mymaster?sentinel_password=s%26x")
+    assert guarded.sentinel_password == "s&x"
+    assert guarded.password is None
+    assert guarded.kombu_transport_options()["sentinel_kwargs"] == {"password": "s&x"}
+    assert guarded.channel_layer_host()["sentinel_kwargs"] == {"password": "s&x"}
+    assert guarded.redbeat_options()["sentinel_kwargs"] == {"password": "s&x"}
     # The password round-trips through kombu's URL form.
     assert target.kombu_url().startswith("sentinel://agent:p%2Fw@s1:26379/5;")
 
@@ -63,7 +69,14 @@ def test_a_sentinel_client_asks_for_the_primary_by_name():
 
 
 @pytest.mark.parametrize(
-    "url", ["sentinel://s1", "sentinel:///m/0", "sentinel://s1:x/m", "sentinel://s1/m/db"]
+    "url",
+    [
+        "sentinel://s1",
+        "sentinel:///m/0",
+        "sentinel://s1:x/m",
+        "sentinel://s1/m/db",
+        "sentinel://s1/m?sentinel_pasword=typo",
+    ],
 )
 def test_a_malformed_sentinel_url_is_refused(url):
     with pytest.raises(redis_target.RedisURLError):
@@ -72,8 +85,8 @@ def test_a_malformed_sentinel_url_is_refused(url):
 
 # --- a real failover -------------------------------------------------------------------------
 @pytest.fixture
-def group() -> Iterator[SentinelGroup]:
-    group = SentinelGroup()
+def group(request) -> Iterator[SentinelGroup]:
+    group = SentinelGroup(sentinel_password=getattr(request, "param", None))
     try:
         group.start()
         yield group
@@ -105,6 +118,7 @@ def _assert_moved(group: SentinelGroup, old: tuple[str, int]) -> None:
         raise ConnectionError("the sentinels still name the killed primary")
 
 
+@pytest.mark.parametrize("group", [None, "sentinel-secret"], indirect=True)
 def test_the_factory_client_writes_again_after_the_primary_is_killed(group):
     client = redis_target.client(group.url(db=2), socket_timeout=1, socket_connect_timeout=1)
     client.set("before", "1")

@@ -180,6 +180,15 @@ def test_a_sentinel_redis_url_points_broker_beat_and_layer_at_the_sentinels(tmp_
     ]
 
 
+def test_a_sentinel_password_reaches_every_sentinel_client(tmp_path):
+    s = settings_for(tmp_path, REDIS_URL="sentinel://s1/mymaster?sentinel_password=guard")
+    assert s["transport_options"]["sentinel_kwargs"] == {"password": "guard"}
+    assert s["redbeat_options"]["sentinel_kwargs"] == {"password": "guard"}
+    host = s["channel_layers"]["default"]["CONFIG"]["hosts"][0]
+    assert host["sentinel_kwargs"] == {"password": "guard"}
+    assert "password" not in host  # the primary's own password was not given
+
+
 def test_a_plain_redis_url_needs_no_redbeat_options(tmp_path):
     s = settings_for(tmp_path, REDIS_URL="redis://cache.internal:6379/3")
     assert s["redbeat_url"] == "redis://cache.internal:6379/3"

@@ -28,7 +28,8 @@ def redis_server() -> str:
 
 
 class SentinelGroup:
-    def __init__(self) -> None:
+    def __init__(self, *, sentinel_password: str | None = None) -> None:
+        self.sentinel_password = sentinel_password
         self.tmp = Path(tempfile.mkdtemp(prefix="agentops-test-sentinel-"))
         self.primary_port, self.replica_port = free_port(), free_port()
         self.sentinel_ports = [free_port() for _ in range(3)]
@@ -36,7 +37,8 @@ class SentinelGroup:
 
     def url(self, db: int = 0) -> str:
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
-        return f"sentinel://{hosts}/{MASTER}/{db}"
+        query = f"?sentinel_password={self.sentinel_password}" if self.sentinel_password else ""
+        return f"sentinel://{hosts}/{MASTER}/{db}{query}"
 
     def _spawn(self, port: int, argv: list[str]) -> None:
         log = open(self.tmp / f"{port}.log", "ab")  # noqa: SIM115 - the process writes it
@@ -64,6 +66,10 @@ class SentinelGroup:
                 f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n"
                 f"sentinel failover-timeout {MASTER} 10000\n"
             )
+            if self.sentinel_password:  # asked of clients and of the other sentinels
+                with conf.open("a") as f:
+                    f.write(f"requirepass {self.sentinel_password}\n")
+                    f.write(f"sentinel sentinel-pass {self.sentinel_password}\n")
             self._spawn(port, [str(conf), "--sentinel"])
         deadline = time.monotonic() + timeout
         while not self._ready():
@@ -79,7 +85,12 @@ class SentinelGroup:
             if replica.info("replication").get("master_link_status") != "up":
                 return False
             for port in self.sentinel_ports:
-                sentinel = redis.Redis(port=port, socket_timeout=1, decode_responses=True)
+                sentinel = redis.Redis(
+                    port=port,
+                    socket_timeout=1,
+                    decode_responses=True,
+                    password=self.sentinel_password,
+                )
                 if len(sentinel.execute_command("SENTINEL", "REPLICAS", MASTER)) < 1:
                     return False
                 if len(sentinel.execute_command("SENTINEL", "SENTINELS", MASTER)) < 2:
@@ -89,7 +100,9 @@ class SentinelGroup:
         return True
 
     def primary_address(self) -> tuple[str, int]:
-        sentinel = redis.Redis(port=self.sentinel_ports[0], socket_timeout=1)
+        sentinel = redis.Redis(
+            port=self.sentinel_ports[0], socket_timeout=1, password=self.sentinel_password
+        )
         host, port = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)
         return host.decode(), int(port)
 
