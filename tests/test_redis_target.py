@@ -20,7 +20,7 @@ from redbeat.schedulers import get_redis
 
 from agentkit import redis_target
 from runs import events
-from tests.support.redis_sentinel import MASTER, SentinelGroup
+from tests.support.redis_sentinel import SentinelGroup
 
 FAILOVER_SECONDS = 45  # detection (1 s) + election + promotion: seconds; bounded generously
 
@@ -86,7 +86,7 @@ def test_a_malformed_sentinel_url_is_refused(url):
 # --- a real failover -------------------------------------------------------------------------
 @pytest.fixture
 def group(request) -> Iterator[SentinelGroup]:
-    group = SentinelGroup(sentinel_password=getattr(request, "param", None))
+    group = SentinelGroup(**getattr(request, "param", {}))
     try:
         group.start()
         yield group
@@ -118,7 +118,12 @@ def _assert_moved(group: SentinelGroup, old: tuple[str, int]) -> None:
         raise ConnectionError("the sentinels still name the killed primary")
 
 
-@pytest.mark.parametrize("group", [None, "sentinel-secret"], indirect=True)
+@pytest.mark.parametrize(
+    "group",
+    [{}, {"sentinel_password": "sentinel-secret"}, {"password": "primary-secret"}],
+    indirect=True,
+    ids=["open", "sentinel-password", "primary-password"],
+)
 def test_the_factory_client_writes_again_after_the_primary_is_killed(group):
     client = redis_target.client(group.url(db=2), socket_timeout=1, socket_connect_timeout=1)
     client.set("before", "1")
@@ -136,9 +141,12 @@ def test_the_factory_client_writes_again_after_the_primary_is_killed(group):
     assert fresh.info("replication")["role"] == "master"
 
 
+@pytest.mark.parametrize(
+    "group", [{}, {"password": "primary-secret"}], indirect=True, ids=["open", "primary-password"]
+)
 def test_the_celery_broker_delivers_after_the_primary_is_killed(group):
     target = redis_target.parse_sentinel_url(group.url(db=1))
-    options = {"master_name": MASTER, "visibility_timeout": 3600}
+    options = {**target.kombu_transport_options(), "visibility_timeout": 3600}
     queue_name = f"test-failover-{uuid.uuid4().hex}"
 
     def round_trip(body: dict) -> None:

@@ -28,7 +28,10 @@ def redis_server() -> str:
 
 
 class SentinelGroup:
-    def __init__(self, *, sentinel_password: str | None = None) -> None:
+    def __init__(
+        self, *, password: str | None = None, sentinel_password: str | None = None
+    ) -> None:
+        self.password = password  # the primary's and the replica's
         self.sentinel_password = sentinel_password
         self.tmp = Path(tempfile.mkdtemp(prefix="agentops-test-sentinel-"))
         self.primary_port, self.replica_port = free_port(), free_port()
@@ -38,7 +41,8 @@ class SentinelGroup:
     def url(self, db: int = 0) -> str:
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
         query = f"?sentinel_password={self.sentinel_password}" if self.sentinel_password else ""
-        return f"sentinel://{hosts}/{MASTER}/{db}{query}"
+        auth = f":{self.password}@" if self.password else ""
+        return f"sentinel://{auth}{hosts}/{MASTER}/{db}{query}"
 
     def _spawn(self, port: int, argv: list[str]) -> None:
         log = open(self.tmp / f"{port}.log", "ab")  # noqa: SIM115 - the process writes it
@@ -47,6 +51,8 @@ class SentinelGroup:
         )
 
     def _server(self, port: int, *extra: str) -> None:
+        if self.password:
+            extra = ("--requirepass", self.password, "--masterauth", self.password, *extra)
         data = self.tmp / str(port)
         data.mkdir(exist_ok=True)
         self._spawn(
@@ -66,6 +72,9 @@ class SentinelGroup:
                 f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n"
                 f"sentinel failover-timeout {MASTER} 10000\n"
             )
+            if self.password:
+                with conf.open("a") as f:
+                    f.write(f"sentinel auth-pass {MASTER} {self.password}\n")
             if self.sentinel_password:  # asked of clients and of the other sentinels
                 with conf.open("a") as f:
                     f.write(f"requirepass {self.sentinel_password}\n")
@@ -81,7 +90,7 @@ class SentinelGroup:
         """The replica is in sync and every sentinel knows the replica and the two others:
         before that a failover could not elect a leader or find a replica to promote."""
         try:
-            replica = redis.Redis(port=self.replica_port, socket_timeout=1)
+            replica = redis.Redis(port=self.replica_port, socket_timeout=1, password=self.password)
             if replica.info("replication").get("master_link_status") != "up":
                 return False
             for port in self.sentinel_ports:
