@@ -17,6 +17,8 @@ import time
 import redis
 from django.conf import settings
 
+from agentkit import redis_target
+
 log = logging.getLogger("agentops.tools")
 
 CACHE_SECONDS = 0.5  # how stale one process's view of the shared state may be
@@ -121,7 +123,7 @@ class CircuitBreaker:
         if not shared or not settings.REDIS_URL:
             return None
         if self._client is None:
-            self._client = redis.Redis.from_url(
+            self._client = redis_target.client(
                 settings.REDIS_URL,
                 socket_timeout=REDIS_TIMEOUT_SECONDS,
                 socket_connect_timeout=REDIS_TIMEOUT_SECONDS,

@@ -8,7 +8,27 @@ Imports nothing of the apps.
 
 from __future__ import annotations
 
-from django.core.cache.backends.redis import RedisCache
+from typing import Any
+
+import redis
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+
+from agentkit import redis_target
+
+
+class _SentinelCacheClient(RedisCacheClient):
+    """Django's client, connected through the one Redis factory: a `sentinel://` REDIS_URL
+    (agentkit/redis_target.py) follows the primary across a failover."""
+
+    def __init__(self, servers: list[str], **options: Any) -> None:
+        super().__init__(servers, **options)
+        self._url = servers[0]
+        self._target: redis.Redis | None = None
+
+    def get_client(self, key: Any = None, *, write: bool = False) -> redis.Redis:
+        if self._target is None:
+            self._target = redis_target.client(self._url)
+        return self._target
 
 
 class PrefixedRedisCache(RedisCache):
@@ -16,6 +36,10 @@ class PrefixedRedisCache(RedisCache):
         super().__init__(server, params)
         if not self.key_prefix:
             raise ValueError("PrefixedRedisCache needs a KEY_PREFIX: clear() deletes by it")
+        if redis_target.parse_sentinel_url(server) is not None:
+            # One URL naming its sentinels, which Django would split at their commas.
+            self._servers = [server]
+            self._class = _SentinelCacheClient
 
     def clear(self) -> None:
         client = self._cache.get_client(write=True)

@@ -3,13 +3,13 @@ and its broker? No auth, no session, no CSRF; 200 when both answer, 503 naming w
 
 import logging
 
-import redis
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from agentkit import redis_target
 from agentops.celery import app
 
 log = logging.getLogger("agentops.health")
@@ -27,7 +27,7 @@ def check_broker() -> None:
     """Redis answers PING and Celery's own connection opens; the memory transport of the
     embedded mode lives in this process, so opening it is the whole check."""
     if settings.REDIS_URL:
-        client = redis.Redis.from_url(
+        client = redis_target.client(
             settings.REDIS_URL,
             socket_timeout=BROKER_TIMEOUT_SECONDS,
             socket_connect_timeout=BROKER_TIMEOUT_SECONDS,

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 import environ
 from kombu import Queue
 
+from agentkit import redis_target
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("AGENTOPS_VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -271,33 +273,46 @@ EMBEDDED = not REDIS_URL  # one process: in-memory transport, in-process worker 
 # where the default capacity (100 in memory, 1 500 here) would drop the rest silently.
 GATEWAY_HUB_CAPACITY = {"*!gateway-hub-*": 100_000}
 
+# A sentinel:// REDIS_URL names a primary watched by Redis Sentinel (agentkit/redis_target.py):
+# the broker, redbeat's lock, the channel layer and every direct client follow its failover.
+try:
+    REDIS_SENTINEL = redis_target.parse_sentinel_url(REDIS_URL)
+except redis_target.RedisURLError as exc:
+    raise environ.ImproperlyConfigured(str(exc)) from exc
+
 if REDIS_URL:
+    # socket_timeout None: idle consumers must not be dropped after 5 s
+    # (django/channels_redis#422).
+    channel_host: dict = {"address": REDIS_URL, "socket_timeout": None}
+    if REDIS_SENTINEL:
+        channel_host = REDIS_SENTINEL.channel_layer_host()
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                # socket_timeout None: idle consumers must not be dropped after 5 s
-                # (django/channels_redis#422).
-                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "hosts": [channel_host],
                 "capacity": 1500,
                 "channel_capacity": GATEWAY_HUB_CAPACITY,
                 "expiry": 60,
             },
         }
     }
-    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_URL = REDIS_SENTINEL.kombu_url() if REDIS_SENTINEL else REDIS_URL
     # Beat with a leader lock in Redis (celery-redbeat): any number of `celery beat` processes,
     # one schedules, the others wait on the lock and one takes over within
     # AGENTOPS_BEAT_LOCK_SECONDS of the leader's death; two beats in a rolling deploy never
     # double-fire.
     CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
-    CELERY_REDBEAT_REDIS_URL = REDIS_URL
+    CELERY_REDBEAT_REDIS_URL = REDIS_SENTINEL.redbeat_url() if REDIS_SENTINEL else REDIS_URL
+    if REDIS_SENTINEL:
+        CELERY_REDBEAT_REDIS_OPTIONS = REDIS_SENTINEL.redbeat_options()
     CELERY_REDBEAT_LOCK_TIMEOUT = env.int("AGENTOPS_BEAT_LOCK_SECONDS", default=30)
     # The leader renews its lock at least this often.
     CELERY_BEAT_MAX_LOOP_INTERVAL = max(1, CELERY_REDBEAT_LOCK_TIMEOUT // 5)
     if REDIS_URL.startswith("redis://"):
         # kombu's Redis transport sharing one redis-py client per channel (agentops/broker.py).
-        # Not for rediss://: given a transport, kombu no longer applies its TLS default.
+        # Not for rediss://: given a transport, kombu no longer applies its TLS default; not
+        # for sentinel://: kombu's own Sentinel transport asks the sentinels for the primary.
         CELERY_BROKER_TRANSPORT = "agentops.broker:Transport"
     # One cache for every web process and worker (budgets' settled spend, allauth's rate
     # limits), in REDIS_URL's database next to the broker: under a prefix of its own, which
@@ -337,7 +352,9 @@ CELERY_RESULT_BACKEND = None
 CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 # Larger than any task: a task runs one time slice of a run (seconds), never an hour.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
+if REDIS_SENTINEL:
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(REDIS_SENTINEL.kombu_transport_options())
 if EMBEDDED:
     # The memory transport polls its queues; the default 1 s poll would add up to a second to
     # every enqueue (launch, resume after a decision) in the embedded worker.

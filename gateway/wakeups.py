@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from agentkit import redis_target
 from approvals.models import Approval
 from runs import events
 from runs.models import Run, Step
@@ -89,7 +90,7 @@ class _Numbering:
 
     def _redis(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(
+            self._client = redis_target.client(
                 settings.REDIS_URL,
                 socket_timeout=self.TIMEOUT_SECONDS,
                 socket_connect_timeout=self.TIMEOUT_SECONDS,

@@ -48,6 +48,8 @@ print(json.dumps({
     "broker": s.CELERY_BROKER_URL,
     "transport_options": s.CELERY_BROKER_TRANSPORT_OPTIONS,
     "transport": getattr(s, "CELERY_BROKER_TRANSPORT", None),
+    "redbeat_url": getattr(s, "CELERY_REDBEAT_REDIS_URL", None),
+    "redbeat_options": getattr(s, "CELERY_REDBEAT_REDIS_OPTIONS", None),
     "channel_layers": s.CHANNEL_LAYERS,
     "pool": s.CELERY_WORKER_POOL,
     "concurrency": s.CELERY_WORKER_CONCURRENCY,
@@ -145,6 +147,68 @@ def test_a_tls_redis_url_keeps_kombus_own_transport(tmp_path):
     s = settings_for(tmp_path, REDIS_URL="rediss://cache.internal:6380/3")
     assert s["broker"] == "rediss://cache.internal:6380/3"
     assert s["transport"] is None
+
+
+def test_a_sentinel_redis_url_points_broker_beat_and_layer_at_the_sentinels(tmp_path):
+    s = settings_for(tmp_path, REDIS_URL="sentinel://:s%40cret@s1,s2:26380,s3:26381/mymaster/2")
+    assert s["embedded"] is False
+    # kombu's own Sentinel transport: one URL per sentinel, the master by name.
+    assert s["broker"] == (
+        "sentinel://:s%40cret@s1:26379/2;sentinel://:s%40cret@s2:26380/2;"
+        "sentinel://:s%40cret@s3:26381/2"
+    )
+    assert s["transport_options"]["master_name"] == "mymaster"
+    assert s["transport_options"]["visibility_timeout"] == 3600
+    # The per-channel client transport subclasses the plain one: not for Sentinel.
+    assert s["transport"] is None
+    sentinels = [["s1", 26379], ["s2", 26380], ["s3", 26381]]
+    assert s["redbeat_url"].startswith("redis-sentinel://")
+    assert s["redbeat_options"] == {
+        "sentinels": sentinels,
+        "service_name": "mymaster",
+        "db": 2,
+        "password": "s@cret",
+    }
+    assert s["channel_layers"]["default"]["CONFIG"]["hosts"] == [
+        {
+            "sentinels": sentinels,
+            "master_name": "mymaster",
+            "db": 2,
+            "password": "s@cret",
+            "socket_timeout": None,
+        }
+    ]
+
+
+def test_a_sentinel_password_reaches_every_sentinel_client(tmp_path):
+    s = settings_for(tmp_path, REDIS_URL="sentinel://s1/mymaster?sentinel_password=guard")
+    assert s["transport_options"]["sentinel_kwargs"] == {"password": "guard"}
+    assert s["redbeat_options"]["sentinel_kwargs"] == {"password": "guard"}
+    host = s["channel_layers"]["default"]["CONFIG"]["hosts"][0]
+    assert host["sentinel_kwargs"] == {"password": "guard"}
+    assert "password" not in host  # the primary's own password was not given
+
+
+def test_a_plain_redis_url_needs_no_redbeat_options(tmp_path):
+    s = settings_for(tmp_path, REDIS_URL="redis://cache.internal:6379/3")
+    assert s["redbeat_url"] == "redis://cache.internal:6379/3"
+    assert s["redbeat_options"] is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sentinel://s1:26379",  # no master name
+        "sentinel:///mymaster/0",  # no sentinel
+        "sentinel://s1:port/mymaster/0",
+        "sentinel://s1:26379/mymaster/zero",
+        "sentinel://s1:26379/mymaster/0/extra",
+    ],
+)
+def test_a_malformed_sentinel_url_refuses_to_start(tmp_path, url):
+    proc = load(tmp_path, REDIS_URL=url)
+    assert proc.returncode != 0
+    assert "ImproperlyConfigured: REDIS_URL" in proc.stderr
 
 
 def test_worker_defaults_suit_io_bound_steps(tmp_path):
