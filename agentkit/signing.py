@@ -2,7 +2,10 @@
 (https://www.standardwebhooks.com), with its reference library `standardwebhooks`.
 
 The one module for every signed request: webhooks that launch runs (triggers), approval
-notifications (approvals.notify) and external agents' decision callbacks (gateway).
+notifications (approvals.notify) and external agents' decision callbacks (gateway). Its
+`derive_key` also keys the compliance evidence file, whose trailer's MAC is `hmac_sha256`
+written out in approvals/evidence/chain.py, so that the file's offline verifier needs only the
+standard library (a test holds the two equal).
 
     webhook-id: <delivery id: the same on every retry of one delivery>
     webhook-timestamp: <unix seconds, when this attempt was signed>
@@ -91,9 +94,19 @@ def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return _webhook(secret).sign(msg_id=message_id, timestamp=moment, data=body.decode())
 
 
+def hmac_sha256(key: bytes, message: bytes) -> bytes:
+    """The MAC under every signature agentops makes: HMAC-SHA256 of `message` keyed by `key`."""
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+def derive_key(secret: str, salt: bytes) -> bytes:
+    """A key of its own for one purpose (`salt` names it), derived from a shared secret
+    (SECRET_KEY): HMAC-SHA256 keyed by the secret over the salt."""
+    return hmac_sha256(secret.encode(), salt)
+
+
 def legacy_signature(secret: str, timestamp: str, body: bytes) -> str:
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return LEGACY_PREFIX + mac.hexdigest()
+    return LEGACY_PREFIX + hmac_sha256(secret.encode(), timestamp.encode() + b"." + body).hex()
 
 
 def sign(

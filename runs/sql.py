@@ -1,8 +1,12 @@
-"""Hand-built statements for the engine's hot path, and nothing else.
+"""Hand-built statements for the hot paths, and nothing else.
 
 Its one job: the statements every agent step makes (launch, claim, load, a step's write,
 ownership checks, the checkpoint), called from runs/engine/ and the timeline methods of
-runs/models.py. Everything else (views, API, decisions, sweeps) uses the ORM.
+runs/models.py, and the gateway's: an external agent's session is launched as a run and its
+calls are written to its timeline as often as an internal run's steps (10 000 agents waiting
+at once, bench/gateway_waiters.py), so gateway/sessions.py launches one through `insert_all`
+as the engine does. Everything else (views, API, decisions, sweeps) uses the ORM;
+tests/test_layering.py holds this list of callers.
 
 The ORM spent more CPU building these three statements (the run's compare-and-set UPDATE,
 the step's INSERT, the checkpoint's upsert) than the rest of a step together

@@ -210,6 +210,23 @@ def test_nothing_below_imports_the_gateway():
     assert not upward
 
 
+# runs/sql.py is for the hot paths it names: the engine, the run's timeline, the gateway's
+# sessions. Everything else goes through the ORM.
+HAND_BUILT_SQL_CALLERS = ("runs.engine", "runs.models", "gateway.sessions")
+
+
+def test_only_the_hot_paths_write_through_hand_built_sql():
+    modules = _modules()
+    callers = {
+        name
+        for name, path in modules.items()
+        for imported, _ in _imports(name, path)
+        if imported == "runs.sql" and name != "runs.sql"
+    }
+    assert callers
+    assert {name for name in callers if not _in(name, HAND_BUILT_SQL_CALLERS)} == set()
+
+
 def test_no_import_hides_inside_a_function():
     """A project module imported inside a function is how a circle hides; the few deferred
     for another reason are listed above with it."""

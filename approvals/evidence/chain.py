@@ -76,6 +76,8 @@ FIELDS = (
 CSV_COLUMNS = ("line", *FIELDS, "details", "prev_hash", "line_hash")
 # Spreadsheets run a cell starting with one of these as a formula (CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Names the key derived from SECRET_KEY when no dedicated key is set (export.signing_key,
+# by agentkit/signing.py): changed, no export signed before would verify.
 KEY_SALT = b"agentops.approvals.evidence_export"
 
 
@@ -88,7 +90,9 @@ def chain_hash(prev_hash: str, payload: str) -> str:
 
 
 def sign(trailer: dict, key: bytes) -> str:
-    """HMAC-SHA256 of the trailer's fields other than the signature itself."""
+    """HMAC-SHA256 of the trailer's fields other than the signature itself: the MAC of
+    agentkit/signing.py (`hmac_sha256`), written out here, not imported, so the verifier needs
+    the standard library alone (tests/approvals/test_evidence_export.py holds the two equal)."""
     body = _canonical({k: v for k, v in trailer.items() if k != "signature"})
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
@@ -96,11 +100,6 @@ def sign(trailer: dict, key: bytes) -> str:
 def key_id(key: bytes) -> str:
     """A short public name of the key, so a verifier can say "signed with another key"."""
     return hashlib.sha256(b"key-id\n" + key).hexdigest()[:12]
-
-
-def derive_key(secret: str) -> bytes:
-    """The signing key derived from a secret (SECRET_KEY when no dedicated key is set)."""
-    return hmac.new(secret.encode(), KEY_SALT, hashlib.sha256).digest()
 
 
 def csv_cell(value) -> str:

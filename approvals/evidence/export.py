@@ -21,6 +21,7 @@ from django.core.validators import validate_slug
 from django.utils import timezone
 
 from accounts.models import Team
+from agentkit import signing
 from agentkit.database import in_batches
 from runs.models import Step
 
@@ -48,7 +49,7 @@ def signing_key() -> bytes:
     dedicated = settings.AGENTOPS.get("EVIDENCE_KEY") or ""
     if dedicated:
         return dedicated.encode()
-    return evidence_chain.derive_key(settings.SECRET_KEY)
+    return signing.derive_key(settings.SECRET_KEY, evidence_chain.KEY_SALT)
 
 
 def parse_moment(value: str, name: str, *, end: bool = False) -> datetime:

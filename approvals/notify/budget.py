@@ -2,12 +2,7 @@
 every active approver and admin with an address, and a signed JSON POST to each generic URL of
 AGENTOPS_WEBHOOK_URLS (Slack URLs get a {"text"} message), once per crossing (a budget's
 threshold is crossed once per period). The same channels, settings and signature as an
-approval's (email.py, webhooks.py)."""
-
-import json
-import urllib.error
-import urllib.request
-from urllib.parse import urlsplit
+approval's: the webhook goes through webhooks.post_signed, the wing's one POST."""
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -17,11 +12,10 @@ from django.urls import reverse
 
 from accounts import teams
 from accounts.models import Role, TeamMember
-from agentkit import signing
 from runs.models import Budget, BudgetCrossing
 
-from .delivery import DeliveryError, DeliveryRefused
-from .webhooks import _opener, signing_keys, target
+from .delivery import DeliveryError
+from .webhooks import post_signed
 
 WORDS: dict[str, str] = {
     BudgetCrossing.Threshold.WARN: "is nearly spent",
@@ -105,27 +99,7 @@ def send_email(crossing_id: int) -> int:
 
 def deliver_webhook(crossing_id: int, url: str) -> int:
     crossing = BudgetCrossing.objects.select_related("budget__team").get(pk=crossing_id)
-    post_to, slack = target(url)
-    if urlsplit(post_to).scheme not in ("http", "https"):
-        raise DeliveryRefused(f"webhook URL must be http(s): {post_to!r}")
-    keys = signing_keys()
-    if not keys and not slack:
-        raise DeliveryRefused("AGENTOPS_WEBHOOK_SECRET is not set; generic webhooks are not sent")
     data = payload(crossing)
-    body = json.dumps({"text": data["text"]} if slack else data, ensure_ascii=False).encode()
-    message_id = f"budget-{crossing.pk}"
-    headers = {"Content-Type": "application/json", "User-Agent": "agentops-webhook/1"}
-    if keys:
-        headers.update(signing.sign(keys, message_id, body))
-    else:
-        headers[signing.ID_HEADER] = message_id
-    request = urllib.request.Request(post_to, data=body, headers=headers, method="POST")  # noqa: S310 (scheme checked above)
-    try:
-        with _opener.open(request, timeout=settings.AGENTOPS["WEBHOOK_TIMEOUT_SECONDS"]) as reply:
-            return reply.status
-    except urllib.error.HTTPError as exc:
-        if exc.code >= 500 or exc.code in (408, 429):
-            raise DeliveryError(f"webhook {post_to} answered {exc.code}") from None
-        raise DeliveryRefused(f"webhook {post_to} answered {exc.code}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        raise DeliveryError(f"webhook {post_to} unreachable: {exc}") from None
+    return post_signed(
+        url, f"budget-{crossing.pk}", lambda slack: {"text": data["text"]} if slack else data
+    )

@@ -26,6 +26,7 @@ import hashlib
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -85,23 +86,49 @@ def deliver_webhook(approval_id: str, url: str, reminder: str = "") -> int:
     approval = Approval.objects.select_related("run", "run__launched_by").get(pk=approval_id)
     if reminder and approval.status != Approval.Status.PENDING:
         return 0
+
+    def content(slack: bool) -> dict:
+        if slack:
+            text = slack_payload(approval)
+            if reminder:
+                text["text"] = f"Reminder: {describe(approval, reminder)} {text['text']}"
+            return text
+        data = payload(approval)
+        if reminder:
+            data["event"] = REMINDER_EVENT
+            data["reminder"] = {"key": reminder, "text": describe(approval, reminder)}
+        return data
+
+    return post_signed(
+        url,
+        delivery_id(approval.pk, url, reminder),
+        content,
+        traceparent=approval.run.traceparent,
+        attributes={"agentops.approval.id": str(approval.pk)},
+    )
+
+
+def post_signed(
+    url: str,
+    message_id: str,
+    content: Callable[[bool], dict],
+    *,
+    traceparent: str | None = None,
+    attributes: dict[str, str] | None = None,
+) -> int:
+    """The one webhook POST of the wing (approvals, reminders, budget crossings): `content(slack)`
+    is the JSON to send (a Slack URL's when `slack`), signed as delivery `message_id` with
+    every key of AGENTOPS_WEBHOOK_SECRET; returns the HTTP status. DeliveryError means retry
+    later, DeliveryRefused means retrying cannot help. With a run's `traceparent` (even an
+    untraced run's ""), the POST is a span of the run's trace (with `attributes`), whose W3C
+    traceparent the receiver gets to join it."""
     post_to, slack = target(url)
     if urlsplit(post_to).scheme not in ("http", "https"):
         raise DeliveryRefused(f"webhook URL must be http(s): {post_to!r}")
     keys = signing_keys()
     if not keys and not slack:
         raise DeliveryRefused("AGENTOPS_WEBHOOK_SECRET is not set; generic webhooks are not sent")
-    if slack:
-        content = slack_payload(approval)
-        if reminder:
-            content["text"] = f"Reminder: {describe(approval, reminder)} {content['text']}"
-    else:
-        content = payload(approval)
-        if reminder:
-            content["event"] = REMINDER_EVENT
-            content["reminder"] = {"key": reminder, "text": describe(approval, reminder)}
-    body = json.dumps(content, ensure_ascii=False).encode()
-    message_id = delivery_id(approval.pk, url, reminder)
+    body = json.dumps(content(slack), ensure_ascii=False).encode()
     headers = {"Content-Type": "application/json", "User-Agent": "agentops-webhook/1"}
     if keys:
         headers.update(signing.sign(keys, message_id, body))
@@ -109,9 +136,10 @@ def deliver_webhook(approval_id: str, url: str, reminder: str = "") -> int:
             headers[DELIVERY_HEADER] = message_id
     else:  # a Slack URL without a key: still one id for every retry
         headers[signing.ID_HEADER] = message_id
-    attributes = {"agentops.approval.id": str(approval.pk), "url.full": post_to}
-    # A span of the run's trace, whose W3C traceparent the receiver gets to join it.
-    with tracing.in_run("agentops.webhook", approval.run.traceparent, attributes):
+    if traceparent is None:
+        return _post(post_to, body, headers)
+    span = {**(attributes or {}), "url.full": post_to}
+    with tracing.in_run("agentops.webhook", traceparent, span):
         tracing.inject(headers)
         return _post(post_to, body, headers)
 

@@ -62,7 +62,7 @@ def call(tool: Tool, args: dict, ctx: ToolContext) -> Any:
                 )
     if connection.in_atomic_block:
         return tool.call(args, ctx)
-    future = _pool().submit(contextvars.copy_context().run, _call_and_disconnect, tool, args, ctx)
+    future = _pool.submit(contextvars.copy_context().run, _call_and_disconnect, tool, args, ctx)
     try:
         return future.result(timeout=max(0.0, ctx.deadline - time.monotonic()) + GRACE_SECONDS)
     except FutureTimeout:
@@ -83,7 +83,9 @@ def _call_and_disconnect(tool: Tool, args: dict, ctx: ToolContext) -> Any:
 
 class DaemonPool:
     """Reusable daemon threads (concurrent.futures' are joined at exit: a hung tool would
-    keep the worker from stopping)."""
+    keep the worker from stopping). A thread starts only when a job finds none idle, so a
+    pool made at import costs nothing: a module that hands work off keeps one at its top,
+    `_pool = DaemonPool(size)`, one per process."""
 
     def __init__(self, size: int):
         self.size = size
@@ -123,14 +125,4 @@ class DaemonPool:
                 future.set_result(result)
 
 
-_shared: DaemonPool | None = None
-_shared_lock = threading.Lock()
-
-
-def _pool() -> DaemonPool:
-    global _shared
-    if _shared is None:
-        with _shared_lock:
-            if _shared is None:
-                _shared = DaemonPool(POOL_THREADS)
-    return _shared
+_pool = DaemonPool(POOL_THREADS)

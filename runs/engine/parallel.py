@@ -20,7 +20,6 @@ caller's thread, where the transaction is, one after another.
 """
 
 import contextvars
-import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from decimal import Decimal
@@ -35,6 +34,7 @@ from .owned import Work, cfg
 
 # Batches of all the runs a worker process steps at once: each batch holds at most its limit.
 POOL_THREADS = 32
+_pool = DaemonPool(POOL_THREADS)
 
 # tool_calls.call_tool's (result, error, attempts, ms, cost)
 Outcome = tuple[Any, str | None, int, int, Decimal]
@@ -75,7 +75,7 @@ def call_all(
             i = waiting.pop(0)
             tool, args, key = calls[i]
             job = contextvars.copy_context().run
-            futures[_pool().submit(job, _call_and_disconnect, call, work, tool, args, key)] = i
+            futures[_pool.submit(job, _call_and_disconnect, call, work, tool, args, key)] = i
 
     hand_on()
     for i, (tool, args, key) in enumerate(calls):
@@ -106,16 +106,3 @@ def _call_and_disconnect(
         # A pending operation's row is written from here: not held past the call.
         for conn in connections.all(initialized_only=True):
             conn.close()
-
-
-_shared: DaemonPool | None = None
-_shared_lock = threading.Lock()
-
-
-def _pool() -> DaemonPool:
-    global _shared
-    if _shared is None:
-        with _shared_lock:
-            if _shared is None:
-                _shared = DaemonPool(POOL_THREADS)
-    return _shared

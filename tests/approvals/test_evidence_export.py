@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ApiToken, Team, TeamAgent
-from agentkit import streaming
+from agentkit import signing, streaming
 from approvals import batch, decisions, tasks
 from approvals.evidence import chain as evidence_chain
 from approvals.evidence import export as evidence_export
@@ -591,6 +591,66 @@ def test_the_verifier_needs_only_the_standard_library():
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0] if node.level == 0 else ".")
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+# An export made before the evidence file's key derivation moved to agentkit/signing.py: its
+# fixed header, record and key, and the signatures and derived key that code computed then.
+OLD_KEY = b"evidence-key-for-the-compatibility-test"
+OLD_HEADER = evidence_chain.Header(
+    since=datetime(2026, 1, 1, tzinfo=UTC),
+    until=datetime(2026, 2, 1, tzinfo=UTC),
+    agent="test-payer",
+    created_at=datetime(2026, 2, 1, 0, 5, tzinfo=UTC),
+    export_id="0" * 32,
+)
+OLD_RECORD = {
+    "decided_at": "2026-01-15T10:00:00+00:00",
+    "approval": "a1",
+    "run": "r1",
+    "agent": "test-payer",
+    "kind": "tool",
+    "tool": "transfer",
+    "decision": "approve",
+    "decided_by": "bea",
+    "reason": "=looks fine",
+    "step_seq": 3,
+}
+OLD_SIGNATURES = {
+    "jsonl": "1f94f32189245b915e89677aa4fd28cdfdbd5fd1820cd2d358ff7b4be910cd6f",
+    "csv": "484e957fac4f54b38a794819ca4cbacf2f5000c3367fe0079c487ac51ab60ffe",
+}
+OLD_SECRET_KEY = "django-insecure-secret-for-the-compatibility-test"
+OLD_DERIVED_KEY = "f8fedf5994c0a2af1e19271086d6b236d0ec85e48d82548e3f3113b7a4e708bf"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_an_export_signed_before_still_verifies_and_is_signed_the_same(fmt):
+    text = "".join(
+        evidence_chain.signed_lines([OLD_RECORD], fmt=fmt, header=OLD_HEADER, key=OLD_KEY)
+    )
+    result = evidence_chain.verify(text, key=OLD_KEY)
+    assert result.ok, result.problem
+    assert result.trailer is not None and result.trailer["signature"] == OLD_SIGNATURES[fmt]
+    assert not evidence_chain.verify(text, key=OLD_KEY + b"x").ok
+
+
+def test_the_key_derived_from_secret_key_is_the_one_exports_were_signed_with(settings):
+    settings.SECRET_KEY = OLD_SECRET_KEY
+    settings.AGENTOPS = {**settings.AGENTOPS, "EVIDENCE_KEY": ""}
+    assert evidence_export.signing_key().hex() == OLD_DERIVED_KEY
+
+
+def test_the_trailer_is_signed_with_the_one_signing_modules_mac():
+    trailer = {"records": 2, "final_hash": "ab" * 32, "export_id": "e1", "signature": "old"}
+    body = json.dumps(
+        {k: v for k, v in trailer.items() if k != "signature"},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    assert (
+        evidence_chain.sign(trailer, OLD_KEY) == signing.hmac_sha256(OLD_KEY, body.encode()).hex()
+    )
 
 
 # --- more grants and channels ---------------------------------------------------------------------

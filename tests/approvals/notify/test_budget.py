@@ -130,3 +130,16 @@ def test_a_teams_crossing_is_posted_to_the_teams_own_webhook(
     data = Webhook(SECRET.encode()).verify(request["body"], request["headers"])
     assert (data["team"], data["agent"], data["threshold"]) == ("ops", "", "warn")
     assert data["text"] == "Budget of team Ops is nearly spent (8.50 of 10.00 USD this day)"
+
+
+def test_the_crossing_is_posted_as_every_webhook_is(settings, hook, eager, crossing):
+    """Through the wing's one POST (webhooks.post_signed): while the legacy signatures are on,
+    the delivery id goes beside them, as on an approval's webhook."""
+    configure(settings, hook.url)
+    settings.AGENTOPS = {**settings.AGENTOPS, "WEBHOOK_LEGACY_SIGNATURES": True}
+    assert tasks.notify_budget_crossed(crossing.pk) == 1
+    (request,) = hook.requests
+    headers = {name.lower(): value for name, value in request["headers"].items()}
+    assert headers["webhook-id"] == f"budget-{crossing.pk}"
+    assert headers["x-agentops-delivery"] == headers["webhook-id"]
+    assert headers["x-agentops-signature"].startswith("sha256=")
