@@ -289,7 +289,7 @@ class Agent:
     # offered `submit_plan`, and calls that follow an approved plan need no new gate.
     plans: bool = False
     # When a run fails or is cancelled after calls with a declared compensation committed,
-    # their compensations are requested at once (runs/compensation.py), as an operator would
+    # their compensations are requested at once (runs/compensation/models.py), as an operator would
     # from the run page: each still gated as the rules say, each once through the ledger.
     compensate_on_failure: bool = False
 

@@ -26,7 +26,7 @@ from django.core import signing
 from agentkit.circuit import CircuitBreaker
 from agentkit.verification import json_schema
 
-# Signs a pending operation's callback token (runs/pending.py checks it).
+# Signs a pending operation's callback token (runs/pending/models.py checks it).
 CALLBACK_SALT = "agentops.pending.callback"
 
 
@@ -129,7 +129,7 @@ class ToolContext:
 class Pending:
     """What a tool returns when the call started something that finishes later: an e-mail
     whose reply the agent needs, an export, a ticket. The run records it as an operation it
-    awaits (runs/pending.py): shown to the model on every turn and on the run page; when the
+    awaits (runs/pending/models.py): shown to the model on every turn and on the run page; when the
     model has nothing else to do, the run waits without a worker until the operation
     completes (a callback to `ctx.callback_url`, an operator marking it done, or `poll`)
     or its deadline passes (the agent is told, or a person is asked: `on_timeout`)."""

@@ -29,10 +29,10 @@ from approvals.plans.api import router as plans_router
 from gateway.api import router as gateway_router
 from history.api import router as history_router
 from runs.api import router as runs_router
-from runs.budgets_api import router as budgets_router
-from runs.compensation_api import router as compensation_router
-from runs.pending_api import router as pending_router
-from runs.steering_api import router as steering_router
+from runs.budgets.api import router as budgets_router
+from runs.compensation.api import router as compensation_router
+from runs.pending.api import router as pending_router
+from runs.steering.api import router as steering_router
 from triggers.schedules_api import router as schedules_router
 from triggers.webhooks import router as webhooks_router
 

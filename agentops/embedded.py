@@ -21,10 +21,11 @@ from agentops.celery import app as default_app
 from approvals import decisions
 from approvals import tasks as approval_tasks
 from gateway import tasks as gateway_tasks
-from runs import chains, engine, pending, queue, rate_limits
+from runs import chains, engine, queue, rate_limits
 from runs import tasks as run_tasks
 from runs.engine import in_flight
 from runs.models import Run
+from runs.pending import models as pending
 from triggers import scheduler
 
 log = logging.getLogger("agentops.embedded")

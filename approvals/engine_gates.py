@@ -185,7 +185,7 @@ def _go_on_answer(approval: Approval | None, what: str) -> ContinueAnswer | None
     return ContinueAnswer(STOP, f"stopped by {who} at {what}{why}", by=approval.decided_by)
 
 
-# --- budgets (runs/budgets.py) ----------------------------------------------------------------
+# --- budgets (runs/budgets/models.py) -------------------------------------------------------------
 def budget_answer(run: Run, key: str) -> ContinueAnswer | None:
     approval = Approval.objects.filter(run=run, tool_use_id=key).first()
     return _go_on_answer(approval, "the budget question")

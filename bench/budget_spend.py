@@ -1,4 +1,4 @@
-r"""What reading a budget's spend costs on a large timeline (runs/budgets.py `spent`).
+r"""What reading a budget's spend costs on a large timeline (runs/budgets/models.py `spent`).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentops_bench \
         uv run python bench/seed_runs.py --runs 50000 --steps-per-run 10
@@ -34,7 +34,7 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from bench.common import machine, percentile  # noqa: E402
-from runs import budgets  # noqa: E402
+from runs.budgets import models as budgets  # noqa: E402
 from runs.models import Step  # noqa: E402
 
 AGENT = "sql-analyst"

@@ -27,7 +27,8 @@ from accounts.auth import api_auth
 from accounts.requests import ApiRequest
 from agentkit.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
-from . import budgets, costs, engine, paging
+from . import costs, engine, paging
+from .budgets import models as budgets
 from .models import Checkpoint, Run, canonical_json
 from .schemas import (
     AgentOut,
@@ -203,7 +204,7 @@ def _agent_out(agent: Agent) -> dict:
     response={201: RunDetailOut, 403: Message, 409: Message, 413: Message, 422: FieldErrors},
     auth=OPERATORS,
     summary="Launch a run",
-    description="409: the agent's budget is past its stop threshold (runs/budgets.py).",
+    description="409: the agent's budget is past its stop threshold (runs/budgets/models.py).",
 )
 @decorate_view(refuse_large_bodies)
 def launch_run(request: ApiRequest, payload: LaunchIn) -> Status:

@@ -9,8 +9,12 @@ class RunsConfig(AppConfig):
         # Wiring imported once the models are loaded, as Django intends.
         # The Celery tasks that runs/queue.py sends by name (a web process never imports them
         # otherwise).
-        from . import access, chains, compensable, compensation, events, pending, steering, tasks  # noqa: F401
+        from . import access, chains, events, tasks  # noqa: F401
+        from .compensation import effects as compensable
+        from .compensation import models as compensation
         from .models import Run, Step, run_cancelled, step_appended
+        from .pending import models as pending
+        from .steering import models as steering
 
         # Every appended step is published once committed.
         step_appended.connect(events.on_step_appended, sender=Step, dispatch_uid="runs.events")

@@ -257,7 +257,7 @@ class Run(models.Model):
         # A session of an agent that runs elsewhere (gateway/): the engine never advances
         # it; the agent itself submits its calls and reports what happened.
         EXTERNAL = "external"
-        # Undoes committed effects of a failed or cancelled run (runs/compensation.py): its
+        # Undoes committed effects of a failed or cancelled run (runs/compensation/models.py): its
         # only calls are their compensations, gated and through the ledger; no model call.
         COMPENSATION = "compensation"
 
@@ -355,7 +355,7 @@ class Run(models.Model):
     # max_seconds is working time, a person's time to decide is left out (working_seconds).
     seconds_waited = models.FloatField(default=0)
     waiting_since = models.DateTimeField(null=True, blank=True)
-    # An operator's pause (runs/steering.py): asked for, then taken at the run's next step
+    # An operator's pause (runs/steering/models.py): asked for, then taken at the run's next step
     # boundary, where the engine parks it (paused_at) and frees its worker; cleared by Resume.
     pause_requested_at = models.DateTimeField(null=True, blank=True)
     pause_requested_by = models.ForeignKey(
@@ -804,7 +804,7 @@ class Run(models.Model):
 
     def reopen(self, *, step: dict, state: dict) -> bool:
         """Failed -> queued: an operator resumes a failed run from its last checkpoint with a
-        choice (runs/steering.py reopen), instead of forking it. The one way out of a final
+        choice (runs/steering/models.py reopen), instead of forking it. The one way out of a final
         status, so not in TRANSITIONS: its reopened step, the engine `state` it resumes
         from (a checkpoint at that step) and the run's change are one write, and it is sent
         to a worker once committed. The time it lay failed counts as waiting, not working; the
@@ -999,7 +999,7 @@ class Budget(models.Model):
     the spend grows: past `warn_percent` the approvers are told; past `approve_percent` a run
     goes on (or starts) only when a person says so; past `stop_percent` runs are stopped and
     new ones refused. A run answers to its agent's budget and to those of the teams owning its
-    agent; the most severe wins. The rules are runs/budgets.py's; the engine applies them at
+    agent; the most severe wins. The rules are runs/budgets/models.py's; the engine applies them at
     each step boundary."""
 
     class Period(models.TextChoices):
@@ -1154,7 +1154,7 @@ class SideEffect(models.Model):
 
 class Compensation(models.Model):
     """A request to undo one committed effect of a failed or cancelled run (its tool's
-    declared Compensate), and what became of it (runs/compensation.py). The compensating
+    declared Compensate), and what became of it (runs/compensation/models.py). The compensating
     call runs in a compensation run (`compensating_run`), gated like any call, under a
     ledger key derived from the effect's (`key`): it happens at most once per attempt."""
 
@@ -1211,7 +1211,7 @@ class Compensation(models.Model):
 
 class PendingOperation(models.Model):
     """Something a tool call started that finishes later, which its run awaits
-    (agentkit.tools.Pending; runs/pending.py completes, times out and reports them)."""
+    (agentkit.tools.Pending; runs/pending/models.py completes, times out and reports them)."""
 
     class Status(models.TextChoices):
         OPEN = "open"
@@ -1335,7 +1335,7 @@ class RateLimitWait(models.Model):
 
 
 class Instruction(models.Model):
-    """An operator's instruction to a run's agent (runs/steering.py): the agent receives it
+    """An operator's instruction to a run's agent (runs/steering/models.py): the agent receives it
     as a user-role text at its next model turn, when the engine records it as an `operator`
     step (delivered_seq) in the same write; until then it waits here. `key` is the client's
     idempotency key: a retried POST finds the instruction it made instead of adding one."""
@@ -1380,7 +1380,7 @@ class Instruction(models.Model):
 
 class Recovery(models.Model):
     """A failed tool call of an agent declared on_failure="ask", held from the agent until an
-    operator chooses (runs/steering.py): retry it (maybe with edited arguments, gated again),
+    operator chooses (runs/steering/models.py): retry it (maybe with edited arguments, gated again),
     skip it with a note the agent gets as the call's result, or tell the agent the failure
     with another instruction. The engine applies the choice when the run is resumed."""
 

@@ -96,7 +96,7 @@ def send_follow_ups(run_id) -> bool:
 def send_compensation(task: str, run_id) -> bool:
     """Send a compensation task (SETTLE_TASK: an ended compensation run; AUTO_TASK: a run
     whose agent compensates on failure) after the run's end is committed; False when the
-    broker is unreachable (runs/compensation.py's sweep sends it again)."""
+    broker is unreachable (runs/compensation/models.py's sweep sends it again)."""
     try:
         app.tasks[task].apply_async(args=[str(run_id)])
     except OperationalError as exc:

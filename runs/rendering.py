@@ -23,8 +23,9 @@ from django.utils.dateparse import parse_datetime
 
 from agentkit.templatetags.untrusted import is_invisible
 
-from . import compensable, steering
+from .compensation import effects as compensable
 from .models import Run, Step
+from .steering import models as steering
 
 # Longer text is cut in the timeline; the step's own page shows all of it.
 TRUNCATE_CHARS = 2000
@@ -309,7 +310,7 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
     if event == "launched":
         view.texts.append(Block.of("input", d.get("input"), full=full))
     if event == "reopened":
-        # "Resume from here" (runs/steering.py): the choice, and what the operator typed.
+        # "Resume from here" (runs/steering/models.py): the choice, and what the operator typed.
         view.facts.append(("choice", str(d.get("choice", ""))))
         view.facts.append(("ended for", _reason_label(str(d.get("ended_for", "")))))
         if d.get("failed_seq"):
@@ -326,7 +327,7 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
     return view
 
 
-# What an operator's step is called in the timeline (runs/steering.py).
+# What an operator's step is called in the timeline (runs/steering/models.py).
 RECOVERY_TITLES = {
     "retry": "operator: retry the failed call",
     "skip": "operator: skip the failed call",
@@ -341,7 +342,7 @@ COMPENSATION_TITLES = {
 
 
 def _compensation_view(step: Step, d: dict, *, full: bool) -> StepView:
-    """Compensation of the run's effects (runs/compensation.py): asked (by whom, for which
+    """Compensation of the run's effects (runs/compensation/models.py): asked (by whom, for which
     effects), refused, or what one came to."""
     event = str(d.get("event"))
     if event == "compensation_settled":
@@ -782,7 +783,7 @@ def render_draft_event(seq: int, text: str, omitted: int) -> dict:
 
 def _changes_steering(step: Step) -> bool:
     """A pause taken or ended, the run's end, an instruction delivered, a choice made, or a
-    failed call held for one (runs/steering.py)."""
+    failed call held for one (runs/steering/models.py)."""
     if step.kind in (Step.Kind.STATUS, Step.Kind.OPERATOR):
         return True
     return step.kind == Step.Kind.TOOL and bool(step.data.get("held"))
@@ -810,7 +811,7 @@ def _changes_plan(step: Step) -> bool:
 
 def _changes_compensation(step: Step) -> bool:
     """The run's end (failed or cancelled: compensation is offered), or a compensation asked
-    or settled (runs/compensation.py)."""
+    or settled (runs/compensation/models.py)."""
     d = step.data
     if step.kind == Step.Kind.OPERATOR:
         return str(d.get("event", "")).startswith("compensation_")

@@ -10,8 +10,10 @@ from django.db import InterfaceError, OperationalError, connections
 
 from agentkit.database import fail_fast
 
-from . import chains, compensation, engine, pending, rate_limits
+from . import chains, engine, rate_limits
+from .compensation import models as compensation
 from .engine import in_flight
+from .pending import models as pending
 
 log = logging.getLogger("agentops.engine")
 # The sweep's own attempts while the database is unreachable: each waits at most

@@ -1,6 +1,9 @@
 from django.urls import path
 
-from . import budget_views, compensation_views, steering_views, views
+from . import views
+from .budgets import views as budget_views
+from .compensation import views as compensation_views
+from .steering import views as steering_views
 
 app_name = "runs"
 urlpatterns = [

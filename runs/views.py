@@ -27,9 +27,11 @@ from agentkit.agents import Agent
 from agentkit.database import in_batches
 from agentkit.streaming import streamed
 
-from . import budgets, charts, costs, drift, engine, paging, pending, rendering
+from . import charts, costs, drift, engine, paging, rendering
+from .budgets import models as budgets
 from .forms import LIMIT_FIELDS, LaunchForm, RunFilterForm, launchable_agents
 from .models import SEARCH_SORTS_AT_MOST, Checkpoint, PendingOperation, Run, Step
+from .pending import models as pending
 from .schemas import RunExportOut, StepOut, with_pending_count
 
 RUNS_PER_PAGE = 50

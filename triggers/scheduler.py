@@ -17,7 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentkit.agents import get_agent
-from runs import budgets, engine
+from runs import engine
+from runs.budgets import models as budgets
 from runs.models import Run
 
 from .inputs import validate_input

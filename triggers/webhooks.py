@@ -36,8 +36,9 @@ from ninja.errors import HttpError, ValidationError
 
 from agentkit import signing
 from agentkit.agents import get_agent
-from runs import budgets, engine
+from runs import engine
 from runs.api import FieldErrors, Message, refuse_large_bodies
+from runs.budgets import models as budgets
 from runs.models import Run, canonical_json
 
 from .inputs import input_size, max_input_bytes, validate_input

@@ -1,4 +1,4 @@
-"""Telling people that an agent's budget crossed a threshold (runs/budgets.py): an e-mail to
+"""Telling people that an agent's budget crossed a threshold (runs/budgets/models.py): an e-mail to
 every active approver and admin with an address, and a signed JSON POST to each generic URL of
 AGENTOPS_WEBHOOK_URLS (Slack URLs get a {"text"} message), once per crossing (a budget's
 threshold is crossed once per period). The same channels, settings and signature as an

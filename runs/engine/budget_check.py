@@ -1,5 +1,5 @@
 """The budgets a run answers to (its agent's, its agent's teams') at a step boundary
-(runs/budgets.py has the rules and the spend).
+(runs/budgets/models.py has the rules and the spend).
 
 Before each model call and each pending tool call: a threshold crossed for the first time in
 the budget's period is a guard step on this run and a notification; past the approval
@@ -13,7 +13,7 @@ per RECHECK_AFTER_SECONDS), so a budget added meanwhile applies within about a s
 from django.db import transaction
 from django.utils import timezone
 
-from .. import budgets
+from ..budgets import models as budgets
 from ..models import Run, Step
 from . import gates, humans, owned, replaying
 from .owned import Work

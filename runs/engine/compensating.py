@@ -1,5 +1,5 @@
 """A compensation run (Run.Trigger.COMPENSATION): the calls that undo committed effects of a
-failed or cancelled run, and nothing else (runs/compensation.py launches it).
+failed or cancelled run, and nothing else (runs/compensation/models.py launches it).
 
 Its calls are pending from the start, marked to be gated again: the gate policy has its say
 on each as on any call (humans.regate), and each goes through the ledger (ledger.py) under

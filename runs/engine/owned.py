@@ -176,7 +176,7 @@ def beside_run() -> tuple[str, str]:
         f"WHERE {column(Instruction, 'run')} = {run}.{q('id')} "
         f"AND {column(Instruction, 'delivered_seq')} IS NULL)"
     )
-    # Its own budget, or one of a team that owns it (runs/budgets.py).
+    # Its own budget, or one of a team that owns it (runs/budgets/models.py).
     owners = (
         f"SELECT {column(TeamAgent, 'team')} FROM {q(TeamAgent._meta.db_table)} "
         f"WHERE {column(TeamAgent, 'agent')} = {run}.{q('agent')}"

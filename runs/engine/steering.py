@@ -1,4 +1,4 @@
-"""Where the engine meets an operator who steers a live run (runs/steering.py takes the
+"""Where the engine meets an operator who steers a live run (runs/steering/models.py takes the
 requests): a pause taken at a step boundary, instructions delivered at the next model turn,
 and failed calls held for an operator's choice (agents declared on_failure="ask").
 

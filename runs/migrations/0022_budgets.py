@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 
 # A budget in a time zone other than UTC sums the steps of its period's first hours, before
-# the first UTC midnight (runs/budgets.py): a range of created_at. A BRIN index serves it at
+# the first UTC midnight (runs/budgets/models.py): a range of created_at. A BRIN index serves it at
 # almost no cost to inserts (the timeline is appended in time order); SQLite, the embedded
 # mode's small database, scans.
 BRIN = "CREATE INDEX IF NOT EXISTS runs_step_created_brin ON runs_step USING brin (created_at)"

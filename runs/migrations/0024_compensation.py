@@ -1,4 +1,4 @@
-"""Compensation (runs/compensation.py), and the compensation trigger and termination reason.
+"""Compensation (runs/compensation/models.py), and the compensation trigger and termination reason.
 
 SQLite changes a check constraint of runs_run by rebuilding the table, and the rebuild's
 rename fails while a trigger reads it (0021's runs_step_adds_spend): dropped for the rebuild

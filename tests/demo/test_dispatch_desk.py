@@ -3,8 +3,9 @@ an operator, and each choice leads to an answer that says what happened."""
 
 import pytest
 
-from runs import engine, steering
+from runs import engine
 from runs.models import Recovery, Run
+from runs.steering import models as steering
 
 from .test_demo_flows import launch_default
 

@@ -10,7 +10,9 @@ import pytest
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund
-from runs import compensable, compensation, engine
+from runs import engine
+from runs.compensation import effects as compensable
+from runs.compensation import models as compensation
 from runs.models import Compensation, Run, SideEffect, Step
 
 from .test_demo_flows import launch_default

@@ -8,7 +8,8 @@ from decimal import Decimal
 import pytest
 
 from agentops.management.commands.seed_demo import ensure_demo_budgets
-from runs import budgets, engine
+from runs import engine
+from runs.budgets import models as budgets
 from runs.models import Budget, Run
 
 from .test_demo_flows import launch_default

@@ -7,8 +7,9 @@ from django.core import mail
 from django.test import Client
 
 from agentkit.agents import get_agent
-from runs import engine, pending
+from runs import engine
 from runs.models import PendingOperation, Run, Step
+from runs.pending import models as pending
 
 pytestmark = pytest.mark.django_db
 

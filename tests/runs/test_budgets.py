@@ -1,5 +1,5 @@
-"""Budget rules (runs/budgets.py): a period's bounds in a time zone, the spend in it read from
-the recorded steps, the level a spend reaches, a threshold crossed once per period."""
+"""Budget rules (runs/budgets/models.py): a period's bounds in a time zone, the spend in it read
+from the recorded steps, the level a spend reaches, a threshold crossed once per period."""
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -8,7 +8,7 @@ import pytest
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
-from runs import budgets
+from runs.budgets import models as budgets
 from runs.models import Budget, BudgetCrossing
 
 from .factories import make_run

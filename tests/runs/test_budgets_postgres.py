@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.db import connection, connections
 
-from runs import budgets
+from runs.budgets import models as budgets
 from runs.models import Budget, BudgetCrossing
 
 from ..conftest import on_postgres

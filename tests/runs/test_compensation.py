@@ -1,4 +1,4 @@
-"""Compensation after a partial failure (runs/compensation.py): what may be compensated and
+"""Compensation after a partial failure (runs/compensation/models.py): what may be compensated and
 when, one compensation per effect however often it is asked, the run page's section and the
 API; the demo flow end to end is tests/demo/test_exchange_desk.py."""
 
@@ -16,7 +16,9 @@ from agentkit.tools import REGISTRY, Blast, Compensate, tool
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund
-from runs import compensable, compensation, engine
+from runs import engine
+from runs.compensation import effects as compensable
+from runs.compensation import models as compensation
 from runs.models import Compensation, Run, SideEffect, Step
 
 from ..demo.test_demo_flows import launch_default

@@ -1,6 +1,6 @@
 """What a compensation came to, as the operator is told it: a compensating call that ran and
 failed is settled failed (never "made"), and several effects are undone newest first, the
-reverse of the order they were done (runs/compensation.py `_settle_one`, `_chosen`)."""
+reverse of the order they were done (runs/compensation/models.py `_settle_one`, `_chosen`)."""
 
 from dataclasses import replace
 
@@ -10,7 +10,8 @@ from agentkit.tools import REGISTRY, ToolError
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund
-from runs import compensation, engine
+from runs import engine
+from runs.compensation import models as compensation
 from runs.models import Compensation, Run, SideEffect
 
 from ..demo.test_exchange_desk import failed_after_refund

@@ -13,7 +13,8 @@ from django.db import connection
 from approvals import decisions
 from approvals.models import Approval
 from demo.models import Refund
-from runs import compensable, compensation
+from runs.compensation import effects as compensable
+from runs.compensation import models as compensation
 from runs.models import Compensation, Run, Step
 from tests.conftest import on_postgres
 

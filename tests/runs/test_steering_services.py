@@ -9,8 +9,9 @@ import pytest
 from django.conf import settings
 
 from agentkit.agents import get_agent
-from runs import engine, steering
+from runs import engine
 from runs.models import Instruction, Recovery, Run, Step
+from runs.steering import models as steering
 from tests.conftest import on_postgres
 
 from .harness import assert_timeline_sound

@@ -1,5 +1,5 @@
-"""A team's budget (runs/budgets.py): its spend sums the agents the team owns; a launch of any
-of them is refused past its stop threshold; admins and the team's administrators set it on
+"""A team's budget (runs/budgets/models.py): its spend sums the agents the team owns; a launch of
+any of them is refused past its stop threshold; admins and the team's administrators set it on
 the Budgets page and the API, its members see it, others neither see nor touch it."""
 
 from datetime import UTC, datetime
@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import ApiToken, Team, TeamAgent, TeamMember
-from runs import budgets
+from runs.budgets import models as budgets
 from runs.models import Budget
 
 from .factories import make_run

@@ -402,7 +402,7 @@ def test_run_page_shows_the_latest_steps_and_loads_older_ones(
     add_steps(run, 120)
     client.force_login(viewer)
     # 11: with the viewer's teams (accounts/teams.py) and the run's waiting instructions
-    # (runs/steering.py), one read each; none grows with the steps.
+    # (runs/steering/models.py), one read each; none grows with the steps.
     with django_assert_max_num_queries(11):
         html = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
     assert html.count('class="step ') == 50

@@ -16,7 +16,8 @@ from agentkit.llm.scripted import text, tool_use
 from agentkit.tools import Blast, tool
 from approvals import decisions
 from approvals.models import Approval
-from runs import budgets, engine, rendering
+from runs import engine, rendering
+from runs.budgets import models as budgets
 from runs.engine import owned
 from runs.models import Budget, BudgetCrossing, Run, Step
 

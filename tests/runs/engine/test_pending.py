@@ -1,5 +1,5 @@
 """Pending operations in the engine: opened by a tool, shown to the model, waited for without
-a worker, finished by a callback, an operator, a poll or the deadline (runs/pending.py)."""
+a worker, finished by a callback, an operator, a poll or the deadline (runs/pending/models.py)."""
 
 import dataclasses
 from datetime import timedelta
@@ -10,9 +10,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentkit.llm.scripted import text, tool_use
-from runs import engine, pending
+from runs import engine
 from runs.engine.awaiting import open_operation
 from runs.models import PendingOperation, Run, Step
+from runs.pending import models as pending
 
 from .. import harness
 

@@ -12,9 +12,10 @@ from agentkit.llm.scripted import text, tool_use
 from agentkit.tools import breaker
 from approvals import decisions
 from approvals.models import Approval
-from runs import engine, steering
+from runs import engine
 from runs.engine import owned
 from runs.models import Instruction, Recovery, Run, SideEffect, Step
+from runs.steering import models as steering
 
 from .. import harness
 from ..harness import CALLS, FAILURES_LEFT, assert_timeline_sound, drive, tool_steps

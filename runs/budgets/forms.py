@@ -1,6 +1,6 @@
 """The form a budget is edited with (the Budgets page; the API checks the same rules through
 `budget_errors`). Admins set any budget, an agent's or a team's; a member who administers a
-team sets that team's budgets only (runs/budgets.py `may_edit`)."""
+team sets that team's budgets only (runs/budgets/models.py `may_edit`)."""
 
 from decimal import Decimal
 from zoneinfo import available_timezones
@@ -9,9 +9,9 @@ from django import forms
 
 from accounts.models import Team
 
-from . import budgets
-from .forms import agent_choices
-from .models import Budget
+from ..forms import agent_choices
+from ..models import Budget
+from . import models as budgets
 
 
 def time_zone_choices() -> list[tuple[str, str]]:

@@ -1,5 +1,6 @@
 """The Budgets page: every budget the user sees with its current period's spend; admins add,
-change and remove any, a team's administrators their team's (runs/budgets.py has the rules)."""
+change and remove any, a team's administrators their team's (runs/budgets/models.py has the
+rules)."""
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -10,9 +11,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.requests import SignedInRequest
 
-from . import budgets
-from .budget_forms import BudgetForm
-from .models import Budget
+from ..models import Budget
+from . import models as budgets
+from .forms import BudgetForm
 
 
 def _require(allowed: bool) -> None:

@@ -1,4 +1,4 @@
-"""The API of steering a live run (runs/steering.py): pause, resume, instructions for the
+"""The API of steering a live run (runs/steering/models.py): pause, resume, instructions for the
 agent, and the choice for a failed step. Reading needs any role; steering the operator role
 (admins hold every role), checked before the body is parsed. Every answer is the run's
 steering state (SteerOut); refusals are 409 (a finished run, nothing to resume, a choice
@@ -14,9 +14,9 @@ from pydantic import ConfigDict
 
 from accounts.requests import ApiRequest
 
-from . import steering
-from .api import OPERATORS, Message, _get_run
-from .models import Instruction, Recovery, Run
+from ..api import OPERATORS, Message, _get_run
+from ..models import Instruction, Recovery, Run
+from . import models as steering
 
 router = Router(tags=["steering"])
 RECENT_INSTRUCTIONS = 50

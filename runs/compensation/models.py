@@ -26,10 +26,10 @@ from django.utils import timezone
 from agentkit.agents import CATALOGUE, get_agent
 from agentkit.tools import ToolArgsError, get_tool
 
-from . import engine, queue
-from .compensable import Effect, effects, why_not_offered
-from .engine.compensating import compensation_key
-from .models import Compensation, Run, SideEffect, Step
+from .. import engine, queue
+from ..engine.compensating import compensation_key
+from ..models import Compensation, Run, SideEffect, Step
+from .effects import Effect, effects, why_not_offered
 
 log = logging.getLogger("agentops.compensation")
 

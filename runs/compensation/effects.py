@@ -1,5 +1,5 @@
 """What a run's committed effects are, and whether they may be compensated: the read side of
-compensation (runs/compensation.py asks for them). Imports no engine: the run page's
+compensation (runs/compensation/models.py asks for them). Imports no engine: the run page's
 rendering, which live consumers use, reads it."""
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ from django.core import checks
 
 from agentkit.tools import REGISTRY, get_tool
 
-from .models import Compensation, Run, SideEffect
+from ..models import Compensation, Run, SideEffect
 
 
 @dataclass

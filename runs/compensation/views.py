@@ -1,4 +1,4 @@
-"""The run page's compensation section (runs/compensation.py): a failed or cancelled run's
+"""The run page's compensation section (runs/compensation/models.py): a failed or cancelled run's
 committed effects beside their compensations, and Compensate (one effect, or all). Function
 views; an htmx request gets the #run-compensation fragment (a refusal with its 4xx status and
 the reason in it), a plain form post a redirect to the run page."""
@@ -10,9 +10,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts.requests import HtmxRequest, SignedInRequest
 
-from . import compensation, rendering
-from .models import Run
-from .views import _get_run_for_user
+from .. import rendering
+from ..models import Run
+from ..views import _get_run_for_user
+from . import models as compensation
 
 
 def _answer(request: HtmxRequest, run: Run, status: int = 200, **extra) -> HttpResponse:

@@ -1,4 +1,4 @@
-"""The API of compensation (runs/compensation.py): a run's committed effects beside their
+"""The API of compensation (runs/compensation/models.py): a run's committed effects beside their
 compensations, and asking for them. Reading needs any role; asking the operator role and a
 team that may operate the run, checked before the body is parsed. Refusals are 409 (the run
 is not failed or cancelled, the effect declares no compensation, it is asked or made
@@ -15,9 +15,10 @@ from pydantic import ConfigDict
 
 from accounts.requests import ApiRequest
 
-from . import compensable, compensation
-from .api import OPERATORS, Message, _get_run
-from .models import Compensation, Run
+from ..api import OPERATORS, Message, _get_run
+from ..models import Compensation, Run
+from . import effects as compensable
+from . import models as compensation
 
 router = Router(tags=["compensation"])
 

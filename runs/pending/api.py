@@ -18,9 +18,9 @@ from ninja.errors import HttpError
 
 from accounts.requests import ApiRequest
 
-from .api import OPERATORS, READERS, Message, _get_run, refuse_large_bodies
-from .models import PendingOperation
-from .pending import AlreadyFinished, finish, operation_for_token
+from ..api import OPERATORS, READERS, Message, _get_run, refuse_large_bodies
+from ..models import PendingOperation
+from .models import AlreadyFinished, finish, operation_for_token
 
 router = Router(tags=["pending operations"])
 

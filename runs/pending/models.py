@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from agentkit.tools import CALLBACK_SALT, Pending, ToolContext, ToolError, breaker, get_tool
 
-from .engine import gates
-from .engine.awaiting import report_data
-from .models import PendingOperation, Run, Step
+from ..engine import gates
+from ..engine.awaiting import report_data
+from ..models import PendingOperation, Run, Step
 
 log = logging.getLogger("agentops.pending")
 

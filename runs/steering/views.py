@@ -1,5 +1,5 @@
 """The run page's steering section: pause and resume, an instruction for the agent, and the
-choice for a failed step (runs/steering.py does each). Function views; each answers an htmx
+choice for a failed step (runs/steering/models.py does each). Function views; each answers an htmx
 request with the #run-steer fragment (a refusal with its 4xx status and the reason in it),
 and a plain form post with a redirect to the run page."""
 
@@ -10,10 +10,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounts.requests import HtmxRequest, SignedInRequest
 
-from . import rendering, steering
-from .forms import InstructionForm, RecoveryForm
-from .models import Run
-from .views import _get_run_for_user
+from .. import rendering
+from ..forms import InstructionForm, RecoveryForm
+from ..models import Run
+from ..views import _get_run_for_user
+from . import models as steering
 
 
 def _answer(request: HtmxRequest, run: Run, status: int = 200, **extra) -> HttpResponse:

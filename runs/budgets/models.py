@@ -37,7 +37,7 @@ from django.utils import timezone
 from accounts import teams
 from accounts.models import TeamAgent, TeamMember
 
-from .models import AgentDaySpend, Budget, BudgetCrossing, Run, Step
+from ..models import AgentDaySpend, Budget, BudgetCrossing, Run, Step
 
 # The levels a spend reaches, in order; "ok" below the first threshold.
 OK, WARN, APPROVE, STOP = "ok", "warn", "approve", "stop"

@@ -18,7 +18,7 @@ from django.utils import timezone
 from agentkit.agents import get_agent
 from agentkit.tools import ToolArgsError, get_tool
 
-from .models import Checkpoint, Instruction, Recovery, Run, Step
+from ..models import Checkpoint, Instruction, Recovery, Run, Step
 
 
 class SteerError(Exception):

@@ -1,6 +1,6 @@
 """Budgets in the JSON API: everyone who may see runs reads those they see with their current
 spend; admins add, replace and remove any, a team's administrators their team's (the Budgets
-page's rules: runs/budget_forms.py, runs/budgets.py `may_edit`)."""
+page's rules: runs/budgets/forms.py, runs/budgets/models.py `may_edit`)."""
 
 from datetime import datetime
 from decimal import Decimal
@@ -16,10 +16,10 @@ from pydantic import ConfigDict
 from accounts.auth import api_auth
 from accounts.requests import ApiRequest
 
-from . import budgets
-from .api import FieldErrors, Message
-from .budget_forms import budget_errors
-from .models import Budget
+from ..api import FieldErrors, Message
+from ..models import Budget
+from . import models as budgets
+from .forms import budget_errors
 
 READERS = api_auth("can_view")
 router = Router(tags=["budgets"], auth=READERS)
