@@ -123,7 +123,9 @@ def test_api_offsets_beyond_the_database_range_are_a_422(as_viewer, operator, no
     response = as_viewer.get(path, {"offset": str(2**63)})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["query", "offset"]
-    assert as_viewer.get(path, {"offset": "1000000000"}).status_code == 200
+    # The run list pages by cursor; its offset is capped at 10 000 (runs/api.py).
+    deepest = "10000" if path == "/api/runs" else "1000000000"
+    assert as_viewer.get(path, {"offset": deepest}).status_code == 200
 
 
 def test_api_dates_with_offsets_postgres_refuses_are_converted_to_utc(as_viewer, operator):
