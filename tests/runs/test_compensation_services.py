@@ -60,7 +60,7 @@ def test_two_presses_at_once_ask_once_and_the_worker_compensates(
 
 def test_a_real_worker_runs_the_compensation_and_settles_it(operator, approver, monkeypatch):
     # The failed run is made inline; the compensation then goes through the broker.
-    monkeypatch.setattr("runs.queue.enqueue", lambda run_id, countdown=None: None)
+    monkeypatch.setattr("runs.queue.enqueue", lambda run_id, **how: None)
     run = failed_after_refund("exchange-desk", operator, approver)
     monkeypatch.undo()
 
