@@ -327,6 +327,19 @@ def _broker_marker():
         queue.broker_lost_messages()
 
 
+@pytest.fixture(autouse=True)
+def _a_channel_layer_per_test():
+    """Each test gets its own channel layer: channels-redis keeps asyncio locks in the layer,
+    and a receive cancelled with its test's event loop left one locked and bound to that
+    loop, which failed every later socket test of the worker ("bound to a different event
+    loop")."""
+    yield
+    if settings.REDIS_URL:
+        from channels.layers import channel_layers
+
+        channel_layers.backends.clear()
+
+
 @pytest.fixture
 def no_enqueue(monkeypatch):
     """Capture enqueues instead of sending them, so tests drive the engine step by step. The
