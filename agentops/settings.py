@@ -302,7 +302,7 @@ if REDIS_URL:
     # one schedules, the others wait on the lock and one takes over within
     # AGENTOPS_BEAT_LOCK_SECONDS of the leader's death; two beats in a rolling deploy never
     # double-fire.
-    CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+    CELERY_BEAT_SCHEDULER = "agentops.beat:Scheduler"
     CELERY_REDBEAT_REDIS_URL = REDIS_SENTINEL.redbeat_url() if REDIS_SENTINEL else REDIS_URL
     if REDIS_SENTINEL:
         CELERY_REDBEAT_REDIS_OPTIONS = REDIS_SENTINEL.redbeat_options()

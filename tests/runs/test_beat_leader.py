@@ -1,5 +1,6 @@
-"""Beat without a single point of failure (celery-redbeat's lock, agentops/settings.py): two
-`celery beat` processes, one schedules; killed, the other takes over within the lock's time."""
+"""Beat without a single point of failure (celery-redbeat's lock, agentops/beat.py): two
+`celery beat` processes, one schedules; killed, the other takes over within the lock's time;
+a Redis that stops and comes back empty leaves the beat running and scheduling again."""
 
 import json
 import os
@@ -12,15 +13,19 @@ import pytest
 import redis
 from django.conf import settings
 
+from tests.support.postgres_cluster import free_port
+from tests.support.redis_sentinel import redis_server
+
 pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL")
 
 LOCK_SECONDS = 3
 
 
-def beat(tmp_path, name: str) -> subprocess.Popen:
+def beat(tmp_path, name: str, redis_url: str | None = None) -> subprocess.Popen:
     log = tmp_path / f"{name}.log"
     env = {
         **os.environ,
+        "REDIS_URL": redis_url or settings.REDIS_URL,
         "AGENTOPS_SWEEP_SECONDS": "1",
         "AGENTOPS_BEAT_LOCK_SECONDS": str(LOCK_SECONDS),
     }
@@ -88,3 +93,45 @@ def test_one_beat_schedules_and_a_standby_takes_over(tmp_path):
                 process.kill()
                 process.wait(10)
         client.delete("sweeps")
+
+
+@pytest.mark.timeout(900)
+def test_the_beat_outlives_a_redis_that_restarts_empty(tmp_path):
+    port = free_port()
+    argv = [redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", str(tmp_path)]  # fmt: skip
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port, socket_timeout=5)
+    process = None
+    try:
+        wait_for_redis(client)
+        process = beat(tmp_path, "a", redis_url=f"redis://127.0.0.1:{port}/0")
+        wait_for_sender(client, process.pid, within=240)
+
+        server.terminate()  # SIGTERM: Redis shuts down, keeping nothing
+        server.wait(10)
+        time.sleep(LOCK_SECONDS)  # ticks meet a refused connection
+        assert process.poll() is None, (tmp_path / "a.log").read_text()[-3000:]
+
+        server = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        wait_for_redis(client)
+        assert not client.exists("sweeps")  # empty: lock and schedule are gone
+        wait_for_sender(client, process.pid, within=LOCK_SECONDS + 30)
+        assert client.exists("redbeat::lock")  # it leads again
+    finally:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(10)
+        server.terminate()
+        server.wait(10)
+
+
+def wait_for_redis(client: redis.Redis) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.1)
