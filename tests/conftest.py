@@ -329,10 +329,12 @@ def _broker_marker():
 
 @pytest.fixture(autouse=True)
 def _a_channel_layer_per_test():
-    """Each test gets its own channel layer: channels-redis keeps asyncio locks in the layer,
-    and a receive cancelled with its test's event loop left one locked and bound to that
-    loop, which failed every later socket test of the worker ("bound to a different event
-    loop")."""
+    """Each test gets its own channel layer. channels-redis keeps its receive state (a count,
+    an asyncio lock, the loop it belongs to) in the layer object, which Django keeps for the
+    process; a test whose event loop closed with a feed's receive still pending never ran the
+    receive's `finally`, so every later socket test of that worker met "bound to a different
+    event loop". daphne runs one loop for a process's life and a feed's stop() cancels its
+    receive, which runs that `finally`: only tests, which start a loop each, need this."""
     yield
     if settings.REDIS_URL:
         from channels.layers import channel_layers
