@@ -7,15 +7,14 @@ down so that the other racers arrive while the first still holds its transaction
 """
 
 import threading
-import time
 
 import pytest
-from django.db import connections
 
 from agentops.models import IdempotentRequest
-from runs import engine
 from runs.models import Run
 from tests.runs.test_api import REFUND, bearer_client, post_json
+from tests.support import races
+from tests.support.races import slow_down_launches
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,41 +24,11 @@ LAUNCH = {"agent": "refund-desk", "input": REFUND}
 
 @pytest.fixture
 def slow_launch(monkeypatch):
-    launch = engine.launch
-
-    def slow(**kwargs):
-        run = launch(**kwargs)
-        time.sleep(0.5)  # inside the request's transaction, which stays open meanwhile
-        return run
-
-    monkeypatch.setattr(engine, "launch", slow)
+    slow_down_launches(monkeypatch, 0.5)
 
 
 def race(target) -> list:
-    start = threading.Barrier(RACERS)
-    results: list = []
-    lock = threading.Lock()
-
-    def go() -> None:
-        try:
-            start.wait(10)
-            result = target()
-        except BaseException as exc:  # reported below, not lost in the thread
-            result = exc
-        finally:
-            connections.close_all()
-        with lock:
-            results.append(result)
-
-    threads = [threading.Thread(target=go) for _ in range(RACERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not any(t.is_alive() for t in threads)
-    errors = [r for r in results if isinstance(r, BaseException)]
-    assert not errors, errors
-    return results
+    return races.race(target, RACERS)
 
 
 def test_launches_racing_with_one_key_make_one_run(operator, no_enqueue, slow_launch):

@@ -6,16 +6,14 @@ the write lock, and the second must still find the first's work. The launch is s
 that the second racer arrives while the first still holds its transaction open.
 """
 
-import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connections
 from django.test import Client
 
-from runs import engine
 from runs.models import Run
+from tests.support import races
+from tests.support.races import slow_down_launches
 from triggers import scheduler
 from triggers.models import Schedule, WebhookDelivery, WebhookSecret
 
@@ -29,41 +27,11 @@ RACERS = 4
 
 @pytest.fixture
 def slow_launch(monkeypatch):
-    launch = engine.launch
-
-    def slow(**kwargs):
-        run = launch(**kwargs)
-        time.sleep(0.3)  # inside the caller's transaction, which stays open meanwhile
-        return run
-
-    monkeypatch.setattr(engine, "launch", slow)
+    slow_down_launches(monkeypatch, 0.3)
 
 
 def race(target) -> list:
-    start = threading.Barrier(RACERS)
-    results: list = []
-    lock = threading.Lock()
-
-    def go() -> None:
-        try:
-            start.wait(10)
-            result = target()
-        except BaseException as exc:  # reported below, not lost in the thread
-            result = exc
-        finally:
-            connections.close_all()
-        with lock:
-            results.append(result)
-
-    threads = [threading.Thread(target=go) for _ in range(RACERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(t.is_alive() for t in threads)
-    errors = [r for r in results if isinstance(r, BaseException)]
-    assert not errors, errors
-    return results
+    return races.race(target, RACERS, within=60)
 
 
 def test_requests_racing_with_one_key_launch_one_run(no_enqueue, slow_launch):
