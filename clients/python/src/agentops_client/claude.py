@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .client import Decision, Session
+
+if TYPE_CHECKING:  # the asyncio client needs httpx; a Session needs nothing
+    from .aio import AsyncSession
 
 Hints = dict | Callable[[str, dict], "dict | None"] | None
 
@@ -64,7 +68,7 @@ def deny_message(decision: Decision) -> str:
 
 
 def can_use_tool(
-    session: Session,
+    session: Session | AsyncSession,
     *,
     hints: Hints = None,
     summary: Callable[[str, dict], str] | None = None,
@@ -106,7 +110,7 @@ def _hints_for(hints: Hints, tool_name: str, tool_input: dict) -> dict | None:
 
 
 def hooks(
-    session: Session,
+    session: Session | AsyncSession,
     *,
     hints: Hints = None,
     summary: Callable[[str, dict], str] | None = None,
@@ -152,12 +156,12 @@ def hooks(
             else:
                 result = _jsonable(input_data.get("tool_response"))
                 report = functools.partial(session.report, result=result, duration_ms=duration)
-            await asyncio.to_thread(report, decision)
+            await call_session(report, decision)
         return {}
 
     from claude_agent_sdk import HookMatcher
 
-    def matched(hook) -> list:
+    def matched(hook: Callable[..., Any]) -> list:
         return [HookMatcher(matcher=matcher, hooks=[hook], timeout=timeout)]
 
     return {
@@ -176,7 +180,7 @@ def _jsonable(value: Any) -> Any:
 
 
 async def decide_async(
-    session: Session,
+    session: Session | AsyncSession,
     tool: str,
     args: dict,
     *,
@@ -186,7 +190,13 @@ async def decide_async(
     call_id: str = "",
 ) -> Decision:
     """Submit the call and await its decision; cancelled (the framework gave the call up),
-    the call is withdrawn in agentops before the cancellation goes on: it never runs."""
+    the call is withdrawn in agentops before the cancellation goes on: it never runs. An
+    AsyncSession awaits its own long-poll, which a cancellation ends at once; a Session's
+    waits in a thread."""
+    if not isinstance(session, Session):
+        return await session.request_approval(
+            tool, args, hints=hints, summary=summary, timeout=timeout, call_id=call_id
+        )
     answer = await asyncio.to_thread(
         session.submit, tool, args, hints=hints, summary=summary, call_id=call_id
     )
@@ -200,6 +210,13 @@ async def decide_async(
         reason = "the agent's framework gave the call up (a timeout or a cancelled run)"
         await asyncio.shield(asyncio.to_thread(session.withdraw, answer["call"], reason=reason))
         raise
+
+
+async def call_session(method: Callable[..., Any], *args: Any) -> Any:
+    """A session's method, awaited: an AsyncSession's at once, a Session's in a thread."""
+    if inspect.iscoroutinefunction(method):
+        return await method(*args)
+    return await asyncio.to_thread(method, *args)
 
 
 # A cancelled wait's thread stops polling within this long (a long-poll cannot be

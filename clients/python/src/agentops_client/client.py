@@ -24,6 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,8 @@ RETRIED_STATUSES = frozenset({0, 502, 503, 504})  # unreachable, or a proxy befo
 # STATE_CHANGE_ATTEMPTS times in all.
 STATE_CHANGE_ATTEMPTS = 4
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The events of a session's stream that end a reader's wait for them.
+Event = tuple[str | None, str, Any]
 
 
 class AgentopsError(Exception):
@@ -61,6 +64,69 @@ class AgentopsError(Exception):
 class ApprovalTimeout(AgentopsError):
     """Nobody decided within the client's timeout; the approval still waits in agentops
     (ask again with Session.wait_for(call_id))."""
+
+
+def request_headers(token: str, method: str, idempotency_key: str | None = None) -> dict:
+    """A call's headers; one that changes something carries an Idempotency-Key."""
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+    }
+    if method.upper() in UNSAFE_METHODS:
+        headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
+    return headers
+
+
+def refusal(status: int, raw: bytes, retry_after: str | None) -> AgentopsError:
+    """The error for an answer of `status` with body `raw`, and whether to try again."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = raw.decode(errors="replace")
+    detail = parsed.get("detail") if isinstance(parsed, dict) else parsed
+    error = AgentopsError(status, str(detail), parsed)
+    # 409 with Retry-After: the first try with this key still runs; its answer comes.
+    in_progress = status == 409 and bool(retry_after)
+    error.retriable = status in RETRIED_STATUSES or in_progress
+    with contextlib.suppress(ValueError):
+        error.retry_after = min(RETRY_MAX_SECONDS, float(retry_after or 0))
+    return error
+
+
+def unreachable(exc: BaseException) -> AgentopsError:
+    error = AgentopsError(0, f"agentops unreachable: {exc}")
+    error.retriable = True
+    return error
+
+
+def pause(failures: int) -> float:
+    """Seconds before the next try after `failures` failed ones: doubling, with jitter."""
+    longest = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (failures - 1))
+    return longest * random.uniform(0.5, 1.0)
+
+
+class EventStream:
+    """Server-Sent Events, line by line: `feed` returns an (id, event, data) when a line
+    ends one, and (None, "keepalive", None) for the server's comments, which let a reader
+    check its deadline."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, str] = {}
+
+    def feed(self, line: str) -> Event | None:
+        line = line.rstrip("\r\n")
+        if line.startswith(":"):
+            return None, "keepalive", None
+        if line:
+            name, _, value = line.partition(":")
+            self.fields[name] = value[1:] if value.startswith(" ") else value
+            return None
+        fields, self.fields = self.fields, {}
+        if "event" not in fields and "data" not in fields:
+            return None
+        data = json.loads(fields.get("data") or "null")
+        return fields.get("id", ""), fields.get("event", "message"), data
 
 
 @dataclass(frozen=True)
@@ -154,15 +220,8 @@ class AgentopsClient:
         `idempotency_key` (a fresh one when None) and is tried again with it when no answer
         came back (see STATE_CHANGE_ATTEMPTS); a read is tried once."""
         data = None if body is None else json.dumps(body).encode()
-        headers = {
-            "Authorization": f"Bearer {self.token}",
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-        }
-        attempts = 1
-        if method.upper() in UNSAFE_METHODS:
-            headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
-            attempts = self.attempts
+        headers = request_headers(self.token, method, idempotency_key)
+        attempts = self.attempts if "Idempotency-Key" in headers else 1
         for attempt in range(1, attempts + 1):
             # The scheme is http(s), checked in __init__.
             request = urllib.request.Request(  # noqa: S310
@@ -173,8 +232,7 @@ class AgentopsClient:
             except AgentopsError as exc:
                 if attempt == attempts or not exc.retriable:
                     raise
-                pause = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (attempt - 1))
-                time.sleep(max(exc.retry_after, pause * random.uniform(0.5, 1.0)))
+                time.sleep(max(exc.retry_after, pause(attempt)))
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _send(self, request: urllib.request.Request, timeout: float) -> Any:
@@ -182,26 +240,14 @@ class AgentopsClient:
             with self._opener.open(request, timeout=timeout) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                parsed = raw.decode(errors="replace")
-            detail = parsed.get("detail") if isinstance(parsed, dict) else parsed
-            error = AgentopsError(exc.code, str(detail), parsed)
             retry_after = exc.headers.get("Retry-After") if exc.headers else None
-            # 409 with Retry-After: the first try with this key still runs; its answer comes.
-            in_progress = exc.code == 409 and bool(retry_after)
-            error.retriable = exc.code in RETRIED_STATUSES or in_progress
-            with contextlib.suppress(ValueError):
-                error.retry_after = min(RETRY_MAX_SECONDS, float(retry_after or 0))
-            raise error from None
+            raise refusal(exc.code, exc.read(), retry_after) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-            error = AgentopsError(0, f"agentops unreachable: {exc}")
-            error.retriable = True
-            raise error from None
+            raise unreachable(exc) from None
 
-    def stream(self, path: str, *, last_event_id: str = "0", idle_timeout: float = 60.0):
+    def stream(
+        self, path: str, *, last_event_id: str = "0", idle_timeout: float = 60.0
+    ) -> Iterator[Event]:
         """Server-Sent Events from `path`: (id, event, data) for each event; ends when the
         server ends the stream. The server sends a comment every 15 s, so `idle_timeout`
         without a byte means the connection is dead (AgentopsError 0)."""
@@ -220,21 +266,12 @@ class AgentopsClient:
             raise AgentopsError(exc.code, exc.read().decode(errors="replace")) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
             raise AgentopsError(0, f"agentops unreachable: {exc}") from None
-        fields: dict[str, str] = {}
+        events = EventStream()
         try:
             with response:
                 for raw in response:
-                    line = raw.decode().rstrip("\r\n")
-                    if line == "":
-                        if "event" in fields or "data" in fields:
-                            data = json.loads(fields.get("data") or "null")
-                            yield fields.get("id", ""), fields.get("event", "message"), data
-                        fields = {}
-                    elif line.startswith(":"):
-                        yield None, "keepalive", None  # lets a reader check its deadline
-                    else:
-                        name, _, value = line.partition(":")
-                        fields[name] = value[1:] if value.startswith(" ") else value
+                    if (event := events.feed(raw.decode())) is not None:
+                        yield event
         except (TimeoutError, ConnectionError, OSError) as exc:
             raise AgentopsError(0, f"event stream lost: {exc}") from None
 
@@ -313,8 +350,7 @@ class Session:
                 if exc.status not in RETRIED_STATUSES or time.monotonic() >= deadline:
                     raise
                 failures += 1
-                pause = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (failures - 1))
-                time.sleep(min(pause * random.uniform(0.5, 1.0), poll, left))
+                time.sleep(min(pause(failures), poll, left))
                 continue
             failures = 0
             if answer["status"] != "pending":
@@ -354,7 +390,9 @@ class Session:
                 if decision.call_id in left:
                     decided[decision.call_id] = decision
 
-    def decisions(self, *, deadline: float | None = None, until: set | None = None):
+    def decisions(
+        self, *, deadline: float | None = None, until: set | None = None
+    ) -> Iterator[Decision]:
         """The session's decisions as they are made (a generator of Decision), from the
         session's event stream; reconnects with the last event id it saw. Ends when the
         session ends, at `deadline` (time.monotonic()), or once every call in `until` was

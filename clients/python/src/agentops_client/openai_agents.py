@@ -27,10 +27,16 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .claude import decide_async, deny_message
+from .claude import call_session, decide_async, deny_message
 from .client import Decision, Session
+
+if TYPE_CHECKING:  # the asyncio client needs httpx; a Session needs nothing
+    from .aio import AsyncSession
+
+# Reports under way: the event loop keeps only weak references to its tasks.
+reports: set[asyncio.Task] = set()
 
 # Parameters the SDK fills in itself (the run context): not arguments of the call.
 CONTEXT_PARAMS = ("ctx", "context", "wrapper")
@@ -46,7 +52,7 @@ def _call_args(signature: inspect.Signature, args: tuple, kwargs: dict) -> tuple
 
 
 def gated(
-    session: Session,
+    session: Session | AsyncSession,
     fn: Callable | None = None,
     *,
     tool_name: str | None = None,
@@ -88,31 +94,38 @@ def gated(
             work = asyncio.ensure_future(fn(**context, **decision.args))
         else:
             work = asyncio.ensure_future(asyncio.to_thread(fn, **context, **decision.args))
+
         # Whatever becomes of this await (a timeout may cancel it while a sync tool's thread
         # goes on), what the tool did is reported once it is done.
-        work.add_done_callback(
-            lambda done: done.get_loop().run_in_executor(
-                None, _report, session, decision, done, started
-            )
-        )
+        def report(done: asyncio.Future) -> None:
+            task = asyncio.ensure_future(_report(session, decision, done, started))
+            reports.add(task)
+            task.add_done_callback(reports.discard)
+
+        work.add_done_callback(report)
         return await work
 
     return wrapper
 
 
-def _report(session: Session, decision: Decision, done: asyncio.Future, started: float) -> None:
-    """What the tool did, on the session's timeline (in an executor thread: it is a request)."""
+async def _report(
+    session: Session | AsyncSession, decision: Decision, done: asyncio.Future, started: float
+) -> None:
+    """What the tool did, on the session's timeline (a Session's request in a thread)."""
     duration_ms = int((time.monotonic() - started) * 1000)
+    if done.cancelled():
+        return  # an async tool cancelled before it finished: nothing to say it did
+    error = done.exception()
+    if error is not None:
+        report = functools.partial(
+            session.report, error=f"{type(error).__name__}: {error}", duration_ms=duration_ms
+        )
+    else:
+        report = functools.partial(
+            session.report, result=_jsonable(done.result()), duration_ms=duration_ms
+        )
     try:
-        if done.cancelled():
-            return  # an async tool cancelled before it finished: nothing to say it did
-        error = done.exception()
-        if error is not None:
-            session.report(
-                decision, error=f"{type(error).__name__}: {error}", duration_ms=duration_ms
-            )
-        else:
-            session.report(decision, result=_jsonable(done.result()), duration_ms=duration_ms)
+        await call_session(report, decision)
     except Exception:  # a report that fails must not hide the tool's own outcome
         logging.getLogger("agentops_client").exception("reporting %s failed", decision.call_id)
 
@@ -134,7 +147,7 @@ def decide_interruptions(
     submitted = []
     for item in result.interruptions:
         raw = getattr(item, "raw_item", None)
-        name = getattr(item, "name", None) or getattr(raw, "name", "")
+        name = str(getattr(item, "name", None) or getattr(raw, "name", ""))
         arguments = getattr(item, "arguments", None) or getattr(raw, "arguments", "") or "{}"
         args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
         sdk_id = getattr(raw, "call_id", None) or ""
