@@ -28,9 +28,11 @@ from .client import (
     Decision,
     Event,
     EventStream,
+    call_body,
     pause,
     refusal,
     request_headers,
+    result_body,
     unreachable,
 )
 
@@ -154,16 +156,7 @@ class AsyncSession:
         call_id: str = "",
     ) -> dict:
         """Submit a call without waiting (see Session.submit)."""
-        body: dict[str, Any] = {
-            "tool": tool,
-            "args": args,
-            "summary": summary,
-            "callback_url": callback_url,
-        }
-        if hints is not None:
-            body["hints"] = hints
-        if call_id:
-            body["call_id"] = call_id
+        body = call_body(tool, args, hints, summary, callback_url, call_id)
         return await self.client.request("POST", f"/api/external/sessions/{self.id}/calls", body)
 
     async def withdraw(self, call_id: str, *, reason: str = "") -> Decision:
@@ -262,11 +255,7 @@ class AsyncSession:
         duration_ms: int = 0,
     ) -> None:
         """Record what the approved call did on the session's timeline."""
-        body: dict[str, Any] = {"duration_ms": duration_ms}
-        if error is not None:
-            body["error"] = error
-        else:
-            body["result"] = result
+        body = result_body(result, error, duration_ms)
         await self.client.request("POST", f"/api/external/calls/{decision.call_id}/result", body)
 
     async def close(self, status: str = "succeeded", *, output: str = "", detail: str = "") -> str:

@@ -78,6 +78,30 @@ def request_headers(token: str, method: str, idempotency_key: str | None = None)
     return headers
 
 
+def call_body(
+    tool: str, args: dict, hints: dict | None, summary: str, callback_url: str, call_id: str
+) -> dict:
+    """The body of a call's submission."""
+    body: dict[str, Any] = {
+        "tool": tool,
+        "args": args,
+        "summary": summary,
+        "callback_url": callback_url,
+    }
+    if hints is not None:
+        body["hints"] = hints
+    if call_id:
+        body["call_id"] = call_id
+    return body
+
+
+def result_body(result: Any, error: str | None, duration_ms: int) -> dict:
+    """The body of what an approved call did: its error, or else its result."""
+    if error is not None:
+        return {"duration_ms": duration_ms, "error": error}
+    return {"duration_ms": duration_ms, "result": result}
+
+
 def refusal(status: int, raw: bytes, retry_after: str | None) -> AgentopsError:
     """The error for an answer of `status` with body `raw`, and whether to try again."""
     try:
@@ -296,11 +320,7 @@ class Session:
         must decide; then `wait_for(answer["call"])`). `call_id`, your own id for the call
         (an interrupt id, a tool_use_id), makes it idempotent: submitted again, from any
         session of this agent (after a restart), it answers the same call and approval."""
-        body = {"tool": tool, "args": args, "summary": summary, "callback_url": callback_url}
-        if hints is not None:
-            body["hints"] = hints
-        if call_id:
-            body["call_id"] = call_id
+        body = call_body(tool, args, hints, summary, callback_url, call_id)
         return self.client.request("POST", f"/api/external/sessions/{self.id}/calls", body)
 
     def withdraw(self, call_id: str, *, reason: str = "") -> Decision:
@@ -430,11 +450,7 @@ class Session:
         duration_ms: int = 0,
     ) -> None:
         """Record what the approved call did (its result or error) on the session's timeline."""
-        body: dict[str, Any] = {"duration_ms": duration_ms}
-        if error is not None:
-            body["error"] = error
-        else:
-            body["result"] = result
+        body = result_body(result, error, duration_ms)
         self.client.request("POST", f"/api/external/calls/{decision.call_id}/result", body)
 
     def close(self, status: str = "succeeded", *, output: str = "", detail: str = "") -> str:
