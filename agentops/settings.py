@@ -463,10 +463,10 @@ AGENTOPS = {
     # past or future, is refused, and a delivery id already accepted never launches again.
     "WEBHOOK_TOLERANCE_SECONDS": env.float("AGENTOPS_WEBHOOK_TOLERANCE_SECONDS", default=300.0),
     # Deprecated: the scheme before Standard Webhooks (X-Agentops-Signature: sha256=<hex>).
-    # While true, incoming requests signed with it are accepted (each logged as deprecated)
-    # and outgoing ones carry its headers beside the new ones. Set false once senders and
-    # receivers have moved; it will be removed.
-    "WEBHOOK_LEGACY_SIGNATURES": env.bool("AGENTOPS_WEBHOOK_LEGACY_SIGNATURES", default=True),
+    # Turned on, incoming requests signed with it are accepted (each logged as deprecated)
+    # and outgoing ones carry its headers beside the new ones. Off by default; removed after
+    # 2027-06-30.
+    "WEBHOOK_LEGACY_SIGNATURES": env.bool("AGENTOPS_WEBHOOK_LEGACY_SIGNATURES", default=False),
     # Rubber-stamp guard: decisions made faster than this after opening are flagged.
     "FAST_DECISION_SECONDS": env.float("AGENTOPS_FAST_DECISION_SECONDS", default=5.0),
     # The Slack app (approvals/notify/slack/app.py): on only when the token, the signing secret

@@ -343,6 +343,13 @@ def _a_channel_layer_per_test():
 
 
 @pytest.fixture
+def legacy_signatures(settings):
+    """The deprecated webhook signature scheme (X-Agentops-Signature) turned on, as an
+    install that still has old senders does; it is off by default."""
+    settings.AGENTOPS = {**settings.AGENTOPS, "WEBHOOK_LEGACY_SIGNATURES": True}
+
+
+@pytest.fixture
 def no_enqueue(monkeypatch):
     """Capture enqueues instead of sending them, so tests drive the engine step by step. The
     run queues start empty: the sweep reads their depth (a backlog is not a lost message)."""

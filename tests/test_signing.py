@@ -34,7 +34,7 @@ def test_a_stale_or_future_request_is_refused(offset):
         signing.verify([("k", KEY)], headers, BODY)
 
 
-def test_a_legacy_requests_id_is_its_signature_so_a_copy_has_the_same(settings):
+def test_a_legacy_requests_id_is_its_signature_so_a_copy_has_the_same(legacy_signatures):
     stamp = str(int(time.time()))
     headers = {
         "X-Agentops-Timestamp": stamp,

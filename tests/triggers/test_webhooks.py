@@ -53,7 +53,9 @@ def test_a_signed_delivery_launches_a_run(
     )
 
 
-def test_without_a_key_the_source_is_the_delivery_id(hook_client, secret, no_enqueue):
+def test_without_a_key_the_source_is_the_delivery_id(
+    legacy_signatures, hook_client, secret, no_enqueue
+):
     # The deprecated scheme signs no id; without an Idempotency-Key the delivery's own id is
     # the source.
     response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, legacy=True)
@@ -164,7 +166,7 @@ def test_missing_or_malformed_headers_are_refused(
     ],
 )
 def test_missing_or_malformed_legacy_headers_are_refused(
-    hook_client, secret, no_enqueue, headers, message
+    legacy_signatures, hook_client, secret, no_enqueue, headers, message
 ):
     response = post_hook(
         hook_client, {"input": INPUT}, secret=secret.secret, headers=headers, legacy=True
@@ -200,7 +202,7 @@ def test_a_body_that_is_not_json_is_400(hook_client, secret, no_enqueue, raw):
     assert_nothing_created(post_hook(hook_client, raw, secret=secret.secret), 400)
 
 
-def test_a_body_that_is_not_utf8_is_refused(hook_client, secret, no_enqueue):
+def test_a_body_that_is_not_utf8_is_refused(legacy_signatures, hook_client, secret, no_enqueue):
     # Standard Webhooks signs text: such a body cannot carry a v1 signature.
     raw = b"\xff\xfe\x00"
     response = post_hook(hook_client, raw, secret=secret.secret)
@@ -243,7 +245,7 @@ def test_a_body_too_large_is_413(hook_client, secret, no_enqueue, settings):
 
 
 @pytest.mark.parametrize("key", ["k" * 129, "caf\u00e9", "tab\there"])
-def test_a_bad_idempotency_key_is_400(hook_client, secret, no_enqueue, key):
+def test_a_bad_idempotency_key_is_400(legacy_signatures, hook_client, secret, no_enqueue, key):
     response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, key=key, legacy=True)
     assert_nothing_created(response, 400)
 
@@ -335,7 +337,7 @@ def test_an_unsigned_idempotency_key_cannot_make_a_replay_new(hook_client, secre
 
 
 def test_a_legacy_request_replayed_with_fresh_keys_launches_one_run(
-    hook_client, secret, no_enqueue
+    legacy_signatures, hook_client, secret, no_enqueue
 ):
     # The deprecated scheme does not sign the Idempotency-Key; the replayed signature is
     # what gives the copy away.
@@ -357,7 +359,9 @@ def test_a_legacy_request_replayed_with_fresh_keys_launches_one_run(
     assert Run.objects.count() == 1
 
 
-def test_a_legacy_retry_resigned_with_its_key_is_the_same_delivery(hook_client, secret, no_enqueue):
+def test_a_legacy_retry_resigned_with_its_key_is_the_same_delivery(
+    legacy_signatures, hook_client, secret, no_enqueue
+):
     first = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, key="a", legacy=True)
     again = post_hook(
         hook_client,
@@ -371,17 +375,16 @@ def test_a_legacy_retry_resigned_with_its_key_is_the_same_delivery(hook_client, 
     assert Run.objects.count() == 1
 
 
-def test_the_legacy_scheme_is_refused_once_its_setting_is_off(
-    hook_client, secret, no_enqueue, settings
-):
-    settings.AGENTOPS = {**settings.AGENTOPS, "WEBHOOK_LEGACY_SIGNATURES": False}
+def test_the_legacy_scheme_is_refused_by_default(hook_client, secret, no_enqueue):
     response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, legacy=True)
     assert_nothing_created(response, 401)
     assert "no longer accepted" in response.json()["detail"]
     assert post_hook(hook_client, {"input": INPUT}, secret=secret.secret).status_code == 201
 
 
-def test_a_legacy_delivery_is_logged_as_deprecated(hook_client, secret, no_enqueue, caplog):
+def test_a_legacy_delivery_is_logged_as_deprecated(
+    legacy_signatures, hook_client, secret, no_enqueue, caplog
+):
     response = post_hook(hook_client, {"input": INPUT}, secret=secret.secret, legacy=True)
     assert response.status_code == 201
     assert any("deprecated" in r.getMessage() for r in caplog.records)
