@@ -5,9 +5,10 @@ per-user token (`Authorization: Bearer ao_…`); see accounts/auth.py. Handlers 
 from `request.auth`; an endpoint may require a role up front (`auth=api_auth("can_operate")`)
 or check it itself (`user.can_approve`, ...).
 
-Errors are JSON `{"detail": ...}`: 401 without a user, 403 for a missing role or CSRF token,
-404, 409, 413 for oversized bodies, 422 with field errors for invalid input, 503 with
-Retry-After while the database is unavailable.
+Errors are problem details (agentops/problems.py: `application/problem+json`, with `type`,
+`title`, `status`, `detail`): 401 without a user, 403 for a missing role or CSRF token, 404,
+409, 413 for oversized bodies, 422 with field errors for invalid input, 503 with Retry-After
+while the database is unavailable. Handlers answer `{"detail": ...}`; the middleware shapes it.
 
 Every state-changing call takes an `Idempotency-Key` header: a retry with the same key gets
 the first answer and does nothing twice (agentops/idempotency.py).
@@ -21,7 +22,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError
 
 from accounts.auth import api_auth
-from agentops import idempotency
+from agentops import idempotency, problems
 from agentops.middleware import database_unavailable
 from approvals.api import router as approvals_router
 from approvals.grants.api import router as grants_router
@@ -39,7 +40,7 @@ from triggers.webhooks import router as webhooks_router
 
 class AgentopsAPI(NinjaAPI):
     def get_openapi_schema(self, **kwargs):
-        return idempotency.document(super().get_openapi_schema(**kwargs))
+        return problems.document(idempotency.document(super().get_openapi_schema(**kwargs)))
 
 
 api = AgentopsAPI(

@@ -279,7 +279,10 @@ def test_an_api_request_while_the_database_is_down_is_503_with_retry_after(
     response = client.get("/api/runs")
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
-    assert response.json() == {"detail": "the database is unavailable; retry in a few seconds"}
+    assert response["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert (problem["type"], problem["status"]) == ("urn:agentops:problem:unavailable", 503)
+    assert problem["detail"] == "the database is unavailable; retry in a few seconds"
     assert "Connection refused" in caplog.text
 
 

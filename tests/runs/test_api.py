@@ -136,7 +136,7 @@ def test_launch_applies_limit_overrides_up_to_the_agents_maximum(as_operator, no
 
 
 def _loc(response) -> list[list]:
-    return [e["loc"] for e in response.json()["detail"]]
+    return [e["loc"] for e in response.json()["errors"]]
 
 
 BAD_LAUNCHES = [
@@ -243,9 +243,9 @@ def test_bad_launches_are_refused_with_field_errors_and_create_nothing(
 ):
     response = post_json(as_operator, "/api/runs", body)
     assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith("application/json")
+    assert response["Content-Type"] == "application/problem+json"
     assert loc in _loc(response), response.json()
-    assert all(e["msg"] for e in response.json()["detail"])
+    assert all(e["msg"] for e in response.json()["errors"])
     assert Run.objects.count() == 0 and Step.objects.count() == 0
     assert no_enqueue == []
 
@@ -254,7 +254,7 @@ def test_bad_launches_are_refused_with_field_errors_and_create_nothing(
 def test_unknown_agent_message_names_the_known_agents(as_operator):
     response = post_json(as_operator, "/api/runs", {"agent": "nope", "input": {}})
     assert response.status_code == 422
-    message = response.json()["detail"][0]["msg"]
+    message = response.json()["errors"][0]["msg"]
     assert "unknown agent 'nope'" in message and "refund-desk" in message
 
 
@@ -390,7 +390,7 @@ def test_list_filters(as_operator, some_runs, query, expected):
 def test_invalid_list_filters_are_422_not_500(as_operator, some_runs, query):
     response = as_operator.get(f"/api/runs?{query}")
     assert response.status_code == 422, response.content
-    assert response.json()["detail"][0]["loc"][0] == "query"
+    assert response.json()["errors"][0]["loc"][0] == "query"
 
 
 @pytest.mark.django_db
@@ -729,4 +729,4 @@ def test_the_count_stops_at_its_cap(as_operator, some_runs, monkeypatch):
 def test_a_deep_offset_or_a_forged_cursor_is_422(as_operator, some_runs, query, field):
     response = as_operator.get(f"/api/runs?{query}")
     assert response.status_code == 422, response.content
-    assert response.json()["detail"][0]["loc"] == ["query", field]
+    assert response.json()["errors"][0]["loc"] == ["query", field]

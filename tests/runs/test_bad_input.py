@@ -122,7 +122,7 @@ def test_api_offsets_beyond_the_database_range_are_a_422(as_viewer, operator, no
     path = path.format(run=run.pk)
     response = as_viewer.get(path, {"offset": str(2**63)})
     assert response.status_code == 422
-    assert response.json()["detail"][0]["loc"] == ["query", "offset"]
+    assert response.json()["errors"][0]["loc"] == ["query", "offset"]
     # The run list pages by cursor; its offset is capped at 10 000 (runs/api.py).
     deepest = "10000" if path == "/api/runs" else "1000000000"
     assert as_viewer.get(path, {"offset": deepest}).status_code == 200
@@ -135,7 +135,7 @@ def test_api_dates_with_offsets_postgres_refuses_are_converted_to_utc(as_viewer,
     # A time with no UTC equivalent is a field error.
     response = as_viewer.get("/api/runs", {"created_after": "0001-01-01T00:00:00+14:00"})
     assert response.status_code == 422
-    assert response.json()["detail"][0]["loc"][-1] == "created_after"
+    assert response.json()["errors"][0]["loc"][-1] == "created_after"
 
 
 def test_api_timeline_with_numbers_beyond_any_seq(as_viewer, operator, no_enqueue):

@@ -64,7 +64,7 @@ def test_bad_input_is_422_with_the_field(admin_user, change, field):
         "/api/budgets", {**BODY, **change}, content_type="application/json"
     )
     assert response.status_code == 422
-    assert [e["loc"][-1] for e in response.json()["detail"]] == [field]
+    assert [e["loc"][-1] for e in response.json()["errors"]] == [field]
     assert not Budget.objects.exists()
 
 

@@ -289,7 +289,7 @@ def test_the_api_filters_by_agent(two_agents, viewer):
 def test_a_bad_window_is_422_with_a_message(viewer, days):
     response = bearer(viewer).get("/api/costs", {"days": days})
     assert response.status_code == 422
-    [error] = response.json()["detail"]
+    [error] = response.json()["errors"]
     assert error["loc"] == ["query", "days"] and error["msg"]
 
 

@@ -52,7 +52,7 @@ def test_it_refuses_what_the_admin_form_refuses(client, admin_user, change, fiel
     client.force_login(admin_user)
     response = post(client, "/api/schedules", {**GOOD, **change})
     assert response.status_code == 422, response.content
-    assert field in {error["loc"][-1] for error in response.json()["detail"]}
+    assert field in {error["loc"][-1] for error in response.json()["errors"]}
     assert not Schedule.objects.exists()
 
 

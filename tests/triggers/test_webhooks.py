@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 def assert_nothing_created(response, status: int, *, runs: int = 0) -> None:
     assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith("application/json")
+    assert response["Content-Type"] == "application/problem+json"
     assert response.json()["detail"]
     assert Run.objects.count() == runs
     assert WebhookDelivery.objects.count() == runs
@@ -229,7 +229,7 @@ def test_a_body_that_is_not_utf8_is_refused(legacy_signatures, hook_client, secr
 def test_bad_input_is_422_with_field_errors(hook_client, secret, no_enqueue, body, loc):
     response = post_hook(hook_client, body, secret=secret.secret, key="k")
     assert response.status_code == 422, response.content
-    errors = response.json()["detail"]
+    errors = response.json()["errors"]
     assert loc in [e["loc"] for e in errors], errors
     assert all(e["msg"] for e in errors)
     assert Run.objects.count() == WebhookDelivery.objects.count() == 0
