@@ -210,6 +210,14 @@ def current_context() -> otel_context.Context | None:
     return None if _tracer is None else otel_context.get_current()
 
 
+def current_trace_id() -> str:
+    """The current span's trace id (32 hex digits) for a log line; "" when off or none."""
+    if _tracer is None:
+        return ""
+    context = trace.get_current_span().get_span_context()
+    return f"{context.trace_id:032x}" if context.is_valid else ""
+
+
 @contextlib.contextmanager
 def within(context: otel_context.Context | None) -> Iterator[None]:
     """Work on another thread as part of `context` (from current_context()): a pool's thread
