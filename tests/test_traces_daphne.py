@@ -215,8 +215,9 @@ def test_a_launch_through_daphne_is_one_trace_down_to_the_tools(tmp_path, receiv
     (emailed,) = [t for t in tools if t["attributes"]["gen_ai.tool.name"] == "email_report"]
     assert wait["start"] < wait["end"] <= emailed["start"]
 
-    # The access line of the launch: its request id, user and the trace id, as JSON.
-    records = [json.loads(line) for line in server.lines if line.startswith("{")]
+    # The access line of the launch: its request id, user and the trace id, as JSON; and,
+    # LOG_FORMAT=json, every line `up` wrote (daphne and the worker in one process) is JSON.
+    records = [json.loads(line) for line in server.lines if line.strip()]
     (access,) = [
         r for r in records if r.get("logger") == "agentops.access" and r["path"] == "/api/runs"
     ]
