@@ -46,13 +46,16 @@ def _said(msg: str, f: Any = None) -> None:
 
 
 def worker_banner(sender: str = "", instance: Any = None, **kwargs: Any) -> None:
-    """celeryd_after_setup: the banner's facts (the queues as -Q left them) as one record."""
+    """celeryd_after_setup: the banner's facts (the queues as -Q left them) as one record;
+    from now on what code prints is a record too."""
     if _json() and instance is not None:
         log.info("celery worker %s starting\n%s", sender, instance.startup_info(artlines=False))
+        prints_as_records(instance.app)
 
 
 def beat_banner(sender: Any = None, **kwargs: Any) -> None:
-    """beat_init: what beat's banner says, as one record."""
+    """beat_init: what beat's banner says, as one record; from now on what code prints is a
+    record too."""
     if _json() and sender is not None:
         scheduler = sender.scheduler
         log.info(
@@ -61,6 +64,16 @@ def beat_banner(sender: Any = None, **kwargs: Any) -> None:
             type(scheduler).__name__,
             sender.max_interval,
         )
+        prints_as_records(sender.app)
+
+
+def prints_as_records(app: Any) -> None:
+    """sys.stdout and sys.stderr as records of `celery.redirected` (a tool's print()), as
+    Celery does when it sets logging up itself, which it does not here (agentops/celery.py
+    keeps the settings' LOGGING): worker_redirect_stdouts and its level still decide. The
+    handlers keep the streams they were made with, so nothing loops."""
+    if app.conf.worker_redirect_stdouts:
+        app.log.redirect_stdouts(app.conf.worker_redirect_stdouts_level)
 
 
 class QuietBeat(Beat):

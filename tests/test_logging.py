@@ -284,22 +284,9 @@ def test_tasks_on_threads_end_cleanly_and_leave_no_id_behind(caplog):
     }
 
 
-@pytest.fixture
-def security_lines():
-    """The production handler's JSON lines of agentops.security."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.addFilter(logs.ContextFilter())
-    handler.setFormatter(logs.JsonFormatter())
-    logger = logging.getLogger("agentops.security")
-    logger.addHandler(handler)
-    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
-    logger.removeHandler(handler)
-
-
 @pytest.mark.django_db
 def test_security_events_carry_their_fields_as_json_keys(
-    security_lines, operator, approver, no_enqueue
+    json_lines, operator, approver, no_enqueue
 ):
     """Sign-in failures and sign-ins, token use and refusal, decisions: each line says its
     `security_event` and the fields a shipper filters on, as keys of their own."""
@@ -323,7 +310,7 @@ def test_security_events_carry_their_fields_as_json_keys(
     approval = Approval.objects.get(run=run)
     decisions.decide(approval.pk, user=approver, decision="approve", via="api")
 
-    lines = {line["security_event"]: line for line in security_lines()}
+    lines = {line["security_event"]: line for line in json_lines() if "security_event" in line}
     failed = lines["signin_failed"]
     assert (failed["username"], failed["ip_address"], failed["level"]) == (
         "olivia",
@@ -349,3 +336,27 @@ def test_extra_fields_never_replace_the_lines_own():
     record.__dict__["logger"] = "forged"
     line = json.loads(logs.JsonFormatter().format(record))
     assert line["logger"] == "agentops.x" and line["security_event"] == "e"
+
+
+def test_a_json_worker_prints_as_log_records(settings, monkeypatch):
+    """What a tool print()s in a worker is a record of celery.redirected, not a bare line
+    between the JSON ones (agentops/celery_output.py)."""
+    from agentops import celery_output
+    from agentops.celery import app
+
+    settings.LOG_FORMAT = "json"
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # put back whatever replaces them
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    monkeypatch.setenv("CELERY_LOG_REDIRECT", "")  # Celery notes the redirect here
+    monkeypatch.setenv("CELERY_LOG_REDIRECT_LEVEL", "")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.JsonFormatter())
+    logging.getLogger("celery.redirected").addHandler(handler)
+    try:
+        celery_output.prints_as_records(app)
+        print("from a tool")
+    finally:
+        logging.getLogger("celery.redirected").removeHandler(handler)
+    (line,) = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert (line["logger"], line["message"]) == ("celery.redirected", "from a tool")
