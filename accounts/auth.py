@@ -5,12 +5,16 @@ gets 403 before the request body is even parsed, so a viewer's launch is refused
 way whatever it sends.
 """
 
+import logging
+
 from django.http import HttpRequest
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
 from ninja.utils import check_csrf
 
 from .models import ApiToken, Role, User
+
+log = logging.getLogger("agentops.security")
 
 ROLE_OF = {
     "can_view": Role.VIEWER,
@@ -35,8 +39,28 @@ class TokenAuth(HttpBearer):
 
     def authenticate(self, request: HttpRequest, token: str) -> User | None:
         user = ApiToken.authenticate(token)
-        if user is not None:
-            request.user = user
+        if user is None:
+            log.warning(
+                "API token refused (%s…) on %s",
+                token[:8],
+                request.path,
+                extra={"security_event": "token_refused", "token_prefix": token[:8]},
+            )
+            return None
+        request.user = user
+        name = getattr(user, "api_token_name", "")  # set by ApiToken.authenticate
+        log.info(
+            "API token %r of %r used on %s %s",
+            name,
+            user.get_username(),
+            request.method,
+            request.path,
+            extra={
+                "security_event": "token_used",
+                "username": user.get_username(),
+                "token_name": name,
+            },
+        )
         return require_role(user, self.require)
 
 

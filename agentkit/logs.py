@@ -2,9 +2,12 @@
 
 The context lives in contextvars, set where it is known: the engine binds the run it advances
 (`about_run`) and the seq of the step it is making (`set_seq`), a Celery signal the task id,
-the web middleware the request (its user, once the view has looked it up). ContextFilter
-copies them onto every record; JsonFormatter writes one JSON object per line (production,
-or LOG_FORMAT=json), TextFormatter a readable line with the context at its end (DEBUG).
+the web middleware the request (its user, once the view has looked it up), the access log
+(agentops/access_log.py) the request id; the trace id is the current span's, when tracing is
+on. ContextFilter copies them onto every record; JsonFormatter writes one JSON object per
+line (production, or LOG_FORMAT=json), with a record's `extra=` fields (a security event's
+`security_event`, `username`, …) as keys of their own; TextFormatter a readable line with
+the context at its end (DEBUG).
 """
 
 import functools
@@ -22,11 +25,22 @@ from celery.signals import task_postrun, task_prerun
 from django.http import HttpRequest, HttpResponse
 from django.utils.functional import SimpleLazyObject, empty
 
-FIELDS = ("run_id", "seq", "task_id", "user")
+from . import tracing
+
+FIELDS = ("run_id", "seq", "task_id", "user", "request_id", "trace_id")
+_BOUND = FIELDS[:-1]  # the trace id is read from the current span
 _context: dict[str, ContextVar[Any]] = {
-    name: ContextVar(f"agentops_log_{name}", default=None) for name in FIELDS
+    name: ContextVar(f"agentops_log_{name}", default=None) for name in _BOUND
 }
 _request: ContextVar[HttpRequest | None] = ContextVar("agentops_log_request", default=None)
+# What the access log line of the request being served will say besides its own facts (the
+# user, the trace id), filled in by Django's middleware (request_context): a dict shared by
+# reference, since a sync middleware's thread runs in a copy of the request's context.
+_access: ContextVar[dict[str, Any] | None] = ContextVar("agentops_log_access", default=None)
+# Attributes every LogRecord has: the rest came with `extra=` (or a filter) and is written out.
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+# Extra attributes Django's loggers add that repeat the line (a request or socket object).
+_NOT_WRITTEN = frozenset({"request", "server_time"})
 
 
 @contextmanager
@@ -62,7 +76,18 @@ def current() -> dict[str, Any]:
     found = {name: var.get() for name, var in _context.items()}
     if found["user"] is None:
         found["user"] = _username(_request.get())
+    found["trace_id"] = tracing.current_trace_id() or None
     return found
+
+
+@contextmanager
+def noting_access(note: dict[str, Any]) -> Iterator[None]:
+    """Inside: request_context fills `note` with the user and trace id it knows."""
+    token = _access.set(note)
+    try:
+        yield
+    finally:
+        _access.reset(token)
 
 
 def _username(request: HttpRequest | None) -> str | None:
@@ -130,6 +155,12 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value is not None:
                 line[name] = value
+        for name, value in record.__dict__.items():
+            # `extra=` fields, at the top so a shipper can filter on them (security_event).
+            if name not in _STANDARD and name not in FIELDS and name not in _NOT_WRITTEN:
+                if name in line:
+                    continue  # time, level, logger, message are the formatter's
+                line[name] = value
         if record.exc_info:
             line["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:
@@ -156,13 +187,18 @@ class TextFormatter(logging.Formatter):
 def request_context(
     get_response: Callable[[HttpRequest], HttpResponse],
 ) -> Callable[[HttpRequest], HttpResponse]:
-    """Middleware: log lines during a request name its user (once the view knows it)."""
+    """Middleware: log lines during a request name its user (once the view knows it); the
+    access log line (agentops/access_log.py) learns the user and the request's trace id."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
         token = _request.set(request)
         try:
             return get_response(request)
         finally:
+            note = _access.get()
+            if note is not None:
+                note["user"] = _username(request)
+                note["trace_id"] = tracing.current_trace_id()
             _request.reset(token)
 
     return middleware

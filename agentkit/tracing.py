@@ -210,16 +210,46 @@ def current_context() -> otel_context.Context | None:
     return None if _tracer is None else otel_context.get_current()
 
 
+def current_trace_id() -> str:
+    """The current span's trace id (32 hex digits) for a log line; "" when off or none."""
+    if _tracer is None:
+        return ""
+    context = trace.get_current_span().get_span_context()
+    return f"{context.trace_id:032x}" if context.is_valid else ""
+
+
+@contextlib.contextmanager
+def within(context: otel_context.Context | None) -> Iterator[None]:
+    """Work on another thread as part of `context` (from current_context()): a pool's thread
+    starts with an empty context, and the spans made there would each begin a trace."""
+    if context is None:
+        yield
+        return
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def model_answered(span: Span | None, response: LLMResponse) -> None:
     if span is None:
         return
     span.set_attributes(
         {
             "gen_ai.response.model": response.model,
-            "gen_ai.response.id": response.request_id,
+            # The answer's id (the Messages API's `msg_…`), not the HTTP request's.
+            "gen_ai.response.id": response.message_id,
             "gen_ai.response.finish_reasons": [response.stop_reason or ""],
+            # input_tokens counts the cached ones too, as the conventions ask; the two cache
+            # counts say how much of it was read from the cache and written to it.
             "gen_ai.usage.input_tokens": response.usage.total_input_tokens,
+            "gen_ai.usage.cache_read.input_tokens": response.usage.cache_read_input_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": (
+                response.usage.cache_creation_input_tokens
+            ),
             "gen_ai.usage.output_tokens": response.usage.output_tokens,
+            "agentops.llm.request_id": response.request_id,
             "agentops.cost_usd": float(response.cost_usd),
         }
     )

@@ -2,7 +2,10 @@
 and the start-up wiring below. Its one model is the API's idempotency record
 (agentops/idempotency.py)."""
 
+import logging
+
 from django.apps import AppConfig
+from django.conf import settings
 
 from agentkit import logs
 
@@ -14,6 +17,10 @@ class AgentopsConfig(AppConfig):
 
     def ready(self) -> None:
         logs.connect_celery_signals()
+        if settings.LOG_FORMAT == "json":
+            # A library's warning (Celery's about a worker run as root) is a log record,
+            # not text printed between the JSON lines (Django no longer does this itself).
+            logging.captureWarnings(True)
         # Before the first request's middleware chain is built: Django's instrumentation
         # adds a middleware of its own.
         telemetry.start_if_configured()

@@ -25,8 +25,9 @@ from autobahn.websocket import protocol as autobahn_protocol  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
+from django.conf import settings  # noqa: E402
 
-from agentops import bodies  # noqa: E402
+from agentops import access_log, bodies  # noqa: E402
 from agentops.routing import websocket_urlpatterns  # noqa: E402
 from gateway import waits  # noqa: E402
 
@@ -65,3 +66,9 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+if settings.LOG_FORMAT == "json":
+    # Every line of the output JSON: the access lines too, with the request id, user and
+    # trace id (agentops/access_log.py).
+    application = access_log.AccessLog(application)
+    access_log.replace_daphnes()

@@ -1,13 +1,28 @@
 import os
 
 from celery import Celery
-from celery.signals import setup_logging, worker_init
+from celery.signals import (
+    beat_init,
+    celeryd_after_setup,
+    celeryd_init,
+    setup_logging,
+    worker_init,
+)
+from kombu.utils.objects import cached_property
 
-from agentops import start_checks
+from agentops import celery_output, start_checks
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
-app = Celery("agentops")
+
+class AgentopsCelery(Celery):
+    @cached_property
+    def Beat(self) -> type:
+        """`celery beat`, quiet with LOG_FORMAT=json (agentops/celery_output.py)."""
+        return self.subclass_with_self(celery_output.QuietBeat)
+
+
+app = AgentopsCelery("agentops")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
@@ -26,6 +41,12 @@ def preload_model_sdk(**kwargs) -> None:
     needs it), it was imported by the first burst of runs' threads all at once: 20 ms of CPU
     per call and +150 MB of memory in the first round of bench/model_latency.py."""
     import agentkit.llm.anthropic  # noqa: F401
+
+
+# With LOG_FORMAT=json the worker's and beat's banners and sayings are log records too.
+celeryd_init.connect(celery_output.worker_is_quiet, weak=False)
+celeryd_after_setup.connect(celery_output.worker_banner, weak=False)
+beat_init.connect(celery_output.beat_banner, weak=False)
 
 
 @setup_logging.connect

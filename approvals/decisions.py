@@ -21,6 +21,7 @@ one place:
   arguments, and the engine refuses to run anything else.
 """
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -45,6 +46,8 @@ from .gates.policy import rank
 from .models import Approval, ApprovalView, ApprovalVote
 from .permissions import Permission
 from .plans import edits as plan_edits
+
+log = logging.getLogger("agentops.security")
 
 DECISIONS = ("approve", "reject", "answer")
 # Why an approval may not be approved now, as apps above this one know it (gateway: the call
@@ -187,7 +190,7 @@ def decide(
     reason = (reason or "").strip()
     answer = (answer or "").strip()
     try:
-        return _decide(
+        decided = _decide(
             approval_id,
             user=user,
             decision=decision,
@@ -204,6 +207,31 @@ def decide(
         # the one-tap page stores it again, outside its own).
         store_preview(approval_id, changed.preview)
         raise
+    _log_decision(decided, user, decision, via)
+    return decided
+
+
+def _log_decision(approval: Approval, user, decision: str, via: str) -> None:
+    """The security log's line (agentops.security): who decided what, through which channel
+    (a vote of a quorum leaves the approval pending)."""
+    log.info(
+        "%s %s approval %s of run %s (%s) via %s",
+        user.get_username(),
+        decision,
+        approval.pk,
+        approval.run_id,
+        approval.status,
+        via or "code",
+        extra={
+            "security_event": "decision",
+            "username": user.get_username(),
+            "decision": decision,
+            "approval_id": str(approval.pk),
+            "run_id": str(approval.run_id),
+            "approval_status": approval.status,
+            "via": via or None,
+        },
+    )
 
 
 def store_preview(approval_id, preview: dict) -> None:

@@ -57,6 +57,7 @@ DEFERRED_IMPORTS = {
     ("demo/apps.py", "demo.planning_agent"),
     ("accounts/apps.py", "accounts.lockouts"),
     ("accounts/apps.py", "accounts.sso"),
+    ("accounts/apps.py", "accounts.security_events"),
     ("gateway/apps.py", "accounts.teams"),
     ("gateway/apps.py", "approvals.models"),
     ("gateway/apps.py", "gateway.call_tools"),

@@ -282,3 +282,81 @@ def test_tasks_on_threads_end_cleanly_and_leave_no_id_behind(caplog):
         "first": ("task-7", "inner-first", None),
         "second": ("task-7", "inner-second", None),
     }
+
+
+@pytest.mark.django_db
+def test_security_events_carry_their_fields_as_json_keys(
+    json_lines, operator, approver, no_enqueue
+):
+    """Sign-in failures and sign-ins, token use and refusal, decisions: each line says its
+    `security_event` and the fields a shipper filters on, as keys of their own."""
+    from django.test import Client
+
+    from accounts.models import ApiToken
+    from agentkit.agents import get_agent
+    from approvals import decisions
+    from approvals.models import Approval
+
+    client = Client(REMOTE_ADDR="10.1.2.3")
+    client.post("/accounts/login/", {"username": "olivia", "password": "wrong"})
+    client.post("/accounts/login/", {"username": "olivia", "password": "pw-olivia"})
+    _, token = ApiToken.issue(operator, "ci")
+    assert Client().get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+    assert Client().get("/api/runs", HTTP_AUTHORIZATION="Bearer ao_wrongtoken").status_code == 401
+    agent = get_agent("sql-analyst")
+    data, _ = agent.validate_input({"question": "Revenue?", "report_to": "boss@example.com"})
+    run = engine.launch(agent=agent, input=data, launched_by=operator, provider="scripted")
+    engine.advance(run.pk, time_slice=30)
+    approval = Approval.objects.get(run=run)
+    decisions.decide(approval.pk, user=approver, decision="approve", via="api")
+
+    lines = {line["security_event"]: line for line in json_lines() if "security_event" in line}
+    failed = lines["signin_failed"]
+    assert (failed["username"], failed["ip_address"], failed["level"]) == (
+        "olivia",
+        "10.1.2.3",
+        "WARNING",
+    )
+    assert "password" not in json.dumps(failed).replace("sign-in", "")
+    assert (lines["signin"]["username"], lines["signin"]["ip_address"]) == ("olivia", "10.1.2.3")
+    used = lines["token_used"]
+    assert (used["username"], used["token_name"]) == ("olivia", "ci")
+    assert token not in json.dumps(used)
+    assert lines["token_refused"]["token_prefix"] == "ao_wrong"
+    decided = lines["decision"]
+    assert decided["username"] == "arthur" and decided["decision"] == "approve"
+    assert decided["approval_id"] == str(approval.pk) and decided["run_id"] == str(run.pk)
+    assert decided["approval_status"] == "approved" and decided["via"] == "api"
+
+
+def test_extra_fields_never_replace_the_lines_own():
+    record = logging.makeLogRecord(
+        {"name": "agentops.x", "levelname": "INFO", "msg": "m", "security_event": "e"}
+    )
+    record.__dict__["logger"] = "forged"
+    line = json.loads(logs.JsonFormatter().format(record))
+    assert line["logger"] == "agentops.x" and line["security_event"] == "e"
+
+
+def test_a_json_worker_prints_as_log_records(settings, monkeypatch):
+    """What a tool print()s in a worker is a record of celery.redirected, not a bare line
+    between the JSON ones (agentops/celery_output.py)."""
+    from agentops import celery_output
+    from agentops.celery import app
+
+    settings.LOG_FORMAT = "json"
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # put back whatever replaces them
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    monkeypatch.setenv("CELERY_LOG_REDIRECT", "")  # Celery notes the redirect here
+    monkeypatch.setenv("CELERY_LOG_REDIRECT_LEVEL", "")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.JsonFormatter())
+    logging.getLogger("celery.redirected").addHandler(handler)
+    try:
+        celery_output.prints_as_records(app)
+        print("from a tool")
+    finally:
+        logging.getLogger("celery.redirected").removeHandler(handler)
+    (line,) = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert (line["logger"], line["message"]) == ("celery.redirected", "from a tool")

@@ -368,6 +368,7 @@ def _response(message: Any, request_id: str, latency_ms: int) -> LLMResponse:
         cost_usd=pricing.cost(model, usage),
         latency_ms=latency_ms,
         request_id=request_id,
+        message_id=str(message.get("id") or ""),
         extra={"message_id": message.get("id")},
     )
 

@@ -57,7 +57,8 @@ class LLMResponse:
     model: str
     cost_usd: Decimal
     latency_ms: int = 0
-    request_id: str = ""
+    request_id: str = ""  # the HTTP request's, for the provider's support
+    message_id: str = ""  # the model's answer's own id (Messages API `id`)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -94,6 +94,7 @@ class ScriptedProvider:
             cost_usd=pricing.cost(request.model, usage),
             latency_ms=int((time.monotonic() - started) * 1000),
             request_id=f"scripted-{uuid.uuid4().hex[:12]}",
+            message_id=f"msg_scripted_{uuid.uuid4().hex[:24]}",
         )
 
     def _type(self, content: list[dict[str, Any]], on_text: OnText) -> None:

@@ -179,13 +179,16 @@ async def _in_thread(call: _Call, func: Callable[..., Any], *args: Any) -> Any:
     """func(*args) in the pool, as the run's holder: None when it stopped (the run ended or
     was taken from us) or failed (recorded as a crash, as a worker's thread would)."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_loop.pool, _as_holder, call.work, func, args)
+    # run_in_executor carries no context over (asyncio.to_thread would): the pool's thread
+    # works as part of the step that asked, or its spans would each begin a trace.
+    return await loop.run_in_executor(_loop.pool, _as_holder, call, func, args)
 
 
-def _as_holder(work: Work, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def _as_holder(call: _Call, func: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    work = call.work
     close_old_connections()
     try:
-        with logs.bound(run_id=str(work.run.pk), seq=None):
+        with logs.bound(run_id=str(work.run.pk), seq=None), tracing.within(call.parent):
             try:
                 return func(*args)
             except Stop:
@@ -206,7 +209,17 @@ def _carry_on(call: _Call, carry_on: CarryOn, response: llm.LLMResponse) -> str:
     """The answer recorded, then the run's next steps for a time slice."""
     call.work.in_flight = False
     response = call.asking.answered(response)
-    return carry_on(lambda work: call.record(work, response))
+
+    def record(work: Work) -> None:
+        # The rest of the step that asked, in a span of its own: the answer recorded and the
+        # calls without side effects it asked for made (their execute_tool spans), under the
+        # run's span as every step is.
+        run = work.run
+        seq = run.last_seq + 1
+        with tracing.step(run.traceparent, run_id=run.pk, agent=run.agent, seq=seq):
+            call.record(work, response)
+
+    return carry_on(record)
 
 
 def reopen() -> None:

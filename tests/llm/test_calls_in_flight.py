@@ -256,3 +256,47 @@ def test_a_call_in_flight_is_a_chat_span_under_its_step(traces, no_enqueue, fake
         "tool_use",
         "end_turn",
     ]
+
+
+def test_the_tools_an_answer_asks_for_are_spans_of_a_step_of_the_run(traces, no_enqueue, fake_api):
+    """The answer is recorded on a pool thread (run_in_executor carries no context): the
+    calls it asks for, alone and two at once (parallel.py), are still under a step of the
+    run, and the chat span names the answer by its message id, with its cache counts."""
+    fake_api.push(
+        reply([tool_use("list_tables")], usage={"cache_read_input_tokens": 900}),
+        reply(
+            [
+                tool_use("describe_table", table="orders"),
+                tool_use("run_query", sql="SELECT COUNT(*) FROM orders"),
+            ]
+        ),
+        reply([text("Three tables.")]),
+    )
+    run = launch()
+
+    assert engine.advance(run.pk, calls_in_flight=True) == IN_FLIGHT
+    assert finished_by(time.monotonic() + 30, lambda: statuses([run]) == ["succeeded"])
+
+    spans = traces.get_finished_spans()
+    run_span_id = tracing.parse(Run.objects.get(pk=run.pk).traceparent).span_id
+    steps = {s.context.span_id: s for s in spans if s.name == "agentops.step"}
+    assert all(s.parent.span_id == run_span_id for s in steps.values())
+    tools = [s for s in spans if s.name.startswith("execute_tool ")]
+    assert sorted(s.attributes["gen_ai.tool.name"] for s in tools) == [
+        "describe_table",
+        "list_tables",
+        "run_query",
+    ]
+    for span in tools:
+        assert span.parent is not None and span.parent.span_id in steps, span.name
+    # The two asked together ran on threads of their own, under the same step.
+    together = [s for s in tools if s.attributes["gen_ai.tool.name"] != "list_tables"]
+    assert together[0].parent.span_id == together[1].parent.span_id
+
+    chats = sorted((s for s in spans if s.name.startswith("chat ")), key=lambda s: s.start_time)
+    ids = [c.attributes["gen_ai.response.id"] for c in chats]
+    assert all(i.startswith("msg_") for i in ids) and len(set(ids)) == 3
+    assert chats[0].attributes["gen_ai.usage.cache_read.input_tokens"] == 900
+    assert chats[0].attributes["gen_ai.usage.cache_creation.input_tokens"] == 0
+    assert chats[0].attributes["gen_ai.usage.input_tokens"] >= 900
+    assert chats[0].attributes["agentops.llm.request_id"] != ids[0]

@@ -123,7 +123,12 @@ class Command(BaseCommand):
             application=get_default_application(),
             endpoints=build_endpoint_description_strings(host=addr, port=port),
             signal_handlers=True,  # SIGINT/SIGTERM stop the reactor; we clean up after run()
-            action_logger=self._log_action if options["verbosity"] >= 2 else None,
+            # With JSON the application writes the access lines (agentops/access_log.py).
+            action_logger=(
+                self._log_action
+                if options["verbosity"] >= 2 and settings.LOG_FORMAT != "json"
+                else None
+            ),
             ready_callable=ready,
             # Sockets are accepted before their access check (runs/consumers.py `admit`), so
             # these bound only the handshake itself; 5 s (autobahn's opening handshake here,
