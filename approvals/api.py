@@ -244,12 +244,12 @@ def post_decision(request: ApiRequest, approval_id: UUID, payload: DecisionIn):
     except Approval.DoesNotExist:
         return _error(404, "no such approval")
     except decisions.PreviewChanged as exc:
-        return _error(409, exc.message, status=exc.approval_status, preview=exc.preview)
+        return _error(409, exc.message, approval_status=exc.approval_status, preview=exc.preview)
     except decisions.DecisionConflict as exc:
         return _error(
             409,
             exc.message,
-            status=exc.approval_status,
+            approval_status=exc.approval_status,
             decided_by=exc.decided_by,
             decided_at=exc.decided_at,
         )

@@ -108,7 +108,7 @@ def test_replayed_approve_after_the_run_moved_on_is_409_and_changes_nothing(
     assert replay.status_code == 409
     body = replay.json()
     assert body["detail"].startswith("already approved by approver-user at ")
-    assert body["decided_by"] == "approver-user" and body["status"] == "approved"
+    assert body["decided_by"] == "approver-user" and body["approval_status"] == "approved"
     assert run.steps.count() == steps_before
     assert len(no_enqueue) == enqueues_before
     assert len(EXECUTED) == 1

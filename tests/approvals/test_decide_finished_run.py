@@ -91,7 +91,7 @@ def test_the_api_answers_409_and_its_detail_says_it_cannot_be_decided(
     )
     assert response.status_code == 409, response.content
     assert "already failed" in response.json()["detail"]
-    assert response.json()["status"] == Approval.Status.PENDING
+    assert response.json()["approval_status"] == Approval.Status.PENDING
     assert_unchanged(run, approval, Approval.Status.PENDING, no_enqueue)
 
 
