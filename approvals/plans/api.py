@@ -136,7 +136,9 @@ def decide_plan(request: ApiRequest, plan_id: int, payload: PlanDecisionIn):
             via="api",
         )
     except decisions.DecisionConflict as exc:
-        return _error(409, exc.message, status=exc.approval_status, decided_by=exc.decided_by)
+        return _error(
+            409, exc.message, approval_status=exc.approval_status, decided_by=exc.decided_by
+        )
     except decisions.DecisionInvalid as exc:
         return _error(422, exc.message, errors=exc.errors)
     except decisions.DecisionForbidden as exc:
