@@ -2,8 +2,8 @@
 a private port and ended by its PID: a Postgres cluster of its own (tests/support/
 postgres_cluster.py) behind PgBouncer in transaction mode, a Redis Sentinel group (a primary, a
 replica, three sentinels), two daphne processes behind HAProxy (compose's configuration,
-deploy/haproxy/haproxy.cfg), three Celery workers (two on the run and sweep queues, one on
-`people`) and two beats that share redbeat's leader lock. The chaos bench's agent drives it
+deploy/haproxy/haproxy.cfg), three Celery workers (two on `runs`, one on `people,sweeps`) and
+two beats that share redbeat's leader lock. The chaos bench's agent drives it
 (bench/chaos_app.py: a scripted model, slow tools whose effects land in a file outside the
 database, one gated call a person approves).
 
@@ -210,8 +210,10 @@ def _start(sv: Supervisor, web_ports: dict[str, int]) -> None:
             [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
              "--access-log", str(sv.tmp / f"{name}-access.log"), "bench.chaos_app:application"],
         )  # fmt: skip
-    for name, queues in (("worker1", "runs,sweeps"), ("worker2", "runs,sweeps"),
-                         ("people", "people")):  # fmt: skip
+    # As compose.yaml runs them: the people-facing work and the sweeps on a worker of their
+    # own, which a backlog of runs never delays.
+    for name, queues in (("worker1", "runs"), ("worker2", "runs"),
+                         ("people", "people,sweeps")):  # fmt: skip
         sv.spawn(
             name,
             [py, "-m", "celery", "-A", "bench.chaos_app", "worker", "--pool", "threads",
