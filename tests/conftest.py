@@ -168,6 +168,7 @@ GATEWAY_LIVE_SERVER = {
 # generated cases), handed out first. xdist otherwise hands out the units with the most tests
 # first, which left these for the end of the run, with the other workers idle.
 LONG_FIRST = [
+    "tests/test_fleet.py",  # a whole fleet started and broken: minutes (services pass only)
     "tests/gateway (live server)",
     "tests/test_migrations.py",
     "tests/history/test_transfer.py",

@@ -20,9 +20,14 @@ SEQ_RE = re.compile(r'class="step[^"]*"[^>]*data-seq="(\d+)"')
 
 @dataclass
 class Hit:
-    at: float
+    at: float  # monotonic, when the answer (or the failure) came
     what: str
     code: int  # 0: no answer (refused, reset); HUNG: no answer within the timeout
+    took: float = 0.0  # seconds from sending to `at`
+
+    @property
+    def sent(self) -> float:
+        return self.at - self.took
 
 
 class Client:
@@ -48,6 +53,7 @@ class Client:
             headers["Idempotency-Key"] = key
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
         code, out = 0, {}
+        sent = time.monotonic()
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 code, raw = resp.status, resp.read()
@@ -64,8 +70,9 @@ class Client:
         except ValueError:
             out = {"raw": raw[:200].decode(errors="replace")}
         what = f"{method} {re.sub(r'[0-9a-f-]{36}', '<id>', path.split('?')[0])}"
+        now = time.monotonic()
         with self.lock:
-            self.hits.append(Hit(time.monotonic(), what, code))
+            self.hits.append(Hit(now, what, code, now - sent))
         return code, out
 
 
