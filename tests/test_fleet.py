@@ -15,6 +15,8 @@ var/fleet-figures.txt, for the operations page:
 
     DATABASE_URL=postgres://… REDIS_URL=redis://… uv run pytest tests/test_fleet.py -s
 
+(FLEET_KEEP=1 keeps the processes' logs, HAProxy's and PgBouncer's, and says where.)
+
 CI runs it in the Postgres + Redis pass only (the skip reason names DATABASE_URL: the
 `services` marker, tests/conftest.py); it needs pgbouncer, haproxy, redis-server and the
 Postgres server binaries, and fails without them.
