@@ -9,7 +9,6 @@ decide); statistics and the decisions export are for admins and teams' administr
 from datetime import timedelta
 from uuid import UUID
 
-from django.db.models import Case, IntegerField, Value, When
 from django.http import JsonResponse
 from django.utils import timezone
 from ninja import Router, Schema
@@ -18,10 +17,11 @@ from ninja.responses import NinjaJSONEncoder
 from accounts.requests import ApiRequest
 from agentkit.agents import get_agent
 from agentkit.tools import get_tool
-from runs.api import MAX_OFFSET
+from runs import api_paging
+from runs.api import MAX_LIST_OFFSET
 from runs.models import Run, Step, args_hash, canonical_json
 
-from . import batch, decisions, oversight_reach, permissions
+from . import batch, decisions, listing, oversight_reach, permissions
 from .evidence import card as evidence
 from .evidence import export as evidence_export
 from .evidence import views as export_views
@@ -33,11 +33,6 @@ router = Router(tags=["approvals"])
 MAX_PAGE = 200
 RECENT_STEPS = 10
 TEXT_MAX = 2000
-_RISK_ORDER = Case(
-    *[When(risk=r, then=Value(i)) for i, r in enumerate(reversed(Approval.Risk.values))],
-    default=Value(len(Approval.Risk.values)),
-    output_field=IntegerField(),
-)
 
 
 class DecisionIn(Schema):
@@ -80,9 +75,13 @@ def list_approvals(
     assigned_to_me: bool = False,
     limit: int = 50,
     offset: int = 0,
+    cursor: str | None = None,
 ):
-    """Approvals, most risky first, then nearest deadline. `status=all` lists every status;
-    `assigned_to_me` keeps those the caller may decide now."""
+    """Approvals, most risky first, then nearest deadline (the queue's order, approvals/
+    listing.py). `status=all` lists every status; `assigned_to_me` keeps those the caller may
+    decide now. Paged by `cursor` (a page's `next_cursor`: decisions and new approvals never
+    shift the pages after it) or, up to 10 000 rows deep, by `offset`; `count` stops at
+    10 000 (`count_capped`)."""
     user = _user(request)
     if not user.can_view:
         return _error(403, "your account has no role that can see approvals")
@@ -93,8 +92,16 @@ def list_approvals(
         errors["risk"] = [f"one of {', '.join(Approval.Risk.values)}"]
     if not 1 <= limit <= MAX_PAGE:
         errors["limit"] = [f"between 1 and {MAX_PAGE}"]
-    if not 0 <= offset <= MAX_OFFSET:
-        errors["offset"] = [f"between 0 and {MAX_OFFSET}"]
+    if not 0 <= offset <= MAX_LIST_OFFSET:
+        errors["offset"] = [f"between 0 and {MAX_LIST_OFFSET}: deeper, page with `cursor`"]
+    after = None
+    if cursor is not None:
+        too_long = len(cursor) > api_paging.CURSOR_MAX_LENGTH
+        after = None if too_long else listing.Cursor.parse(api_paging.decode(cursor))
+        if after is None:
+            errors["cursor"] = ["not a page's cursor (give a page's next_cursor)"]
+        elif offset:
+            errors["cursor"] = ["give `offset` or `cursor`, not both"]
     if errors:
         return _error(422, "invalid filters", errors=errors)
 
@@ -108,14 +115,31 @@ def list_approvals(
         qs = qs.filter(run__agent=agent)
     if risk:
         qs = qs.filter(risk=risk)
-    qs = qs.annotate(risk_order=_RISK_ORDER).order_by("risk_order", "expires_at", "requested_at")
+    qs = listing.in_queue_order(qs).select_related("decided_by")
     if assigned_to_me:
+        # Who may decide is a rule in Python (approvals/permissions.py), not a column: every
+        # pending approval is read, and the cursor compared here in the same order.
         pending = qs.filter(status=Approval.Status.PENDING)
         mine = [a for a in pending if permissions.may_decide(a, user)]
-        count, page = len(mine), mine[offset : offset + limit]
+        counted = {
+            "count": min(len(mine), api_paging.COUNT_CAP),
+            "count_capped": len(mine) > api_paging.COUNT_CAP,
+        }
+        if after is not None:
+            mine = [a for a in mine if listing.Cursor.of(a).key > after.key]
+        page = mine[offset : offset + limit + 1]
     else:
-        count, page = qs.count(), list(qs[offset : offset + limit])
-    return {"items": [_summary(a, user) for a in page], "count": count}
+        counted = api_paging.capped_count(qs)
+        rows = qs.filter(after.later()) if after is not None else qs
+        page = list(rows[offset : offset + limit + 1])
+    more = len(page) > limit
+    return {
+        "items": [_summary(a, user) for a in page[:limit]],
+        **counted,
+        "next_cursor": api_paging.encode(listing.Cursor.of(page[limit - 1]).token)
+        if more
+        else None,
+    }
 
 
 def _summary(approval: Approval, user) -> dict:

@@ -57,6 +57,12 @@ class Cursor:
         return cls(approval.risk_rank, approval.expires_at, approval.pk)
 
     @property
+    def key(self) -> tuple[int, datetime, uuid.UUID]:
+        """For comparing positions in Python, in queue order (a UUID compares as the
+        database's, by its bytes)."""
+        return (self.risk_rank, self.expires_at, self.id)
+
+    @property
     def token(self) -> str:
         """As a link carries it: the rank, microseconds since 1970, the id in hex."""
         return f"{self.risk_rank}.{(self.expires_at - _EPOCH) // _MICROSECOND}.{self.id.hex}"

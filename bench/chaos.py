@@ -60,7 +60,6 @@ seconds, so a loaded 2-core machine slows it down instead of aborting it.
 """
 
 import argparse
-import asyncio
 import atexit
 import contextlib
 import itertools
@@ -89,16 +88,14 @@ sys.path.insert(0, str(ROOT))
 
 AGENT = "chaos-loop"
 ATTACK: dict[str, str] = {}  # what prepare() made for the attacks
-SEQ_RE = re.compile(r'class="step[^"]*"[^>]*data-seq="(\d+)"')
+
+from tests.support import effect_ledger  # noqa: E402
+from tests.support.http_clients import HUNG, Client, Watcher, wait_http  # noqa: E402
+from tests.support.supervisor import Supervisor, free_port, wait_port  # noqa: E402
+from tests.support.topology_setup import session_for  # noqa: E402
 
 
 # --- processes ---------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def pg_bindir() -> Path:
     try:
         out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True)
@@ -112,14 +109,12 @@ def pg_bindir() -> Path:
     return found[-1].parent
 
 
-class Services:
-    """Every process this run starts, by PID; `stop_all` ends each of them (and its group)."""
+class Services(Supervisor):
+    """Every process this run starts, by PID (tests/support/supervisor.py), and its own
+    Postgres cluster."""
 
     def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.argv: dict[str, list[str]] = {}
-        self.env: dict[str, str] = {}
+        super().__init__(tmp)
         self.pg_data = tmp / "pg"
         self.pg_sock = tmp / "pgsock"
         self.pg_bin = pg_bindir()
@@ -181,130 +176,9 @@ class Services:
                 os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
         self.pg_started = False
 
-    # Children: each in a process group of its own, so stopping one ends what it started.
-    def spawn(self, name: str, argv: list[str] | None = None) -> subprocess.Popen:
-        argv = argv or self.argv[name]
-        self.argv[name] = argv
-        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115  (the child holds it)
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, process_group=0
-        )
-        log.close()
-        self.procs[name] = proc
-        return proc
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.get(name)
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
     def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.kill(name, signal.SIGTERM)
-        self.procs.clear()
+        super().stop_all()
         self.stop_postgres()
-
-
-# --- HTTP, with every answer recorded -------------------------------------------------------------
-HUNG = -1  # a Hit's code when the request got no answer within the client's timeout
-
-
-@dataclass
-class Hit:
-    at: float
-    what: str
-    code: int  # 0: no answer (refused, reset); HUNG: no answer within the timeout
-
-
-class Client:
-    def __init__(self, base: str):
-        self.base = base
-        self.hits: list[Hit] = []
-        self.lock = threading.Lock()
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        token: str | None = None,
-        body: dict | None = None,
-        *,
-        key: str | None = None,
-    ) -> tuple[int, dict]:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        if key:
-            headers["Idempotency-Key"] = key
-        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
-        code, out = 0, {}
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                code, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            code, raw = exc.code, exc.read()
-        except TimeoutError:
-            code, raw = HUNG, b""
-        except urllib.error.URLError as exc:
-            code, raw = (HUNG if isinstance(exc.reason, TimeoutError) else 0), b""
-        except OSError:
-            raw = b""
-        try:
-            out = json.loads(raw or b"{}")
-        except ValueError:
-            out = {"raw": raw[:200].decode(errors="replace")}
-        what = f"{method} {re.sub(r'[0-9a-f-]{36}', '<id>', path.split('?')[0])}"
-        with self.lock:
-            self.hits.append(Hit(time.monotonic(), what, code))
-        return code, out
-
-
-# --- WebSocket clients -------------------------------------------------------------------------
-class Watcher(threading.Thread):
-    """A browser on one run: reconnects with ?after=<last seq> whenever the socket drops."""
-
-    def __init__(self, base: str, run_id: str, session_key: str):
-        super().__init__(daemon=True)
-        self.url = base.replace("http", "ws", 1) + f"/ws/runs/{run_id}/"
-        self.headers = {"Cookie": f"sessionid={session_key}", "Origin": base}
-        self.run_id = run_id
-        self.seen: list[int] = []
-        self.connects = 0
-        self.stop = threading.Event()
-
-    @property
-    def last(self) -> int:
-        return self.seen[-1] if self.seen else 0
-
-    def run(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        import websockets
-
-        while not self.stop.is_set():
-            try:
-                url = f"{self.url}?after={self.last}"
-                async with websockets.connect(
-                    url, additional_headers=self.headers, open_timeout=5
-                ) as ws:
-                    self.connects += 1
-                    while not self.stop.is_set():
-                        try:
-                            message = await asyncio.wait_for(ws.recv(), 0.5)
-                        except TimeoutError:
-                            continue
-                        self.seen.extend(int(s) for s in SEQ_RE.findall(str(message)))
-            except Exception:  # refused while daphne is down, reset when it is killed
-                await asyncio.sleep(0.5)
 
 
 # --- the suite ----------------------------------------------------------------------------------
@@ -731,64 +605,23 @@ class Chaos:
             return f"answered {exc.code}" if exc.code >= 500 else ""
 
 
-def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    """Until something listens on `port`. With `proc` (what is starting), the wait lasts as
-    long as it is alive (a loaded machine starts it slowly) and ends at once if it exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc is not None and proc.poll() is not None:
-                raise SystemExit(f"the process for :{port} exited ({proc.returncode})") from None
-            time.sleep(0.1)
-    raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
-
-
-def wait_http(
-    client: Client, path: str, timeout: float, proc: subprocess.Popen | None = None
-) -> None:
-    """Until `path` answers 200; with `proc`, bounded by that process as wait_port is."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.call("GET", path)[0] == 200:
-            return
-        if proc is not None and proc.poll() is not None:
-            raise SystemExit(f"{path}: the server exited ({proc.returncode}) before answering")
-        time.sleep(0.25)
-    raise SystemExit(f"{path} did not answer 200 within {timeout:.0f} s")
-
-
 def prepare() -> tuple[str, str]:
-    """Migrate, collect static files, the demo users, two API tokens: in this process (a
-    `manage.py` start each costs seconds on a small machine). Returns (operator, approver)."""
-    import io
-
-    from django.core.management import call_command
+    """The database made ready (tests/support/topology_setup.py) in this process, and what
+    the attacks need. Returns the (operator, approver) API tokens."""
+    from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from accounts.models import ApiToken
-
-    started = time.monotonic()
-    for command, options in (
-        ("migrate", {"interactive": False}),
-        ("collectstatic", {"interactive": False}),
-        ("seed_demo", {}),
-    ):
-        call_command(command, verbosity=0, stdout=io.StringIO(), **options)
-    from django.contrib.auth import get_user_model
-
-    users = get_user_model().objects
-    tokens = tuple(
-        ApiToken.issue(users.get(username=u), "chaos")[1] for u in ("operator", "approver")
-    )
-    # For the attacks: a webhook secret of the chaos agent, and an approver to brute-force.
+    from tests.support.topology_setup import prepare as prepare_database
     from triggers.models import WebhookSecret
 
+    started = time.monotonic()
+    tokens = prepare_database("chaos")
+    # For the attacks: a webhook secret of the chaos agent, and an approver to brute-force.
     ATTACK["webhook_secret"] = WebhookSecret.objects.create(agent=AGENT, name="chaos").secret
     ATTACK["victim_password"] = secrets.token_urlsafe(12)
-    users.create_user(username="chaos-victim", password=ATTACK["victim_password"])
+    get_user_model().objects.create_user(
+        username="chaos-victim", password=ATTACK["victim_password"]
+    )
     connection.close()
     print(f"  migrated, static files, users, tokens: {time.monotonic() - started:.1f} s")
     return tokens
@@ -823,13 +656,10 @@ def start(args, sv: Services) -> tuple[str, str]:
     sv.spawn("redis")
     sv.spawn("starvation", [sys.executable, "-c", STARVATION_SAMPLER])
     wait_port(sv.redis_port, 30)
-    import bench.chaos_app as chaos_app  # django.setup() for this process; the effects schema
+    import bench.chaos_app  # noqa: F401  (django.setup() for this process, the chaos agent)
 
     op, ap = prepare()
-
-    db = chaos_app.effects_db()
-    db.executescript(chaos_app.SCHEMA)
-    db.close()
+    effect_ledger.create(sv.env["CHAOS_EFFECTS_DB"])
 
     py = sys.executable
     sv.spawn(
@@ -850,25 +680,6 @@ def start(args, sv: Services) -> tuple[str, str]:
          str(tmp / "beat-schedule"), "--loglevel", "WARNING"],
     )  # fmt: skip
     return op, ap
-
-
-def session_for(username: str) -> str:
-    from django.contrib.auth import get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
-    from django.db import connection
-
-    user = get_user_model().objects.get(username=username)
-    session = SessionStore()
-    session.update(
-        {
-            "_auth_user_id": str(user.pk),
-            "_auth_user_backend": "django.contrib.auth.backends.ModelBackend",
-            "_auth_user_hash": user.get_session_auth_hash(),
-        }
-    )
-    session.create()
-    connection.close()  # outside a request nothing closes it, and Postgres will restart
-    return session.session_key
 
 
 # --- checks ------------------------------------------------------------------------------------
@@ -1153,28 +964,18 @@ def check(chaos: Chaos, watchers: list[Watcher], t_end: float) -> list[str]:
             print(f"run launched while Redis was down ({launch.tag}): {took}")
 
     # Effects against the ledger.
-    db = sqlite3.connect(chaos.effects_path)
-    effects = db.execute("select ref, key, tool, run from effect").fetchall()
-    calls = db.execute("select key, count(*) from call group by key having count(*) > 1")
-    retried_same_key = len(calls.fetchall())
-    db.close()
-    per_key: dict[tuple, int] = {}
-    # Per run and ref: a launch retried after no answer makes a second run with the same tag.
-    per_ref: dict[tuple, int] = {}
-    for ref, key, tool, run_id in effects:
-        per_key[(tool, key)] = per_key.get((tool, key), 0) + 1
-        per_ref[(run_id, ref)] = per_ref.get((run_id, ref), 0) + 1
-    dup_key = {k: n for k, n in per_key.items() if n > 1}
-    dup_ref = {r: n for r, n in per_ref.items() if n > 1}
+    read = effect_ledger.read(chaos.effects_path)
+    effects, dup_key, dup_ref, per_ref = read.effects, read.dup_key, read.dup_ref, read.per_ref
+    retried_same_key = read.retried_same_key
     ledger = dict(SideEffect.objects.filter(run__agent=AGENT).values_list("key", "status"))
     not_committed = [(ref, tool) for ref, key, tool, _ in effects if ledger.get(key) != "committed"]
     missing = []
     for run in runs:
         if run.termination_reason != Run.Termination.COMPLETED:
             continue
-        tag, steps = run.input["tag"], int(run.input["steps"])
-        want = [f"{tag}:{p}{i}" for i in range(steps) for p in "cn"]
-        want += [f"{tag}:t"] if run.input.get("gate") else []
+        want = effect_ledger.expected_refs(
+            run.input["tag"], int(run.input["steps"]), bool(run.input.get("gate"))
+        )
         missing += [ref for ref in want if (str(run.pk), ref) not in per_ref]
     ledger_statuses: dict[str, int] = {}
     for status in ledger.values():

@@ -9,11 +9,11 @@ with `gate`, `chaos_transfer` (always gated: a person approves it), then says "D
 
 Each tool is slow on purpose (a side effect in the middle of 0.1-0.5 s), so a kill -9 often
 lands between an effect and the record of its outcome. Effects go to a SQLite file outside
-the database under test (CHAOS_EFFECTS_DB): an external system that Postgres restarts do not
-touch. `ref` names the logical call (run tag + iteration); the engine's idempotency key comes
-in the tool's context. chaos_charge applies a key once, as a key-honouring service does, and
-logs every call; the other two apply every call they get, so a repeated call shows up as a
-second row for one key.
+the database under test (CHAOS_EFFECTS_DB, made by tests/support/effect_ledger.py): an
+external system that Postgres restarts do not touch. `ref` names the logical call (run tag +
+iteration); the engine's idempotency key comes in the tool's context. chaos_charge applies a
+key once, as a key-honouring service does, and logs every call; the other two apply every call
+they get, so a repeated call shows up as a second row for one key.
 """
 
 import os
@@ -44,15 +44,6 @@ AGENT = "chaos-loop"
 # A call takes its tool's timeout as lease: the lease the suite sets (a dead worker's runs are
 # taken over within it), so "stuck beyond 2 x lease" means the same for every step.
 TIMEOUT = float(os.environ.get("AGENTOPS_LEASE_SECONDS", "5"))
-SCHEMA = """
-create table if not exists effect (
-    ref text not null, key text not null, tool text not null, run text not null,
-    pid integer not null, at real not null
-);
-create table if not exists call (
-    ref text not null, key text not null, tool text not null, pid integer not null, at real
-);
-"""
 
 
 def effects_db() -> sqlite3.Connection:

@@ -106,13 +106,12 @@ def main() -> int:
     import django
 
     django.setup()
-    from django.contrib.auth import get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
     from django.db.models import Count
 
     from approvals.models import Approval
     from demo.models import OutboxEmail, Refund
     from runs.models import Run, SideEffect
+    from tests.support.topology_setup import session_for
 
     base, op, ap = args.base, args.operator_token, args.approver_token
     # Effects are counted per order: an order a previous soak touched would count twice.
@@ -142,19 +141,10 @@ def main() -> int:
 
     # Watch the first refund run live.
     watched = next(iter(runs))
-    user = get_user_model().objects.get(username="operator")
-    session = SessionStore()
-    session.update(
-        {
-            "_auth_user_id": str(user.pk),
-            "_auth_user_backend": "django.contrib.auth.backends.ModelBackend",
-            "_auth_user_hash": user.get_session_auth_hash(),
-        }
-    )
-    session.create()
+    session_key = session_for("operator")
     seen: list[int] = []
     stop = threading.Event()
-    watcher = threading.Thread(target=watch, args=(base, watched, session.session_key, seen, stop))
+    watcher = threading.Thread(target=watch, args=(base, watched, session_key, seen, stop))
     watcher.start()
 
     deadline = time.monotonic() + args.timeout

@@ -6,7 +6,6 @@ cancelling the operator role; both are checked before the body is parsed. Bad in
 refused before anything is written: a 4xx with a message, never a half-created run.
 """
 
-import base64
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -14,7 +13,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Query, Router, Schema, Status
@@ -27,7 +26,7 @@ from accounts.auth import api_auth
 from accounts.requests import ApiRequest
 from agentkit.agents import CATALOGUE, Agent, get_agent, json_type_errors
 
-from . import costs, engine, paging
+from . import api_paging, costs, engine, paging
 from .budgets import models as budgets
 from .models import Checkpoint, Run, canonical_json
 from .schemas import (
@@ -51,9 +50,6 @@ router = Router(tags=["runs"], auth=READERS)
 
 MAX_PAGE = 200  # runs or checkpoints per page
 MAX_STEPS_PAGE = 500
-# Far beyond any real list, and well inside the database's bigint OFFSET (a larger offset was
-# a 500 "bigint out of range" on PostgreSQL).
-MAX_OFFSET = 1_000_000_000
 # A launch body is the input plus a few small fields; anything much larger is refused
 # before it is parsed.
 BODY_SLACK_BYTES = 8_192
@@ -94,29 +90,23 @@ def refuse_large_bodies(view: Callable[..., HttpResponse]) -> Callable[..., Http
     return wrapper
 
 
-class Pagination(LimitOffsetPagination):
-    """ninja's limit/offset, with the offset bounded (422 above MAX_OFFSET)."""
+# Lists by OFFSET read and throw away every row before the page: deeper than this, a client
+# pages with `cursor` (422 beyond it). Counts stop at api_paging.COUNT_CAP as the HTML lists' do.
+MAX_LIST_OFFSET = 10_000
+
+
+class KeysetPagination(LimitOffsetPagination):
+    """`limit` with either `offset` (up to MAX_LIST_OFFSET) or `cursor`: a page's
+    `next_cursor` (runs/api_paging.py), whose page reads only its own rows whatever its depth
+    and never shifts when rows arrive. A list says how to read a cursor (`after`: the rows
+    after it, in the list's order) and what a row's position is."""
 
     class Input(Schema):
         limit: int = Field(100, ge=1, description=f"At most {MAX_PAGE}.")
-        offset: int = Field(0, ge=0, le=MAX_OFFSET)
-
-
-# Runs by OFFSET read and throw away every row before the page: deeper than this, a client
-# pages with `cursor` (422 beyond it). The count stops at RUNS_COUNT_CAP as the HTML lists' do.
-MAX_RUNS_OFFSET = 10_000
-RUNS_COUNT_CAP = 10_000
-
-
-class RunsPagination(LimitOffsetPagination):
-    """`limit` with either `offset` (up to MAX_RUNS_OFFSET) or `cursor`: the opaque keyset
-    position a page's `next_cursor` gives (runs/paging.py's Cursor, base64), whose page reads
-    only its own rows whatever its depth and never shifts when runs arrive."""
-
-    class Input(Schema):
-        limit: int = Field(100, ge=1, description=f"At most {MAX_PAGE}.")
-        offset: int = Field(0, ge=0, le=MAX_RUNS_OFFSET)
-        cursor: str | None = Field(None, max_length=200, description="A page's next_cursor.")
+        offset: int = Field(0, ge=0, le=MAX_LIST_OFFSET)
+        cursor: str | None = Field(
+            None, max_length=api_paging.CURSOR_MAX_LENGTH, description=api_paging.CURSOR_HELP
+        )
 
     class Output(Schema):
         items: list[Any]
@@ -124,40 +114,49 @@ class RunsPagination(LimitOffsetPagination):
         count_capped: bool
         next_cursor: str | None
 
+    def after(self, cursor: str) -> Q:
+        raise NotImplementedError
+
+    def position(self, row: Any) -> str:
+        raise NotImplementedError
+
     def paginate_queryset(
         self, queryset: QuerySet, pagination: Any, request: HttpRequest, **params: Any
     ) -> dict[str, Any]:
         limit = min(pagination.limit, self.max_limit)
         if pagination.cursor is not None:
-            cursor = _parse_cursor(pagination.cursor)
-            rows = list(queryset.filter(cursor.older())[: limit + 1])
+            rows = list(queryset.filter(self.after(pagination.cursor))[: limit + 1])
         else:
             rows = list(queryset[pagination.offset : pagination.offset + limit + 1])
-        count = queryset.order_by()[: RUNS_COUNT_CAP + 1].count()
         more = len(rows) > limit
         return {
             "items": rows[:limit],
-            "count": min(count, RUNS_COUNT_CAP),
-            "count_capped": count > RUNS_COUNT_CAP,
-            "next_cursor": _cursor_token(paging.Cursor.of(rows[limit - 1])) if more else None,
+            **api_paging.capped_count(queryset),
+            "next_cursor": api_paging.encode(self.position(rows[limit - 1])) if more else None,
         }
 
 
-def _cursor_token(cursor: paging.Cursor) -> str:
-    return base64.urlsafe_b64encode(cursor.token.encode()).decode().rstrip("=")
+class RunsPagination(KeysetPagination):
+    """Newest first, by (created_at, id): runs/paging.py's Cursor."""
+
+    def after(self, cursor: str) -> Q:
+        parsed = paging.Cursor.parse(api_paging.decode(cursor))
+        if parsed is None:
+            raise api_paging.bad_cursor()
+        return parsed.older()
+
+    def position(self, row: Run) -> str:
+        return paging.Cursor.of(row).token
 
 
-def _parse_cursor(token: str) -> paging.Cursor:
-    try:
-        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        text = ""
-    cursor = paging.Cursor.parse(text)
-    if cursor is None:
-        raise ValidationError(
-            [{"type": "value_error", "loc": ["query", "cursor"], "msg": "not a page's cursor"}]
-        )
-    return cursor
+class CheckpointsPagination(KeysetPagination):
+    """By seq."""
+
+    def after(self, cursor: str) -> Q:
+        return Q(seq__gt=api_paging.seq_of(cursor))
+
+    def position(self, row: Checkpoint) -> str:
+        return str(row.seq)
 
 
 # --- access ----------------------------------------------------------------------------------
@@ -291,16 +290,30 @@ def list_steps(
     run_id: UUID,
     after: int = Query(0, ge=0, description="Only steps with a greater seq."),
     limit: int = Query(100, ge=1, description=f"At most {MAX_STEPS_PAGE}."),
+    cursor: str | None = Query(
+        None, max_length=api_paging.CURSOR_MAX_LENGTH, description=api_paging.CURSOR_HELP
+    ),
 ) -> dict:
+    if cursor is not None:
+        if after:
+            raise api_paging.bad_cursor("give `after` or `cursor`, not both")
+        after = api_paging.seq_of(cursor)
     run = _get_run(request, run_id)
     limit = min(limit, MAX_STEPS_PAGE)
-    # One row more than asked tells whether another page follows without a COUNT.
+    # One row more than asked tells whether another page follows without a COUNT: the run's
+    # last_seq is the timeline's length.
     steps = list(run.steps.filter(seq__gt=after).order_by("seq")[: limit + 1])
-    return {"items": steps[:limit], "has_more": len(steps) > limit, "last_seq": run.last_seq}
+    more = len(steps) > limit
+    return {
+        "items": steps[:limit],
+        "has_more": more,
+        "next_cursor": api_paging.encode(str(steps[limit - 1].seq)) if more else None,
+        "last_seq": run.last_seq,
+    }
 
 
 @router.get("/runs/{run_id}/checkpoints", response=list[CheckpointOut], summary="Saved run states")
-@paginate(Pagination, max_limit=MAX_PAGE)
+@paginate(CheckpointsPagination, max_limit=MAX_PAGE)
 def list_checkpoints(request: ApiRequest, run_id: UUID) -> QuerySet[Checkpoint]:
     run = _get_run(request, run_id)
     return Checkpoint.objects.filter(run=run).only("seq", "created_at").order_by("seq")

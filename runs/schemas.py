@@ -322,6 +322,9 @@ class StepOut(Schema):
 class StepPage(Schema):
     items: list[StepOut]
     has_more: bool = Field(description="More steps follow: ask again with after=<last seq>.")
+    next_cursor: str | None = Field(
+        description="When more steps follow: ask again with cursor=<this> (same as after)."
+    )
     last_seq: int = Field(description="The run's newest seq when this page was read.")
 
 

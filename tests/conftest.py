@@ -116,6 +116,9 @@ SERVICE_SENSITIVE = {
     "test_migrations.py",
     # full-text search, raw SQL, JSON columns, what Postgres refuses
     "runs/test_search.py",
+    # keyset cursors: uuid and timestamp comparisons made by the database and in Python
+    "runs/test_api_cursors.py",
+    "approvals/test_api_cursors.py",
     "runs/test_api.py",
     "runs/test_views.py",
     "runs/test_bad_input.py",
@@ -165,6 +168,7 @@ GATEWAY_LIVE_SERVER = {
 # generated cases), handed out first. xdist otherwise hands out the units with the most tests
 # first, which left these for the end of the run, with the other workers idle.
 LONG_FIRST = [
+    "tests/test_fleet.py",  # a whole fleet started and broken: minutes (services pass only)
     "tests/gateway (live server)",
     "tests/test_migrations.py",
     "tests/history/test_transfer.py",

@@ -7,21 +7,17 @@ merge keys, `${VAR:-default}` taken at its default)."""
 
 import re
 import shlex
-import shutil
 import socket
-import subprocess
-import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.support.haproxy import HAPROXY_CFG, HAProxy
+
 REPO = Path(__file__).resolve().parent.parent
-HAPROXY_CFG = REPO / "deploy" / "haproxy" / "haproxy.cfg"
-HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 DEFAULT = re.compile(r"\$\{(\w+)(?::?[-?]([^}]*))?\}")
 
 
@@ -120,12 +116,6 @@ def test_proxy_configuration_forwards_headers_and_websockets():
     assert re.search(template, text)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Backend:
     """A web replica stand-in: records the request head it receives, answers a WebSocket
     upgrade with 101 and then echoes what arrives, and any other request with 200."""
@@ -181,46 +171,17 @@ def headers_of(head: str) -> dict[str, list[str]]:
 def haproxy():
     """compose's haproxy.cfg as it is, with its listeners on private ports and the
     replicas Docker's DNS would name replaced by one local backend."""
-    if not Path(HAPROXY).exists():
-        pytest.fail("haproxy is not installed (apt-get install haproxy; .ci/run does)")
     backend = Backend()
-    port, monitor = free_port(), free_port()
-    text = HAPROXY_CFG.read_text()
-    text = text.replace("bind :8000", f"bind 127.0.0.1:{port}")
-    text = text.replace("bind :8404", f"bind 127.0.0.1:{monitor}")
-    text = re.sub(
-        r"server-template web .*",
-        f"server web1 127.0.0.1:{backend.port} check",
-        text,
-    )
-    assert f"server web1 127.0.0.1:{backend.port}" in text
-    tmp = Path(tempfile.mkdtemp(prefix="agentops-haproxy-"))
-    (tmp / "haproxy.cfg").write_text(text)
-    process = subprocess.Popen(
-        [HAPROXY, "-db", "-f", str(tmp / "haproxy.cfg")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proxy = HAProxy([backend.port])
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            # Up once its health check has found the backend (monitor answers 200).
-            try:
-                with socket.create_connection(("127.0.0.1", monitor), timeout=2) as s:
-                    s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-                    if b" 200 " in s.recv(1024):
-                        break
-            except OSError:
-                pass
-            assert process.poll() is None, "haproxy refused compose's configuration"
-            assert time.monotonic() < deadline, "haproxy never found its backend up"
-            time.sleep(0.2)
-        yield port, backend
+        proxy.start()
+    except RuntimeError as exc:
+        pytest.fail(f"{exc} (.ci/run installs haproxy)")
+    try:
+        yield proxy.port, backend
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        proxy.stop()
         backend.sock.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_haproxy_passes_a_websocket_upgrade_and_appends_the_client_address(haproxy):

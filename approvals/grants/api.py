@@ -6,12 +6,14 @@ from datetime import datetime, timedelta
 from typing import Literal
 from uuid import UUID
 
+from django.db.models import Q
 from django.http import JsonResponse
 from django.utils import timezone
 from ninja import Field, Router, Schema
 
 from accounts.auth import api_auth
 from accounts.requests import ApiRequest
+from runs import api_paging
 
 from .. import decisions
 from ..models import Approval, Grant
@@ -108,13 +110,48 @@ def post_grant(request: ApiRequest, approval_id: UUID, payload: GrantIn):
 
 
 @router.get("/grants", auth=APPROVERS)
-def list_grants(request: ApiRequest, active: bool = True, limit: int = 50):
-    """Active grants (`active=false`: every grant), newest first; `limit` 1 to 200."""
+def list_grants(request: ApiRequest, active: bool = True, limit: int = 50, cursor: str = ""):
+    """Active grants (`active=false`: every grant), newest first; `limit` 1 to 200; the page
+    after another with `cursor` (its `next_cursor`). `count` stops at 10 000 (`count_capped`)."""
+    errors: dict[str, list[str]] = {}
     if not 1 <= limit <= MAX_PAGE:
-        return _error(422, "invalid filters", errors={"limit": [f"between 1 and {MAX_PAGE}"]})
+        errors["limit"] = [f"between 1 and {MAX_PAGE}"]
+    after = _grant_position(cursor) if cursor else None
+    if cursor and after is None:
+        errors["cursor"] = ["not a page's cursor (give a page's next_cursor)"]
+    if errors:
+        return _error(422, "invalid filters", errors=errors)
     found = grants.visible_to(request.auth, grants.active() if active else None)
-    rows = list(found.order_by("-granted_at", "-id")[:limit])
-    return {"items": [_out(g) for g in rows], "count": len(rows)}
+    ordered = found.order_by("-granted_at", "-id")
+    if after is not None:
+        granted_at, grant_id = after
+        ordered = ordered.filter(
+            Q(granted_at__lt=granted_at) | Q(granted_at=granted_at, id__lt=grant_id)
+        )
+    rows = list(ordered[: limit + 1])
+    more = len(rows) > limit
+    last = rows[limit - 1] if more else None
+    return {
+        "items": [_out(g) for g in rows[:limit]],
+        **api_paging.capped_count(found),
+        "next_cursor": (
+            api_paging.encode(f"{last.granted_at.isoformat()}|{last.pk}") if last else None
+        ),
+    }
+
+
+def _grant_position(cursor: str) -> tuple[datetime, int] | None:
+    """(granted_at, id) from a cursor; None if it is not one this list gave."""
+    if len(cursor) > api_paging.CURSOR_MAX_LENGTH:
+        return None
+    moment, _, grant_id = api_paging.decode(cursor).partition("|")
+    try:
+        granted_at = datetime.fromisoformat(moment)
+    except ValueError:
+        return None
+    if granted_at.tzinfo is None or not grant_id.isdigit() or len(grant_id) > 18:
+        return None
+    return granted_at, int(grant_id)
 
 
 @router.post("/grants/{int:grant_id}/revoke", auth=APPROVERS)

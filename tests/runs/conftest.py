@@ -4,6 +4,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from runs import engine, queue
@@ -84,3 +85,11 @@ def run(operator, no_enqueue) -> Run:
     run = make_run(operator, status=Run.Status.RUNNING)
     add_steps(run, 4)
     return run
+
+
+@pytest.fixture
+def as_viewer(viewer) -> Client:
+    """A signed-in viewer's browser session (the API takes sessions as well as tokens)."""
+    client = Client()
+    client.force_login(viewer)
+    return client

@@ -12,8 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.models import ApiToken
 from agentkit.agents import CATALOGUE, get_agent
-from runs import api as runs_api
-from runs import engine
+from runs import api_paging, engine
 from runs.models import Run, Step
 from tests.conftest import make_user
 
@@ -716,7 +715,7 @@ def test_a_cursor_walks_the_whole_list_a_page_at_a_time(as_operator, some_runs):
 
 @pytest.mark.django_db
 def test_the_count_stops_at_its_cap(as_operator, some_runs, monkeypatch):
-    monkeypatch.setattr(runs_api, "RUNS_COUNT_CAP", 3)
+    monkeypatch.setattr(api_paging, "COUNT_CAP", 3)
     body = as_operator.get("/api/runs?limit=1").json()
     assert body["count"] == 3 and body["count_capped"] is True
 
