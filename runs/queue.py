@@ -74,7 +74,7 @@ def enqueue(
 
 
 def _mark_unsent(run_id) -> None:
-    # By name: runs/models.py imports this module.
+    # By name: runs/models/ (run_resume.py) imports this module.
     Run = apps.get_model("runs", "Run")
     try:
         Run.objects.filter(pk=run_id, status="queued").update(unsent=True)

@@ -2,7 +2,7 @@
 
 Its one job: the statements every agent step makes (launch, claim, load, a step's write,
 ownership checks, the checkpoint), called from runs/engine/ and the timeline methods of
-runs/models.py, and the gateway's: an external agent's session is launched as a run and its
+runs/models/timeline.py, and the gateway's: an external agent's session is launched as a run and its
 calls are written to its timeline as often as an internal run's steps (10 000 agents waiting
 at once, bench/gateway_waiters.py), so gateway/sessions.py launches one through `insert_all`
 as the engine does. Everything else (views, API, decisions, sweeps) uses the ORM;
