@@ -70,38 +70,7 @@ TRANSITIONS: dict[str, set[str]] = {
 ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING, Status.WAITING)
 TERMINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
-# Literal lists for the CHECK constraints (migrations hold them as written).
-CHECK_STATUSES = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
-CHECK_TRIGGERS = [
-    "form",
-    "api",
-    "webhook",
-    "schedule",
-    "chained",
-    "fork",
-    "replay",
-    "external",
-    "compensation",
-]
-CHECK_TERMINATIONS = [
-    "completed",
-    "max_steps",
-    "max_cost",
-    "max_seconds",
-    "consecutive_errors",
-    "no_progress",
-    "cancelled",
-    "approval_expired",
-    "rejected",
-    "llm_error",
-    "verification_failed",
-    "output_invalid",
-    "blocked",
-    "pending_timeout",
-    "agent_failed",
-    "truncated",
-    "refused",
-    "budget",
-    "compensation_failed",
-    "idle",
-]
+# The values the CHECK constraints allow (migrations hold them as lists).
+CHECK_STATUSES = Status.values
+CHECK_TRIGGERS = Trigger.values
+CHECK_TERMINATIONS = Termination.values
