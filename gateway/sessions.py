@@ -1,14 +1,6 @@
 """An external agent's session as a run: registering it, its calls through the gate policy,
 what it reports happened, and its end.
-
-The run is written here, not by the engine, which never advances it (Run.resume sends a
-decided external run back to `running`, not to a worker). Every write takes the run's row
-lock, as the engine and the decision service do, and appends to the same hash-chained
-timeline, so the run page, the audit view and `verify_chain` read an external session like
-any other run. A gated call opens its Approval through the approvals app's own gate
-(approvals/gates/cascade.py), so notification, four-eyes, quorum, expiry and the 409 on a second
-decision are the ones internal runs have.
-"""
+Why and how: docs/design/modules.md."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass

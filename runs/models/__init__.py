@@ -1,12 +1,10 @@
 """The runs app's models, one module per part (Django finds them all here):
 
-- run.py: Run's fields and constraints; its behaviour in run_status.py (status changes),
-  run_resume.py (back to work), timeline.py (the timeline's writes), limits.py (time used);
-  queries.py is `Run.objects`; choices.py its statuses and their transitions;
-- step.py: Step and Checkpoint, the timeline's rows; canonical.py: the JSON that is hashed;
-- costs.py, ledger.py, pending.py, rate_limits.py, steering.py: the models of the run-level
-  features (their work is in runs/budgets/, runs/compensation/, runs/pending/, …).
-
+- run.py: Run's fields; its behaviour in run_status.py (status changes), run_resume.py (back
+  to work), timeline.py (the timeline's writes), limits.py (time used); queries.py is
+  `Run.objects`, choices.py its statuses and their transitions;
+- step.py: Step and Checkpoint; canonical.py: the JSON that is hashed;
+- costs.py, ledger.py, pending.py, rate_limits.py, steering.py: the run-level features' models.
 The parts import no app above runs and nothing of the engine (tests/test_layering.py).
 """
 
