@@ -1,21 +1,6 @@
 """Sign-in throttling with django-axes: which address a sign-in comes from, when a username is
 locked, what a locked-out person is told, and the audit line every lockout leaves.
-
-Axes counts failures on every password check that goes through
-`django.contrib.auth.authenticate`: the login page (where the admin's sign-in sends people),
-and the one-tap page's password prompt (approvals/notify/one_tap/views.py). Two locks, either
-refuses the password before it is checked:
-
-- a username from one address, after AXES_FAILURE_LIMIT failures from there;
-- a username from anywhere, after AXES_USERNAME_FAILURE_LIMIT failures in all (0: never), so
-  that guesses spread over many addresses (a botnet, or a forwarded-for header the server
-  believed) still stop. Anyone who knows a username can hold this lock on its password
-  sign-in by guessing; single sign-on still works, and an admin unlocks.
-
-The address is the socket's, or behind TRUSTED_PROXY_COUNT proxies the one the outermost of
-them saw (`client_address`): never one the client wrote. Settings: AXES_* and
-TRUSTED_PROXY_COUNT in agentops/settings.py.
-"""
+Why and how: docs/design/modules.md."""
 
 import ipaddress
 import logging

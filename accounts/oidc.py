@@ -1,14 +1,6 @@
 """django-allauth's hooks for OpenID Connect sign-in (loaded only when AGENTOPS_OIDC_ISSUER is
 set: settings name these adapters, and allauth's pages are routed only then).
-
-Roles and team memberships are refreshed from the provider's claims before the session is
-granted, at every sign-in: for a known person in `pre_social_login`, for a new one once allauth
-has saved them.
-
-The callback is allauth's, with an adapter that also keeps the ID token as issued and the
-provider's `end_session_endpoint` (allauth keeps neither), for sign-out at the provider
-(accounts/provider_logout.py); the session gets them once the person is signed in.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 

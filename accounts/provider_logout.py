@@ -1,17 +1,6 @@
 """Signing out of the identity provider too (OpenID Connect RP-Initiated Logout 1.0).
-
-At an OpenID Connect sign-in (accounts/oidc.py) the session keeps the provider's
-`end_session_endpoint`, from its discovery document, and the ID token it issued. Signing out
-here then sends the browser on to that endpoint with `id_token_hint`, `client_id` and
-`post_logout_redirect_uri` (our sign-in page, which the provider must have registered for the
-client), so the provider's session ends too and the next "Sign in with …" asks who it is. A
-person who signed in with a password, or through a provider that offers no such endpoint, is
-signed out here only; so is one whose provider's endpoint is not on the issuer's origin: the
-sign-out form's redirect is held to the policy's form-action, which lets that origin alone
-through (agentops/settings.py), and the browser would refuse the redirect.
-
 No allauth import: the sign-out view loads this with single sign-on off too.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit

@@ -1,30 +1,5 @@
 """Single sign-on: what the identity provider's claims grant here.
-
-The provider (OpenID Connect through django-allauth, accounts/oidc.py) says who the person
-is and which groups they are in; `ClaimMapping` turns one claim of theirs (`groups` by
-default, a dotted path such as `realm_access.roles` for a nested one) into our roles, from
-`AGENTOPS_OIDC_ROLES`:
-
-    agentops-operators:operator,agentops-approvers:approver,agentops-admins:admin
-
-Each entry is `<claim value>:<target>`, split at the last colon (a claim value may itself
-hold colons, as URNs do). A target is a role name.
-
-Teams (accounts/teams.py) are granted the same way from `AGENTOPS_OIDC_TEAMS`, the target
-being a team's slug and the powers its membership gets, joined by "+":
-
-    payments-ops:payments+launch,payments-approvers:payments+decide,audit:payments
-
-(`audit:payments` alone: a member who views). Powers: launch, decide, administer. Values
-mapping to one team add up.
-
-The roles are recomputed at every sign-in and replace the user's role groups (groups that
-are not roles are left alone): a group removed at the provider is a role removed here, and
-taking a role away announces it to the user's open sockets (runs/access.py), which close.
-Team memberships the mapping made are recomputed too (one left out is removed, powers are
-set to what the mapping grants); a membership an admin added by hand is left alone. A team
-slug that does not exist (yet) is skipped with a warning in the log.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 from collections.abc import Iterable, Mapping

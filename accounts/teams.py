@@ -1,20 +1,5 @@
 """Which agents a user reaches, and for what: the one rule behind every per-agent check.
-
-A team owns agents (TeamAgent) and has members (TeamMember). For an agent:
-
-- a global admin (the admin role, or a superuser) reaches it for everything;
-- an agent owned by no team is reached through the global roles alone, as before teams
-  existed (viewers view, operators launch, approvers decide; only admins administer);
-- an agent owned by one or more teams is reached only through a membership of one of them:
-  membership views, `launch` / `decide` add those, each still needing the global role that
-  does it anywhere (operator, approver): a team narrows what a role reaches, never widens it.
-  `administer` (the agent's gate rules: learned rules, overrides) is the team's own grant,
-  given by an admin to a member who holds any role.
-
-`scope(user, power)` answers it as an `AgentScope`, which filters a queryset (`.q("agent")`,
-`.q("run__agent")`) or answers for one agent (`.allows(slug)`). Runs, approvals and the rest
-build their `visible_to` / `decidable_by` querysets on it, so the rule lives here alone.
-"""
+Why and how: docs/design/modules.md."""
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass

@@ -2,15 +2,7 @@
 security keys and passkeys, accounts/passkeys.py; recovery codes as their fallback,
 accounts/recovery_codes.py), the sign-in that waits between the password and the second
 factor, and the policy that makes people enrol.
-
-A password sign-in of a person with a confirmed device does not sign them in: the session
-keeps who they are (server side, never an id sent back by the browser), when the wait
-ends (AGENTOPS_MFA_PENDING_SECONDS) and their password hash's fingerprint; a current code
-then signs them in (django.contrib.auth and django_otp, so `request.user.is_verified()`).
-django-otp throttles each device: after a wrong code the next try must wait 1, 2, 4, … s.
-
-Single sign-on sessions are left alone: the identity provider does its own second factor.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 import time

@@ -1,14 +1,5 @@
 """The tools' circuit breaker, shared by every worker process through Redis.
-
-Per tool: after `threshold` consecutive infrastructure failures, counted across all workers,
-the tool fails fast for `cooldown` seconds; after that, calls go through again, and the next
-failure opens it again at once (the count is still at the threshold) while a success closes
-it. With REDIS_URL the count and the open circuit live in Redis (an INCR and a key with a
-time to live), so a broken upstream found by one worker stops the calls of all of them. Each
-process reads that state at most every CACHE_SECONDS per tool: a tool call costs no round
-trip of its own. Embedded (one process) and whenever Redis does not answer, the state is this
-process's own, as before: a breaker must never be why a call fails.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 import threading

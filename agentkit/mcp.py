@@ -1,25 +1,6 @@
 """Tools from MCP servers: an agent's catalogue entry names servers (stdio or streamable
 HTTP) and takes their tools as its own.
-
-A server's tools are listed when a run starts (its snapshot at launch), at most once every
-`relist_seconds` per process (a cache), and wherever a process meets a tool of a declared
-server it has not listed yet (`get_tool`'s resolver below). Each tool becomes an `McpTool`
-in the tool registry under the server's prefix ("warehouse_reserve_stock"): the engine calls
-it like any Python tool, so the ledger, deadlines, circuit breaker and gates all apply.
-
-Risk: the server's annotations are hints from the server's side, so they may raise a tool's
-risk and never lower it. A tool the agent does not declare starts irreversible with a medium
-blast radius (gated by the base table); `destructiveHint` raises that to high; `readOnlyHint`
-is only reported. The agent's owner says what a tool really is with `McpServer.risks` (a
-hint can still raise it) or lets it through with GateRules.never_gate. The gateway's MCP
-registration (gateway/mcp_tools.py) follows the same mapping.
-
-Each process keeps one session a server, opened at its first call or listing and used by
-all of them (_Connections): a call costs its round trip, not a stdio server's start and a
-handshake. A session that fails is dropped, and the next call opens another; one idle for
-`idle_seconds` is closed (its stdio server stops). A server's `notifications/tools/
-list_changed` on a kept session makes the next run start list its tools again.
-"""
+Why and how: docs/design/modules.md."""
 
 import asyncio
 import atexit

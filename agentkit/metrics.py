@@ -1,20 +1,7 @@
 """The Prometheus metrics that count events: steps, model and tool calls, decisions, sweeps,
-live sockets. What is a state (runs by status, approvals pending, the queue's depth) is read
-at scrape time instead (agentops/monitoring.py), so it cannot drift.
-
-Every process (web, workers, beat) moves its own counters. With PROMETHEUS_MULTIPROC_DIR set
-each process writes them to its own files in that directory, and any web process's /metrics
-adds up every process that shares the directory (prometheus_client's multiprocess mode): one
-host, or one pod with the directory on a volume of its own, which is then scraped on its own
-(docs/operations/monitoring.md). Unset, a process keeps them in memory and serves only its own (the
-embedded `manage.py up`, tests).
-
-A process that ends leaves its counters (the totals must not go down) but its live gauges
-(open sockets) are removed: at exit, at a Celery pool child's exit (agentops/celery.py), and
-at start-up for the processes of this host that are gone (a kill -9 runs no exit handler).
-
-This module imports nothing of the project, so the engine, runs and approvals can all count.
-"""
+live sockets (states are read at scrape time instead: agentops/monitoring.py).
+Imports nothing of the project, so the engine, runs and approvals can all count.
+Why and how: docs/design/modules.md."""
 
 import atexit
 import os

@@ -1,14 +1,5 @@
 """Personal data detectors and the PII policy an agent declares.
-
-Each detector is a plain function: text in, the matches it is sure of out. They lean towards
-precision: an order number, an amount, a date or a run of digits that fails its checksum is
-not personal data, and a guard that gates every order id teaches approvers to wave calls
-through. Card numbers must pass Luhn, IBANs mod-97; phone numbers need a leading + (E.164)
-or a national shape with separators; national ids are patterns the agent chooses.
-
-The engine applies the policy (runs/engine/pii_guard.py); the approval card shows findings
-masked (`mask`): the kind, where, and enough of the value to recognise it.
-"""
+Why and how: docs/design/modules.md."""
 
 import re
 from collections.abc import Callable, Iterable

@@ -1,16 +1,5 @@
 """Effect previews: what a gated call would change, computed before anyone decides.
-
-A tool may declare `preview`: a read-only function of the call's parsed arguments that says
-what the call would change, as `Change`s (the records it touches before and after, the
-e-mail as it would be sent, the rows affected). It runs when the gate opens, and the result
-is kept with the approval and shown to the approver as a diff. When they decide it runs
-again: if the data changed since (another refund landed, the address was corrected), the
-two differ and the approval is refused with the fresh preview, before the effect happens
-(approvals/decisions.py).
-
-A preview is data the approver reads, from untrusted values: it is rendered escaped, never
-as markup. A preview that fails says so (its `error`) rather than stopping the gate.
-"""
+Why and how: docs/design/modules.md."""
 
 import difflib
 import hashlib

@@ -1,18 +1,6 @@
 """Where Redis is: one REDIS_URL, a plain server or a Sentinel-watched primary.
-
-    REDIS_URL=redis://[user:password@]host:6379/0          one server (rediss:// for TLS)
-    REDIS_URL=sentinel://[user:password@]s1:26379,s2:26379,s3:26379/mymaster/0
-
-The Sentinel form lists the sentinels (comma-separated, port 26379 when omitted), then the
-monitored master's name and the database number (0 when omitted). The credentials are the
-primary's; sentinels that require a password of their own take `?sentinel_password=…`.
-`redis.Redis.from_url` refuses this scheme, so every direct client is built by `client()`,
-and settings.py derives the Celery broker, redbeat's lock and the channel layer from the
-same parse (`SentinelTarget`).
-
-In agentkit (the library) so the apps and the wiring share it; no Django import: settings.py
-reads it before Django is configured.
-"""
+No Django import: settings.py reads it before Django is configured.
+Why and how: docs/design/modules.md."""
 
 from dataclasses import dataclass
 from typing import Any

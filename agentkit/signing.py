@@ -1,36 +1,6 @@
 """How agentops signs a webhook, and checks one: the Standard Webhooks specification
 (https://www.standardwebhooks.com), with its reference library `standardwebhooks`.
-
-The one module for every signed request: webhooks that launch runs (triggers), approval
-notifications (approvals.notify) and external agents' decision callbacks (gateway). Its
-`derive_key` also keys the compliance evidence file, whose trailer's MAC is `hmac_sha256`
-written out in approvals/evidence/chain.py, so that the file's offline verifier needs only the
-standard library (a test holds the two equal).
-
-    webhook-id: <delivery id: the same on every retry of one delivery>
-    webhook-timestamp: <unix seconds, when this attempt was signed>
-    webhook-signature: v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<raw body>")> [v1,… …]
-
-The id, the timestamp and the body are signed together, so none can be changed without the
-key. Several signatures, separated by spaces, may be sent (one per key while a key rotates);
-a receiver accepts the request when any of them matches one of its keys. A request whose
-timestamp is more than AGENTOPS["WEBHOOK_TOLERANCE_SECONDS"] (300) away from the receiver's
-clock is refused, and a receiver remembers the ids it accepted, so a captured request replayed
-within the window never counts twice.
-
-A key written `whsec_<base64>` is the bytes that base64 stands for, as every Standard Webhooks
-library reads it; any other key (AGENTOPS_WEBHOOK_SECRET, an agent's token hash) is its own
-UTF-8 bytes. The body must be UTF-8 (the library signs text); JSON is.
-
-The scheme before it (deprecated), still accepted while AGENTOPS_WEBHOOK_LEGACY_SIGNATURES is
-true, and then sent beside the new headers:
-
-    X-Agentops-Timestamp: <unix seconds>
-    X-Agentops-Signature: sha256=<hex HMAC-SHA256(whole key as text, "<timestamp>.<raw body>")>
-
-It signs no id, so a legacy request's id is derived from its signature: a replayed copy has
-the same one.
-"""
+Why and how: docs/design/modules.md."""
 
 import base64
 import binascii

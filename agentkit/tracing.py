@@ -1,25 +1,7 @@
 """OpenTelemetry traces of runs: off unless a process calls configure() (agentops/telemetry.py
-does when OTEL_EXPORTER_OTLP_ENDPOINT or AGENTOPS_OTEL is set).
-
-Off, every helper here is one check of a module global and returns None or a shared no-op
-context manager: the engine's hot path pays nothing else.
-
-A run lives for minutes to days across processes (a web request launches it, workers
-advance it, a person decides in another request), so its span cannot be one `with` block.
-Its context is chosen at launch instead (a trace id, inherited from the launching request
-or an external agent's `traceparent`, and a span id of its own), kept on the run as a W3C
-`traceparent`, and every later span of the run (steps, model and tool calls, approval waits)
-is that context's child wherever it is made. The run span itself is recorded when the run
-ends, with that span id and the run's start time. An approval wait is recorded the same way
-at decision time, from the gate's start time.
-
-GenAI semantic conventions: a model call is `chat <model>` with gen_ai.operation.name,
-gen_ai.provider.name (and the older gen_ai.system), gen_ai.request.model, the usage and the
-finish reasons; a tool call is `execute_tool <tool>` with gen_ai.tool.name; a run is
-`invoke_agent <agent>`.
-
-This module imports nothing of the project but agentkit.llm's plain types.
-"""
+does when OTEL_EXPORTER_OTLP_ENDPOINT or AGENTOPS_OTEL is set); off, every helper costs one
+check. Imports nothing of the project but agentkit.llm's plain types.
+Why and how: docs/design/modules.md."""
 
 import contextlib
 import contextvars

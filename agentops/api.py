@@ -1,18 +1,5 @@
 """The JSON API (django-ninja; OpenAPI at /api/docs). Each app contributes a router.
-
-Every endpoint needs a user: a browser session (with its CSRF token on unsafe methods) or a
-per-user token (`Authorization: Bearer ao_…`); see accounts/auth.py. Handlers read the user
-from `request.auth`; an endpoint may require a role up front (`auth=api_auth("can_operate")`)
-or check it itself (`user.can_approve`, ...).
-
-Errors are problem details (agentops/problems.py: `application/problem+json`, with `type`,
-`title`, `status`, `detail`): 401 without a user, 403 for a missing role or CSRF token, 404,
-409, 413 for oversized bodies, 422 with field errors for invalid input, 503 with Retry-After
-while the database is unavailable. Handlers answer `{"detail": ...}`; the middleware shapes it.
-
-Every state-changing call takes an `Idempotency-Key` header: a retry with the same key gets
-the first answer and does nothing twice (agentops/idempotency.py).
-"""
+Why and how: docs/design/modules.md."""
 
 import pydantic
 from django.core.exceptions import RequestDataTooBig

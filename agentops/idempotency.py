@@ -1,33 +1,5 @@
 """`Idempotency-Key` on every state-changing call of the API (agentops/api.py).
-
-A client that did not hear the answer to a POST (a timeout, a dropped connection, a proxy's
-502) cannot know whether it happened. Sent again with the same key, the request is answered
-with the first answer (status and body, header `Idempotent-Replayed: true`) and nothing is
-done twice. The key is scoped to the authenticated principal (a user, whether by session or
-token, or an external agent), the method and the path: another user's same key is another
-request. Kept for AGENTOPS["IDEMPOTENCY_WINDOW_SECONDS"] (24 h by default); `prune()` deletes
-what is older (beat and the embedded sweeps).
-
-- The same key with another body (or query string): 422, nothing done.
-- The same key while the first request still runs: 409 with Retry-After, nothing done.
-- A key that is not 1 to 128 printable ASCII characters without spaces: 400.
-- Answers of 500 and more are not kept (the work was rolled back; a retry does it again),
-  nor answers given before the view ran: 401/403 of authentication, 422 of the body's schema.
-
-Two ninja decorators do it (`install`): around the operation (`view` mode: before
-authentication) a transaction, and after authentication and validation (`operation` mode)
-the claim. For a sync view, the claim (a row under a unique constraint), the view's writes and
-the stored answer commit together: a process killed mid-request leaves no key behind and no
-half-done work, and the retry runs it once. On PostgreSQL a transaction-scoped advisory lock
-on the key answers a concurrent duplicate 409 at once instead of making it wait on the unique
-index. An async view cannot run in one transaction (its queries run in other threads): its
-claim commits first, marked in progress for AGENTOPS["IDEMPOTENCY_LOCK_SECONDS"], and its
-answer is stored after; a claim whose process died is taken over when that lock has expired.
-
-Endpoints not authenticated by a user or an agent (signed webhooks, pending operations'
-signed callbacks) are left alone: they have their own replay protection (triggers/webhooks.py
-reads the same header itself).
-"""
+Why and how: docs/design/modules.md."""
 
 import contextlib
 import functools

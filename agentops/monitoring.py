@@ -2,15 +2,7 @@
 PROMETHEUS_MULTIPROC_DIR (agentkit/metrics.py: a host, or a pod), and the state read at
 scrape time (runs in flight by status, approvals pending and the oldest one's age, the
 queue's depth), which is the same whichever process answers.
-
-- GET /metrics: both (one host: scrape it once per host);
-- GET /metrics/processes: the counters only (several pods: scrape every pod; a pod of
-  workers only serves it on METRICS_PORT, agentops/metrics_server.py);
-- GET /metrics/state: the state only (several pods: scrape it once, through the service).
-
-Behind a bearer token (METRICS_TOKEN): without one configured they do not exist (404); a
-request without the token gets 401, with a wrong one 403.
-"""
+Why and how: docs/design/modules.md."""
 
 import hmac
 import logging

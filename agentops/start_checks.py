@@ -1,15 +1,5 @@
 """The system checks every process runs before it serves or consumes anything.
-
-`manage.py check`, `migrate` and `up` run Django's system checks and refuse to go on when one
-fails (among them approvals.E001: a gate rule that names a tool, argument or approver group
-the agent does not have, and so gates nothing). daphne and a Celery worker run no command:
-started without them, they would serve and execute such an agent's calls ungated. The ASGI
-application (agentops/asgi.py) and the worker's start (agentops/celery.py) call `refuse_unsound`
-so that every process kind fails closed the same way, with the same messages.
-
-The checks are those `runserver` runs at start: every registered check but the deployment
-and database ones. Only errors refuse; warnings are the operator's to read in `check`.
-"""
+Why and how: docs/design/modules.md."""
 
 from django.core import checks
 

@@ -1,17 +1,5 @@
 """Batch decisions: approve or reject an explicit set of reviewed approvals in one action.
-
-The caller sends each approval's id WITH the hash of the call it showed (`args_hash`): an item
-whose call is not the one shown is not decided, and nothing outside the list is touched.
-Each item goes through `decisions.decide` on its own (its own locks and transaction), so one
-conflict or refusal never blocks or undoes the others, and the answer has a result per item.
-
-What a batch will not do, on purpose:
-- approve a high- or critical-risk call: a row in a list is not the confirmation of the exact
-  effect its own screen asks for, so those are refused ("approve it on its own screen") and
-  stay pending. Lower-risk calls, irreversible ones included, can be: each row shows the
-  call's effect in the tool's words, which is what that confirmation shows;
-- answer questions (each needs its own answer).
-"""
+Why and how: docs/design/modules.md."""
 
 import uuid
 from dataclasses import asdict, dataclass

@@ -1,25 +1,5 @@
 """The decision service: approve, edit-and-approve, reject, answer; expiry; who opened what.
-
-Every caller (the API, the web UI, the expiry sweep) goes through here, so the rules live in
-one place:
-
-- Who may decide is approvals/permissions.py's (roles, named approvers, four-eyes, quorum,
-  delegation, escalated tiers); here it is asked under the locks. A quorum gate's arguments
-  cannot be edited: every voter approves exactly the call they were shown.
-- Exactly once: the run row, then the approval row, are locked (the engine locks the run first
-  too, so a decision and a worker never deadlock), only a pending approval can be decided, and
-  the status change is a compare-and-set. The loser of a race and a replayed request get
-  `DecisionConflict` with who decided and when.
-- Edits are re-validated against the tool's schema and the agent's gate policy. An edit that
-  policy would gate harder than the call that was proposed (a thresholded argument raised past
-  its limit, an allow-listed argument changed to a value off the list, a higher policy risk)
-  is REFUSED with a message saying why, not re-gated: a re-gate would create an approval for a
-  call the model never proposed, chosen by the person meant to check it. The approver can
-  approve the original, edit within the limits, or reject with a reason so the agent proposes
-  the larger action itself, which then goes through the gate as usual.
-- The engine executes exactly what was approved: `approved_args_hash` is the hash of the final
-  arguments, and the engine refuses to run anything else.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 from collections.abc import Callable

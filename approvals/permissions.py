@@ -1,23 +1,5 @@
 """Who may decide an approval: every rule about it, in one place.
-
-- Roles: only a user with the approver or admin role decides (`can_decide`).
-- Teams: and only for the agents their teams decide for (`outside_teams`, accounts/teams.py);
-  nothing below reaches past it, delegation included.
-- Named approvers: an agent that names its approvers (GateRules.approvers) is decided by them
-  alone, admins included, and by the people an escalation tier has been told about
-  (approvals/notify/escalation.py records who: `escalated_to`).
-- Four-eyes: at or above the agent's `four_eyes_from` risk, the user who launched the run
-  cannot approve (they may still reject).
-- Quorum: at or above `quorum_from`, `quorum` distinct approvers must approve; any one
-  rejection rejects (`votes_needed`).
-- Delegation: an approver away names a delegate (Delegation); the delegate decides for them
-  when they may not decide themselves (`acting_for`), except on a quorum, which needs each
-  approver's own vote, and never past the delegate's own four-eyes rule.
-
-Reads only. The decision service (approvals/decisions.py) asks one question under its locks,
-`permission`: may this person make this decision on this approval, and why not; the pages and
-the API ask the parts to show who may act.
-"""
+Why and how: docs/design/modules.md."""
 
 from dataclasses import dataclass, field
 from typing import Any

@@ -1,22 +1,5 @@
 """The gateway API: agents that run elsewhere ask agentops before their tool calls.
-
-Authenticated by the agent's own token (`Authorization: Bearer aoa_…`, see
-`manage.py issue_agent_token`), not by a user: no session, hence no CSRF. A wrong token is
-401; another agent's session or call is 404, as if it did not exist.
-
-- POST /api/external/sessions: register a session (a run, trigger "external").
-- POST /api/external/sessions/{session}/calls: submit a call; 200 with the decision when the
-  gate policy allows it, 202 with the call's id when a person must decide.
-- GET /api/external/calls/{call}?wait=30: the decision, long-polled up to `wait` seconds;
-  GET /api/external/sessions/{session}/events: every decision of the session as
-  Server-Sent Events. A waiting agent holds no thread and no database connection: the
-  decision is pushed to it (gateway/waits.py, which serves both outside Django's middleware).
-- POST /api/external/calls/{call}/withdraw: the agent gave the call up; it never runs.
-- POST /api/external/calls/{call}/result: what the call did (the run's tool step).
-- POST /api/external/sessions/{session}/close: the session ends, succeeded or failed.
-- POST /api/external/tools/mcp: register an MCP server's tool definitions as the agent's tools
-  (the MCP gating proxy does, on start; see mcp_tools).
-"""
+Why and how: docs/design/modules.md."""
 
 from decimal import Decimal
 from typing import Any

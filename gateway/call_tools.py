@@ -84,6 +84,24 @@ def metadata_for_call(registered: ExternalTool | None, name: str, hints: Any) ->
     return meta
 
 
+@dataclass(frozen=True)
+class CheckedCall:
+    """One proposed call as the gate judges it."""
+
+    meta: dict  # the tool's metadata, raised by the call's hints
+    spec: ExternalToolSpec
+    args: dict  # checked against the tool's schema
+
+
+def checked_call(registered: ExternalTool | None, name: str, hints: Any, args: Any) -> CheckedCall:
+    """The call's metadata (metadata_for_call), its Tool, and its arguments checked against
+    the tool's schema: HintError (a ValueError) for bad hints, then ToolArgsError for
+    arguments the schema refuses."""
+    meta = metadata_for_call(registered, name, hints)
+    spec = tool_from_metadata(meta)
+    return CheckedCall(meta, spec, spec.validate(args))
+
+
 def tool_from_metadata(meta: dict) -> ExternalToolSpec:
     return ExternalToolSpec(
         name=meta["name"],

@@ -1,19 +1,5 @@
 """Requests to URLs an external agent gave (callback URLs), which must never reach inside.
-
-A callback URL is chosen by the agent, so without a check it lets anyone holding an agent's
-token make agentops' workers POST to the cloud's metadata service (169.254.169.254), to Redis
-on 127.0.0.1:6379 or to any host of the private network. Refused by default: loopback,
-link-local, private, shared (CGNAT), reserved, unspecified and multicast addresses, IPv4
-mapped into IPv6 included; `AGENTOPS_CALLBACK_ALLOWED_NETWORKS` lets chosen networks
-through for receivers on premises.
-
-The check is made on the address a connection is actually opened to, at connect time: a
-name is resolved once, every address it resolves to must pass, and the socket connects to
-that vetted address (so a name that resolves to loopback, or that changes between a check and
-the connection, gets nowhere). Each redirect opens its own connection through the same check.
-Proxies from the environment are not used (the proxy, not agentops, would pick the address),
-and only http and https are spoken.
-"""
+Why and how: docs/design/modules.md."""
 
 import http.client
 import ipaddress

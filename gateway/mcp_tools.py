@@ -1,15 +1,6 @@
 """MCP tool definitions into an external agent's tool registry (the MCP gating proxy's
 registration, POST /api/external/tools/mcp).
-
-An MCP server describes its tools itself: a name, an inputSchema, and annotations that hint
-at their risk. The hints come from the agent's side, not from an admin, so they may raise a
-tool's risk and never lower it: a new tool starts irreversible with a medium blast radius
-(gated by the base table), `destructiveHint` raises it to high, and `readOnlyHint` is only
-reported (an agent that calls its `delete_everything` read-only must not pick its own risk).
-An admin lowers a tool that really is read-only, in the admin or with `never_gate` in the
-agent's rules; a later registration keeps what the admin set unless its hints raise it. The
-schema and description are the server's, refreshed each time.
-"""
+Why and how: docs/design/modules.md."""
 
 import re
 from dataclasses import dataclass

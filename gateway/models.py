@@ -1,15 +1,5 @@
 """External agents: agents that run elsewhere and ask agentops before their tool calls.
-
-An external agent is managed by an admin, not declared in code: it lives in another team's
-process (a Claude Agent SDK session, an OpenAI Agents SDK app, a LangGraph graph), so its
-owners change its gate rules and tools without a deploy of agentops. The rules are the same
-GateRules the code-declared agents use, stored as JSON and validated through that dataclass
-(`gate_rules`), so approvals/gates/policy.py reads them from a run's snapshot exactly as
-it reads an internal agent's.
-
-Each session of the agent is a Run (trigger "external"); each call it submits is an
-ExternalCall, and a gated one has an Approval of that run.
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 import secrets

@@ -1,14 +1,6 @@
 """An external agent's session as a run: registering it, its calls through the gate policy,
 what it reports happened, and its end.
-
-The run is written here, not by the engine, which never advances it (Run.resume sends a
-decided external run back to `running`, not to a worker). Every write takes the run's row
-lock, as the engine and the decision service do, and appends to the same hash-chained
-timeline, so the run page, the audit view and `verify_chain` read an external session like
-any other run. A gated call opens its Approval through the approvals app's own gate
-(approvals/gates/cascade.py), so notification, four-eyes, quorum, expiry and the 409 on a second
-decision are the ones internal runs have.
-"""
+Why and how: docs/design/modules.md."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +25,7 @@ from runs import events, sql
 from runs.models import RUN_COLUMNS, STEP_COLUMNS, Run, Step, args_hash, canonical_json
 
 from . import wakeups
-from .call_tools import EXTERNAL_USE_PREFIX, metadata_for_call, tool_from_metadata
+from .call_tools import EXTERNAL_USE_PREFIX, CheckedCall, checked_call
 from .models import ExternalAgent, ExternalCall
 
 PROVIDER = "external"
@@ -137,36 +129,33 @@ def submit(
         raise SessionError(413, f"summary is {len(summary)} characters; the limit is {SUMMARY_MAX}")
     registered = agent.tools.filter(name=tool).first()
     try:
-        meta = metadata_for_call(registered, tool, hints)
-    except ValueError as exc:
-        raise SessionError(422, str(exc), {"hints": [str(exc)]}) from None
-    spec = tool_from_metadata(meta)
-    try:
-        args = spec.validate(args)
+        checked = checked_call(registered, tool, hints, args)
     except ToolArgsError as exc:
         raise SessionError(422, str(exc), {"args": [str(exc)]}) from None
+    except ValueError as exc:
+        raise SessionError(422, str(exc), {"hints": [str(exc)]}) from None
     summary = summary or ""
     key = f"{agent.slug}:{client_id}" if client_id else ""
     existing = ExternalCall.objects.filter(client_key=key).first() if key else None
     if existing is not None:
-        return _same_call(existing, tool, args, client_id)
-    with transaction.atomic():
-        run = _locked_open(run.pk)
-        stop = limit_reached(run) or unsound_gates(run)
-        if stop is not None:
-            _end(run, Run.Status.FAILED, *stop)
-    if stop is not None:  # the termination is committed; the call is refused
-        reason, detail = stop
-        raise SessionError(
-            409, f"the session was stopped: {Run.Termination(reason).label} ({detail})"
-        )
+        return _same_call(existing, tool, checked.args, client_id)
     try:
-        return _record(run, tool, args, meta, spec, summary, callback_url, key)
+        # One lock for the session's limits and the call: no other call of the session
+        # comes between the check and the record.
+        with transaction.atomic():
+            run = _locked_open(run.pk)
+            stop = limit_reached(run) or unsound_gates(run)
+            if stop is None:
+                return _record(run, tool, checked, summary, callback_url, key)
+            _end(run, Run.Status.FAILED, *stop)
     except IntegrityError:
         if not key:
             raise
         # The same id submitted at the same moment: the other request made the call.
-        return _same_call(ExternalCall.objects.get(client_key=key), tool, args, client_id)
+        return _same_call(ExternalCall.objects.get(client_key=key), tool, checked.args, client_id)
+    # The termination is committed; the call is refused.
+    reason, detail = stop
+    raise SessionError(409, f"the session was stopped: {Run.Termination(reason).label} ({detail})")
 
 
 def _same_call(call: ExternalCall, tool: str, args: dict, client_id: str) -> ExternalCall:
@@ -177,44 +166,47 @@ def _same_call(call: ExternalCall, tool: str, args: dict, client_id: str) -> Ext
     return call
 
 
-def _record(run, tool, args, meta, spec, summary, callback_url, key) -> ExternalCall:
-    with transaction.atomic():
-        run = _locked_open(run.pk)
-        call = ExternalCall(
-            client_key=key,
-            run=run,
-            tool=tool,
-            args=args,
-            tool_meta=meta,
-            summary=summary,
-            callback_url=callback_url,
-        )
-        verdict = cascade.external_verdict(run, spec, args)
-        run.append_step(
-            Step.Kind.STATUS,
-            {
-                "event": "call",
-                "call": str(call.pk),
-                "tool": tool,
-                "args": args,
-                "summary": summary,
-                "gated": verdict.gated,
-                "risk": verdict.risk,
-                "explanation": verdict.explanation,
-            },
-            # A call is the session's step: max_steps counts them.
-            update={"step_count": run.step_count + 1},
-        )
-        if verdict.gated:
-            item = {
-                "llm_seq": run.last_seq,
-                "id": f"{EXTERNAL_USE_PREFIX}{call.pk}",
-                "name": tool,
-                "args": args,
-            }
-            call.approval_id = cascade.open_external(run, item, verdict, summary)
-            _park(run)
-        call.save(force_insert=True)
+def _record(
+    run: Run, tool: str, checked: CheckedCall, summary: str, callback_url: str, key: str
+) -> ExternalCall:
+    """The call, its step and, when gated, its approval and the session's wait. Under the
+    run's row lock."""
+    args = checked.args
+    call = ExternalCall(
+        client_key=key,
+        run=run,
+        tool=tool,
+        args=args,
+        tool_meta=checked.meta,
+        summary=summary,
+        callback_url=callback_url,
+    )
+    verdict = cascade.external_verdict(run, checked.spec, args)
+    run.append_step(
+        Step.Kind.STATUS,
+        {
+            "event": "call",
+            "call": str(call.pk),
+            "tool": tool,
+            "args": args,
+            "summary": summary,
+            "gated": verdict.gated,
+            "risk": verdict.risk,
+            "explanation": verdict.explanation,
+        },
+        # A call is the session's step: max_steps counts them.
+        update={"step_count": run.step_count + 1},
+    )
+    if verdict.gated:
+        item = {
+            "llm_seq": run.last_seq,
+            "id": f"{EXTERNAL_USE_PREFIX}{call.pk}",
+            "name": tool,
+            "args": args,
+        }
+        call.approval_id = cascade.open_external(run, item, verdict, summary)
+        _park(run)
+    call.save(force_insert=True)
     return call
 
 

@@ -1,31 +1,5 @@
 """Waiting for a person's decision costs the waiting agent's server (almost) nothing.
-
-A waiting call holds no database connection and no thread. The decision is pushed: when an
-external call's decision (or its withdrawal, or its session's end) is committed, one message
-naming the call and its session goes to the web processes on the channel layer
-(gateway/wakeups.py; through Redis in production, in-process when embedded), and each hands
-it to its own waiters of that call or session (_Hub: one channel per process, not one group
-per waiter). A waiter listens *before* it reads the call (a decision committed in between is
-not lost), then reads the database once, and again only when woken or on a slow, jittered
-safety timer (RECHECK_SECONDS, in case a message was lost). Each read borrows a pooled
-connection and a thread of the loop's executor for the query alone and gives both back
-(`_db`), so 10 000 waiting calls cost 10 000 sockets and small coroutines, not 10 000 threads
-or the pool.
-
-The waits are served by plain ASGI endpoints (agentops/asgi.py sends these paths here),
-never through Django's middleware: a sync middleware gives each request a thread of its own
-for the request's whole life, whatever the view does (asgiref's ThreadSensitiveContext), and
-the connection that thread opened stays checked out until the request ends. What those
-middleware give an API request is done here by hand: the host check, the HTTPS redirect, the
-agent's token, JSON answers and the 503 of a database that is down.
-
-- GET /api/external/calls/{call}?wait=30: the long-poll (its ninja twin in gateway/api.py
-  documents it and serves the test client through the same `call_state`).
-- GET /api/external/sessions/{session}/events: Server-Sent Events, one `decision` event per
-  decided call of the session (`id:` the step that recorded it), a `closed` event when the
-  session ends, a comment line every KEEPALIVE_SECONDS. A client that reconnects with
-  `Last-Event-ID` (or `?after=<id>`) gets every decision after it, then the live ones.
-"""
+Why and how: docs/design/modules.md."""
 
 import asyncio
 import hashlib

@@ -1,14 +1,6 @@
 """Waking whoever waits on an external call: a message on the channel layer when its
 decision is committed (gateway/waits.py explains the waiting side).
-
-Sent for a final decision (approved, rejected, expired: the decision step), for approvals
-cancelled with their session, and for a call its agent withdrew. Sent after commit, through
-runs/events.send (the code that talks to the channel layer), once, to DECISIONS_GROUP: every
-web process is in it (one membership each, not one per waiting call) and hands the message
-to its own waiters of that call or session. Decisions come at a person's pace, so each
-process receiving every one costs little; a membership per waiter cost a Redis round trip
-each time an agent asked again (hundreds a second with 10 000 waiting calls).
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 import threading

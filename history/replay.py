@@ -1,27 +1,7 @@
 """Replay: re-run a recorded run with today's engine, agent and tools, and the model turns,
 tool results and people's decisions its timeline recorded, to see whether it still goes the
 same way, and where and why not.
-
-A replay calls no model and no tool and asks nobody: the engine gets the recorded model
-turns (a provider), tool results (instead of calling) and gates and decisions from a
-`Recording` (runs/engine/replaying.py). It launches a run of the same agent and input and
-drives it through `engine.advance` inside a transaction that is rolled back at the end:
-whatever the engine writes (its steps, the ledger's intents) never stays, and nothing that
-waits for a commit (live events, the queue, notifications) ever happens.
-
-Each step is compared by its signature (seq, kind, tool, arguments' hash; what it is, not
-when or how long): the replay is identical, or it stopped at the first step that differs,
-with why (a tool's schema changed, the policy gates differently, a prompt changed ...).
-
-Recovery is followed, not compared: what the recorded run went through because a worker died
-or crashed (a takeover's "resumed", an engine error, the "did it happen?" question about a call
-whose outcome was never recorded, with its decision and the pause around it) is no step of the
-agent's, and a replay, where nothing dies, has none of it. Arguments a tool gained since the
-run, with their defaults, are not a difference either: the recorded call could not have
-given them. A tool whose code changed since the run (its fingerprint, recorded in the run's
-snapshot, is not today's) is a verdict of its own: "tool changed", even when every step
-replays the same.
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 from dataclasses import dataclass, field

@@ -1,15 +1,6 @@
 """Access ends when access ends: the live streams (runs/consumers.py, approvals/consumers.py)
 check who may watch when a socket connects, and again whenever that may have changed.
-
-What may end a user's access, and is announced to the user's sockets (runs/events.py sends it
-after commit): a logout (it ends one session: that session's sockets close at once), a save
-of the user (deactivated, password changed), the user deleted, a role taken away (groups
-removed or cleared, a role group renamed or deleted), a team membership changed or ended, an
-agent added to or taken from a team (accounts/teams.py). Each socket then re-reads its session
-and user from the database and closes (4403) if it may no longer see what it streams. The
-same re-read runs every few seconds anyway, for a change made without a signal (a queryset
-update) or an announcement lost on the way.
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 from importlib import import_module

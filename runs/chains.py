@@ -1,17 +1,6 @@
 """Chained runs: the follow-ups an agent declares (Agent.follow_ups), launched once a run of
 it has succeeded.
-
-The task is sent only once the run's success is committed (`on_step_appended`), never from
-inside the engine's write: a transaction that is rolled back (a replay) launches nothing.
-The task maps the run's result into each next agent's input, checks it as any launch's input
-is checked, and launches the child (trigger chained, the parent's launcher and provider), or
-launches nothing; either way a `follow_up` step on the parent's timeline says what happened.
-
-Those steps are also the record that a follow-up was handled: written with the child, under
-the parent's row lock, so a second task (a duplicate message, the sweep) finds them and
-launches nothing twice. The sweep sends the task again for succeeded runs that have none (the
-message was lost: the broker was down, or a worker died before it ran).
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 from datetime import timedelta

@@ -1,15 +1,5 @@
 """Spend per agent and per UTC day, from the recorded steps.
-
-The timeline is the source of truth: each model call is a step carrying its own cost and
-tokens (the agent's turns, `llm`; context summaries, `summary`; a model verifier's checks,
-`verify`), and so is each paid tool call (`tool`, agentkit.tools). The database adds each
-one, as it is inserted, to its agent's day (runs.models.AgentDaySpend, kept by a trigger), so
-these figures are the sums over those steps at a cost that does not grow with traffic: a few
-rows per agent and day, and a run's `cost_usd` is the sum of its steps'. One exception: an
-answer that came back after its run was cancelled (or taken over) is charged to the run's
-counters only, with no step (`owned.charge_discarded`), so such a run's own `cost_usd` can be
-a little higher than its steps' sum.
-"""
+Why and how: docs/design/modules.md."""
 
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta

@@ -1,23 +1,5 @@
 """Cross-run drift: an agent whose recent runs differ from the runs before them.
-
-For each agent, its last `DRIFT_RUNS` finished runs (the recent window) are compared with the
-`DRIFT_RUNS` before those (the baseline), on figures a person can check on the run list:
-
-- cost per run, up by half or more (and by at least a cent);
-- model calls per run, up or down by half or more (and by at least 2);
-- the share of runs that failed, up by 20 points or more;
-- the share of gated calls people rejected, up by 20 points or more (3 decisions at least);
-- the tool mix: the share of each tool among the tool calls, moved by 0.3 or more in total
-  (total variation distance; 5 calls at least on each side), naming the tools that moved most;
-
-and, needing no baseline, the last REPEATED runs that succeeded and that nobody launched by
-hand (a schedule, a webhook, a finished run: UNWATCHED) gave the very same output (a daily
-report re-sent unchanged: a stale source, not an error). Runs launched from the form or the
-API are someone's own, who sees the output; a replay repeats it by design.
-
-Computed when a page asks, in three queries whatever the number of agents: the runs of both
-windows (a window function numbers each agent's runs), their tool calls and their decisions.
-"""
+Why and how: docs/design/modules.md."""
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field

@@ -1,19 +1,5 @@
 """The only code that talks to the channel layer. Events are sent after commit, once each.
-
-Events carry data, not HTML: a step event carries the step and its run as the API serialises
-them (runs/schemas.py), and the web process renders them once (runs/live.py) without reading
-the database again. The serialising happens where it costs the worker least: the run is
-copied when its step commits (it keeps changing), both are serialised by the sender only for
-groups someone listens to (most runs have no one watching).
-
-Worker threads do not own an event loop, and `async_to_sync(group_send)` per event would open
-a loop and a Redis connection every time (~3.6 ms). Instead:
-- with Redis, a single background thread runs one long-lived loop that sends them in order
-  over one connection (_Outbox);
-- embedded (in-memory layer), the layer's queues live on the server's loop, so sends are
-  handed to that loop (captured when the first WebSocket connects); without it there is no
-  listener to miss the event.
-"""
+Why and how: docs/design/modules.md."""
 
 import asyncio
 import copy

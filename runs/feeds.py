@@ -1,25 +1,7 @@
 """One feed per watched run per web process: every socket here that watches the run gets its
 steps through the feed's one membership in the run's group, rendered once, and the database
 safety net (the periodic re-read, the filling of a gap) runs once for all of them.
-
-Before, each socket joined the group itself: per event the channel layer woke every socket's
-receiver (channels_redis: a lock hand-off, a buffer and two tasks for each), and each socket
-re-read the database every CATCH_UP_POLL_SECONDS, 10 queries/s for 100 watchers of one run.
-
-A socket (runs/consumers.py RunConsumer) has `last_seq`, the newest step it has sent, and
-`catching_up`, true while it reads what its page missed: the feed hands it every step after
-`last_seq` in order (`take`), and a socket still catching up keeps what it is handed until
-its own read is done. The feed holds no state of a run besides its sockets: the database is
-the record, events only say "there is more".
-
-Drafts of the model's text (runs/engine/drafts.py) come the same way: the feed keeps the newest
-one until the step it stands for is handed out, so a socket that joins mid-answer is shown the
-text so far once it has caught up; each draft holds the whole text, so a feed that has missed
-some (it joined late) is whole again with the next.
-
-The registry belongs to one event loop (daphne has one; tests start a new one per test,
-which starts an empty registry).
-"""
+Why and how: docs/design/modules.md."""
 
 import asyncio
 import logging

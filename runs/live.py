@@ -1,19 +1,5 @@
 """Pushed events rendered in the web process: once per event per process.
-
-Workers publish events that carry the step and its run as the API serialises them
-(runs/events.py), not HTML: rendering there cost more CPU than the agent step itself. Here
-the first consumer that receives an event renders it from that data, without reading the
-database, and every other consumer of this process receiving the same event awaits that same
-render: a hundred viewers of a run still cost one render per step. An event without its data
-(it could not be serialised) is rendered from the database.
-
-A render from the event's data runs on the event loop itself: handing it to the one thread
-that database_sync_to_async uses made it wait behind whatever queries were queued there
-(every socket's periodic access check), tens of milliseconds under load.
-
-The cache holds asyncio futures, so it belongs to one event loop (daphne has one; tests
-start a new one per test, which starts a fresh cache).
-"""
+Why and how: docs/design/modules.md."""
 
 import asyncio
 import logging

@@ -1,16 +1,7 @@
-"""Sending runs to workers, and asking whether runs wait for one.
-
-The only code that talks to the broker about runs. The task is looked up by name in the Celery
-app (runs/apps.py registers it), so this module, and the engine and models that call it, do
-not import runs/tasks.py, which imports the engine: the dependency runs one way,
-tasks -> engine -> queue. Looked up, not sent by name, so CELERY_TASK_ALWAYS_EAGER holds.
-
-Queues by purpose (agentops/settings.py declares them, docs: running a fleet): `people` for
-what a person waits on (notifications, expiries, escalations, a run resumed by a decision),
-`sweeps` for the periodic sweeps, and the run queues (`runs`, or `runs`, `runs.1` ...
-`runs.N-1` with AGENTOPS_RUN_QUEUES=N), a run's queue chosen by its agent, so one agent's
-flood fills one queue while a worker consuming all of them takes from each in turn.
-"""
+"""Sending runs to workers, and asking whether runs wait for one: the only code that talks to
+the broker about runs. Imports no runs/tasks.py (it imports the engine): the task is looked
+up by name in the Celery app.
+Why and how: docs/design/modules.md."""
 
 import logging
 import zlib
@@ -74,7 +65,7 @@ def enqueue(
 
 
 def _mark_unsent(run_id) -> None:
-    # By name: runs/models.py imports this module.
+    # By name: runs/models/ (run_resume.py) imports this module.
     Run = apps.get_model("runs", "Run")
     try:
         Run.objects.filter(pk=run_id, status="queued").update(unsent=True)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -153,149 +154,150 @@ class StepView:
 
 
 def step_view(step: Step, *, full: bool = False) -> StepView:
+    """How the timeline shows `step`: by its kind's renderer (STEP_RENDERERS); a status step
+    by its event's (STATUS_RENDERERS), else as a status change. `full`: payloads untruncated."""
     d = step.data if isinstance(step.data, dict) else {"data": step.data}
-    kind = step.kind
-    if kind == Step.Kind.LLM:
-        view = StepView(step, "model")
-        for block in d.get("content") or []:
-            if not isinstance(block, dict):
-                view.texts.append(Block.of("text", block, full=full))
-            elif block.get("type") == "text":
-                view.texts.append(Block.of("text", block.get("text", ""), full=full))
-            elif block.get("type") == "tool_use":
-                view.tool_uses.append(
-                    ToolUse(
-                        str(block.get("name", "")), Block.of("args", block.get("input"), full=full)
-                    )
-                )
-        usage = d.get("usage") or {}
-        view.model = answered_by(d)
-        view.facts = [
-            ("model", view.model),
-            ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
-            ("latency", f"{step.latency_ms} ms"),
-            ("stop", str(d.get("stop_reason", ""))),
-        ]
-        if usage.get("cache_read_input_tokens") or usage.get("cache_creation_input_tokens"):
-            view.facts.insert(
-                2,
-                (
-                    "cache",
-                    f"{usage.get('cache_read_input_tokens', 0)} read / "
-                    f"{usage.get('cache_creation_input_tokens', 0)} written, "
-                    f"saved ${d.get('cache_saved_usd', '0')}",
-                ),
+    return STEP_RENDERERS.get(step.kind, _status_view)(step, d, full=full)
+
+
+def _model_view(step: Step, d: dict, *, full: bool) -> StepView:
+    view = StepView(step, "model")
+    for block in d.get("content") or []:
+        if not isinstance(block, dict):
+            view.texts.append(Block.of("text", block, full=full))
+        elif block.get("type") == "text":
+            view.texts.append(Block.of("text", block.get("text", ""), full=full))
+        elif block.get("type") == "tool_use":
+            view.tool_uses.append(
+                ToolUse(str(block.get("name", "")), Block.of("args", block.get("input"), full=full))
             )
-        if d.get("trimmed_turns"):
-            view.facts.append(("context", f"{d['trimmed_turns']} older turn(s) left out"))
-        return view
-    if kind == Step.Kind.LLM_ERROR:
-        view = StepView(step, "model call failed", error=True)
-        view.texts.append(Block.of("error", d.get("error", ""), full=full, error=True))
-        view.facts = [
-            ("status", str(d.get("status", ""))),
-            ("attempt", str(d.get("attempt", ""))),
-            ("retry", "yes" if d.get("will_retry") else "no"),
-        ]
-        if d.get("model"):
-            view.model = str(d["model"])
-            view.facts.insert(0, ("model", view.model))
-        if d.get("fallback_to"):
-            view.facts.append(("then", f"fallback to {d['fallback_to']}"))
-        return view
-    if kind == Step.Kind.TOOL:
-        is_error = bool(d.get("is_error"))
-        title = f"tool {d.get('tool', '')}"
-        if d.get("held"):
-            title += ": failed, held for an operator's choice"
-        view = StepView(step, title, error=is_error)
-        view.tool_uses.append(
-            ToolUse(str(d.get("tool", "")), Block.of("args", d.get("args"), full=full))
+    usage = d.get("usage") or {}
+    view.model = answered_by(d)
+    view.facts = [
+        ("model", view.model),
+        ("tokens", f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out"),
+        ("latency", f"{step.latency_ms} ms"),
+        ("stop", str(d.get("stop_reason", ""))),
+    ]
+    if usage.get("cache_read_input_tokens") or usage.get("cache_creation_input_tokens"):
+        view.facts.insert(
+            2,
+            (
+                "cache",
+                f"{usage.get('cache_read_input_tokens', 0)} read / "
+                f"{usage.get('cache_creation_input_tokens', 0)} written, "
+                f"saved ${d.get('cache_saved_usd', '0')}",
+            ),
         )
-        if is_error:
-            view.texts.append(Block.of("error", d.get("error", ""), full=full, error=True))
-        else:
-            view.texts.append(Block.of("result", d.get("result"), full=full))
-        view.facts = [
-            ("attempts", str(d.get("attempts", ""))),
-            ("duration", f"{d.get('duration_ms', 0)} ms"),
-        ]
-        if d.get("idempotency_key"):
-            view.facts.append(("key", str(d["idempotency_key"])[:16] + "…"))
-        view.approval_id = str(d.get("approval") or "")
-        return view
-    if kind == Step.Kind.GATE:
-        question = d.get("kind") == "question"
-        title = "question to the operator" if question else "gated: waiting for a human"
-        if d.get("approved_by_rule"):
-            # An admin-accepted auto-approve rule let it run without a person.
-            title = f"approved by rule #{d['approved_by_rule']}"
-        elif d.get("approved_by_grant"):
-            # An approver's standing grant let it run without asking again.
-            title = f"approved by grant #{d['approved_by_grant']} (by {d.get('granted_by')})"
-        elif d.get("allowed_by_plan"):
-            title = f"allowed by plan #{d.get('plan')} step {d.get('plan_step')}"
-        elif d.get("plan_submitted"):
-            title = "plan submitted: waiting for a human"
-        elif d.get("deviation"):
-            title = f"deviates from plan #{d.get('plan')} ({d['deviation']}): waiting for a human"
-        view = StepView(step, title)
-        view.approval_id = str(d.get("approval") or "")
-        view.facts = [
-            ("risk", str(d.get("risk", ""))),
-            ("why", str(d.get("explanation", ""))),
-            ("expires", _when(d.get("expires_at"))),
-        ]
-        if d.get("approved_by_rule") or d.get("approved_by_grant") or d.get("allowed_by_plan"):
-            view.facts = [("risk", str(d.get("risk", ""))), ("why", str(d.get("explanation", "")))]
-        if d.get("approved_by_grant"):
-            view.facts.append(("grant", str(d.get("grant", ""))))
-        if d.get("tool"):
-            view.tool_uses.append(
-                ToolUse(str(d["tool"]), Block.of("args", d.get("args"), full=full))
-            )
-        if question and d.get("question"):
-            view.texts.append(Block.of("question", d.get("question"), full=full))
-        return view
-    if kind == Step.Kind.DECISION:
-        decision = str(d.get("decision") or d.get("status") or "decision")
-        view = StepView(step, f"human: {decision}", error=decision == "expire")
-        view.approval_id = str(d.get("approval") or "")
-        view.facts.append(("by", str(d.get("by") or "the system")))
-        for key in ("acting_for", "status", "votes", "on_expiry"):
-            if d.get(key):
-                view.facts.append((key.replace("_", " "), str(d[key])))
-        if d.get("seconds_open") is not None:
-            view.facts.append(("had it open", f"{d['seconds_open']:.0f}s"))
-        if d.get("detail"):
-            view.facts.append(("detail", str(d["detail"])))
-        for key in ("reason", "answer"):
-            if d.get(key):
-                # Typed by a person, but shown to the model and possibly quoting it.
-                view.texts.append(Block.of(key, d[key], full=full))
-        args_key = "edited_args" if d.get("edited_args") else "args"
-        if d.get(args_key):
-            label = "edited args" if args_key == "edited_args" else "args"
-            view.tool_uses.append(
-                ToolUse(str(d.get("tool", "")), Block.of(label, d[args_key], full=full))
-            )
-        return view
-    if kind == Step.Kind.PENDING:
-        return _pending_view(step, d, full=full)
-    if kind == Step.Kind.OPERATOR:
-        return _operator_view(step, d, full=full)
-    if kind == Step.Kind.SUMMARY:
-        return _summary_view(step, d, full=full)
-    if kind == Step.Kind.VERIFY:
-        return _verify_view(step, d, full=full)
-    if kind == Step.Kind.GUARD:
-        return _guard_view(step, d, full=full)
-    if d.get("event") == "follow_up":
-        return _follow_up_view(step, d, full=full)
-    if d.get("event") == "call":
-        return _external_call_view(step, d, full=full)
-    # Status changes.
+    if d.get("trimmed_turns"):
+        view.facts.append(("context", f"{d['trimmed_turns']} older turn(s) left out"))
+    return view
+
+
+def _model_error_view(step: Step, d: dict, *, full: bool) -> StepView:
+    view = StepView(step, "model call failed", error=True)
+    view.texts.append(Block.of("error", d.get("error", ""), full=full, error=True))
+    view.facts = [
+        ("status", str(d.get("status", ""))),
+        ("attempt", str(d.get("attempt", ""))),
+        ("retry", "yes" if d.get("will_retry") else "no"),
+    ]
+    if d.get("model"):
+        view.model = str(d["model"])
+        view.facts.insert(0, ("model", view.model))
+    if d.get("fallback_to"):
+        view.facts.append(("then", f"fallback to {d['fallback_to']}"))
+    return view
+
+
+def _tool_view(step: Step, d: dict, *, full: bool) -> StepView:
+    is_error = bool(d.get("is_error"))
+    title = f"tool {d.get('tool', '')}"
+    if d.get("held"):
+        title += ": failed, held for an operator's choice"
+    view = StepView(step, title, error=is_error)
+    view.tool_uses.append(
+        ToolUse(str(d.get("tool", "")), Block.of("args", d.get("args"), full=full))
+    )
+    if is_error:
+        view.texts.append(Block.of("error", d.get("error", ""), full=full, error=True))
+    else:
+        view.texts.append(Block.of("result", d.get("result"), full=full))
+    view.facts = [
+        ("attempts", str(d.get("attempts", ""))),
+        ("duration", f"{d.get('duration_ms', 0)} ms"),
+    ]
+    if d.get("idempotency_key"):
+        view.facts.append(("key", str(d["idempotency_key"])[:16] + "…"))
+    view.approval_id = str(d.get("approval") or "")
+    return view
+
+
+def _gate_title(d: dict) -> str:
+    """What became of a gated call: a person asked, or let through without one (and by what)."""
+    if d.get("approved_by_rule"):
+        # An admin-accepted auto-approve rule let it run without a person.
+        return f"approved by rule #{d['approved_by_rule']}"
+    if d.get("approved_by_grant"):
+        # An approver's standing grant let it run without asking again.
+        return f"approved by grant #{d['approved_by_grant']} (by {d.get('granted_by')})"
+    if d.get("allowed_by_plan"):
+        return f"allowed by plan #{d.get('plan')} step {d.get('plan_step')}"
+    if d.get("plan_submitted"):
+        return "plan submitted: waiting for a human"
+    if d.get("deviation"):
+        return f"deviates from plan #{d.get('plan')} ({d['deviation']}): waiting for a human"
+    if d.get("kind") == "question":
+        return "question to the operator"
+    return "gated: waiting for a human"
+
+
+def _gate_view(step: Step, d: dict, *, full: bool) -> StepView:
+    view = StepView(step, _gate_title(d))
+    view.approval_id = str(d.get("approval") or "")
+    view.facts = [("risk", str(d.get("risk", ""))), ("why", str(d.get("explanation", "")))]
+    if not (d.get("approved_by_rule") or d.get("approved_by_grant") or d.get("allowed_by_plan")):
+        view.facts.append(("expires", _when(d.get("expires_at"))))
+    if d.get("approved_by_grant"):
+        view.facts.append(("grant", str(d.get("grant", ""))))
+    if d.get("tool"):
+        view.tool_uses.append(ToolUse(str(d["tool"]), Block.of("args", d.get("args"), full=full)))
+    if d.get("kind") == "question" and d.get("question"):
+        view.texts.append(Block.of("question", d.get("question"), full=full))
+    return view
+
+
+def _decision_view(step: Step, d: dict, *, full: bool) -> StepView:
+    decision = str(d.get("decision") or d.get("status") or "decision")
+    view = StepView(step, f"human: {decision}", error=decision == "expire")
+    view.approval_id = str(d.get("approval") or "")
+    view.facts.append(("by", str(d.get("by") or "the system")))
+    for key in ("acting_for", "status", "votes", "on_expiry"):
+        if d.get(key):
+            view.facts.append((key.replace("_", " "), str(d[key])))
+    if d.get("seconds_open") is not None:
+        view.facts.append(("had it open", f"{d['seconds_open']:.0f}s"))
+    if d.get("detail"):
+        view.facts.append(("detail", str(d["detail"])))
+    for key in ("reason", "answer"):
+        if d.get(key):
+            # Typed by a person, but shown to the model and possibly quoting it.
+            view.texts.append(Block.of(key, d[key], full=full))
+    args_key = "edited_args" if d.get("edited_args") else "args"
+    if d.get(args_key):
+        label = "edited args" if args_key == "edited_args" else "args"
+        view.tool_uses.append(
+            ToolUse(str(d.get("tool", "")), Block.of(label, d[args_key], full=full))
+        )
+    return view
+
+
+def _status_view(step: Step, d: dict, *, full: bool) -> StepView:
+    """A status change (launched, paused, resumed, terminated, …), or a status step of an
+    event with a renderer of its own (STATUS_RENDERERS)."""
     event = str(d.get("event") or "status")
+    if event in STATUS_RENDERERS:
+        return STATUS_RENDERERS[event](step, d, full=full)
     view = StepView(step, f"{event}: {d.get('from') or '—'} → {d.get('to') or '—'}")
     view.error = event == "error" or d.get("to") == Run.Status.FAILED
     if d.get("reason"):
@@ -310,21 +312,23 @@ def step_view(step: Step, *, full: bool = False) -> StepView:
     if event == "launched":
         view.texts.append(Block.of("input", d.get("input"), full=full))
     if event == "reopened":
-        # "Resume from here" (runs/steering/models.py): the choice, and what the operator typed.
-        view.facts.append(("choice", str(d.get("choice", ""))))
-        view.facts.append(("ended for", _reason_label(str(d.get("ended_for", "")))))
-        if d.get("failed_seq"):
-            view.facts.append(("failed step", f"#{d['failed_seq']} ({d.get('tool', '')})"))
-        for key in ("text", "note"):
-            if d.get(key):
-                view.texts.append(Block.of(key, d[key], full=full))
-        if d.get("edited_args") is not None:
-            view.tool_uses.append(
-                ToolUse(
-                    str(d.get("tool", "")), Block.of("edited args", d["edited_args"], full=full)
-                )
-            )
+        _add_reopened(view, d, full=full)
     return view
+
+
+def _add_reopened(view: StepView, d: dict, *, full: bool) -> None:
+    """ "Resume from here" (runs/steering/models.py): the choice, and what the operator typed."""
+    view.facts.append(("choice", str(d.get("choice", ""))))
+    view.facts.append(("ended for", _reason_label(str(d.get("ended_for", "")))))
+    if d.get("failed_seq"):
+        view.facts.append(("failed step", f"#{d['failed_seq']} ({d.get('tool', '')})"))
+    for key in ("text", "note"):
+        if d.get(key):
+            view.texts.append(Block.of(key, d[key], full=full))
+    if d.get("edited_args") is not None:
+        view.tool_uses.append(
+            ToolUse(str(d.get("tool", "")), Block.of("edited args", d["edited_args"], full=full))
+        )
 
 
 # What an operator's step is called in the timeline (runs/steering/models.py).
@@ -854,3 +858,23 @@ def _when(iso: Any) -> str:
     """A timestamp stored in step data (ISO 8601), as the rest of the page shows times."""
     parsed = parse_datetime(str(iso or ""))
     return f"{parsed:%Y-%m-%d %H:%M} UTC" if parsed else str(iso or "")
+
+
+# The renderer of each step kind; a kind not here is a status change (_status_view).
+STEP_RENDERERS: dict[str, Callable[..., StepView]] = {
+    Step.Kind.LLM: _model_view,
+    Step.Kind.LLM_ERROR: _model_error_view,
+    Step.Kind.TOOL: _tool_view,
+    Step.Kind.GATE: _gate_view,
+    Step.Kind.DECISION: _decision_view,
+    Step.Kind.PENDING: _pending_view,
+    Step.Kind.OPERATOR: _operator_view,
+    Step.Kind.SUMMARY: _summary_view,
+    Step.Kind.VERIFY: _verify_view,
+    Step.Kind.GUARD: _guard_view,
+}
+# Status steps that are not status changes: a chained run's follow-up, an external call.
+STATUS_RENDERERS: dict[str, Callable[..., StepView]] = {
+    "follow_up": _follow_up_view,
+    "call": _external_call_view,
+}

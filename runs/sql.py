@@ -1,27 +1,7 @@
-"""Hand-built statements for the hot paths, and nothing else.
-
-Its one job: the statements every agent step makes (launch, claim, load, a step's write,
-ownership checks, the checkpoint), called from runs/engine/ and the timeline methods of
-runs/models.py, and the gateway's: an external agent's session is launched as a run and its
-calls are written to its timeline as often as an internal run's steps (10 000 agents waiting
-at once, bench/gateway_waiters.py), so gateway/sessions.py launches one through `insert_all`
-as the engine does. Everything else (views, API, decisions, sweeps) uses the ORM;
-tests/test_layering.py holds this list of callers.
-
-The ORM spent more CPU building these three statements (the run's compare-and-set UPDATE,
-the step's INSERT, the checkpoint's upsert) than the rest of a step together
-(bench/engine_throughput.py: ~45 % of the worker's CPU). The SQL text is built once per
-shape; values go through Django's own field adaptation (`get_db_prep_save`), so UUIDs,
-dates, decimals and JSON are stored exactly as the ORM stores them, on SQLite and Postgres.
-
-`select` and `get` read rows the same way back (Django's own converters), without the
-ORM's query compilation: at a run's start (claim, load) that was as much CPU as writing
-six steps.
-
-`update_then_insert` sends all three as one statement on Postgres: a transaction of
-BEGIN, three statements and COMMIT is five round trips, and with many runs on one worker
-each round trip also waits for the interpreter lock on its way back.
-"""
+"""Hand-built statements for the hot paths, and nothing else: the engine (runs/engine/), the
+run's timeline (runs/models/timeline.py) and the gateway's sessions; tests/test_layering.py
+holds the list of callers. Everything else uses the ORM.
+Why and how: docs/design/modules.md."""
 
 import functools
 from collections.abc import Sequence

@@ -168,3 +168,32 @@ def test_the_docs_pages_the_code_points_to_exist():
     assert "docs/admins/compliance-evidence.md" in named  # the pattern still finds them
     missing = {page: where for page, where in named.items() if not (ROOT / page).exists()}
     assert not missing, f"the code points to docs pages that do not exist: {missing}"
+
+
+# A module docstring says what the module owns and may not import in a few lines; the
+# reasoning is docs/design/modules.md's. A package's map of its parts may be longer.
+DOCSTRING_MAX_LINES = 9
+PACKAGE_MAPS = {"runs/engine/__init__.py"}
+DOCUMENTED_PACKAGES = (
+    "agentkit",
+    "agentops",
+    "approvals",
+    "gateway",
+    "runs",
+    "accounts",
+    "triggers",
+    "history",
+)
+
+
+def test_module_docstrings_are_a_few_lines():
+    long = {}
+    for package in DOCUMENTED_PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            name = str(path.relative_to(ROOT))
+            doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+            if len(doc.splitlines()) > DOCSTRING_MAX_LINES and name not in PACKAGE_MAPS:
+                long[name] = len(doc.splitlines())
+    assert not long, f"module docstrings over {DOCSTRING_MAX_LINES} lines: {long}"

@@ -216,7 +216,7 @@ def test_nothing_below_imports_the_gateway():
 
 # runs/sql.py is for the hot paths it names: the engine, the run's timeline, the gateway's
 # sessions. Everything else goes through the ORM.
-HAND_BUILT_SQL_CALLERS = ("runs.engine", "runs.models", "gateway.sessions")
+HAND_BUILT_SQL_CALLERS = ("runs.engine", "runs.models.timeline", "gateway.sessions")
 
 
 def test_only_the_hot_paths_write_through_hand_built_sql():
@@ -269,6 +269,62 @@ def test_no_circle_between_project_modules():
         if name not in state:
             visit(name, [name])
     assert not circles, f"import circles: {circles}"
+
+
+# The run model's parts (runs/models/), each importing only parts of a lower rank: the plain
+# values at the bottom, the timeline's rows, the Run's behaviour, the Run, then the models of
+# the run-level features, which name the Run. Only the package's __init__ gathers them all.
+RUN_MODEL_PARTS = {
+    "canonical": 0,
+    "choices": 0,
+    "signals": 0,
+    "limits": 0,
+    "queries": 1,
+    "step": 1,
+    "timeline": 2,
+    "run_status": 3,
+    "run_resume": 3,
+    "run": 4,
+    "costs": 5,
+    "ledger": 5,
+    "pending": 5,
+    "rate_limits": 5,
+    "steering": 5,
+}
+
+
+def _run_model_parts(modules: dict[str, Path]) -> list[str]:
+    return [m for m in modules if m.startswith("runs.models.")]
+
+
+def test_every_part_of_the_run_model_has_its_rank():
+    parts = {m.removeprefix("runs.models.") for m in _run_model_parts(_modules())}
+    assert parts == set(RUN_MODEL_PARTS)
+
+
+def test_the_run_model_parts_import_downward_only():
+    """A part of the run model imports only parts below it: the behaviour (status, resume,
+    timeline) never imports the Run it is part of, the Run never a feature's model."""
+    modules = _modules()
+    upward = sorted(
+        (name, imported)
+        for name in _run_model_parts(modules)
+        for imported in _project_imports(name, modules)
+        if imported.startswith("runs.models.")
+        if RUN_MODEL_PARTS[imported.removeprefix("runs.models.")]
+        >= RUN_MODEL_PARTS[name.removeprefix("runs.models.")]
+    )
+    assert not upward, upward
+
+
+def test_the_run_model_reaches_no_engine_and_no_app_above_runs():
+    """The run model is what the engine and the apps above runs build on: nothing it reaches,
+    at any depth, is the engine, a view, or an app above runs."""
+    modules = _modules()
+    reached = _reach(["runs.models", *_run_model_parts(modules)], modules)
+    above = ("runs.engine", "approvals", "gateway", "triggers", "history", "evals", "demo")
+    found = sorted(m for m in reached if _in(m, above) or m.rpartition(".")[2] in ("views", "api"))
+    assert not found, found
 
 
 APPROVALS_WINGS = ("approvals.notify", "approvals.learning")

@@ -1,5 +1,5 @@
-"""Properties of `canonical_json` and `args_hash` (runs/models.py): one spelling per value,
-whatever order a dict's keys were built in, so an approval binds to the call and not to how
+"""Properties of `canonical_json` and `args_hash` (runs/models/canonical.py): one spelling per
+value, whatever order a dict's keys were built in, so an approval binds to the call and not to how
 its arguments happened to be assembled; a Decimal is spelled as its string (what the JSON
 column stores and gives back), never as a float."""
 

@@ -40,6 +40,10 @@ def test_an_external_gated_call_walks_to_a_person(settings):
     # not handed back and forth between the engine's gates, grants and permissions.
     assert walk.entered("approvals/gates/cascade.py") == 2
     assert walk.entered("approvals/engine_gates.py") <= 1
+    # The call is checked in one question (its tool, hints and arguments), and the session
+    # is locked once for its limits and the call.
+    assert walk.entered("gateway/call_tools.py") == 1
+    assert [fn for _, fn in walk.entries].count("locked") == 1
 
 
 def test_the_approve_button_walks_to_the_resumed_step(client, operator, approver, no_enqueue):

@@ -1,14 +1,5 @@
 """Launch the schedules that are due: one run per slot, however many sweepers race.
-
-`launch_due_schedules` is called every 15 s by `celery beat` (triggers.tasks) in production,
-and by the in-process sweeps (agentops/embedded.py) in the embedded topology. Two of them may
-run at once (a second beat started by mistake, a beat beside an embedded process), so each
-due schedule is taken in its own transaction with its row locked: on PostgreSQL
-SELECT … FOR UPDATE SKIP LOCKED (a racer skips the row instead of waiting for it), on SQLite
-the IMMEDIATE transaction's write lock (a racer waits, then reads the row anew). Inside, the
-schedule is checked to be still due, moved to its next slot and launched, all committed
-together: whoever comes second finds it no longer due.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 from datetime import datetime

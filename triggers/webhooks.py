@@ -1,23 +1,6 @@
-"""POST /api/hooks/<agent>: a signed webhook launches a run of the agent.
-
-No user, no session, hence no CSRF token: the request is authenticated by its signature
-(Standard Webhooks: webhook-id, webhook-timestamp and the body signed together, see
-agentkit/signing.py) with one of the agent's current webhook secrets (the admin's "Webhook
-secrets"). The body is `{"input": {...}}`, the input checked exactly as POST /api/runs
-checks it. The webhook-id is the delivery's idempotency key: the same id again (a retry, or
-a captured request replayed) answers 200 with the run the first request launched (201) and
-never launches a second one; the same id with another body is 409.
-
-The deprecated scheme (X-Agentops-Signature, accepted while AGENTOPS_WEBHOOK_LEGACY_SIGNATURES
-is true) signs no id: a replayed copy is recognised by its signature, and an optional
-Idempotency-Key header (up to 128 printable ASCII characters) makes a re-signed retry safe.
-
-Checked in this order, each refused before anything is written: the body's size (413), the
-agent (404), a current secret (403), id, timestamp and signature (401), the key and the JSON
-(400), the input (413, 422). A launched run has trigger "webhook", source
-"delivery <webhook-id, Idempotency-Key or delivery id>" and no launcher: a webhook is no
-person, and its delivery (admin: Webhook deliveries) records the secret that signed it.
-"""
+"""POST /api/hooks/<agent>: a signed webhook launches a run of the agent. The endpoint's
+contract (authentication, idempotency, the order of its checks) is DESCRIPTION below, which
+the OpenAPI page shows."""
 
 import hashlib
 import json
@@ -43,6 +26,27 @@ from runs.models import Run, canonical_json
 
 from .inputs import input_size, max_input_bytes, validate_input
 from .models import WebhookDelivery, WebhookSecret
+
+DESCRIPTION = """POST /api/hooks/<agent>: a signed webhook launches a run of the agent.
+
+No user, no session, hence no CSRF token: the request is authenticated by its signature
+(Standard Webhooks: webhook-id, webhook-timestamp and the body signed together, see
+agentkit/signing.py) with one of the agent's current webhook secrets (the admin's "Webhook
+secrets"). The body is `{"input": {...}}`, the input checked exactly as POST /api/runs
+checks it. The webhook-id is the delivery's idempotency key: the same id again (a retry, or
+a captured request replayed) answers 200 with the run the first request launched (201) and
+never launches a second one; the same id with another body is 409.
+
+The deprecated scheme (X-Agentops-Signature, accepted while AGENTOPS_WEBHOOK_LEGACY_SIGNATURES
+is true) signs no id: a replayed copy is recognised by its signature, and an optional
+Idempotency-Key header (up to 128 printable ASCII characters) makes a re-signed retry safe.
+
+Checked in this order, each refused before anything is written: the body's size (413), the
+agent (404), a current secret (403), id, timestamp and signature (401), the key and the JSON
+(400), the input (413, 422). A launched run has trigger "webhook", source
+"delivery <webhook-id, Idempotency-Key or delivery id>" and no launcher: a webhook is no
+person, and its delivery (admin: Webhook deliveries) records the secret that signed it.
+"""
 
 router = Router(tags=["webhooks"])
 log = logging.getLogger("agentops.triggers")
@@ -86,7 +90,7 @@ class WebhookRunOut(Schema):
         422: FieldErrors,
     },
     summary="Launch a run from a signed webhook",
-    description=__doc__,
+    description=DESCRIPTION,
     openapi_extra={
         "requestBody": {"content": {"application/json": {"schema": WebhookIn.model_json_schema()}}},
         "parameters": [

@@ -1,22 +1,5 @@
 """The Anthropic Messages API through the official SDK.
-
-Errors are translated into the engine's two kinds: LLMTransientError (timeouts, connection
-errors, 408/409/429/5xx/529: retry with backoff) and LLMError (anything else: the request
-itself is wrong, retrying would give the same answer).
-
-Prompt caching: each request marks its stable prefix with cache_control breakpoints
-(`cache_breakpoints`), so the API reads it from its cache on the next call of the run
-instead of processing it again: 0.1x the input price for a read, 1.25x for a write.
-
-`acomplete` is the same call made on an event loop (the engine's calls in flight,
-runs/engine/in_flight.py): one asynchronous client per loop and configuration, on the SDK's
-aiohttp transport, so a thousand calls waiting on the model cost no thread each.
-
-Given an `on_text` callback, the call streams (server-sent events) and hands over the text as
-it arrives; the events are put together into the same message the plain call returns, so the
-response (content, usage, cost, request id) is the same either way. An error event or a
-broken connection mid-stream, or a stream that does not add up to a message, is transient.
-"""
+Why and how: docs/design/modules.md."""
 
 import asyncio
 import email.utils

@@ -1,31 +1,7 @@
 """The compliance evidence file's format: hash-chained lines and a signed trailer, as CSV or
 JSONL, and its verification. Standard library only, so a file can be checked offline with the
 key; approvals/evidence/export.py builds the records from the database.
-
-One line per decision record: a person's decision (each vote of a quorum is its own line), a
-call an accepted auto-approve rule approved, or an approval that expired without one. Each
-says who decided what and when, on which exact call (the arguments hash the approver was shown
-and the hash of what ran), with what reason, how long it was open, and under which authority
-(approver role, named approver, escalation tier, delegation, rule), through which channel
-(web, API, batch, one-tap link, Slack), with the seq and hash of its step in the run's own
-hash-chained timeline. An approval belongs to the period in which it was settled: the votes of
-a quorum decided over several days are exported together, once, when the last one settles it.
-Cancelled approvals (their run was cancelled first) were never decided and are not exported.
-
-The file (see docs/admins/compliance-evidence.md):
-- the first line is the export's header (`line: "export"`): period, filters, a random id, when;
-- every line after it carries `prev_hash`, the previous line's `line_hash`, and its own
-  `line_hash` = sha256(prev_hash + "\\n" + the line's canonical payload): an edited, dropped,
-  reordered or spliced line breaks the chain, and the header's random id makes two exports'
-  chains disjoint;
-- the last line is the trailer (`line: "trailer"`): the number of records, the final hash and
-  an HMAC-SHA256 `signature` over the trailer, keyed by AGENTOPS_EVIDENCE_KEY (or, unset, a key
-  derived from SECRET_KEY): a truncated file has no trailer, and a rebuilt chain or trailer
-  does not carry a valid signature without the key.
-
-`verify` needs only the standard library and the key: a holder of the file and the key checks
-it offline (`manage.py verify_decisions_export FILE --key …`).
-"""
+Why and how: docs/design/modules.md."""
 
 import csv
 import hashlib

@@ -1,14 +1,7 @@
 """Decisions as compliance evidence: the records of a period, read from the database in chunks
 and written as a signed, hash-chained file (approvals/evidence/chain.py has the format and its
 verification).
-
-In the approvals core because everything a record says is the core's: the Approval, its votes,
-the permissions that let each person decide (named approvers, escalation tiers, delegation,
-quorum), the rule that approved a call; `history/` is about runs (fork, replay, transfer).
-
-Teams narrow an export to their agents (`records(agents=…)`; approvals/oversight_reach.py says
-whose): the file's header names the team and the agents it covers.
-"""
+Why and how: docs/design/modules.md."""
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator

@@ -1,23 +1,5 @@
 """The gate decision: whether a proposed call needs a person, as one ordered cascade.
-
-The first step that settles a call decides it; nothing after it is asked:
-
-1. a question the agent asks (`ask_operator`), or a plan it submits: a person answers it;
-2. the PII guard: personal data leaving the system goes to a person, every time;
-3. a plan: inside an approved plan, a call that takes the next step is approved by the plan,
-   one that deviates goes to a person (approvals/plans/);
-4. a learned rule an admin accepted approves what the base table alone gated; a sampled
-   check of it goes to a person (approvals/learning/rules.py);
-5. a standing grant an approver gave (approvals/grants/);
-6. the declared policy (policy.py): a call it lets run runs; one it gates goes to
-7. a person.
-
-The engine asks in two moments (runs/engine/gates.py): `gate_for_call` before its
-transaction, writing nothing (every draw and read that decides whether the call runs freely),
-and `open_gate` inside it, with the run locked (what uses a plan's step, a rule's hit or a
-grant's allowance). Both follow the order above. A call approved without a person is recorded
-one way (record.approved_without_person); a person is asked one way (record.ask_person).
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 import logging

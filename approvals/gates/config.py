@@ -1,17 +1,6 @@
 """A gate configuration that cannot be understood refuses to start: it never runs ungated.
 Pure rules: this module imports no model (tests/test_layering.py).
-
-The policy (approvals/gates/policy.py) reads an agent's rules by tool and argument name,
-so a rule naming a tool the agent does not have, or an argument its tool does not take,
-matches nothing and gates nothing: a typo'd `always_gate` entry silently lets every call of
-the real tool through. `problems` finds every such rule, on the agent's snapshot
-(Agent.snapshot() or ExternalAgent.snapshot(): GateRules.as_dict() beside the tools'
-metadata), for
-
-- the system check (approvals/gates/checks.py): `manage.py check --deploy`, `migrate` and
-  therefore `up` refuse to start while an agent of the catalogue has one;
-- an external agent's session registration (gateway/sessions.py): 422 with the reasons.
-"""
+Why and how: docs/design/modules.md."""
 
 from collections.abc import Iterable
 from typing import Any

@@ -1,42 +1,6 @@
 """Gate policy: decides, on the server only, whether a proposed tool call needs a person.
 Pure rules: this module imports no model (tests/test_layering.py).
-
-Inputs are the tool's registered risk metadata (reversible, blast radius), the agent's
-declared rules (GateRules.as_dict() from the run's config snapshot), the validated arguments,
-and an optional confidence the model stated in its text. Nothing the model writes can mark a
-call as approved or lower its risk: "approved" or "risk" are not tool arguments (extra
-arguments are refused by validation before the policy runs) and the policy reads arguments
-only where a rule names them. The model's stated confidence can only add a gate.
-
-The order of evaluation, and what each rule can do:
-
-1. The base table below (reversibility x blast radius): run, borderline (runs, but may be
-   sampled) or gate.
-2. always_gate: gates. It beats never_gate when a tool is on both lists.
-3. never_gate: skips the base table and sampling only. Explicit thresholds, allow-lists and
-   the low-confidence rule still apply, because an agent owner who wrote "refunds over 500
-   need a person" did not mean a never-gate entry to silently undo it.
-4. Thresholds: gate when a numeric argument exceeds its limit. A value that cannot be
-   checked (missing, not a number) gates too: the limit must not be bypassed by omission.
-   Within BORDERLINE_MARGIN below the limit the call is borderline.
-5. Allow-lists: gate when the argument (or any element of a list argument) is not listed.
-   Entries compare case-insensitively; an entry "@example.com" allows a whole domain.
-6. Low confidence: gate when the model's stated confidence is below the agent's threshold.
-   Calls without side effects (reversible, blast none) are never gated for confidence:
-   there is nothing to protect.
-7. Sampling: a share (GateRules.sample_rate, or per tool GateRules.sample_rates) of the
-   borderline calls the rules above let through is gated anyway, marked `sampled`, so
-   approvers keep seeing what normal looks like. Borderline is one notch below the gate:
-   reversible with side effects, irreversible but reaching little, or an amount within
-   BORDERLINE_MARGIN below its threshold. Draws come from `rng`; the cascade (cascade.py) seeds one
-   per call from GATE_SAMPLING_SEED when set, so tests and simulations are repeatable.
-
-Risk starts at the tool's blast radius and is only ever raised by a rule (never lowered).
-
-For agents that declare GateRules.learning, the cascade then applies what was learned
-(approvals/learning/rules.py): an admin-accepted auto-approve rule may waive a gate that comes
-from the base table alone (Verdict.by_table_only), and a reviewer's override may add one.
-"""
+Why and how: docs/design/modules.md."""
 
 import random
 import re

@@ -1,26 +1,5 @@
 """Standing grants: an approver allows more than the one call on the card.
-
-From an approval card (or the API) an approver who may decide the call approves it and allows
-calls like it without asking again, within bounds they choose:
-
-- the rest of this run (the grant ends with the run);
-- while numeric arguments stay within an envelope (`amount <= 50`), for a chosen time;
-- for this agent, for the next N calls.
-
-Every grant is bounded (its run, an expiry or a count; an agent-wide one needs an expiry or
-a count, never longer than MAX_DURATION or more than MAX_USES calls), revocable at once, and
-every call it lets through gets an Approval decided by it (`Approval.grant`) and a gate step
-saying "approved by grant #n (by whom)" (approvals/gates/cascade.py).
-
-What a grant never covers, refused when it is made and ignored by the gate when used:
-high- and critical-risk calls, calls the agent's four-eyes rule or quorum reaches (each needs
-its own people every time), personal data leaving the system (the PII guard's gates),
-sampled review calls, and questions.
-
-Counted grants are race-safe: a use is a conditional UPDATE (`uses < max_uses`, not revoked,
-not expired) that the database re-checks under the row's lock, so two workers can never both
-take the last allowance.
-"""
+Why and how: docs/design/modules.md."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta

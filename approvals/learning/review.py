@@ -1,18 +1,5 @@
 """Post-hoc review: calls that ran without a person, sampled for a reviewer afterwards.
-
-On for every agent: each day, up to AGENTOPS_REVIEW_SAMPLE_PER_DAY (5) of an agent's calls
-that ran without a person are sampled (an agent's GateRules.review_per_day overrides it; 0
-turns it off for that agent). A call is reviewable when it had side effects, did not fail and
-no person approved it (the policy let it run, or an auto-approve rule did). Which calls make
-a day's sample is a function of a seed (the GATE_SAMPLING_SEED setting, else SECRET_KEY) and
-the step: the sample is stable (refreshing the page does not draw again) and a model cannot
-predict it.
-
-A "should have been gated" verdict is an incident: it revokes the rule that approved the call
-and any other active rule covering it, gates every call of that agent's tool until an admin
-clears the override, shows on the dashboard and is e-mailed to admins. The share of an
-agent's reviewed calls found so is its override rate (`override_rates`), on the review page.
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 from collections import Counter, defaultdict

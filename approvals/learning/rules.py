@@ -1,28 +1,5 @@
 """The gate policy learns from its approvers: earned auto-approval, with revocation.
-
-How it learns. For an agent that declares GateRules.learning, every decision a person makes
-on a gated call is added to a track record per (agent, tool, argument pattern). A pattern is
-small and readable: an amount band taken from the agent's thresholds ("amount <= 50" is 10 %
-of a 500 limit) and equality on the fields the agent names (LearningRules.match_fields). A
-call falls in every band it fits, so a rejection of a 400 refund breaks the "<= 500" record
-but not the "<= 50" one. After LearningRules.bar consecutive approvals without an edit, the
-pattern is *proposed* as an auto-approve rule; nothing changes until an admin accepts it,
-with a cap on hits and an expiry.
-
-What a rule may do. It waives only the base table's gate (reversibility x blast radius) for
-matching calls: thresholds, allow-lists, always-gate, low confidence and overrides still
-gate. Each call it approves gets an Approval decided by the rule and a gate step saying
-"approved by rule #N" in the run's hash-chained timeline. A share of covered calls
-(LearningRules.check_rate) still goes to a person as a sampled check.
-
-What it will never do. Apply a rule nobody accepted; cover an irreversible call of high or
-critical risk (refused when tracking, proposing, accepting and matching); keep a rule after
-a person rejected or edited a call it covers, after a "should have been gated" review, past
-its expiry or its cap. Every revocation and its cause is a RuleEvent and admins are told.
-
-Off switch: remove GateRules.learning from the agent, or set AGENTOPS_LEARNING_POLICY=false
-(no tracking, no proposals, and active rules match nothing).
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 import logging

@@ -1,17 +1,5 @@
 """Rubber-stamp guard: how approvers decide, so an admin can see approving turn into clicking.
-
-Per approver and per tool: decisions, approval rate, median time from first opening the
-approval to deciding it, edits, expiries; decisions made faster than a threshold (or without
-ever opening the approval) are flagged; approvals gated by sampling are listed, since they are
-the calls policy would have let through and show whether approvers still read them.
-
-Approver quality (issue 19): an approver's override rate is the share of their approvals
-later contradicted: another approver of the same quorum rejected the call, or a rule their
-approvals earned was revoked because a person (a sampled check, a post-hoc review) said such
-calls need a person. Rubber-stamping is flagged when the median time to decide high-risk
-calls is below RUBBER_STAMP_FLOOR_SECONDS while the approval rate is above
-RUBBER_STAMP_CEILING (with at least RUBBER_STAMP_MIN_DECISIONS high-risk decisions).
-"""
+Why and how: docs/design/modules.md."""
 
 import statistics
 from collections import defaultdict

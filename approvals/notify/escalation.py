@@ -1,16 +1,5 @@
 """Escalation: nobody decided in time, so the next tier of people is told.
-
-An agent declares the chain (GateRules.escalation, snapshotted into the run's gates as
-[{"after_seconds", "users", "roles"}, ...]). A periodic sweep (celery beat in production,
-the embedded sweeps otherwise) finds pending approvals that have waited past a tier's delay
-and notifies that tier once: the Escalation row's unique (approval, tier) is the "once",
-so two sweeps at the same time notify it once. From then on the tier's people may decide it
-(approvals/permissions.py), even if the agent names its approvers. At the deadline the
-approval expires and its `on_expiry` applies, as for any approval.
-
-Only approvals whose agent declares a chain are read: one query for the pending approvals,
-filtered in Python on the run's snapshot (pending approvals are few: people decide them).
-"""
+Why and how: docs/design/modules.md."""
 
 import functools
 from collections.abc import Callable

@@ -1,14 +1,6 @@
 """Reminders: an approval nobody has decided is brought up again before it expires and before
 it escalates, through the same channels as the request (e-mail, webhooks).
-
-An agent declares when (GateRules.reminders: shares of the approval's time left, by default
-half-life and 10 % left; GateRules.remind_before_escalation: the share of each escalation
-tier's delay left, by default 20 %), snapshotted into the run's gates. The sweep that escalates
-(approvals/tasks.py escalate_approvals: celery beat, or the embedded sweeps) sends what is due:
-each reminder once, made so by the ApprovalReminder row's unique (approval, key), however often
-and on however many hosts the sweep runs. A sweep that comes late sends only the latest reminder
-that is due and records the earlier ones as passed, so nobody gets three e-mails at once.
-"""
+Why and how: docs/design/modules.md."""
 
 import functools
 from collections.abc import Callable

@@ -1,26 +1,5 @@
 """Signed JSON webhooks: one POST per URL of AGENTOPS_WEBHOOK_URLS for each new approval.
-
-Settings (settings.AGENTOPS, from the environment):
-- WEBHOOK_URLS (AGENTOPS_WEBHOOK_URLS, comma-separated): each gets a POST. A URL whose host is
-  hooks.slack.com, or written with a "slack+" prefix ("slack+https://chat.example/hook", the
-  prefix is dropped before sending), gets a Slack-compatible {"text", "blocks"} payload;
-  every other URL gets the JSON payload built by `message.payload()`.
-- WEBHOOK_SECRET (AGENTOPS_WEBHOOK_SECRET): the signing key, or several comma-separated while
-  rotating (each signs). Without it, generic webhooks are not sent (an unsigned approval feed
-  would let anyone forge one); Slack URLs, whose secret is the URL itself, still are.
-
-Signature (every webhook, Slack ones included): Standard Webhooks, by agentkit/signing.py,
-the module every signed request of agentops goes through:
-    webhook-id: <id, the same on every retry of one delivery>
-    webhook-timestamp: <unix seconds when this attempt was sent>
-    webhook-signature: v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<raw body bytes>")> …
-A receiver checks it with any Standard Webhooks library (`Webhook(key).verify(body,
-headers)`), which rejects timestamps older than a few minutes, and ignores an id it has seen
-(a retry after a lost response is not a second request). While
-AGENTOPS_WEBHOOK_LEGACY_SIGNATURES is true (deprecated) the older headers are sent beside
-them: X-Agentops-Timestamp, X-Agentops-Signature (sha256=<hex HMAC over
-"<timestamp>.<body>">) and X-Agentops-Delivery (the id).
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 import json

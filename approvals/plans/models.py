@@ -1,18 +1,6 @@
 """Plans approved once: the plan a run follows, checking a plan before it is approved, and
 the to-do list its run page shows.
-
-An agent that declares `plans=True` may call `submit_plan` (agentkit/plan_tool.py). That call
-is gated as an approval of kind "plan" (approvals/plans/gates.py opens it with a Plan row), and
-an operator approves, edits (envelope values, removed steps) or rejects it as a whole on one
-screen (approvals/plans/views.py). Inside the run's approved plan every call is matched against
-the next step (approvals/plans/rules.py): a match runs without a new gate, a deviation is
-gated and says which.
-
-What a plan never covers: the calls a standing grant could not cover either (grants/models.py:
-high- and critical-risk calls, four-eyes and quorum gates, personal data leaving the system,
-sampled review): a planned step of that kind still gets its own approval, and the plan screen
-says so beforehand.
-"""
+Why and how: docs/design/modules.md."""
 
 from dataclasses import dataclass, field
 

@@ -1,18 +1,6 @@
 """Whether a call follows an approved plan: the rules, as pure functions.
-
-A plan's steps are taken in order, one call each. A call matches when it is the next step's
-tool and its arguments are that step's (`args`: exactly these) or inside its envelope. Any
-other call deviates, and says how:
-
-- `outside_envelope`: the next step's tool, with arguments the step does not allow;
-- `out_of_order`: a later step's tool while an earlier step is still to come;
-- `more_calls`: a tool whose planned steps are all taken (or every step is);
-- `other_tool`: a tool the plan does not name at all.
-
-Bounds reuse the standing grants' envelope (approvals/grants/models.py: `lte`, `eq`), plus `in` (a
-list of allowed values). A value that cannot be compared is outside: a bound is never
-bypassed by omission.
-"""
+Imports no model (tests/test_layering.py).
+Why and how: docs/design/modules.md."""
 
 from dataclasses import dataclass
 from typing import Any

@@ -1,23 +1,6 @@
 """Budgets: what an agent (or a team's agents together) has spent in its budget's current
 period, and what that allows.
-
-A period is a day, a week (Monday to Sunday) or a month of the calendar in the budget's time
-zone: it starts at local midnight, whatever the offset that day (DST changes make a day 23 or
-25 hours long, and a month's bounds move with them). The spend is the sum of the cost of the
-agent's steps recorded in the period (model calls and tools), read the cheap way:
-
-- whole UTC days come from AgentDaySpend (a few rows per agent and day, kept by a trigger);
-- a period that does not start at UTC midnight (a time zone other than UTC) starts with a
-  part of a UTC day, summed from the steps themselves (a created_at range: the BRIN index of
-  runs/migrations/0019 on Postgres); once that part is over it can no longer change, so its
-  sum is kept in the cache for the rest of the period.
-
-A team's budget sums the spend of the agents the team owns when it is read (an agent owned by
-two teams counts in both). A run answers to its agent's budget and to those of every team owning
-the agent: the most severe level of them all applies (`most_severe`).
-
-Crossing a threshold is recorded once per budget, threshold and period (BudgetCrossing).
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 import time as monotonic

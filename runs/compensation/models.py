@@ -1,19 +1,6 @@
 """Compensation after a partial failure: undoing the committed effects of a run that failed or
 was cancelled, with the compensating call each tool declares (agentkit.tools.Compensate).
-
-An operator asks from the run page or the API (one effect, or all of them), or the agent
-declares `compensate_on_failure` and the request is made when the run ends so. A request
-launches a compensation run (Run.Trigger.COMPENSATION, runs/engine/compensating.py) whose only
-calls are the compensations, newest effect first: each gated by the agent's rules as any call
-is (an approval someone decides), each made through the ledger under a key derived from the
-effect's own (an attempt: a request after one that was not made is the next), so a double
-click, a retried request or a second worker never makes one twice.
-
-The request is one transaction under the origin run's row lock: its Compensation rows, its
-step on the origin's timeline and the compensation run (sent to a worker on commit). When the
-compensation run ends, `settle` records on each row, and as a step of the origin, whether it
-was made; that is sent once the end is committed, and the sweep sends it again if it was lost.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 from datetime import timedelta

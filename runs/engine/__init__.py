@@ -20,15 +20,9 @@
 - replaying.py: while a replay runs (history/replay.py), the recording answers for the model,
   the tools and the people
 
-Deadlines are enforced here, not by Celery (its time limits do not apply on the threads
-pool): a task works one time slice, a run stops at max_seconds, a model call has the
-provider's timeout, a tool call is abandoned at its deadline (deadlines.py); a worker that
-hangs or dies stops renewing its lease, and the sweep hands the run to another worker.
-
-Tasks, views and tests call the names below; the rest is the parts' own. The engine imports
-nothing of approvals (gates.py is the interface the approvals app fills at start-up), no view
-and no template; tools and consumers never import it (tests/test_layering.py).
-"""
+The engine imports nothing of approvals (gates.py is the interface the approvals app fills
+at start-up), no view and no template; tools and consumers never import it
+(tests/test_layering.py). Why and how: docs/design/modules.md."""
 
 from .conversation import conversation, fit_context
 from .gates import Decision, Gates, use_gates

@@ -1,17 +1,5 @@
 """Checking a final answer before the run may succeed: its output schema, then its verifier.
-
-Only for agents that declare one (Agent.output_schema, Agent.verifier; others end with the
-model's step, in its write). The model's final answer is written without the run's end and
-the checkpointed state says it is to be checked (`checking`), so the next step runs the
-checks and a worker that dies meanwhile leaves a run that checks it on resume, never one
-that asks the model again. Each round is one write: a guard step (the schema), a verify step
-(the verifier), and the run's end when the answer passed or may not be tried again. What the
-agent is told of a failure is in those steps (`told`), so the conversation rebuilt from the
-timeline has it. A verifier that ran out of attempts with on_fail="person" asks a person
-through the gate interface: accept the answer, send it back with a note, or fail the run.
-A verifier declared `after_tools` checks each successful call of those tools the same way,
-before anything else runs (tool_calls.check_after marks it due); passing, the run goes on.
-"""
+Why and how: docs/design/modules.md."""
 
 from collections.abc import Callable
 from typing import Any

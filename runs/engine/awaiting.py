@@ -1,14 +1,5 @@
 """Operations a run awaits, as the engine sees them.
-
-A tool that starts something finishing later returns `Pending` (agentkit/tools.py): the
-operation is recorded once per call (its idempotency key) and listed in the engine state
-(`awaiting`), the model is shown what it awaits on every turn (in the system prompt, so it
-does not start it again) and a second identical call is refused while the first is open.
-When the model ends its turn with operations open, the run waits without a worker. How one
-finishes (a callback, an operator, a poll, its deadline) is runs/pending/models.py's; here, before
-each model call, finished operations are reported into the conversation as a `pending` step.
-Agents that never start one pay one dict lookup per model call.
-"""
+Why and how: docs/design/modules.md."""
 
 from datetime import timedelta
 from typing import Any

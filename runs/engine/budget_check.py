@@ -1,14 +1,6 @@
 """The budgets a run answers to (its agent's, its agent's teams') at a step boundary
 (runs/budgets/models.py has the rules and the spend).
-
-Before each model call and each pending tool call: a threshold crossed for the first time in
-the budget's period is a guard step on this run and a notification; past the approval
-threshold the run goes on only once a person answers "budget exceeded: continue?" (asked
-once per run and period; the run waits without a worker meanwhile); past the stop threshold
-the run ends, failed with reason `budget`. Agents without a budget pay nothing: whether the
-agent has one is read with the run's row (owned.beside_run: at the claim, then at most once
-per RECHECK_AFTER_SECONDS), so a budget added meanwhile applies within about a second.
-"""
+Why and how: docs/design/modules.md."""
 
 from django.db import transaction
 from django.utils import timezone

@@ -1,14 +1,6 @@
 """A compensation run (Run.Trigger.COMPENSATION): the calls that undo committed effects of a
 failed or cancelled run, and nothing else (runs/compensation/models.py launches it).
-
-Its calls are pending from the start, marked to be gated again: the gate policy has its say
-on each as on any call (humans.regate), and each goes through the ledger (ledger.py) under
-a key derived from the effect it undoes, not from this run, so that two runs asking for the
-same compensation make it once (a failed one is not tried again under it: another request
-from the run page is a new attempt, with a key of its own). Once no call is pending the run
-ends here, before any model call: succeeded when every compensating call committed, failed
-otherwise.
-"""
+Why and how: docs/design/modules.md."""
 
 import hashlib
 

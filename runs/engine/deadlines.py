@@ -4,21 +4,7 @@ ctx.deadline to say so itself). Past it the call is abandoned, since Python cann
 thread: the engine goes on with a timeout (ToolTimeout, an infrastructure error: tool_calls.py
 retries it as the tool's policy allows, or the ledger asks a person whether the effect
 happened), and whatever the abandoned call returns later is dropped unread.
-
-The threads are reused (one hand-off per call costs tens of microseconds, not a thread's
-start) and daemonic: a hung tool never keeps a worker process from exiting. A tool that
-uses the ORM gets the pool thread's own connection, committed on its own like the engine's,
-and handed back when the call ends (a connection pool on Postgres makes that cheap).
-
-Not inside a transaction: a caller in `atomic` (a test's transaction, a replay's) keeps
-the call on its own thread, so the tool's writes join that transaction and its reads see
-it; the engine itself never calls a tool in one. The deadline is then advisory, as before.
-
-A tool declared `inline` (agentkit/tools.py: no side effects, instant, cannot block) is called
-on the caller's thread too: the hand-off and the thread switch back cost more than such a call
-(about 12 % of a worker's CPU with an instant tool). A call that overran its deadline anyway
-is logged, so a wrong declaration shows.
-"""
+Why and how: docs/design/modules.md."""
 
 import contextvars
 import logging

@@ -1,15 +1,7 @@
-"""What the engine asks of the people who supervise it, and nothing more.
-
-The engine decides *when* to ask (a proposed call, an outcome nobody recorded, every N model
-steps) and applies the answer; the approvals app decides *whether* a call needs a person, opens
-the approval, notifies, and records decisions. This is the narrow interface between the two.
-The engine owns it and never imports `approvals`: the approvals app provides an
-implementation at start-up (`approvals/apps.py` calls `use_gates`), so the dependency runs
-one way, approvals -> runs.
-
-Every method that writes is called inside the engine's transaction, with the run row locked
-and owned by the calling worker.
-"""
+"""What the engine asks of the people who supervise it, and nothing more: the narrow
+interface the approvals app fills at start-up (approvals/apps.py calls `use_gates`).
+The engine owns it and never imports approvals: the dependency runs approvals -> runs.
+Why and how: docs/design/modules.md."""
 
 from dataclasses import dataclass
 from datetime import datetime

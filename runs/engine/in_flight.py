@@ -1,21 +1,5 @@
 """Model calls in flight: a worker process waits on the model on one event loop, not in threads.
-
-A run's thread builds the request (model.ask) and hands the call here; the run keeps its
-lease, which already covers a call's LLM_TIMEOUT_SECONDS, and the thread returns to its
-worker for another run (advance says IN_FLIGHT). The attempts are awaited on the process's
-loop with the provider's asynchronous client; what happens between them and after the answer
-(a failed attempt recorded, the ownership check after a backoff, the answer recorded and the
-run's next steps for a time slice) runs in a small pool of threads, as it would in the
-worker's thread. Durability, deadlines, cancellation and leases are the engine's own: the
-same steps are written in the same order; an answer that arrives after a cancel is discarded
-but charged; a process that dies with calls in flight leaves their runs to the sweep once
-their leases expire, as a dead thread would.
-
-Up to MODEL_CALLS_IN_FLIGHT calls per process; past that, and for streamed calls (drafts
-are published from a thread) or providers without `acomplete`, the call waits in its thread
-as before. A worker shutting down hands the runs whose calls are still waiting on the model
-back to the queue (release_all), so another worker asks again at once, not a lease later.
-"""
+Why and how: docs/design/modules.md."""
 
 import asyncio
 import concurrent.futures

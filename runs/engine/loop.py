@@ -1,14 +1,5 @@
 """The loop: launch a run, then advance it one step after another for a time slice.
-
-advance(run_id) claims the run (lease.py), loads its state (the latest checkpoint and the
-conversation rebuilt from the timeline), and repeats `step`: run the next pending tool call,
-or check the terminator and make the next model call. Each step is written before the next
-starts. It keeps going for a short time slice, then re-queues the run if other runs wait
-for a worker (otherwise it keeps going). A worker's model call may be left in flight
-(in_flight.py): the thread lets go of the run, and the thread that records the answer works on
-it from there (work_on). What a step does is the other files' job; this one only says in what
-order.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 import time

@@ -1,23 +1,5 @@
 """Asking the model: one call with its retries, and recording what it answered.
-
-The request is the conversation fitted to the context budget; infrastructure errors are
-retried with backoff (capped per call and per run), each failed attempt a step of its own;
-a valid response is never asked again. The answer is recorded in one write with what it
-leads to: its calls without side effects and their results (tool_calls.run_inline), or the run's
-end when it asked for no tool, or, in one transaction, the approvals its gated calls need.
-An answer that arrives after the run was cancelled or taken over is discarded, but charged.
-
-The loop believes what the API says about how the answer ended (`stop_reason`):
-- `end_turn`, `stop_sequence`: a final answer (or the calls it asks for); `tool_use`: calls.
-- `max_tokens` (and `model_context_window_exceeded`): the answer was cut off. It is recorded
-  and charged but never used (no call it holds runs, it is not the output, it does not enter
-  the conversation): the model is asked again with twice the room, up to MAX_ROOM_FACTOR
-  times the agent's max_tokens; cut off even then, the run fails ("truncated").
-- `pause_turn`: the API paused a long turn; the paused answer goes back as it is and the
-  model is asked to go on.
-- `refusal`: the model declined; the run fails ("refused"), nothing it proposed runs.
-- anything else: not an answer this engine understands; the run fails (model call failed).
-"""
+Why and how: docs/design/modules.md."""
 
 import dataclasses
 import logging

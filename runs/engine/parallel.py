@@ -1,23 +1,5 @@
 """Read-only calls of one model turn, run together.
-
-A turn that asks for several lookups then waits for the slowest of them, not for their sum.
-Only calls of tools without side effects take part (the caller, tool_calls.run_inline, picks
-them: a call with side effects, and every call after it, keeps its turn in the ledger's
-order), at most `limit` at once: the agent's `max_parallel_tools`, else
-AGENTOPS["MAX_PARALLEL_TOOLS"].
-
-Each call goes through tool_calls.call_tool as it would alone (circuit breaker, deadline,
-retries), on a thread of a small pool of its own; the tool itself then runs on the deadline
-pool's thread (deadlines.py), so a call never waits for a thread its own pool holds. The
-outcomes come back in the order the model asked for them: the steps written, the
-conversation and a replay read the same as if the calls had run one after another. A call
-that fails (an error, a timeout, a crash of the tool) is an error result of its own and the
-others' results are kept.
-
-Calls of `inline` tools (instant, in memory) stay on the caller's thread: a hand-off costs
-more than they do. Inside a transaction (a replay's, a test's) every call stays on the
-caller's thread, where the transaction is, one after another.
-"""
+Why and how: docs/design/modules.md."""
 
 import contextvars
 from collections.abc import Callable

@@ -1,18 +1,5 @@
 """The PII guard, as the engine applies an agent's PiiPolicy (agentkit/pii.py).
-
-Calls: when the model's calls are planned (tools.plan_calls), the arguments of the calls the
-policy covers are scanned before the gate policy is asked. "redact": the call goes on with
-the matches replaced, so the tool, its idempotency key, the ledger and the tool step all
-see the redacted arguments (only the model's own message keeps what it wrote). "gate": the
-call's findings go with it to the gate policy (`item["pii"]`), which opens an approval that
-lists them. "block": the call is refused, the model told why, as any invalid call.
-
-The final answer: "redact" ends the run with the redacted text; "block" ends it BLOCKED;
-"gate" holds it as a call of its own (FINAL_ANSWER) that a person approves (or edits) before
-the run succeeds with it; rejected or expired, the run ends BLOCKED.
-
-Every finding is a guard step, values masked. Agents without a policy pay one dict lookup.
-"""
+Why and how: docs/design/modules.md."""
 
 from typing import Any
 

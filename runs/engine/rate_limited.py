@@ -1,23 +1,5 @@
 """Rate limits on actions, counted in the database across all runs and workers.
-
-A limit is a scope ("tool:send_email" for the tool's own, "agent:<slug>:send_email" for an
-agent's) with at most `calls` uses in any sliding window of `per`. `reserve` counts and
-records a call's use in one transaction under the scope's row lock (RateLimitScope): on
-Postgres a SELECT ... FOR UPDATE, on SQLite the write lock every transaction takes first
-(transaction_mode IMMEDIATE). So two workers can never both take the last slot, on either
-topology, and nothing lives in a process's memory. A sliding window, not fixed buckets:
-"20 an hour" never lets 40 through around an hour's boundary.
-
-Only calls that run count: a refused call records nothing, and a use is keyed by the call's
-idempotency key, so a call resumed after a crash, or run after waiting, counts once. The use
-is committed before the ledger's intent (and the call): a worker dying in between leaves a
-use for a call that may never run, which errs on the side of the limit.
-
-Past a limit: on_limit "fail" refuses the call (a guard step; the model sees the limit as
-the call's error); "wait" parks the run without a worker until the window has room (a guard
-step and a paused step say until when; runs/rate_limits.py resumes it). Tools and agents
-that declare no limit cost nothing here: no query.
-"""
+Why and how: docs/design/modules.md."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta

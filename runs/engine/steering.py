@@ -1,16 +1,7 @@
 """Where the engine meets an operator who steers a live run (runs/steering/models.py takes the
 requests): a pause taken at a step boundary, instructions delivered at the next model turn,
 and failed calls held for an operator's choice (agents declared on_failure="ask").
-
-The claim reads an asked pause and whether instructions wait with the run's row (no
-statement of their own); at the top of each step the row is read again for them at most once
-per RECHECK_AFTER_SECONDS (the window in which a worker trusts its own last write,
-lease.still_mine), and that read confirms ownership too, so steering costs a busy run no
-read beyond the ownership check it already had. A pause
-parks the run like a gate does (its worker is freed). Instructions are written as `operator`
-steps just before the model call, each marking its row delivered in the same write, so the
-agent gets each exactly once; the conversation rebuilt from the timeline has them too.
-"""
+Why and how: docs/design/modules.md."""
 
 import time
 from decimal import Decimal

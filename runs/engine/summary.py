@@ -1,14 +1,6 @@
 """Summarised context: when the conversation outgrows the agent's budget, its oldest turns
 are summarised by a model call instead of dropped (an agent declares it: summarise_context).
-
-The call is a step of its own (kind `summary`: model, usage, cost, latency, the seqs and the
-messages it covers, the summary, people's decisions verbatim), and the run's cost and token
-counters take it in; it is not one of the run's model turns (step_count). The conversation
-becomes the goal, verbatim, with the summary after it, then the turns it did not cover;
-conversation.messages() rebuilds exactly that from the timeline, which keeps every turn.
-Pending operations need nothing here: they are in the system prompt on every turn.
-A failed call never stops the run: its step says why, and the turns are trimmed as before.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 import time

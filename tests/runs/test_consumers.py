@@ -192,7 +192,7 @@ async def test_steps_whose_events_were_all_lost_still_arrive(run, viewer, monkey
 def _append_quietly(run, n):
     from unittest import mock
 
-    with mock.patch("runs.models._publish_on_commit"):
+    with mock.patch("runs.models.timeline._publish_on_commit"):
         add_steps(run, n)
 
 
@@ -282,7 +282,7 @@ async def test_a_merged_event_that_includes_the_launch_still_inserts_the_rows(
     from unittest import mock
 
     communicator, _ = await connect("/ws/runs/", viewer)
-    with mock.patch("runs.models._publish_on_commit"):
+    with mock.patch("runs.models.timeline._publish_on_commit"):
         run = await sync_to_async(make_run)(operator)
         await sync_to_async(add_steps)(run, 2)
     await get_channel_layer().group_send(

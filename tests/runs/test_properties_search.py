@@ -1,4 +1,4 @@
-"""Properties of the run search's tsquery builder (runs.models._prefix_tsquery): nothing a
+"""Properties of the run search's tsquery builder (runs.models.queries._prefix_tsquery): nothing a
 person types is a tsquery syntax error. On Postgres the built query is run by to_tsquery and
 by the search itself; everywhere its shape is checked: quoted words free of tsquery's
 syntax, joined only by its operators, each word taken from the text."""

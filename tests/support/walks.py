@@ -11,10 +11,13 @@ and the tests in between are transparent). From that:
   accounts, then approvals, then the gateway), the direction the house's rules forbid at
   import time and callbacks bring back at run time.
 
+`WALKS_FOLD` (folders, comma-separated) counts each folder as one file.
+
 `stop_at` ends the walk when the first frame of that code object is entered (the approved
 tool's own function: "the resumed step").
 """
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,11 +33,19 @@ LAYERS = {"runs": 1, "accounts": 1, "approvals": 2, "history": 2, "triggers": 2,
 INNER = frozenset(("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>", "<module>"))
 
 
+# Folders counted as one room (WALKS_FOLD=runs/models/,…): a walk before and after a module is
+# split into a package can then be compared room for room.
+FOLD = tuple(f for f in os.environ.get("WALKS_FOLD", "").split(",") if f)
+
+
 def _project_file(code: CodeType) -> str | None:
     name = code.co_filename
     if not name.startswith(str(ROOT)) or "/.venv/" in name or code.co_name in INNER:
         return None
     relative = name[len(str(ROOT)) + 1 :]
+    for folder in FOLD:
+        if relative.startswith(folder):
+            return folder
     return relative if relative.split("/", 1)[0] in PRODUCT else None
 
 

@@ -1,36 +1,5 @@
 """Django's Postgres backend, with a pool that checks a connection only when it may be dead.
-
-Django's CONN_HEALTH_CHECKS gives psycopg_pool `check=ConnectionPool.check_connection`: an
-empty query on every checkout. A worker checks a connection out for each engine step, so that
-was a round trip (and a commit in pg_stat_database) per step, ~25 % of the engine's steps/s
-(bench/engine_throughput.py). What the check is for is a Postgres restart, which leaves every
-pooled connection dead. The server says so on the socket before it goes: it sends a FATAL
-and closes, so an idle connection whose socket has something to read has been ended (or got
-a notice nobody asked for); one that reads nothing is alive as far as the network knows. So
-this pool checks a connection with a query only when its socket is readable, or when it was
-not handed out for a while (a peer that vanished without closing, a firewall that forgot
-the connection: the socket says nothing then). tests/test_database.py restarts a Postgres.
-
-After a restart the pool must also be quick to find out it is back. psycopg_pool retries a
-connection it could not make with an exponential backoff (1, 2, 4 ... 128 s, for up to its
-reconnect_timeout of 5 minutes), and every slot of the pool waiting for such a retry is a slot
-no request can have: after a few restarts in a row the retries were minutes apart, and every
-request waited its 30 s for a connection and failed, for minutes after Postgres was back
-(issue 39). This pool retries at most RECONNECT_DELAY_MAX_SECONDS apart, and a dead connection
-found at checkout gets every idle one checked at once instead of one per checkout, each
-costing that checkout a growing pause.
-
-And a connection must come back to the pool when the thread that checked it out ends with it.
-Django gives a request's connection back on `request_finished`, in the request's own thread
-(asgiref gives each request a thread of its own). When the client goes away, Django cancels
-the view; daphne cancels the whole request when it still runs `--application-close-timeout`
-(10 s) after that, and that cancels the `request_finished` that was queued behind the view
-still running in its thread (waiting its 30 s for a connection while Postgres restarted). The
-view then got its connection, finished, and its thread ended holding it: each such request
-took one connection out of the pool for good, until none was left and every request waited
-30 s and failed, for as long as the process lived. tests/test_pool_restarts.py restarts a
-Postgres under load through daphne.
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 import select

@@ -1,14 +1,5 @@
 """`manage.py audit_grants [--role agentops_app]`: the GRANTs of a least-privilege setup.
-
-Migrations run as the role that owns the tables; the application (daphne, Celery) runs as
-another role, which owns nothing. A table's owner can ALTER it, DISABLE its triggers or
-TRUNCATE it, so only a role that owns no table is held by the audit trail's triggers. The
-statements printed give that role what the application does and no more: no TRUNCATE
-anywhere; on the append-only tables no DELETE and (but for pending approvals, which are
-decided by an UPDATE the triggers allow) no UPDATE. Run them as the owner after each
-migration that adds a table (ALTER DEFAULT PRIVILEGES covers tables the owner adds later,
-with the ordinary privileges: re-run this after such a migration for append-only ones).
-"""
+Why and how: docs/design/modules.md."""
 
 from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError

@@ -1,25 +1,5 @@
 """One-tap decision links: the approval e-mail's personal link to a phone-sized decision page.
-
-A link is a token signed with django.core.signing (its own salt) naming the approval, the
-approver it was sent to and a random nonce; the nonce is a DecisionLink row. The token alone
-never decides anything:
-
-- the page requires the approver's own login (a login redirect keeps the link), and a link
-  opened by anyone else is refused (403), so a forwarded e-mail is useless;
-- a tampered or foreign-key-signed token is refused by its signature, an old one by its age
-  (the signer's max age) and by the row's `expires_at` (never after the approval's deadline);
-- it is single use: `consume` marks the row used by a compare-and-set inside the decision's
-  transaction, so a replayed POST (or two taps at once) finds it used and nothing is decided,
-  and a decision that fails (conflict, not allowed) leaves the link as it was;
-- approving a high-risk or irreversible call (the calls the full screen asks to confirm)
-  needs the approver's password again on the page. Why a password, not a second login: the
-  phone's browser session lives for weeks, so "logged in" proves little about who holds the
-  phone now; re-entering the password is a fresh proof of the person, needs no new factor
-  infrastructure, and still takes one screen; five wrong ones lock the link. Rejecting
-  never needs it (it cannot do harm).
-
-Every refusal leaves the approval pending and the run's timeline untouched.
-"""
+Why and how: docs/design/modules.md."""
 
 import secrets
 from datetime import timedelta

@@ -1,25 +1,5 @@
 """The Slack app: approval requests with Approve / Reject / Open buttons, decided in Slack.
-
-Off unless SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET and SLACK_CHANNEL are set. Then:
-
-- a new approval is posted to the channel (chat.postMessage, from the notification tasks);
-  its buttons carry the approval id and the hash of the call the message shows; its
-  reminders (before expiry, before escalation) are replies in its thread, shown in the channel;
-- Slack POSTs each button press to /slack/actions. The request is authenticated by Slack's
-  signature (HMAC-SHA256 of "v0:<timestamp>:<body>" with the signing secret, timestamps
-  older than five minutes refused: slack_sdk's SignatureVerifier), never by a cookie;
-- the Slack user is mapped to an agentops user (a SlackUser row an admin adds, or with
-  AGENTOPS_SLACK_MAP_BY_EMAIL the account with the Slack profile's e-mail); an unknown one
-  decides nothing;
-- the decision goes through `decisions.decide` like every other one (roles, named approvers,
-  four-eyes, the shown-call hash, exactly once); the message is then updated to say who
-  decided (chat.update, after any decision or expiry, wherever it was made), and a refusal
-  or a lost race is told to the presser only (an
-  ephemeral reply on the action's response_url) with the same message the web UI shows;
-- Reject records the reason "Rejected from Slack" (the agent is told it); for another reason
-  press Open. Approving a high- or critical-risk call is refused in Slack: those are approved
-  in agentops, where the exact effect is confirmed (and a one-tap link asks for the password).
-"""
+Why and how: docs/design/modules.md."""
 
 import logging
 import uuid
