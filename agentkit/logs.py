@@ -1,13 +1,9 @@
 """Structured logs: every line about a run says which run, which step, which task and who.
 
-The context lives in contextvars, set where it is known: the engine binds the run it advances
-(`about_run`) and the seq of the step it is making (`set_seq`), a Celery signal the task id,
-the web middleware the request (its user, once the view has looked it up), the access log
-(agentops/access_log.py) the request id; the trace id is the current span's, when tracing is
-on. ContextFilter copies them onto every record; JsonFormatter writes one JSON object per
-line (production, or LOG_FORMAT=json), with a record's `extra=` fields (a security event's
-`security_event`, `username`, …) as keys of their own; TextFormatter a readable line with
-the context at its end (DEBUG).
+The context lives in contextvars set where it is known (engine, Celery signal, web middleware,
+access log); ContextFilter copies it onto every record, JsonFormatter writes one JSON object
+per line with a record's `extra=` fields as keys, TextFormatter a readable line.
+Why and how: docs/design/modules.md.
 """
 
 import functools

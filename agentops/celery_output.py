@@ -1,15 +1,7 @@
 """What `celery worker` and `celery beat` print besides their log records, as log records
-when LOG_FORMAT=json, so every line of their output is JSON (a shipper reads one format).
-
-Celery prints its banners with print() (the worker's to the original stdout, beat's two to
-stdout), warns before any logging is set up (a worker run as root), and says a shutdown with
-celery.apps.worker.safe_say (written to the stdout file descriptor). Its `--quiet` option
-drops the banners; here JSON makes the programs quiet whatever their command line says, and
-each banner's facts become one record. safe_say is replaced in celery.apps.worker (a module
-global, used by the signal handlers there): tests/test_process_logs.py pins that a worker's
-shutdown line is JSON, so a Celery release that moves it fails there.
-
-Connected by agentops/celery.py; nothing here acts with LOG_FORMAT=text.
+when LOG_FORMAT=json, so every line of their output is JSON. Connected by agentops/celery.py;
+nothing here acts with LOG_FORMAT=text. Why and how (Celery's prints, safe_say, the test that
+pins it): docs/design/modules.md.
 """
 
 import logging

@@ -1,13 +1,6 @@
-"""Keyset paging of the API's lists (runs, a run's steps and checkpoints, approvals, grants).
-
-A page's `next_cursor` names the last row it returned, in the list's own order; the next page
-is the rows after that row, read through an index whatever its depth. A row added meanwhile
-lands where the order puts it and never shifts a page the client has not read yet, as it does
-with OFFSET (a row shown twice, another skipped). The cursor is opaque to clients (base64 of a
-list's own position token: runs/paging.py, approvals/listing.py, a seq or a time and id), and
-one the list cannot read is a 422 naming the `cursor` parameter, never a 500.
-
-Counts stop at COUNT_CAP, as the HTML lists' do: `count_capped` says the list is longer.
+"""Keyset paging of the API's lists (runs, a run's steps and checkpoints, approvals, grants):
+an opaque `next_cursor` naming the last row returned; counts stop at COUNT_CAP.
+Why and how: docs/design/modules.md.
 """
 
 import base64
