@@ -318,8 +318,16 @@ class Run(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
+    # No foreign key in the database: the checkpoints are partitioned on Postgres (0028), and
+    # a key to a partitioned table must hold the partition key. An archived source run's
+    # checkpoint leaves the id behind (runs/retention/).
     forked_from = models.ForeignKey(
-        "runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "runs.Checkpoint",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
     )
     launched_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -561,8 +569,10 @@ class Run(models.Model):
             steps.append(self._next_step(then_kind, then_data, dict(then_columns), after=steps[-1]))
         inserts: list[sql.Insert] = [(step, STEP_COLUMNS, (), ()) for step in steps]
         if checkpoint is not None:
-            row = Checkpoint(run=self, seq=steps[-1].seq, state=checkpoint)
-            inserts.append((row, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",)))
+            row = Checkpoint(
+                run=self, seq=steps[-1].seq, state=checkpoint, run_created=self.created_at
+            )
+            inserts.append((row, CHECKPOINT_COLUMNS, checkpoint_conflict(), ("state",)))
         written = sql.update_then_insert(
             Run,
             {"last_seq": steps[-1].seq, "last_hash": steps[-1].hash, **(update or {})},
@@ -586,6 +596,7 @@ class Run(models.Model):
             kind=kind,
             data=self.recorded(data),
             prev_hash=after.hash if after else self.last_hash,
+            run_created=self.created_at,
             **columns,
         )
         try:
@@ -866,6 +877,7 @@ STEP_COLUMNS = (
     "created_at",
     "prev_hash",
     "hash",
+    "run_created",
 )
 
 
@@ -873,7 +885,29 @@ STEP_COLUMNS = (
 RUN_COLUMNS = tuple(f.name for f in Run._meta.concrete_fields)
 
 # A checkpoint's columns but its id (the state is upserted per run and seq).
-CHECKPOINT_COLUMNS = ("run", "seq", "state", "created_at")
+CHECKPOINT_COLUMNS = ("run", "seq", "state", "created_at", "run_created")
+
+
+def checkpoint_conflict() -> tuple[str, ...]:
+    """The columns of a checkpoint's upsert (ON CONFLICT): its unique constraint's, which on
+    Postgres holds the partition key too (runs/migrations/0028)."""
+    if connections["default"].vendor == "postgresql":
+        return ("run", "seq", "run_created")
+    return ("run", "seq")
+
+
+class RunCreatedField(models.DateTimeField):
+    """The run's created_at, copied onto every row of its timeline: Postgres partitions the
+    steps and checkpoints by it (runs/retention/partitions.py), so a run's whole timeline
+    lives in one partition and UNIQUE(run, seq, run_created) is as strong as UNIQUE(run, seq).
+    The hot paths set it; anything else saving a row through the ORM gets it from the run."""
+
+    def pre_save(self, model_instance, add):
+        value = getattr(model_instance, self.attname)
+        if value is None:
+            value = model_instance.run.created_at
+            setattr(model_instance, self.attname, value)
+        return value
 
 
 def _publish_on_commit(step: "Step") -> None:
@@ -909,6 +943,8 @@ class Step(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)
+    # The partition key on Postgres (not part of the hash: it is the run's, not the step's).
+    run_created = RunCreatedField(null=True, editable=False)
 
     class Meta:
         ordering = ["run", "seq"]
@@ -1108,6 +1144,7 @@ class Checkpoint(models.Model):
     seq = models.PositiveIntegerField(help_text="Timeline seq this state follows.")
     state = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
+    run_created = RunCreatedField(null=True, editable=False)  # as Step's
 
     class Meta:
         ordering = ["run", "-seq"]
@@ -1428,3 +1465,59 @@ class Recovery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.failed_seq} {self.tool} ({self.status})"
+
+
+class Retention(models.Model):
+    """How long the timelines of one agent's runs, or of one team's agents' runs, stay in the
+    database before `manage.py archive` moves them to a compressed file (runs/retention/).
+    A run answers to its agent's policy; without one, to the longest of its agent's teams'
+    policies (a team keeps what it keeps); without any, to TIMELINE_RETENTION_DAYS."""
+
+    # Exactly one of the two, as Budget.
+    agent = models.CharField(max_length=64, blank=True)
+    team = models.ForeignKey(
+        "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    keep_days = models.PositiveIntegerField(
+        help_text="Days a finished run's timeline stays in the database before it is archived."
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["agent", "team__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent"], condition=Q(team__isnull=True), name="retention_one_per_agent"
+            ),
+            models.UniqueConstraint(
+                fields=["team"], condition=Q(team__isnull=False), name="retention_one_per_team"
+            ),
+            models.CheckConstraint(
+                condition=(Q(team__isnull=True) & ~Q(agent=""))
+                | (Q(team__isnull=False) & Q(agent="")),
+                name="retention_agent_or_team",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent or self.team}: keep {self.keep_days} days"
+
+
+class ArchivedRun(models.Model):
+    """A run whose timeline (steps and checkpoints) was moved out of the database into an
+    archive file (runs/retention/archive.py); the run's own row stays. `chain_head` is the
+    hash of its last step when archived: the file's chain must end on it to verify, and the
+    run page and audit view say where the timeline went instead of showing it empty."""
+
+    run = models.OneToOneField(Run, primary_key=True, on_delete=models.CASCADE, related_name="+")
+    archive = models.CharField(max_length=500, help_text="The archive file (path on the host).")
+    # SHA-256 of the compressed file as written: checkpoints are not hash-chained, this
+    # covers them (and every other byte).
+    archive_sha256 = models.CharField(max_length=64)
+    chain_head = models.CharField(max_length=64, blank=True)
+    steps = models.PositiveIntegerField()
+    checkpoints = models.PositiveIntegerField()
+    archived_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.run_id} in {self.archive}"

@@ -375,5 +375,5 @@ def test_the_timeline_has_no_index_on_run_id_alone(table):
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
         indexes = dict(cursor.fetchall())
-    assert any("(run_id, seq)" in d for d in indexes.values()), indexes
+    assert any("(run_id, seq, run_created)" in d for d in indexes.values()), indexes
     assert not [n for n, d in indexes.items() if d.endswith("(run_id)")], indexes
