@@ -255,6 +255,12 @@ def verify(path: Path) -> Verification:
     return Verification(runs=runs, problems=problems)
 
 
+def _no_checks_pending(cursor) -> None:
+    """Postgres refuses to ALTER a table with deferred checks pending on it (foreign keys of
+    rows this transaction wrote, restored ones among them): made now."""
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+
+
 @contextmanager
 def _triggers_off(table: str, names: tuple[str, ...]) -> Iterator[None]:
     """The triggers off on `table` until the block ends, inside the caller's transaction:
@@ -262,6 +268,7 @@ def _triggers_off(table: str, names: tuple[str, ...]) -> Iterator[None]:
     commit; SQLite: DDL is transactional)."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
+            _no_checks_pending(cursor)
             for n in names:
                 cursor.execute(f'ALTER TABLE "{table}" DISABLE TRIGGER "{n}"')
             yield
@@ -313,6 +320,7 @@ def _remove(runs: list[Run]) -> None:
                 others = cursor.fetchone()[0]
                 if not others and not part.endswith("_default"):
                     # The whole month goes: no row is deleted, the partition is dropped.
+                    _no_checks_pending(cursor)
                     cursor.execute(f'ALTER TABLE "{table}" DETACH PARTITION "{part}"')
                     cursor.execute(f'DROP TABLE "{part}"')
                     continue
