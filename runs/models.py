@@ -900,7 +900,9 @@ class RunCreatedField(models.DateTimeField):
     """The run's created_at, copied onto every row of its timeline: Postgres partitions the
     steps and checkpoints by it (runs/retention/partitions.py), so a run's whole timeline
     lives in one partition and UNIQUE(run, seq, run_created) is as strong as UNIQUE(run, seq).
-    The hot paths set it; anything else saving a row through the ORM gets it from the run."""
+    The hot paths set it; any other write (the ORM's, runs/sql.py's) gets it from the run."""
+
+    fills_on_insert = True
 
     def pre_save(self, model_instance, add):
         value = getattr(model_instance, self.attname)

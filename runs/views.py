@@ -328,7 +328,10 @@ def run_detail(request: SignedInRequest, pk) -> HttpResponse:
         "filtered": filtered,
         "more_matches": more_matches,
         "first_seq": steps[0].seq if steps and not filtered else 0,
-        "archived": ArchivedRun.objects.filter(run=run).first(),
+        # An empty timeline of a run that has steps: they may live in an archive.
+        "archived": ArchivedRun.objects.filter(run=run).first()
+        if not steps and not filtered and run.last_seq
+        else None,
         # The WebSocket resumes after the newest step this page shows: whatever commits from
         # then on comes over the socket, with the header as of that step.
         "last_seq": steps[-1].seq if steps else 0,
@@ -577,9 +580,9 @@ def audit_run(request: SignedInRequest, pk) -> HttpResponse:
     run = _get_run_for_user(request, pk)
     # An archived run's timeline is in its archive file (manage.py archive --verify checks
     # its chain there); here the page says so instead of a chain that verifies nothing.
-    archived = ArchivedRun.objects.filter(run=run).first()
-    ok, bad_seq = (True, None) if archived else run.verify_chain()
     steps = list(run.steps.order_by("seq")[:2000])
+    archived = ArchivedRun.objects.filter(run=run).first() if not steps else None
+    ok, bad_seq = (True, None) if archived else run.verify_chain()
     context = {
         "archived": archived,
         **rendering.run_context(run),
