@@ -148,6 +148,9 @@ def partition(apps, schema_editor):
             "JOIN runs_run r ON r.id = s.run_id",
             params=None,
         )
+        # The copied rows' deferred foreign-key checks, now: Postgres refuses to ALTER a
+        # table with checks pending (the triggers and the id default below).
+        ex("SET CONSTRAINTS ALL IMMEDIATE", params=None)
         ex(f"DROP TABLE {old}", params=None)  # its triggers and identity sequence with it
         # Identity columns on a partitioned table come with Postgres 17: a sequence it owns.
         ex(f"CREATE SEQUENCE {table}_id_seq OWNED BY {table}.id", params=None)
@@ -177,6 +180,7 @@ def unpartition(apps, schema_editor):
             if f.column != "run_created"
         )
         ex(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {new}", params=None)
+        ex("SET CONSTRAINTS ALL IMMEDIATE", params=None)  # as in partition()
         ex(
             f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
             f"coalesce((SELECT max(id) FROM {table}), 0) + 1, false)",
