@@ -381,6 +381,7 @@ CELERY_TASK_ROUTES = {
     "approvals.learning.tell_admins.*": {"queue": "people"},
     "gateway.callbacks.*": {"queue": "people"},
     "runs.tasks.sweep": {"queue": "sweeps"},
+    "runs.tasks.make_timeline_partitions": {"queue": "sweeps"},
     "triggers.tasks.*": {"queue": "sweeps"},
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -397,6 +398,11 @@ CELERY_BEAT_SCHEDULE = {
     "prune-idempotency-keys": {"task": "agentops.tasks.prune_idempotency_keys", "schedule": 600.0},
     # External sessions idle past EXTERNAL_SESSION_IDLE_SECONDS, or of deactivated agents.
     "sweep-external-sessions": {"task": "gateway.tasks.sweep_sessions", "schedule": 60.0},
+    # The timeline's monthly partitions, months ahead (runs/retention/partitions.py).
+    "make-timeline-partitions": {
+        "task": "runs.tasks.make_timeline_partitions",
+        "schedule": 6 * 3600.0,
+    },
 }
 
 # --- the agent loop -------------------------------------------------------------------------
@@ -411,6 +417,15 @@ AGENTOPS = {
     "QUEUED_RESEND_SECONDS": env.float("AGENTOPS_QUEUED_RESEND_SECONDS", default=None),
     # Run queues, a run's chosen by its agent (runs/queue.py): 1 is one `runs` queue.
     "RUN_QUEUES": AGENTOPS_RUN_QUEUES,
+    # The timeline over years (runs/retention/): on Postgres, monthly partitions made this
+    # many months ahead by a periodic task; finished runs' timelines kept this many days
+    # unless their agent's or team's Retention says otherwise (0: for ever), then moved by
+    # `manage.py archive` into compressed files in TIMELINE_ARCHIVE_DIR.
+    "TIMELINE_PARTITIONS_AHEAD": env.int("AGENTOPS_TIMELINE_PARTITIONS_AHEAD", default=3),
+    "TIMELINE_RETENTION_DAYS": env.int("AGENTOPS_TIMELINE_RETENTION_DAYS", default=0),
+    "TIMELINE_ARCHIVE_DIR": env.str(
+        "AGENTOPS_TIMELINE_ARCHIVE_DIR", default=str(VAR_DIR / "archive")
+    ),
     "LLM_TIMEOUT_SECONDS": env.float("AGENTOPS_LLM_TIMEOUT_SECONDS", default=60.0),
     "LLM_MAX_RETRIES": env.int("AGENTOPS_LLM_MAX_RETRIES", default=3),
     # Model calls a worker process keeps waiting on its event loop, holding no thread

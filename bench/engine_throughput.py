@@ -203,7 +203,13 @@ def pg_counters(tables: tuple[str, ...]) -> dict:
         (commits,) = cur.fetchone()
         size = 0
         for table in tables:
-            cur.execute("select coalesce(pg_total_relation_size(to_regclass(%s)), 0)", [table])
+            # A partitioned table (the timeline, runs/migrations/0028) holds nothing itself:
+            # its partitions do. pg_partition_tree is the table alone when it has none.
+            cur.execute(
+                "select coalesce(sum(pg_total_relation_size(relid)), 0) "
+                "from pg_partition_tree(to_regclass(%s))",
+                [table],
+            )
             size += cur.fetchone()[0]
     return {"lsn": lsn, "commits": commits, "size": size}
 

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Checkpoint, Run, SideEffect, Step
+from .models import ArchivedRun, Checkpoint, Retention, Run, SideEffect, Step
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -64,3 +64,19 @@ class CheckpointAdmin(ReadOnlyAdmin):
 class SideEffectAdmin(ReadOnlyAdmin):
     list_display = ["key", "run", "tool", "status", "attempts", "created_at"]
     list_filter = ["status", "tool"]
+
+
+@admin.register(ArchivedRun)
+class ArchivedRunAdmin(ReadOnlyAdmin):
+    """Written by `manage.py archive`, removed by `manage.py restore`."""
+
+    list_display = ["run", "archive", "steps", "checkpoints", "archived_at"]
+    search_fields = ["run__id", "archive"]
+
+
+@admin.register(Retention)
+class RetentionAdmin(admin.ModelAdmin):
+    """How long finished runs' timelines stay in the database (runs/retention/policy.py)."""
+
+    list_display = ["agent", "team", "keep_days", "updated_at"]
+    fields = ["agent", "team", "keep_days"]

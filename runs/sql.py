@@ -52,10 +52,19 @@ def _fields(model: type[Model], names: tuple) -> tuple:
     return tuple(model._meta.get_field(name) for name in names)
 
 
+@functools.cache
+def _filled_on_insert(model: type[Model], names: tuple) -> tuple:
+    """The fields among `names` whose value the field itself fills in when the object does
+    not carry one (`fills_on_insert`: a step's run_created, runs/models.py)."""
+    return tuple(f for f in _fields(model, names) if getattr(f, "fills_on_insert", False))
+
+
 def _attnames(obj: Model, names: tuple[str, ...]) -> dict[str, Any]:
     """The values to write; a field whose JSON text the object carries (`json_text`, name to
     text: Run._next_step) as a JSONText."""
     fields = obj._meta
+    for field in _filled_on_insert(type(obj), names):
+        field.pre_save(obj, True)
     values = {n: getattr(obj, cast(Field, fields.get_field(n)).attname) for n in names}
     for name, text in getattr(obj, "json_text", {}).items():
         if name in values:

@@ -7,6 +7,7 @@ from typing import TypedDict
 from celery import shared_task
 from celery.signals import worker_shutting_down
 from django.db import InterfaceError, OperationalError, connections
+from django.utils import timezone
 
 from agentkit.database import fail_fast
 
@@ -14,6 +15,7 @@ from . import chains, engine, rate_limits
 from .compensation import models as compensation
 from .engine import in_flight
 from .pending import models as pending
+from .retention import partitions
 
 log = logging.getLogger("agentops.engine")
 # The sweep's own attempts while the database is unreachable: each waits at most
@@ -107,3 +109,10 @@ def sweep_all(work, *, attempts: int | None = None) -> int:
             log.warning("sweep attempt %d failed (%s); trying again", attempt, exc)
             time.sleep(SWEEP_RETRY_SECONDS)
     return 0
+
+
+@shared_task(ignore_result=True, **_DATABASE_DOWN)
+def make_timeline_partitions() -> int:
+    """This month's timeline partitions and TIMELINE_PARTITIONS_AHEAD months' more (Postgres;
+    nothing elsewhere): a run is never created in a month without its partition."""
+    return len(partitions.ensure_ahead(now=timezone.now()))

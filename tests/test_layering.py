@@ -290,6 +290,7 @@ RUN_MODEL_PARTS = {
     "pending": 5,
     "rate_limits": 5,
     "steering": 5,
+    "retention": 5,
 }
 
 

@@ -3,7 +3,7 @@ written for (migrate to the one before, insert, migrate, assert), and every app 
 to zero and back, so the backward paths (the append-only triggers' included) are run too.
 On SQLite and, in CI's second pass, on Postgres."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 
 import pytest
@@ -375,5 +375,55 @@ def test_the_timeline_has_no_index_on_run_id_alone(table):
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
         indexes = dict(cursor.fetchall())
-    assert any("(run_id, seq)" in d for d in indexes.values()), indexes
+    assert any("(run_id, seq, run_created)" in d for d in indexes.values()), indexes
     assert not [n for n, d in indexes.items() if d.endswith("(run_id)")], indexes
+
+
+def test_runs_0028_keeps_every_step_and_checkpoint_with_its_runs_creation_and_goes_back(migrator):
+    old = migrator.apply_initial_migration(
+        [
+            ("runs", "0027_step_checkpoint_no_run_index"),
+            ("approvals", "0016_refuse_truncate_plans_and_links"),
+        ]
+    )
+    Run, Step = old.apps.get_model("runs", "Run"), old.apps.get_model("runs", "Step")
+    Checkpoint = old.apps.get_model("runs", "Checkpoint")
+    runs = [_run(Run, input={}, status="queued") for _ in range(2)]
+    Run.objects.filter(pk=runs[0].pk).update(created_at=timezone.now() - timedelta(days=45))
+    steps = {}
+    for run in runs:
+        for seq in (1, 2, 3):
+            step = Step.objects.create(
+                run=run, seq=seq, kind="status", data={"n": seq}, hash=f"h{seq}"
+            )
+            steps[step.pk] = (run.pk, seq)
+        Checkpoint.objects.create(run=run, seq=3, state={"at": 3})
+    created = dict(Run.objects.values_list("pk", "created_at"))
+
+    new = migrator.apply_tested_migration(("runs", "0028_partitioned_timeline"))
+    Step, Checkpoint = new.apps.get_model("runs", "Step"), new.apps.get_model("runs", "Checkpoint")
+    rows = Step.objects.values_list("pk", "run_id", "seq", "run_created")
+    assert {pk: (run, seq) for pk, run, seq, _ in rows} == steps
+    assert all(at == created[run] for _, run, _, at in rows)
+    assert all(created[c.run_id] == c.run_created for c in Checkpoint.objects.all())
+    # Ids go on from where they were.
+    later = Step.objects.create(
+        run_id=runs[1].pk, seq=4, kind="status", data={}, hash="h4", run_created=created[runs[1].pk]
+    )
+    assert later.pk > max(steps)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT tableoid::regclass::text FROM runs_step WHERE run_id = %s", [runs[0].pk]
+            )
+            month = created[runs[0].pk].astimezone(UTC).strftime("%Y_%m")
+            assert {name for (name,) in cursor.fetchall()} == {f"runs_step_p{month}"}
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+            Step.objects.filter(pk=later.pk).update(data={"forged": True})
+
+    back = migrator.apply_tested_migration(("runs", "0027_step_checkpoint_no_run_index"))
+    Step = back.apps.get_model("runs", "Step")
+    assert set(Step.objects.values_list("pk", flat=True)) == {*steps, later.pk}
+    if connection.vendor == "postgresql":
+        assert "runs_step_append_only" in _trigger_names()
+        assert not {t for t in _tables() if t.startswith("runs_step_p")}

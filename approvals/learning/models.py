@@ -190,7 +190,12 @@ class PostHocReview(models.Model):
         SHOULD_HAVE_BEEN_GATED = "should_have_been_gated"
 
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+")
-    step = models.OneToOneField("runs.Step", on_delete=models.CASCADE, related_name="+")
+    # No foreign key in the database: Postgres partitions the timeline (runs/migrations/0028),
+    # and a key to a partitioned table must hold the partition key. The step is never
+    # rewritten; when its run is archived (runs/retention/) the review keeps its id.
+    step = models.OneToOneField(
+        "runs.Step", on_delete=models.CASCADE, related_name="+", db_constraint=False
+    )
     agent = models.CharField(max_length=100)
     tool = models.CharField(max_length=64)
     args = models.JSONField(default=dict)

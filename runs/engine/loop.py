@@ -122,7 +122,9 @@ def launch(
             for item in compensating
         ]
     step = run.first_step(by=launched_by.get_username() if launched_by else None, **launched)
-    checkpoint = Checkpoint(run=run, seq=step.seq, state=state, created_at=run.created_at)
+    checkpoint = Checkpoint(
+        run=run, seq=step.seq, state=state, created_at=run.created_at, run_created=run.created_at
+    )
     # Run, launched step and first checkpoint in one statement (runs/sql.py): a launch of many
     # runs at once (a batch, the benchmark) is mostly these round trips.
     sql.insert_all(

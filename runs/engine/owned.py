@@ -23,7 +23,16 @@ from django.utils import timezone
 from accounts.models import TeamAgent
 
 from .. import sql
-from ..models import CHECKPOINT_COLUMNS, Budget, Checkpoint, Instruction, Run, Step, canonical_json
+from ..models import (
+    CHECKPOINT_COLUMNS,
+    Budget,
+    Checkpoint,
+    Instruction,
+    Run,
+    Step,
+    canonical_json,
+    checkpoint_conflict,
+)
 from .conversation import insert_tool_result
 
 LEASE_MARGIN = 1.25  # a lease outlasts a call's timeout by this factor, to record its result
@@ -345,9 +354,14 @@ def write_checkpoint(work: Work) -> None:
     its step (append); this is for the transactions that open approvals.
     """
     sql.insert(
-        Checkpoint(run=work.run, seq=work.run.last_seq, state=work.state),
+        Checkpoint(
+            run=work.run,
+            seq=work.run.last_seq,
+            state=work.state,
+            run_created=work.run.created_at,
+        ),
         CHECKPOINT_COLUMNS,
-        conflict=("run", "seq"),
+        conflict=checkpoint_conflict(),
         update_names=("state",),
     )
 

@@ -4,7 +4,8 @@
   to work), timeline.py (the timeline's writes), limits.py (time used); queries.py is
   `Run.objects`, choices.py its statuses and their transitions;
 - step.py: Step and Checkpoint; canonical.py: the JSON that is hashed;
-- costs.py, ledger.py, pending.py, rate_limits.py, steering.py: the run-level features' models.
+- costs.py, ledger.py, pending.py, rate_limits.py, steering.py, retention.py: the run-level
+  features' models.
 The parts import no app above runs and nothing of the engine (tests/test_layering.py).
 """
 
@@ -16,11 +17,12 @@ from .limits import queued_resend_seconds
 from .pending import PendingOperation
 from .queries import SEARCH_SORTS_AT_MOST, RunQuerySet, _prefix_tsquery
 from .rate_limits import RateLimitScope, RateLimitUse, RateLimitWait
+from .retention import ArchivedRun, Retention
 from .run import RUN_COLUMNS, Run
 from .signals import run_cancelled, step_appended
 from .steering import Instruction, Recovery
-from .step import Checkpoint, Step
-from .timeline import CHECKPOINT_COLUMNS, STEP_COLUMNS
+from .step import Checkpoint, RunCreatedField, Step
+from .timeline import CHECKPOINT_COLUMNS, STEP_COLUMNS, checkpoint_conflict
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -32,6 +34,7 @@ __all__ = [
     "STEP_COLUMNS",
     "TERMINAL_STATUSES",
     "AgentDaySpend",
+    "ArchivedRun",
     "Budget",
     "BudgetCrossing",
     "Checkpoint",
@@ -42,13 +45,16 @@ __all__ = [
     "RateLimitUse",
     "RateLimitWait",
     "Recovery",
+    "Retention",
     "Run",
+    "RunCreatedField",
     "RunQuerySet",
     "SideEffect",
     "Step",
     "_prefix_tsquery",
     "args_hash",
     "canonical_json",
+    "checkpoint_conflict",
     "queued_resend_seconds",
     "run_cancelled",
     "step_appended",

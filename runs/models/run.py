@@ -50,8 +50,16 @@ class Run(RunStatusChanges, RunResumption, RunLimits, models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
+    # No foreign key in the database: the checkpoints are partitioned on Postgres (0028), and
+    # a key to a partitioned table must hold the partition key. An archived source run's
+    # checkpoint leaves the id behind (runs/retention/).
     forked_from = models.ForeignKey(
-        "runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "runs.Checkpoint",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
     )
     launched_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

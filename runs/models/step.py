@@ -25,6 +25,22 @@ CHECK_STEP_KINDS = [
 ]
 
 
+class RunCreatedField(models.DateTimeField):
+    """The run's created_at, copied onto every row of its timeline: Postgres partitions the
+    steps and checkpoints by it (runs/retention/partitions.py), so a run's whole timeline
+    lives in one partition and UNIQUE(run, seq, run_created) is as strong as UNIQUE(run, seq).
+    The hot paths set it; any other write (the ORM's, runs/sql.py's) gets it from the run."""
+
+    fills_on_insert = True
+
+    def pre_save(self, model_instance, add):
+        value = getattr(model_instance, self.attname)
+        if value is None:
+            value = model_instance.run.created_at
+            setattr(model_instance, self.attname, value)
+        return value
+
+
 class Step(models.Model):
     # Set by Run._next_step: the JSON text of a field, encoded once for the hash and the insert.
     json_text: dict[str, str]
@@ -56,6 +72,8 @@ class Step(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)
+    # The partition key on Postgres (not part of the hash: it is the run's, not the step's).
+    run_created = RunCreatedField(null=True, editable=False)
 
     class Meta:
         ordering = ["run", "seq"]
@@ -108,6 +126,7 @@ class Checkpoint(models.Model):
     seq = models.PositiveIntegerField(help_text="Timeline seq this state follows.")
     state = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
+    run_created = RunCreatedField(null=True, editable=False)  # as Step's
 
     class Meta:
         ordering = ["run", "-seq"]

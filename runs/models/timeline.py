@@ -5,6 +5,7 @@ of `Run` (run.py); the hot path writes through runs/sql.py."""
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from django.db import connections
 from django.utils import timezone
 
 from agentkit import pii
@@ -31,10 +32,19 @@ STEP_COLUMNS = (
     "created_at",
     "prev_hash",
     "hash",
+    "run_created",
 )
 
 # A checkpoint's columns but its id (the state is upserted per run and seq).
-CHECKPOINT_COLUMNS = ("run", "seq", "state", "created_at")
+CHECKPOINT_COLUMNS = ("run", "seq", "state", "created_at", "run_created")
+
+
+def checkpoint_conflict() -> tuple[str, ...]:
+    """The columns of a checkpoint's upsert (ON CONFLICT): its unique constraint's, which on
+    Postgres holds the partition key too (runs/migrations/0028)."""
+    if connections["default"].vendor == "postgresql":
+        return ("run", "seq", "run_created")
+    return ("run", "seq")
 
 
 def _publish_on_commit(step: "Step") -> None:
@@ -105,8 +115,13 @@ class RunTimeline:
             steps.append(self._next_step(then_kind, then_data, dict(then_columns), after=steps[-1]))
         inserts: list[sql.Insert] = [(step, STEP_COLUMNS, (), ()) for step in steps]
         if checkpoint is not None:
-            row = Checkpoint(run=self._run, seq=steps[-1].seq, state=checkpoint)
-            inserts.append((row, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",)))
+            row = Checkpoint(
+                run=self._run,
+                seq=steps[-1].seq,
+                state=checkpoint,
+                run_created=self._run.created_at,
+            )
+            inserts.append((row, CHECKPOINT_COLUMNS, checkpoint_conflict(), ("state",)))
         written = sql.update_then_insert(
             type(self._run),
             {"last_seq": steps[-1].seq, "last_hash": steps[-1].hash, **(update or {})},
@@ -130,6 +145,7 @@ class RunTimeline:
             kind=kind,
             data=self.recorded(data),
             prev_hash=after.hash if after else self.last_hash,
+            run_created=self._run.created_at,
             **columns,
         )
         try:

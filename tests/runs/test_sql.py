@@ -17,6 +17,7 @@ from runs.models import (
     Run,
     SideEffect,
     Step,
+    checkpoint_conflict,
 )
 
 from .factories import add_steps, make_run
@@ -46,12 +47,12 @@ def test_update_writes_typed_values_only_where_everything_matches(operator, no_e
 
 def test_insert_upserts_on_conflict_and_sets_the_new_id(operator, no_enqueue):
     run = make_run(operator)
-    columns = ("run", "seq", "state", "created_at")
+    columns = ("run", "seq", "state", "created_at", "run_created")
     first = Checkpoint(run=run, seq=40, state={"pending": [], "n": "ü"})
-    sql.insert(first, columns, conflict=("run", "seq"), update_names=("state",))
+    sql.insert(first, columns, conflict=checkpoint_conflict(), update_names=("state",))
     assert first.pk is not None and not first._state.adding
     again = Checkpoint(run=run, seq=40, state={"pending": [1]})
-    sql.insert(again, columns, conflict=("run", "seq"), update_names=("state",))
+    sql.insert(again, columns, conflict=checkpoint_conflict(), update_names=("state",))
     stored = Checkpoint.objects.get(run=run, seq=40)
     assert stored.pk == first.pk
     assert stored.state == {"pending": [1]}
@@ -59,12 +60,12 @@ def test_insert_upserts_on_conflict_and_sets_the_new_id(operator, no_enqueue):
 
 def test_insert_without_update_names_leaves_an_existing_row_alone(operator, no_enqueue):
     run = make_run(operator)
-    columns = ("run", "seq", "state", "created_at")
+    columns = ("run", "seq", "state", "created_at", "run_created")
     first = Checkpoint(run=run, seq=41, state={"n": 1})
-    assert sql.insert(first, columns, conflict=("run", "seq")) is True
+    assert sql.insert(first, columns, conflict=checkpoint_conflict()) is True
     assert first.pk is not None
     again = Checkpoint(run=run, seq=41, state={"n": 2})
-    assert sql.insert(again, columns, conflict=("run", "seq")) is False
+    assert sql.insert(again, columns, conflict=checkpoint_conflict()) is False
     assert again.pk is None and again._state.adding  # not saved: the caller reads the row
     assert Checkpoint.objects.get(run=run, seq=41).state == {"n": 1}
 
@@ -83,7 +84,7 @@ def _step_and_checkpoint(run: Run, seq: int) -> list:
     checkpoint = Checkpoint(run=run, seq=seq, state={"pending": []})
     return [
         (step, STEP_COLUMNS, (), ()),
-        (checkpoint, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",)),
+        (checkpoint, CHECKPOINT_COLUMNS, checkpoint_conflict(), ("state",)),
     ]
 
 
@@ -116,7 +117,7 @@ def test_update_then_insert_writes_all_and_sets_the_new_ids(operator, no_enqueue
     # The checkpoint half is an upsert: the same (run, seq) again replaces the state.
     again = Checkpoint(run=run, seq=seq, state={"pending": [{"id": "x"}]})
     where = {"id": run.pk, "last_seq": seq}
-    upsert = [(again, CHECKPOINT_COLUMNS, ("run", "seq"), ("state",))]
+    upsert = [(again, CHECKPOINT_COLUMNS, checkpoint_conflict(), ("state",))]
     assert sql.update_then_insert(Run, {"last_seq": seq}, where, upsert)
     assert again.pk == checkpoint.pk
     assert Checkpoint.objects.get(pk=checkpoint.pk).state == {"pending": [{"id": "x"}]}
