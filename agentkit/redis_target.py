@@ -148,6 +148,9 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
     # The sentinels answer within the same timeouts as the primary.
     sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
     sentinel_kwargs.update(target.sentinel_kwargs())
-    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)
-    master: redis.Redis = sentinel.master_for(target.master, **target.master_kwargs(), **kwargs)
+    # redis-py 7's sentinel module has no annotations.
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.master, **target.master_kwargs(), **kwargs
+    )
     return master
